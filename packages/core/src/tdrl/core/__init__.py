@@ -1,0 +1,5 @@
+"""tdrl.core."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

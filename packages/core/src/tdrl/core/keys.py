@@ -1,0 +1,42 @@
+"""Canonical TensorDict keys of the tdrl data contract (see DESIGN.md).
+
+Keys follow TorchRL so that code ports and outputs can be compared one to one.
+Step ``t`` lives at the root, step ``t+1`` under ``"next"``; time is the last batch dim.
+Reward and done flags have a trailing dim of 1; done flags are ``torch.bool``.
+"""
+
+from __future__ import annotations
+
+NEXT = "next"
+OBSERVATION = "observation"
+ACTION = "action"
+ACTION_LOG_PROB = "action_log_prob"
+ACTION_MASK = "action_mask"
+STATE_VALUE = "state_value"
+STATE_ACTION_VALUE = "state_action_value"
+ACTION_VALUE = "action_value"
+LOGITS = "logits"
+LOC = "loc"
+SCALE = "scale"
+IS_INIT = "is_init"
+REWARD = "reward"
+DONE = "done"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+ADVANTAGE = "advantage"
+VALUE_TARGET = "value_target"
+STEP_COUNT = "step_count"
+EPISODE_REWARD = "episode_reward"
+TRAJ_ID = ("collector", "traj_ids")
+PRIORITY = "priority"
+INDEX = "index"
+GROUP = "agents"
+
+DONE_KEYS = (DONE, TERMINATED, TRUNCATED)
+NEXT_REWARD = (NEXT, REWARD)
+NEXT_DONE = (NEXT, DONE)
+NEXT_TERMINATED = (NEXT, TERMINATED)
+NEXT_TRUNCATED = (NEXT, TRUNCATED)
+NEXT_OBSERVATION = (NEXT, OBSERVATION)
+
+__all__ = [name for name in dir() if name.isupper()]

@@ -1,0 +1,5 @@
+"""tdrl.marl."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
