@@ -1,5 +1,31 @@
-"""tdrl.kernels."""
+"""tdrl.kernels: Triton kernels with pure-torch references for RL hot paths.
+
+Every public op dispatches to its Triton kernel when ``triton`` is installed and the inputs
+are on CUDA, and to the pure-torch reference otherwise (``TDRL_KERNELS=torch|triton|auto``
+or :func:`use_backend` override this). The references are public too, with the same
+signatures, under ``*_reference`` names.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._dispatch import current_backend, triton_available, use_backend
+from .fused_linear import fused_linear_logprobs, fused_linear_logprobs_reference
+from .logprobs import token_logprobs, token_logprobs_reference
+from .pg_loss import pg_token_loss, pg_token_loss_reference
+from .scan import discounted_cumsum, discounted_cumsum_reference, gae, gae_reference
+
+__all__ = [
+    "current_backend",
+    "discounted_cumsum",
+    "discounted_cumsum_reference",
+    "fused_linear_logprobs",
+    "fused_linear_logprobs_reference",
+    "gae",
+    "gae_reference",
+    "pg_token_loss",
+    "pg_token_loss_reference",
+    "token_logprobs",
+    "token_logprobs_reference",
+    "triton_available",
+    "use_backend",
+]

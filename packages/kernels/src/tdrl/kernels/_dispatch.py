@@ -1,0 +1,92 @@
+"""Backend selection shared by every op: Triton kernel or pure-torch reference.
+
+Rules, checked on every call (they are cheap):
+
+* ``TDRL_KERNELS=torch`` (or :func:`use_backend("torch")`) always runs the reference.
+* ``TDRL_KERNELS=auto`` (the default) runs Triton when ``triton`` is importable and every
+  input tensor lives on a CUDA device, otherwise the reference.
+* ``TDRL_KERNELS=triton`` (or :func:`use_backend("triton")`) runs Triton even on CPU tensors
+  when ``TRITON_INTERPRET=1`` is set (Triton's CPU interpreter, used by the tests); without
+  CUDA and without the interpreter it raises, since the kernel cannot run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import os
+from collections.abc import Iterator
+
+import torch
+
+_BACKENDS = ("auto", "torch", "triton")
+_override: str | None = None
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Whether the ``triton`` package can be imported (checked once)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def interpreting() -> bool:
+    """Whether Triton runs in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def current_backend() -> str:
+    """The requested backend: the :func:`use_backend` override, else ``$TDRL_KERNELS``."""
+    mode = _override if _override is not None else os.environ.get("TDRL_KERNELS", "auto")
+    mode = mode.strip().lower() or "auto"
+    if mode not in _BACKENDS:
+        raise ValueError(f"TDRL_KERNELS must be one of {_BACKENDS}, got {mode!r}.")
+    return mode
+
+
+@contextlib.contextmanager
+def use_backend(backend: str) -> Iterator[None]:
+    """Force a backend inside a ``with`` block (``"auto"``, ``"torch"`` or ``"triton"``).
+
+    Example:
+        >>> with use_backend("torch"):
+        ...     adv, target = gae(reward, value, next_value, done, terminated, 0.99, 0.95)
+    """
+    global _override
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}.")
+    previous, _override = _override, backend
+    try:
+        yield
+    finally:
+        _override = previous
+
+
+def use_triton(*tensors: torch.Tensor | None) -> bool:
+    """Decide whether an op called with ``tensors`` should run its Triton kernel.
+
+    Args:
+        *tensors: the op's tensor inputs (``None`` entries are ignored).
+
+    Returns:
+        ``True`` for the Triton kernel, ``False`` for the torch reference.
+    """
+    mode = current_backend()
+    if mode == "torch":
+        return False
+    present = [t for t in tensors if t is not None]
+    on_cuda = bool(present) and all(t.is_cuda for t in present)
+    if not triton_available():
+        if mode == "triton":
+            raise RuntimeError("TDRL_KERNELS=triton but triton is not installed: pip install triton.")
+        return False
+    if on_cuda:
+        return True
+    if mode == "triton":
+        if interpreting():
+            return True
+        raise RuntimeError(
+            "TDRL_KERNELS=triton on CPU tensors needs Triton's interpreter: set "
+            "TRITON_INTERPRET=1 before importing triton, or move the inputs to CUDA."
+        )
+    return False

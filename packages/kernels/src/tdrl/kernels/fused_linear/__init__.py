@@ -1,0 +1,8 @@
+"""Chunked fused LM head + token log-probs with O(chunk x V) memory."""
+
+from __future__ import annotations
+
+from .api import fused_linear_logprobs
+from .reference import fused_linear_logprobs_reference
+
+__all__ = ["fused_linear_logprobs", "fused_linear_logprobs_reference"]

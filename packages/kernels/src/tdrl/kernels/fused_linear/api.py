@@ -1,0 +1,50 @@
+"""Public chunked fused linear + log-prob: Triton row kernels on CUDA, torch elsewhere."""
+
+from __future__ import annotations
+
+import torch
+
+from .._dispatch import use_triton
+from ..logprobs.reference import rows_backward, rows_forward
+from .reference import fused_linear_logprobs_impl
+
+
+def fused_linear_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Token log-probs straight from hidden states and the LM head, chunk by chunk.
+
+    Same value as ``log_softmax((hidden @ weight.T + bias) / temperature).gather(targets)``
+    with peak extra memory ``O(chunk_size x V)`` instead of ``O(N x V)``, in the forward and
+    the backward (which recomputes each chunk's logits). The matmuls run on torch (cuBLAS
+    on GPU); the softmax statistics and their gradient run in Triton on CUDA.
+
+    Args:
+        hidden: ``[N, H]`` (any leading shape) final hidden states.
+        weight: ``[V, H]`` LM head weight (same dtype as ``hidden``).
+        targets: ``[N]`` integer token ids; negative ids give log-prob 0.
+        bias: optional ``[V]`` LM head bias.
+        temperature: logits are divided by it, > 0.
+        chunk_size: rows per chunk; default keeps a chunk near 4M (CPU) / 64M (CUDA)
+            float32 elements.
+        return_entropy: also return the entropy of each row's distribution.
+
+    Returns:
+        ``[N]`` float32 log-probs, or ``(logp, entropy)``; gradients flow to ``hidden``,
+        ``weight`` and ``bias``.
+    """
+    if use_triton(hidden, weight, targets, bias):
+        from ..logprobs.triton import rows_backward_triton, rows_forward_triton
+
+        fwd, bwd = rows_forward_triton, rows_backward_triton
+    else:
+        fwd, bwd = rows_forward, rows_backward
+    return fused_linear_logprobs_impl(
+        hidden, weight, targets, bias, temperature, chunk_size, return_entropy, fwd, bwd
+    )

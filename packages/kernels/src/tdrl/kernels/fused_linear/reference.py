@@ -1,0 +1,134 @@
+"""Chunked fused LM head + token log-probs, pure torch (the row math is shared).
+
+``logits = hidden @ weight.T + bias`` is never formed for all ``N`` tokens: rows of
+``hidden`` are processed ``chunk`` at a time, so only a ``[chunk, V]`` logits buffer exists
+in the forward and in the backward, which recomputes it. The backward writes the logits
+gradient into that same buffer, then ``grad_hidden[chunk] = g @ weight`` and
+``grad_weight += g.T @ hidden[chunk]`` (accumulated in the weight's dtype, as Liger-Kernel
+does). Peak extra memory is ``O(chunk x V)`` plus the gradients themselves.
+
+The row functions (softmax statistics and their gradient) come from
+:mod:`tdrl.kernels.logprobs`: torch here, Triton in :mod:`.triton`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..logprobs.reference import compute_dtype, default_chunk_rows, rows_backward, rows_forward
+
+
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if bias is None:
+        return hidden @ weight.t()
+    return torch.addmm(bias, hidden, weight.t())
+
+
+class FusedLinearLogprobsFunction(torch.autograd.Function):
+    """Chunked ``log_softmax(hidden @ W.T + b)[target]`` with a recomputing backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, need_entropy, chunk, rows_fwd, rows_bwd):
+        n = hidden.shape[0]
+        dtype = compute_dtype(hidden.dtype)
+        logp = torch.empty(n, dtype=dtype, device=hidden.device)
+        lse = torch.empty_like(logp)
+        entropy = torch.empty_like(logp) if need_entropy else None
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            logits = _logits(hidden[s:e], weight, bias)
+            lp, ls, en = rows_fwd(logits, targets[s:e], temperature, need_entropy)
+            logp[s:e], lse[s:e] = lp, ls
+            if need_entropy:
+                entropy[s:e] = en
+            del logits
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.config = (temperature, chunk, rows_bwd)
+        if need_entropy:
+            return logp, entropy
+        return logp
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy=None):
+        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        temperature, chunk, rows_bwd = ctx.config
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_hidden = torch.empty_like(hidden) if need_h else None
+        grad_weight = torch.zeros_like(weight) if need_w else None
+        grad_bias = torch.zeros_like(bias) if (need_b and bias is not None) else None
+        n = hidden.shape[0]
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            h = hidden[s:e]
+            logits = _logits(h, weight, bias)
+            g = rows_bwd(
+                logits, targets[s:e], temperature, lse[s:e],
+                None if entropy is None else entropy[s:e],
+                None if grad_logp is None else grad_logp[s:e].contiguous(),
+                None if grad_entropy is None else grad_entropy[s:e].contiguous(),
+                logits,
+            )
+            if grad_hidden is not None:
+                torch.mm(g, weight, out=grad_hidden[s:e])
+            if grad_weight is not None:
+                grad_weight.addmm_(g.t(), h)
+            if grad_bias is not None:
+                grad_bias += g.sum(0).to(grad_bias.dtype)
+            del logits, g
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None
+
+
+def check_fused_inputs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, bias: torch.Tensor | None,
+    temperature: float,
+) -> None:
+    """Validate ``fused_linear_logprobs`` inputs with messages for the user."""
+    if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"fused_linear_logprobs expects hidden [N, H] and weight [V, H]; got hidden "
+            f"{tuple(hidden.shape)} and weight {tuple(weight.shape)}."
+        )
+    if hidden.shape[:-1] != targets.shape:
+        raise ValueError(
+            f"targets must have hidden's leading shape {tuple(hidden.shape[:-1])}, got {tuple(targets.shape)}."
+        )
+    if hidden.dtype != weight.dtype:
+        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must share a dtype.")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}.")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}.")
+
+
+def fused_linear_logprobs_impl(
+    hidden, weight, targets, bias, temperature, chunk_size, return_entropy, rows_fwd, rows_bwd
+):
+    """Shared body of :func:`fused_linear_logprobs` for a pair of row functions."""
+    check_fused_inputs(hidden, weight, targets, bias, temperature)
+    lead = targets.shape
+    h = hidden.reshape(-1, hidden.shape[-1])
+    tgt = targets.reshape(-1).long()
+    chunk = chunk_size or default_chunk_rows(h.shape[0], weight.shape[0], hidden.device)
+    out = FusedLinearLogprobsFunction.apply(
+        h, weight, bias, tgt, float(temperature), bool(return_entropy), max(1, int(chunk)),
+        rows_fwd, rows_bwd,
+    )
+    if return_entropy:
+        return out[0].reshape(lead), out[1].reshape(lead)
+    return out.reshape(lead)
+
+
+def fused_linear_logprobs_reference(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+    return_entropy: bool = False,
+):
+    """Pure-torch :func:`tdrl.kernels.fused_linear_logprobs` (same signature and result)."""
+    return fused_linear_logprobs_impl(
+        hidden, weight, targets, bias, temperature, chunk_size, return_entropy,
+        rows_forward, rows_backward,
+    )

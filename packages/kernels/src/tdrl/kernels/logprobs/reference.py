@@ -1,0 +1,214 @@
+"""Pure-torch token log-probs and entropy from logits, chunked over rows.
+
+For logits ``z = logits / temperature`` of one row and its target id ``y``::
+
+    logp = z[y] - logsumexp(z)             entropy = logsumexp(z) - sum_j p_j z_j
+
+Only ``[chunk, V]`` float32 temporaries exist at once (never a second ``[N, V]``), and the
+backward recomputes the softmax per chunk from the saved ``logsumexp`` instead of storing
+it::
+
+    d logp / d z_j    = 1[j = y] - p_j
+    d entropy / d z_j = -p_j (log p_j + entropy)
+
+Targets below zero (e.g. the ``-100`` of Hugging Face labels) give ``logp = 0`` and no
+gradient through ``logp``; their entropy is still computed.
+
+The row functions :func:`rows_forward` and :func:`rows_backward` are shared with
+:mod:`tdrl.kernels.fused_linear`; :mod:`.triton` implements the same two functions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: float32 elements per chunk of logits processed at once (CPU / CUDA).
+CHUNK_ELEMENTS_CPU = 1 << 22
+CHUNK_ELEMENTS_CUDA = 1 << 26
+
+
+def default_chunk_rows(n_rows: int, vocab: int, device: torch.device) -> int:
+    """Rows per chunk so that a ``[rows, vocab]`` float32 buffer stays small."""
+    budget = CHUNK_ELEMENTS_CUDA if device.type == "cuda" else CHUNK_ELEMENTS_CPU
+    rows = max(1, budget // max(vocab, 1))
+    rows = 1 << (rows.bit_length() - 1)  # a power of two
+    return max(1, min(rows, n_rows))
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 stays float64; every other floating dtype is computed in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    z = logits.to(compute_dtype(logits.dtype))
+    if temperature != 1.0:
+        z = z / temperature
+    return z
+
+
+def rows_forward(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, need_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Log-prob of the target, logsumexp and (optionally) entropy of each row.
+
+    Args:
+        logits: ``[C, V]`` logits of any floating dtype.
+        targets: ``[C]`` int64 target ids (negative = ignored: log-prob 0).
+        temperature: logits are divided by it.
+        need_entropy: also return the entropy.
+
+    Returns:
+        ``(logp, lse, entropy)``, each ``[C]`` float32 (float64 for float64 logits);
+        ``entropy`` is ``None`` unless requested. ``lse`` is of the scaled logits.
+    """
+    z = _scaled(logits, temperature)
+    lse = torch.logsumexp(z, dim=-1)
+    valid = targets >= 0
+    picked = z.gather(1, targets.clamp(min=0).unsqueeze(1)).squeeze(1)
+    logp = torch.where(valid, picked - lse, torch.zeros_like(lse))
+    entropy = None
+    if need_entropy:
+        p = torch.exp(z - lse.unsqueeze(1))
+        entropy = lse - (p * z).sum(-1)
+    return logp, lse, entropy
+
+
+def rows_backward(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    lse: torch.Tensor,
+    entropy: torch.Tensor | None,
+    grad_logp: torch.Tensor | None,
+    grad_entropy: torch.Tensor | None,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """Gradient with respect to the raw logits of one chunk of rows, written into ``out``.
+
+    Args:
+        logits: ``[C, V]`` the logits of the forward pass (``out`` may alias them).
+        targets: ``[C]`` target ids (negative = ignored).
+        temperature: as in the forward pass.
+        lse: ``[C]`` logsumexp saved by :func:`rows_forward`.
+        entropy: ``[C]`` entropy saved by the forward pass (needed with ``grad_entropy``).
+        grad_logp: ``[C]`` upstream gradient of the log-probs, or ``None``.
+        grad_entropy: ``[C]`` upstream gradient of the entropy, or ``None``.
+        out: ``[C, V]`` buffer that receives the gradient (its dtype is kept).
+
+    Returns:
+        ``out``.
+    """
+    z = _scaled(logits, temperature)
+    p = torch.exp(z - lse.unsqueeze(1).to(z.dtype))
+    grad = torch.zeros_like(z)
+    if grad_entropy is not None:
+        ge = grad_entropy.to(z.dtype).unsqueeze(1)
+        grad -= ge * p * (z - lse.unsqueeze(1) + entropy.unsqueeze(1).to(z.dtype))
+    if grad_logp is not None:
+        valid = targets >= 0
+        gl = torch.where(valid, grad_logp.to(z.dtype), torch.zeros_like(lse, dtype=z.dtype))
+        grad -= gl.unsqueeze(1) * p
+        grad.scatter_add_(1, targets.clamp(min=0).unsqueeze(1), gl.unsqueeze(1))
+    if temperature != 1.0:
+        grad /= temperature
+    out.copy_(grad)
+    return out
+
+
+class TokenLogprobsFunction(torch.autograd.Function):
+    """Chunked token log-probs (and entropy) with a recomputing backward.
+
+    ``rows_fwd`` / ``rows_bwd`` are the row functions (torch or Triton); ``chunk`` rows of
+    logits are processed at a time.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature, need_entropy, chunk, rows_fwd, rows_bwd):
+        n = logits.shape[0]
+        dtype = compute_dtype(logits.dtype)
+        logp = torch.empty(n, dtype=dtype, device=logits.device)
+        lse = torch.empty_like(logp)
+        entropy = torch.empty_like(logp) if need_entropy else None
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            lp, ls, en = rows_fwd(logits[s:e], targets[s:e], temperature, need_entropy)
+            logp[s:e], lse[s:e] = lp, ls
+            if need_entropy:
+                entropy[s:e] = en
+        ctx.save_for_backward(logits, targets, lse, entropy if need_entropy else None)
+        ctx.config = (temperature, chunk, rows_bwd)
+        if need_entropy:
+            return logp, entropy
+        return logp
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy=None):
+        logits, targets, lse, entropy = ctx.saved_tensors
+        temperature, chunk, rows_bwd = ctx.config
+        grad_logits = torch.empty_like(logits)
+        n = logits.shape[0]
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            rows_bwd(
+                logits[s:e], targets[s:e], temperature, lse[s:e],
+                None if entropy is None else entropy[s:e],
+                None if grad_logp is None else grad_logp[s:e].contiguous(),
+                None if grad_entropy is None else grad_entropy[s:e].contiguous(),
+                grad_logits[s:e],
+            )
+        return grad_logits, None, None, None, None, None, None
+
+
+def check_logprob_inputs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> None:
+    """Validate shapes of ``token_logprobs`` inputs with messages for the user."""
+    if logits.dim() < 2 or logits.shape[:-1] != targets.shape:
+        raise ValueError(
+            f"token_logprobs expects logits [B, T, V] and targets [B, T]; got logits "
+            f"{tuple(logits.shape)} and targets {tuple(targets.shape)}."
+        )
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point, got {logits.dtype}.")
+    if targets.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise TypeError(f"targets must hold integer token ids, got {targets.dtype}.")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}.")
+
+
+def token_logprobs_impl(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    return_entropy: bool,
+    rows_fwd,
+    rows_bwd,
+    chunk: int | None,
+):
+    """Shared body of :func:`token_logprobs` for a pair of row functions."""
+    check_logprob_inputs(logits, targets, temperature)
+    lead = targets.shape
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)
+    if flat.stride(-1) != 1:
+        flat = flat.contiguous()
+    tgt = targets.reshape(-1).long()
+    chunk = chunk or default_chunk_rows(flat.shape[0], vocab, logits.device)
+    chunk = max(1, chunk)
+    out = TokenLogprobsFunction.apply(
+        flat, tgt, float(temperature), bool(return_entropy), chunk, rows_fwd, rows_bwd
+    )
+    if return_entropy:
+        return out[0].reshape(lead), out[1].reshape(lead)
+    return out.reshape(lead)
+
+
+def token_logprobs_reference(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+):
+    """Pure-torch :func:`tdrl.kernels.token_logprobs` (same signature and result)."""
+    return token_logprobs_impl(
+        logits, targets, temperature, return_entropy, rows_forward, rows_backward, None
+    )

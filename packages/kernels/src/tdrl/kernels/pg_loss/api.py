@@ -1,0 +1,56 @@
+"""Public policy-gradient token loss: fused Triton kernel on CUDA, eager torch elsewhere."""
+
+from __future__ import annotations
+
+import torch
+
+from .._dispatch import use_triton
+from .reference import pg_token_loss_reference
+
+
+def pg_token_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logp: torch.Tensor | None = None,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    beta: float = 0.0,
+    reduction: str = "token",
+    max_len: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped policy-gradient loss over tokens with an optional k3 KL penalty.
+
+    ``loss_t = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) + beta * kl_t`` with
+    ``r = exp(logp - old_logp)`` and ``kl_t = exp(ref - logp) - (ref - logp) - 1``, reduced
+    over the masked tokens (see :mod:`tdrl.kernels.pg_loss.reference`). On CUDA one Triton
+    pass computes the loss terms, their gradient and the statistics.
+
+    Args:
+        logp: ``[B, T]`` log-probs of the sampled tokens under the current policy.
+        old_logp: ``[B, T]`` log-probs under the sampling policy (constants).
+        advantages: ``[B]`` (one per sequence, GRPO) or ``[B, T]`` advantages (constants).
+        mask: ``[B, T]`` bool/float mask of the tokens that count (completion tokens).
+        ref_logp: optional ``[B, T]`` reference-model log-probs for the KL term.
+        eps_low: lower clip range: ratios below ``1 - eps_low`` are clipped.
+        eps_high: upper clip range (DAPO's clip-higher uses e.g. 0.28).
+        beta: weight of the KL penalty (needs ``ref_logp`` to be non-zero).
+        reduction: ``"token"``, ``"sequence"`` or ``"constant"`` (see module docs).
+        max_len: the constant length of ``"constant"``; defaults to ``T``.
+
+    Returns:
+        ``(loss, stats)``: a float32 scalar differentiable with respect to ``logp``, and a
+        dict of detached float32 scalars ``clip_frac`` (fraction of masked tokens whose
+        gradient the clip removed), ``kl`` (masked mean k3 KL, 0 without ``ref_logp``) and
+        ``ratio_mean`` (masked mean ratio).
+    """
+    if use_triton(logp, old_logp, advantages, mask, ref_logp):
+        from .triton import pg_token_loss_triton
+
+        return pg_token_loss_triton(
+            logp, old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction, max_len
+        )
+    return pg_token_loss_reference(
+        logp, old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction, max_len
+    )

@@ -1,0 +1,8 @@
+"""Reverse discounted scans over time: discounted cumulative sum and GAE."""
+
+from __future__ import annotations
+
+from .api import discounted_cumsum, gae
+from .reference import discounted_cumsum_reference, gae_reference
+
+__all__ = ["discounted_cumsum", "discounted_cumsum_reference", "gae", "gae_reference"]

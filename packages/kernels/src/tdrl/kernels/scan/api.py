@@ -1,0 +1,72 @@
+"""Public reverse discounted scan and GAE: Triton on CUDA, the torch reference elsewhere."""
+
+from __future__ import annotations
+
+import torch
+
+from .._dispatch import use_triton
+from .reference import discounted_cumsum_impl, gae_impl, reverse_scan_rows
+
+
+def _scan_fn(*tensors: torch.Tensor | None):
+    if use_triton(*tensors):
+        from .triton import reverse_scan_rows_triton
+
+        return reverse_scan_rows_triton
+    return reverse_scan_rows
+
+
+def discounted_cumsum(
+    x: torch.Tensor, gamma: float | torch.Tensor, done: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Reverse discounted cumulative sum over time (dim -2).
+
+    ``y[t] = x[t] + gamma * (1 - done[t]) * y[t + 1]``: the discounted return-to-go, cut at
+    episode ends (``done[t]`` marks that step ``t`` is the last of its episode).
+
+    Args:
+        x: ``[..., T, F]`` floating tensor (usually ``[*batch, T, 1]`` rewards).
+        gamma: discount, a float or a tensor broadcastable to ``x``.
+        done: optional bool tensor of ``x``'s shape; ``True`` stops the sum after that step.
+
+    Returns:
+        ``[..., T, F]`` tensor of ``x``'s dtype (bfloat16/float16 are computed in float32).
+        Differentiable with respect to ``x``.
+    """
+    return discounted_cumsum_impl(x, gamma, done, _scan_fn(x, done))
+
+
+def gae(
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float | torch.Tensor,
+    lmbda: float | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized Advantage Estimation (Schulman et al., 2016) over time (dim -2).
+
+    ``delta[t] = r[t] + gamma * V(s[t+1]) * (1 - terminated[t]) - V(s[t])`` and
+    ``A[t] = delta[t] + gamma * lmbda * (1 - done[t]) * A[t + 1]``: ``terminated`` stops
+    bootstrapping from the next value, ``done`` (terminated or truncated) stops the
+    lambda-trace. Same conventions as TorchRL's ``generalized_advantage_estimate``.
+
+    Args:
+        reward: ``[..., T, 1]`` rewards ``("next", "reward")``.
+        value: ``[..., T, 1]`` state values ``V(s[t])``.
+        next_value: ``[..., T, 1]`` values of the next states ``V(s[t+1])``.
+        done: ``[..., T, 1]`` bool ``("next", "done")``.
+        terminated: ``[..., T, 1]`` bool ``("next", "terminated")``.
+        gamma: discount factor (float or broadcastable tensor).
+        lmbda: GAE lambda (float or broadcastable tensor).
+
+    Returns:
+        ``(advantage, value_target)``, both ``[..., T, 1]`` with
+        ``value_target = advantage + value``; low-precision inputs are computed in float32
+        and returned in their dtype. Differentiable with respect to the values and rewards.
+    """
+    return gae_impl(
+        reward, value, next_value, done, terminated, gamma, lmbda,
+        _scan_fn(reward, value, next_value, done, terminated),
+    )
