@@ -1,0 +1,30 @@
+"""Value estimators: pure functions over ``[..., T, 1]`` and modules reading keys."""
+
+from __future__ import annotations
+
+from tdrl.core.values.estimators import GAE, TD0, TDLambda, ValueEstimatorBase, ValueKeys, VTrace
+from tdrl.core.values.functional import (
+    discounted_cumsum,
+    gae,
+    kernels_available,
+    td0_advantage,
+    td0_return,
+    td_lambda_return,
+    vtrace,
+)
+
+__all__ = [
+    "GAE",
+    "TD0",
+    "TDLambda",
+    "VTrace",
+    "ValueEstimatorBase",
+    "ValueKeys",
+    "discounted_cumsum",
+    "gae",
+    "kernels_available",
+    "td0_advantage",
+    "td0_return",
+    "td_lambda_return",
+    "vtrace",
+]

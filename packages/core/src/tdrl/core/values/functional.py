@@ -1,0 +1,374 @@
+"""Value estimators as pure functions over ``[..., T, 1]`` tensors.
+
+Shape contract (as in TorchRL's ``objectives/value/functional.py``): every tensor is
+``[*B, T, 1]``, time is dim ``-2``, done flags are ``torch.bool``. ``value[t]`` is
+``V(s_t)`` and ``next_value[t]`` is ``V(s_{t+1})`` (the value of the observation under
+``"next"``), so a trajectory cut by the end of a batch or by a truncation still
+bootstraps correctly.
+
+Done semantics:
+
+* ``terminated[t]`` -- ``s_{t+1}`` is terminal: its value is zero (no bootstrap);
+* ``done[t]`` -- the episode ended at ``t`` (terminated *or* truncated): the recursion
+  does not look past ``t``; on truncation it bootstraps from ``next_value[t]``.
+
+The reverse scans ``y_t = x_t + c * (1 - done_t) * y_{t+1}`` are the hot path. When the
+``tdrl.kernels`` package is installed (and provides the op) ``gae`` and
+``discounted_cumsum`` dispatch to it; otherwise (or with ``backend="torch"``) they use
+the chunked closed-form scan below, which is pure torch and vectorised over time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+from functools import lru_cache
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "discounted_cumsum",
+    "gae",
+    "td0_return",
+    "td0_advantage",
+    "td_lambda_return",
+    "vtrace",
+    "kernels_available",
+]
+
+_BACKENDS = ("auto", "torch", "kernels")
+
+
+@lru_cache(maxsize=None)
+def _kernel_op(name: str) -> Callable | None:
+    """``tdrl.kernels.<name>`` if that package is installed and has it, else ``None``."""
+    if importlib.util.find_spec("tdrl.kernels") is None:
+        return None
+    try:
+        module = importlib.import_module("tdrl.kernels")
+    except ImportError:  # pragma: no cover - a broken install behaves as absent
+        return None
+    return getattr(module, name, None)
+
+
+def kernels_available(op: str = "gae") -> bool:
+    """Whether ``tdrl.kernels`` is installed and provides ``op``."""
+    return _kernel_op(op) is not None
+
+
+def _select(name: str, backend: str, tensor: Tensor) -> Callable | None:
+    """The kernels op to use, or ``None`` for the core torch path.
+
+    ``auto`` uses the kernels op when installed and the data is on an accelerator
+    (where a Triton kernel runs); on the CPU the core closed-form scan is used, since it
+    is the fastest torch path we have measured (benchmarks/gae.py).
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}.")
+    if backend == "torch":
+        return None
+    op = _kernel_op(name)
+    if backend == "kernels":
+        if op is None:
+            raise ImportError(
+                f"backend='kernels' needs tdrl.kernels.{name}: install packages/kernels "
+                "(pip install packages/kernels) or use backend='auto'/'torch'."
+            )
+        return op
+    return op if (op is not None and tensor.device.type != "cpu") else None
+
+
+def _check_time_shape(name: str, x: Tensor, ref: Tensor | None = None) -> None:
+    if x.dim() < 2 or x.shape[-1] != 1:
+        raise ValueError(
+            f"{name} must have shape [..., T, 1] (time at dim -2, trailing dim 1), "
+            f"got {tuple(x.shape)}."
+        )
+    if ref is not None and x.shape != ref.shape:
+        raise ValueError(
+            f"{name} has shape {tuple(x.shape)} but must match {tuple(ref.shape)}."
+        )
+
+
+# --------------------------------------------------------------------------------------
+# The scan: y_t = x_t + coef * (1 - done_t) * y_{t+1}, y_T = 0
+# --------------------------------------------------------------------------------------
+def _scan_loop(x: Tensor, coef: Tensor | float, done: Tensor | None) -> Tensor:
+    """Reference reverse scan, one python step per time step (any ``coef`` tensor)."""
+    T = x.shape[-2]
+    c = torch.as_tensor(coef, dtype=x.dtype, device=x.device).expand_as(x)
+    if done is not None:
+        c = c * (~done).to(x.dtype)
+    out = torch.empty_like(x)
+    acc = torch.zeros_like(x[..., 0, :])
+    for t in range(T - 1, -1, -1):
+        acc = x[..., t, :] + c[..., t, :] * acc
+        out[..., t, :] = acc
+    return out
+
+
+def _chunk_len(coef: float, T: int, dtype: torch.dtype) -> int:
+    """Chunk length bounding ``coef ** -C`` so the closed form keeps its precision."""
+    if coef >= 1.0:
+        return T
+    if coef <= 0.0:
+        return 1
+    # coef ** -C <= max_gain: the division by the weight amplifies rounding by at most
+    # this factor (about 2e-6 relative error in float32, 1e-10 in float64).
+    max_gain = 32.0 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e6
+    return max(1, min(T, int(math.log(max_gain) / -math.log(coef))))
+
+
+def _scan_closed_form(x: Tensor, coef: float, done: Tensor | None) -> Tensor:
+    """Reverse discounted scan with a scalar ``coef``, vectorised over time.
+
+    Time is split into chunks of ``C`` steps. Inside a chunk, with weights
+    ``w_t = coef ** t``, ``S_t = sum_{k >= t} w_k x_k`` (a reversed cumsum) gives
+    ``y_t = (S_t - S_{e(t)+1}) / w_t``, where ``e(t)`` is the first done step at or after
+    ``t`` (or the chunk end). The chunks are then joined by a short loop that carries
+    ``y`` at each chunk start back into the previous chunk.
+    """
+    *batch, T, _ = x.shape
+    C = _chunk_len(float(coef), T, x.dtype)
+    n_chunks = -(-T // C)
+    pad = n_chunks * C - T
+    xs = x.squeeze(-1)
+    ds = None if done is None else done.squeeze(-1)
+    if pad:
+        xs = torch.nn.functional.pad(xs, (0, pad))
+        if ds is not None:
+            ds = torch.nn.functional.pad(ds, (0, pad))
+    xs = xs.reshape(*batch, n_chunks, C)
+    steps = torch.arange(C, device=x.device)
+    w = torch.pow(torch.tensor(coef, dtype=x.dtype, device=x.device), steps.to(x.dtype))
+    # S padded with a zero at index C so that e(t) + 1 can point past the chunk end.
+    S = torch.nn.functional.pad((xs * w).flip(-1).cumsum(-1).flip(-1), (0, 1))
+    no_done = torch.full((), C, device=x.device)
+    if ds is None:
+        y = (S[..., :C] - S[..., C:]) / w
+        reach = None
+    else:
+        ds = ds.reshape(*batch, n_chunks, C)
+        idx = torch.where(ds, steps, no_done)
+        # e(t) = first done at or after t (C if none): a reversed cumulative min.
+        end = idx.flip(-1).cummin(-1).values.flip(-1)
+        reach = end == no_done  # t sees the next chunk (no done between t and its end)
+        y = (S[..., :C] - S.gather(-1, (end + 1).clamp_(max=C))) / w
+    if n_chunks > 1:
+        # factor_t = coef ** (C - t) when t reaches the next chunk, else 0.
+        factor = w.flip(-1) * coef
+        if reach is not None:
+            factor = factor * reach.to(x.dtype)
+        else:
+            factor = factor.expand_as(y)
+        carry = torch.zeros_like(y[..., 0, :1])
+        chunks = []
+        for i in range(n_chunks - 1, -1, -1):
+            yi = y[..., i, :]
+            if i < n_chunks - 1:
+                yi = torch.addcmul(yi, factor[..., i, :], carry)
+            chunks.append(yi)
+            carry = yi[..., :1]
+        y = torch.stack(chunks[::-1], dim=-2)
+    y = y.reshape(*batch, n_chunks * C)[..., :T]
+    return y.unsqueeze(-1)
+
+
+def _scan(x: Tensor, coef: float, done: Tensor | None) -> Tensor:
+    if x.shape[-2] == 0:
+        return x.clone()
+    if done is not None and done.dtype != torch.bool:
+        done = done.bool()
+    return _scan_closed_form(x, coef, done)
+
+
+# --------------------------------------------------------------------------------------
+# Public functions
+# --------------------------------------------------------------------------------------
+def discounted_cumsum(
+    x: Tensor, gamma: float, done: Tensor | None = None, *, backend: str = "auto"
+) -> Tensor:
+    """Reverse discounted sum over time: ``y_t = x_t + gamma * (1 - done_t) * y_{t+1}``.
+
+    Args:
+        x: ``[..., T, 1]`` values (e.g. rewards).
+        gamma: discount, a python float.
+        done: optional ``[..., T, 1]`` bool; the sum does not run past a done step.
+        backend: ``"auto"`` (kernels on an accelerator when installed, else torch),
+            ``"torch"`` or ``"kernels"``.
+
+    Returns:
+        ``[..., T, 1]`` tensor, same dtype as ``x``.
+    """
+    _check_time_shape("x", x)
+    if done is not None:
+        _check_time_shape("done", done, x)
+    op = _select("discounted_cumsum", backend, x)
+    if op is not None:
+        return op(x, gamma, done=done)
+    return _scan(x, float(gamma), done)
+
+
+def td0_return(
+    reward: Tensor, next_value: Tensor, terminated: Tensor, gamma: float
+) -> Tensor:
+    """One-step TD target ``r_t + gamma * (1 - terminated_t) * V(s_{t+1})``.
+
+    Args:
+        reward, next_value: ``[..., T, 1]`` float.
+        terminated: ``[..., T, 1]`` bool.
+        gamma: discount.
+
+    Returns:
+        ``[..., T, 1]`` value target.
+    """
+    _check_time_shape("reward", reward)
+    _check_time_shape("next_value", next_value, reward)
+    _check_time_shape("terminated", terminated, reward)
+    not_term = (~terminated.bool()).to(reward.dtype)
+    return reward + gamma * not_term * next_value
+
+
+def td0_advantage(
+    reward: Tensor, value: Tensor, next_value: Tensor, terminated: Tensor, gamma: float
+) -> Tensor:
+    """TD error ``r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)``, ``[..., T, 1]``."""
+    return td0_return(reward, next_value, terminated, gamma) - value
+
+
+def gae(
+    reward: Tensor,
+    value: Tensor,
+    next_value: Tensor,
+    done: Tensor,
+    terminated: Tensor,
+    gamma: float,
+    lmbda: float,
+    *,
+    backend: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """Generalized advantage estimation (Schulman et al., 2016, arXiv:1506.02438).
+
+    ``delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)`` and
+    ``A_t = delta_t + gamma * lmbda * (1 - done_t) * A_{t+1}``.
+
+    Args:
+        reward, value, next_value: ``[..., T, 1]`` float.
+        done, terminated: ``[..., T, 1]`` bool. ``terminated`` stops bootstrapping,
+            ``done`` (terminated or truncated) stops the lambda trace.
+        gamma: discount. lmbda: GAE lambda.
+        backend: ``"auto"``, ``"torch"`` or ``"kernels"`` (see :func:`discounted_cumsum`).
+
+    Returns:
+        ``(advantage, value_target)``, both ``[..., T, 1]``, with
+        ``value_target = advantage + value``.
+    """
+    _check_time_shape("reward", reward)
+    for name, t in (
+        ("value", value),
+        ("next_value", next_value),
+        ("done", done),
+        ("terminated", terminated),
+    ):
+        _check_time_shape(name, t, reward)
+    op = _select("gae", backend, reward)
+    if op is not None:
+        return op(reward, value, next_value, done.bool(), terminated.bool(), gamma, lmbda)
+    delta = td0_advantage(reward, value, next_value, terminated, gamma)
+    advantage = _scan(delta, float(gamma) * float(lmbda), done)
+    return advantage, advantage + value
+
+
+def td_lambda_return(
+    reward: Tensor,
+    next_value: Tensor,
+    done: Tensor,
+    terminated: Tensor,
+    gamma: float,
+    lmbda: float,
+    *,
+    backend: str = "auto",
+) -> Tensor:
+    """TD(lambda) return (Sutton & Barto, 2018, ch. 12).
+
+    ``G_t = r_t + gamma * (1 - terminated_t) * ((1 - l_t) V(s_{t+1}) + l_t G_{t+1})``
+    with ``l_t = lmbda * (1 - done_t)``, and ``l_{T-1} = 0`` (the last step bootstraps
+    from ``next_value``). It only uses ``next_value``, so it equals ``value + GAE`` when
+    ``next_value[t] == value[t + 1]``.
+
+    Args:
+        reward, next_value: ``[..., T, 1]`` float.
+        done, terminated: ``[..., T, 1]`` bool.
+        gamma, lmbda: discount and trace decay.
+        backend: see :func:`discounted_cumsum`.
+
+    Returns:
+        ``[..., T, 1]`` lambda-returns.
+    """
+    _check_time_shape("reward", reward)
+    for name, t in (("next_value", next_value), ("done", done), ("terminated", terminated)):
+        _check_time_shape(name, t, reward)
+    done = done.bool().clone()
+    done[..., -1, :] = True
+    not_term = (~terminated.bool()).to(reward.dtype)
+    not_done = (~done).to(reward.dtype)
+    # G_t = x_t + gamma * lmbda * (1 - done_t) * G_{t+1}   (terminated implies done)
+    x = reward + gamma * not_term * (1.0 - lmbda * not_done) * next_value
+    return discounted_cumsum(x, gamma * lmbda, done, backend=backend)
+
+
+def vtrace(
+    reward: Tensor,
+    value: Tensor,
+    next_value: Tensor,
+    done: Tensor,
+    terminated: Tensor,
+    log_rho: Tensor,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    lmbda: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """V-trace off-policy targets (Espeholt et al., 2018, IMPALA, arXiv:1802.01561).
+
+    With ``rho_t = min(rho_bar, pi/mu)``, ``c_t = lmbda * min(c_bar, pi/mu)``:
+    ``v_t - V_t = rho_t delta_t + gamma (1 - done_t) c_t (v_{t+1} - V_{t+1})`` and
+    the policy-gradient advantage ``rho_t (r_t + gamma (1 - terminated_t) v_{t+1} - V_t)``
+    where ``v_{t+1}`` is replaced by ``V(s_{t+1})`` after a done step or at the end.
+
+    Args:
+        reward, value, next_value: ``[..., T, 1]`` float.
+        done, terminated: ``[..., T, 1]`` bool.
+        log_rho: ``[..., T, 1]`` ``log pi(a_t|s_t) - log mu(a_t|s_t)`` (target minus
+            behaviour log-probability); treated as a constant (detached).
+        gamma: discount. rho_bar, c_bar: truncation levels. lmbda: trace decay.
+
+    Returns:
+        ``(advantage, value_target)``, both ``[..., T, 1]``; ``value_target`` is ``v_s``.
+    """
+    _check_time_shape("reward", reward)
+    for name, t in (
+        ("value", value),
+        ("next_value", next_value),
+        ("done", done),
+        ("terminated", terminated),
+        ("log_rho", log_rho),
+    ):
+        _check_time_shape(name, t, reward)
+    ratio = log_rho.detach().exp()
+    rho = ratio.clamp(max=rho_bar)
+    c = lmbda * ratio.clamp(max=c_bar)
+    delta = rho * td0_advantage(reward, value, next_value, terminated, gamma)
+    err = _scan_loop(delta, gamma * c, done.bool())  # v_s - V, coefficient varies
+    vs = value + err
+    # v_{t+1}: the next step's v_s inside an episode, V(s_{t+1}) after done / at the end.
+    next_err = torch.zeros_like(err)
+    next_err[..., :-1, :] = err[..., 1:, :]
+    next_err = next_err * (~done.bool()).to(err.dtype)
+    vs_next = next_value + next_err
+    not_term = (~terminated.bool()).to(reward.dtype)
+    advantage = rho * (reward + gamma * not_term * vs_next - value)
+    return advantage, vs
