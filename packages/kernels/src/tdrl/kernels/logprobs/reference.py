@@ -70,7 +70,7 @@ def rows_forward(
     entropy = None
     if need_entropy:
         p = torch.exp(z - lse.unsqueeze(1))
-        entropy = lse - (p * z).sum(-1)
+        entropy = lse - torch.where(p > 0, p * z, torch.zeros_like(z)).sum(-1)
     return logp, lse, entropy
 
 
@@ -104,7 +104,8 @@ def rows_backward(
     grad = torch.zeros_like(z)
     if grad_entropy is not None:
         ge = grad_entropy.to(z.dtype).unsqueeze(1)
-        grad -= ge * p * (z - lse.unsqueeze(1) + entropy.unsqueeze(1).to(z.dtype))
+        term = p * (z - lse.unsqueeze(1) + entropy.unsqueeze(1).to(z.dtype))
+        grad -= ge * torch.where(p > 0, term, torch.zeros_like(term))
     if grad_logp is not None:
         valid = targets >= 0
         gl = torch.where(valid, grad_logp.to(z.dtype), torch.zeros_like(lse, dtype=z.dtype))
