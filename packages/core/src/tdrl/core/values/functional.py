@@ -62,23 +62,20 @@ def kernels_available(op: str = "gae") -> bool:
 def _select(name: str, backend: str, tensor: Tensor) -> Callable | None:
     """The kernels op to use, or ``None`` for the core torch path.
 
-    ``auto`` uses the kernels op when installed and the data is on an accelerator
-    (where a Triton kernel runs); on the CPU the core closed-form scan is used, since it
-    is the fastest torch path we have measured (benchmarks/gae.py).
+    ``auto`` uses the kernels op whenever ``tdrl.kernels`` is installed and provides it
+    (Triton on CUDA, its torch reference elsewhere); ``torch`` forces the core scan.
     """
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}.")
     if backend == "torch":
         return None
     op = _kernel_op(name)
-    if backend == "kernels":
-        if op is None:
-            raise ImportError(
-                f"backend='kernels' needs tdrl.kernels.{name}: install packages/kernels "
-                "(pip install packages/kernels) or use backend='auto'/'torch'."
-            )
-        return op
-    return op if (op is not None and tensor.device.type != "cpu") else None
+    if backend == "kernels" and op is None:
+        raise ImportError(
+            f"backend='kernels' needs tdrl.kernels.{name}: install packages/kernels "
+            "(pip install packages/kernels) or use backend='auto'/'torch'."
+        )
+    return op
 
 
 def _check_time_shape(name: str, x: Tensor, ref: Tensor | None = None) -> None:
@@ -197,8 +194,8 @@ def discounted_cumsum(
         x: ``[..., T, 1]`` values (e.g. rewards).
         gamma: discount, a python float.
         done: optional ``[..., T, 1]`` bool; the sum does not run past a done step.
-        backend: ``"auto"`` (kernels on an accelerator when installed, else torch),
-            ``"torch"`` or ``"kernels"``.
+        backend: ``"auto"`` (``tdrl.kernels`` when installed, else the core torch
+            scan), ``"torch"`` or ``"kernels"``.
 
     Returns:
         ``[..., T, 1]`` tensor, same dtype as ``x``.
