@@ -1,0 +1,448 @@
+"""``EnvBase``: the TensorDict environment interface every tdrl environment implements.
+
+Data contract (DESIGN.md, TorchRL's conventions): ``reset`` returns the observation keys and
+the done flags at the root; ``step`` writes step ``t+1`` under ``"next"`` (observations,
+``reward``, ``done``, ``terminated``, ``truncated``); reward and done flags have a trailing
+dim of 1; a rollout has shape ``(*batch_size, T)``.
+
+Subclasses set the specs in ``__init__`` and implement ``_reset``, ``_step`` and ``_set_seed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from ..specs import Categorical, Composite, TensorSpec, Unbounded
+
+__all__ = ["EnvBase", "make_done_spec", "step_mdp", "RESET_KEY"]
+
+RESET_KEY = "_reset"
+
+
+def make_done_spec(batch_size: Sequence[int], device=None) -> Composite:
+    """The default ``full_done_spec``: bool ``done``, ``terminated``, ``truncated`` of shape ``(*batch, 1)``."""
+    shape = (*batch_size, 1)
+    leaf = Categorical(2, shape, device, torch.bool)
+    return Composite(
+        {DONE: leaf, TERMINATED: leaf.clone(), TRUNCATED: leaf.clone()},
+        shape=batch_size,
+        device=device,
+    )
+
+
+def _fast_td(source: dict, batch_size: torch.Size, device=None) -> TensorDictBase:
+    """Build a TensorDict without validating its entries (callers guarantee the shapes)."""
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+
+
+def _set_unsafe(td: TensorDictBase, key: str, value) -> None:
+    """``td[key] = value`` without shape validation (``key`` a plain string)."""
+    try:
+        td._set_str(key, value, inplace=False, validated=True)
+    except (AttributeError, TypeError):  # not a plain TensorDict
+        td.set(key, value)
+
+
+def step_mdp(td: TensorDictBase, reward_keys: Sequence = (REWARD,)) -> TensorDictBase:
+    """The root of step ``t+1``: ``td["next"]`` without the reward keys (tensors are shared).
+
+    Args:
+        td: a TensorDict with a ``"next"`` sub-tensordict, as returned by ``EnvBase.step``.
+        reward_keys: the keys to drop.
+
+    Returns:
+        A new TensorDict with the same batch size.
+    """
+    nxt = td.get(NEXT)
+    return nxt.exclude(*reward_keys)
+
+
+def _next_key(key) -> tuple:
+    return (NEXT, key) if isinstance(key, str) else (NEXT, *key)
+
+
+def _mask_like(mask: torch.Tensor, val: torch.Tensor, n_batch: int) -> torch.Tensor:
+    """Reshape a ``(*batch, 1)`` or ``(*batch,)`` mask to broadcast against ``val`` (*batch, ...)."""
+    m = mask.reshape(mask.shape[:n_batch])
+    return m.reshape(*m.shape, *([1] * (val.ndim - n_batch)))
+
+
+class EnvBase:
+    """Base class of tdrl environments.
+
+    Args:
+        batch_size: batch size of the environment (``()`` for a single env, ``(n,)`` for n envs).
+        device: device of the TensorDicts it reads and writes.
+        check_actions: when True, every ``step`` checks the action keys against the action
+            spec (shape, dtype, values) and raises an error that names the key, the spec and
+            what was given. Off by default: it costs time on every step.
+
+    Attributes:
+        observation_spec (Composite): observation keys, shape ``batch_size``.
+        full_action_spec (Composite): ``{"action": spec}``; ``action_spec`` is its leaf.
+        full_reward_spec (Composite): ``{"reward": Unbounded((*batch, 1))}``.
+        full_done_spec (Composite): bool ``done``/``terminated``/``truncated`` ``(*batch, 1)``.
+        full_state_spec (Composite): extra inputs ``step`` reads besides the action (often empty).
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_size: Sequence[int] | torch.Size = (),
+        device: torch.device | str | None = "cpu",
+        check_actions: bool = False,
+    ) -> None:
+        self.batch_size = torch.Size(batch_size)
+        self.device = torch.device(device if device is not None else "cpu")
+        self.check_actions = check_actions
+        self.is_closed = False
+        b = self.batch_size
+        self._observation_spec = Composite(shape=b, device=self.device)
+        self._full_action_spec = Composite(shape=b, device=self.device)
+        self._full_reward_spec = Composite(
+            {REWARD: Unbounded((*b, 1), self.device, torch.float32)}, shape=b, device=self.device
+        )
+        self._full_done_spec = make_done_spec(b, self.device)
+        self._full_state_spec = Composite(shape=b, device=self.device)
+
+    # ------------------------------------------------------------------ specs
+    def _check_composite(self, spec, name: str, default_key: str | None) -> Composite:
+        if isinstance(spec, TensorSpec):
+            if default_key is None:
+                raise TypeError(f"{name} must be a Composite, got {type(spec).__name__}.")
+            spec = Composite({default_key: spec}, shape=self.batch_size, device=self.device)
+        if not isinstance(spec, Composite):
+            raise TypeError(f"{name} must be a Composite, got {type(spec).__name__}.")
+        if spec.shape != self.batch_size:
+            raise ValueError(
+                f"{name} must have shape batch_size={tuple(self.batch_size)}, got {tuple(spec.shape)}."
+            )
+        return spec
+
+    @property
+    def observation_spec(self) -> Composite:
+        return self._observation_spec
+
+    @observation_spec.setter
+    def observation_spec(self, spec) -> None:
+        self._observation_spec = self._check_composite(spec, "observation_spec", OBSERVATION)
+
+    @property
+    def full_action_spec(self) -> Composite:
+        return self._full_action_spec
+
+    @full_action_spec.setter
+    def full_action_spec(self, spec) -> None:
+        self._full_action_spec = self._check_composite(spec, "full_action_spec", ACTION)
+
+    @property
+    def action_spec(self) -> TensorSpec:
+        """The action leaf spec (``full_action_spec["action"]``, or the only leaf)."""
+        return self._single_leaf(self._full_action_spec, ACTION, "action")
+
+    @action_spec.setter
+    def action_spec(self, spec) -> None:
+        self.full_action_spec = spec
+
+    @property
+    def full_reward_spec(self) -> Composite:
+        return self._full_reward_spec
+
+    @full_reward_spec.setter
+    def full_reward_spec(self, spec) -> None:
+        self._full_reward_spec = self._check_composite(spec, "full_reward_spec", REWARD)
+
+    @property
+    def reward_spec(self) -> TensorSpec:
+        return self._single_leaf(self._full_reward_spec, REWARD, "reward")
+
+    @reward_spec.setter
+    def reward_spec(self, spec) -> None:
+        self.full_reward_spec = spec
+
+    @property
+    def full_done_spec(self) -> Composite:
+        return self._full_done_spec
+
+    @full_done_spec.setter
+    def full_done_spec(self, spec) -> None:
+        self._full_done_spec = self._check_composite(spec, "full_done_spec", None)
+
+    @property
+    def done_spec(self) -> TensorSpec | Composite:
+        """The done leaf spec if there is a single done key, else ``full_done_spec``."""
+        leaves = self._full_done_spec.keys(True, True)
+        return self._full_done_spec[leaves[0]] if len(leaves) == 1 else self._full_done_spec
+
+    @property
+    def full_state_spec(self) -> Composite:
+        return self._full_state_spec
+
+    @full_state_spec.setter
+    def full_state_spec(self, spec) -> None:
+        self._full_state_spec = self._check_composite(spec, "full_state_spec", None)
+
+    state_spec = full_state_spec
+
+    @staticmethod
+    def _single_leaf(comp: Composite, key: str, what: str) -> TensorSpec:
+        if key in comp:
+            return comp[key]
+        leaves = comp.keys(True, True)
+        if len(leaves) == 1:
+            return comp[leaves[0]]
+        raise KeyError(f"No single {what} spec: the keys are {leaves}; use full_{what}_spec.")
+
+    @property
+    def action_keys(self) -> list:
+        return self._full_action_spec.keys(True, True)
+
+    @property
+    def reward_keys(self) -> list:
+        return self._full_reward_spec.keys(True, True)
+
+    @property
+    def done_keys(self) -> list:
+        return self._full_done_spec.keys(True, True)
+
+    @property
+    def observation_keys(self) -> list:
+        return self._observation_spec.keys(True, True)
+
+    @property
+    def action_key(self):
+        return self.action_keys[0]
+
+    @property
+    def reward_key(self):
+        return self.reward_keys[0]
+
+    @property
+    def done_key(self):
+        keys = self.done_keys
+        return DONE if DONE in keys else keys[0]
+
+    # ------------------------------------------------------------------ API
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        """Reset the environment (or, with a ``"_reset"`` mask, only some sub-envs).
+
+        Args:
+            tensordict: optional input. If it holds a bool ``"_reset"`` entry of shape
+                ``(*batch, 1)`` (or ``(*batch,)``), only those sub-envs reset; the others keep
+                the values ``tensordict`` holds.
+
+        Returns:
+            A new TensorDict of batch size ``batch_size`` with the observation keys and the
+            done flags (all False for the envs that reset).
+        """
+        self._assert_open()
+        mask = None
+        if tensordict is not None:
+            mask = tensordict.get(RESET_KEY, None)
+        if mask is not None and not bool(mask.any()):
+            return tensordict.exclude(RESET_KEY)
+        out = self._reset(tensordict, **kwargs)
+        for key, spec in self._full_done_spec.items(True, True):
+            if out.get(key, None) is None:
+                out.set(key, spec.zero())
+        if mask is not None and not bool(mask.all()):
+            out = self._merge_partial(out, tensordict, mask)
+        return out
+
+    def _merge_partial(self, out: TensorDictBase, old: TensorDictBase, mask: torch.Tensor):
+        n = len(self.batch_size)
+        for key in list(out.keys(include_nested=True, leaves_only=True)):
+            prev = old.get(key, None)
+            if prev is None or key == RESET_KEY:
+                continue
+            new = out.get(key)
+            if prev.shape != new.shape:
+                continue
+            out.set(key, torch.where(_mask_like(mask, new, n), new, prev))
+        return out
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Apply the action in ``tensordict`` and write step ``t+1`` under ``"next"``.
+
+        Args:
+            tensordict: batch size ``batch_size``, holding ``"action"`` (and any state input).
+
+        Returns:
+            ``tensordict`` itself, with ``tensordict["next"]`` = observations, ``reward``
+            ``(*batch, 1)``, ``done``/``terminated``/``truncated`` ``(*batch, 1)`` bool.
+        """
+        if self.check_actions:
+            self._assert_actions(tensordict)
+        next_td = self._step(tensordict)
+        _set_unsafe(tensordict, NEXT, next_td)
+        return tensordict
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, then build the root of the next step, resetting the sub-envs that are done.
+
+        Returns:
+            ``(tensordict, next_root)``: the stepped tensordict (with ``"next"``) and a new
+            TensorDict for step ``t+1`` (``"next"`` without reward; sub-envs that were done
+            are reset there).
+        """
+        tensordict = self.step(tensordict)
+        next_root = step_mdp(tensordict, self.reward_keys)
+        done = next_root.get(self.done_key)
+        if bool(done.any()):
+            _set_unsafe(next_root, RESET_KEY, done.clone())
+            next_root = self.reset(next_root)
+            if RESET_KEY in next_root.keys():
+                del next_root[RESET_KEY]
+        return tensordict, next_root
+
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        break_when_any_done: bool = True,
+        auto_reset: bool = True,
+        tensordict: TensorDictBase | None = None,
+        return_contiguous: bool = True,
+    ) -> TensorDictBase:
+        """Run up to ``max_steps`` steps and stack them along a new last batch dim.
+
+        Args:
+            max_steps: number of steps.
+            policy: callable ``td -> td`` writing the action; random actions if ``None``.
+            break_when_any_done: stop after the first step where any sub-env is done;
+                otherwise done sub-envs are reset and the rollout goes on.
+            auto_reset: reset first (with ``tensordict`` as input if given); if False,
+                ``tensordict`` is the starting state.
+            tensordict: see ``auto_reset``.
+            return_contiguous: stack into one TensorDict (else a lazy stack).
+
+        Returns:
+            A TensorDict of batch size ``(*batch_size, T)`` with ``T <= max_steps``.
+        """
+        if auto_reset:
+            td = self.reset(tensordict)
+        elif tensordict is None:
+            raise ValueError("rollout(auto_reset=False) needs a starting `tensordict`.")
+        else:
+            td = tensordict
+        steps = []
+        done_key = self.done_key
+        for _ in range(max_steps):
+            td = policy(td) if policy is not None else self.rand_action(td)
+            if break_when_any_done:
+                td = self.step(td)
+                steps.append(td)
+                if bool(td.get(_next_key(done_key)).any()):
+                    break
+                td = step_mdp(td, self.reward_keys)
+            else:
+                td, nxt = self.step_and_maybe_reset(td)
+                steps.append(td)
+                td = nxt
+        dim = len(self.batch_size)
+        if return_contiguous:
+            return torch.stack(steps, dim)
+        from tensordict import LazyStackedTensorDict
+
+        return LazyStackedTensorDict.lazy_stack(steps, dim)
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seed the environment; the next ``reset`` starts from this seed.
+
+        Returns:
+            The next unused seed (``seed`` plus the number of seeds this env consumed), so
+            that seeds can be chained across environments.
+        """
+        nxt = self._set_seed(int(seed))
+        return int(nxt) if nxt is not None else int(seed) + 1
+
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Write random actions from the action spec into ``tensordict`` (created if None)."""
+        if tensordict is None:
+            tensordict = _fast_td({}, self.batch_size, self.device)
+        for key, spec in self._full_action_spec.items(True, True):
+            tensordict.set(key, spec.rand())
+        return tensordict
+
+    def rand_step(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """A step with random actions."""
+        return self.step(self.rand_action(tensordict))
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero TensorDict with every key a step produces (root and ``"next"``)."""
+        root = self._observation_spec.zero()
+        root.update(self._full_done_spec.zero())
+        root.update(self._full_state_spec.zero())
+        root.update(self._full_action_spec.zero())
+        nxt = self._observation_spec.zero()
+        nxt.update(self._full_reward_spec.zero())
+        nxt.update(self._full_done_spec.zero())
+        root.set(NEXT, nxt)
+        return root
+
+    def close(self) -> None:
+        """Release the environment's resources (idempotent)."""
+        if not self.is_closed:
+            self.is_closed = True
+            self._close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _assert_open(self) -> None:
+        if self.is_closed:
+            raise RuntimeError(f"{type(self).__name__} is closed.")
+
+    def _assert_actions(self, td: TensorDictBase) -> None:
+        if td.batch_size != self.batch_size:
+            raise ValueError(
+                f"step() got a TensorDict of batch size {tuple(td.batch_size)}; the env has "
+                f"batch_size {tuple(self.batch_size)}."
+            )
+        for key, spec in self._full_action_spec.items(True, True):
+            val = td.get(key, None)
+            if val is None:
+                raise KeyError(f"step() needs the action key {key!r} (spec {spec!r}); it is missing.")
+            if not isinstance(val, torch.Tensor):
+                raise TypeError(f"Action {key!r} must be a tensor, got {type(val).__name__}.")
+            if val.shape != spec.shape:
+                raise ValueError(
+                    f"Action {key!r} has shape {tuple(val.shape)}; the action spec {spec!r} "
+                    f"expects shape {tuple(spec.shape)}."
+                )
+            if val.dtype != spec.dtype:
+                raise TypeError(
+                    f"Action {key!r} has dtype {val.dtype}; the action spec {spec!r} expects "
+                    f"dtype {spec.dtype}."
+                )
+            why = spec.describe_mismatch(val)
+            if why is not None:
+                raise ValueError(f"Action {key!r} is outside the action spec {spec!r}: {why}.")
+
+    # ------------------------------------------------------------------ to implement
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
+        raise NotImplementedError
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        raise NotImplementedError
+
+    def _set_seed(self, seed: int) -> int | None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(batch_size={tuple(self.batch_size)}, device={self.device}, "
+            f"obs={self.observation_keys}, action={self._full_action_spec.keys(True, True)})"
+        )

@@ -1,0 +1,380 @@
+"""Gymnasium wrappers: :class:`GymWrapper` (an env object) and :class:`GymEnv` (an env id).
+
+Single envs get ``batch_size=()``; Gymnasium vector envs (``SyncVectorEnv``,
+``AsyncVectorEnv``, ``gym.make_vec``) get ``batch_size=(num_envs,)``. Spaces map to specs as
+in TorchRL 0.14 (``Box`` -> ``Bounded``/``Unbounded`` with the space's dtype, a 0-d ``Box``
+gets shape ``(1,)``; ``Discrete`` -> ``OneHot`` (int64), or ``Categorical`` with
+``categorical_action_encoding=True``; ``MultiDiscrete`` -> ``MultiCategorical``;
+``MultiBinary`` -> ``Binary``; ``Dict`` -> nested ``Composite``). ``terminated`` and
+``truncated`` are kept apart; ``done = terminated | truncated``.
+
+Vector-env autoreset (Gymnasium 1.x) is handled so that no transition is lost or made up:
+
+* ``SAME_STEP``: ``step`` returns the reset observation of finished sub-envs; the wrapper
+  puts the true final observation (``info["final_obs"]``) under ``"next"`` and keeps the reset
+  observation for the following partial ``reset``, which then costs nothing.
+* ``NEXT_STEP`` / ``DISABLED``: the partial ``reset`` calls
+  ``env.reset(options={"reset_mask": mask})``, which resets only the finished sub-envs and
+  cancels the pending autoreset, so the next ``step`` is a real transition.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, OneHot, Unbounded
+from .common import RESET_KEY, EnvBase, _fast_td
+
+__all__ = ["GymWrapper", "GymEnv", "gym_space_to_spec"]
+
+
+def _require_gymnasium():
+    if importlib.util.find_spec("gymnasium") is None:
+        raise ImportError(
+            "GymEnv needs gymnasium: `pip install 'tdrl-core[gym]'` "
+            "(or `tdrl-core[mujoco]` for the MuJoCo tasks)."
+        )
+    import gymnasium
+
+    return gymnasium
+
+
+_NP_TO_TORCH = {
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.bool_): torch.bool,
+}
+
+
+def _torch_dtype(np_dtype) -> torch.dtype:
+    try:
+        return _NP_TO_TORCH[np.dtype(np_dtype)]
+    except KeyError:
+        raise TypeError(f"Unsupported numpy dtype {np_dtype} in a Gymnasium space.") from None
+
+
+def gym_space_to_spec(space, batch=(), device=None, categorical_action_encoding: bool = False):
+    """Map a Gymnasium space to a tdrl spec of shape ``(*batch, *space_shape)``.
+
+    Args:
+        space: a ``gymnasium.spaces`` instance (Box, Discrete, MultiDiscrete, MultiBinary, Dict).
+        batch: leading batch dims (``(num_envs,)`` for vector envs).
+        device: spec device.
+        categorical_action_encoding: ``Discrete`` -> ``Categorical`` instead of ``OneHot``.
+    """
+    gym = _require_gymnasium()
+    sp = gym.spaces
+    batch = tuple(batch)
+    if isinstance(space, sp.Box):
+        dtype = _torch_dtype(space.dtype)
+        shape = space.shape or (1,)
+        low = torch.as_tensor(np.asarray(space.low)).reshape(shape).to(dtype)
+        high = torch.as_tensor(np.asarray(space.high)).reshape(shape).to(dtype)
+        if dtype.is_floating_point and bool(torch.isinf(low).all()) and bool(torch.isinf(high).all()):
+            return Unbounded((*batch, *shape), device, dtype)
+        return Bounded(low.expand(*batch, *shape), high.expand(*batch, *shape), (*batch, *shape),
+                       device, dtype)
+    if isinstance(space, sp.Discrete):
+        if space.start != 0:
+            raise NotImplementedError("Discrete spaces with start != 0 are not supported.")
+        if categorical_action_encoding:
+            return Categorical(int(space.n), batch, device, _torch_dtype(space.dtype))
+        return OneHot(int(space.n), (*batch, int(space.n)), device, _torch_dtype(space.dtype))
+    if isinstance(space, sp.MultiDiscrete):
+        nvec = torch.as_tensor(space.nvec)
+        return MultiCategorical(nvec.expand(*batch, *nvec.shape), (*batch, *nvec.shape), device,
+                                _torch_dtype(space.dtype))
+    if isinstance(space, sp.MultiBinary):
+        shape = (space.n,) if isinstance(space.n, int | np.integer) else tuple(space.n)
+        return Binary(shape[-1], (*batch, *shape), device, _torch_dtype(space.dtype))
+    if isinstance(space, sp.Dict):
+        return Composite(
+            {k: gym_space_to_spec(v, batch, device, categorical_action_encoding)
+             for k, v in space.spaces.items()},
+            shape=batch,
+            device=device,
+        )
+    raise NotImplementedError(f"Gymnasium space {type(space).__name__} is not supported yet.")
+
+
+def _obs_converter(spec, batch_ndim: int) -> Callable:
+    """A function numpy observation -> tensor matching ``spec`` (no checks, fast path)."""
+    if isinstance(spec, Composite):
+        convs = {k: _obs_converter(v, batch_ndim) for k, v in spec.items()}
+        return lambda obs: {k: c(obs[k]) for k, c in convs.items()}
+    dtype, shape = spec.dtype, spec.shape
+    if isinstance(spec, OneHot):
+        n = spec.n
+        return lambda obs: torch.nn.functional.one_hot(torch.as_tensor(obs).long(), n).to(dtype)
+
+    def conv(obs):
+        t = torch.from_numpy(obs) if isinstance(obs, np.ndarray) else torch.as_tensor(obs)
+        if t.dtype != dtype:
+            t = t.to(dtype)
+        if t.shape != shape:
+            t = t.reshape(shape)
+        return t
+
+    return conv
+
+
+def _action_converter(spec) -> Callable:
+    """A function action tensor -> what ``gym_env.step`` expects."""
+    if isinstance(spec, Composite):
+        convs = {k: _action_converter(v) for k, v in spec.items()}
+        return lambda td: {k: c(td.get(k)) for k, c in convs.items()}
+    if isinstance(spec, OneHot):
+        return lambda a: a.detach().long().argmax(-1).cpu().numpy() if a.ndim > 1 else int(a.long().argmax())
+    if isinstance(spec, Categorical) and spec.ndim == 0:
+        return lambda a: int(a)
+
+    def conv(a):
+        if a.requires_grad:
+            a = a.detach()
+        return a.numpy() if a.device.type == "cpu" else a.cpu().numpy()
+
+    return conv
+
+
+class GymWrapper(EnvBase):
+    """Wrap an existing Gymnasium env or vector env.
+
+    Args:
+        env: a ``gymnasium.Env`` or ``gymnasium.vector.VectorEnv``.
+        categorical_action_encoding: ``Discrete`` spaces become ``Categorical`` (int index)
+            instead of ``OneHot`` (TorchRL's default).
+        device: device of the TensorDicts (the env itself runs on the CPU).
+        check_actions: check actions against the spec at every step.
+
+    Example:
+        >>> env = GymWrapper(gymnasium.make("Pendulum-v1"))
+        >>> td = env.rollout(10)            # batch size (10,)
+        >>> venv = GymWrapper(gymnasium.make_vec("CartPole-v1", 4))
+        >>> venv.rollout(10).batch_size     # (4, 10)
+    """
+
+    def __init__(
+        self,
+        env,
+        *,
+        categorical_action_encoding: bool = False,
+        device: torch.device | str = "cpu",
+        check_actions: bool = False,
+    ) -> None:
+        gym = _require_gymnasium()
+        self._env = env
+        self.is_vector = isinstance(env, gym.vector.VectorEnv)
+        batch = (env.num_envs,) if self.is_vector else ()
+        super().__init__(batch_size=batch, device=device, check_actions=check_actions)
+        obs_space = env.single_observation_space if self.is_vector else env.observation_space
+        act_space = env.single_action_space if self.is_vector else env.action_space
+        obs_spec = gym_space_to_spec(obs_space, batch, self.device, categorical_action_encoding)
+        self.observation_spec = obs_spec
+        act_spec = gym_space_to_spec(act_space, batch, self.device, categorical_action_encoding)
+        if isinstance(act_spec, Composite):
+            self.full_action_spec = Composite({ACTION: act_spec}, shape=batch, device=self.device)
+        else:
+            self.action_spec = act_spec
+        self._obs_is_dict = isinstance(obs_spec, Composite)
+        full_obs = self.observation_spec
+        self._obs_conv = _obs_converter(obs_spec, len(batch))
+        self._single_obs_conv = None
+        if self.is_vector:
+            self._single_obs_conv = _obs_converter(
+                obs_spec.expand(*obs_spec.shape[1:]) if False else self._single_spec(obs_spec), 0
+            )
+        self._obs_keys = [OBSERVATION] if not self._obs_is_dict else list(full_obs.keys())
+        self._act_conv = _action_converter(self.action_spec if not isinstance(act_spec, Composite)
+                                           else act_spec)
+        self._pending_seed: int | None = None
+        self._stash: dict | None = None
+        self.autoreset_mode = None
+        if self.is_vector:
+            mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+            self.autoreset_mode = gym.vector.AutoresetMode(mode)
+            self._same_step = self.autoreset_mode == gym.vector.AutoresetMode.SAME_STEP
+        self._bool_false = torch.zeros((1,), dtype=torch.bool)
+
+    @staticmethod
+    def _single_spec(spec):
+        """The spec of one sub-env of a vector env (drop the leading batch dim)."""
+        if isinstance(spec, Composite):
+            return Composite({k: GymWrapper._single_spec(v) for k, v in spec.items()},
+                             shape=spec.shape[1:], device=spec.device)
+        if isinstance(spec, Bounded):
+            return Bounded(spec.low[0], spec.high[0], spec.shape[1:], spec.device, spec.dtype)
+        if isinstance(spec, OneHot):
+            return OneHot(spec.n, spec.shape[1:], spec.device, spec.dtype)
+        if isinstance(spec, Categorical):
+            return Categorical(spec.n, spec.shape[1:], spec.device, spec.dtype)
+        if isinstance(spec, MultiCategorical):
+            return MultiCategorical(spec.nvec[0], spec.shape[1:], spec.device, spec.dtype)
+        if isinstance(spec, Binary):
+            return Binary(spec.n, spec.shape[1:], spec.device, spec.dtype)
+        return Unbounded(spec.shape[1:], spec.device, spec.dtype)
+
+    @property
+    def env(self):
+        """The wrapped Gymnasium env."""
+        return self._env
+
+    # ------------------------------------------------------------------ conversions
+    def _convert_obs(self, obs) -> dict:
+        out = self._obs_conv(obs)
+        return out if self._obs_is_dict else {OBSERVATION: out}
+
+    def _put(self, source: dict) -> TensorDictBase:
+        dev = self.device
+        if dev.type != "cpu":
+            source = {k: v.to(dev, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                      for k, v in source.items()}
+        for k, v in source.items():
+            if isinstance(v, dict):
+                source[k] = _fast_td(v, self.batch_size, dev)
+        return _fast_td(source, self.batch_size, dev)
+
+    # ------------------------------------------------------------------ EnvBase
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
+        mask = None if tensordict is None else tensordict.get(RESET_KEY, None)
+        if mask is not None and self.is_vector and not bool(mask.all()):
+            mask_np = mask.reshape(self.batch_size).cpu().numpy().astype(np.bool_)
+            stash = self._stash
+            if stash is not None and bool(np.all(stash["mask"][mask_np])):
+                obs = {k: v.clone() for k, v in stash["obs"].items()}
+                stash["mask"] = stash["mask"] & ~mask_np
+                if not stash["mask"].any():
+                    self._stash = None
+                return self._put(obs)
+            obs, _ = self._env.reset(options={"reset_mask": mask_np})
+            if self._stash is not None:
+                self._stash["mask"] = self._stash["mask"] & ~mask_np
+            return self._put(self._convert_obs(obs))
+        seed, self._pending_seed = self._pending_seed, None
+        obs, _ = self._env.reset(seed=seed, **kwargs)
+        self._stash = None
+        return self._put(self._convert_obs(obs))
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = self._act_conv(tensordict.get(ACTION))
+        obs, reward, terminated, truncated, info = self._env.step(action)
+        if self.is_vector:
+            return self._vector_next(obs, reward, terminated, truncated, info)
+        source = self._convert_obs(obs)
+        term = torch.tensor((bool(terminated),))
+        trunc = torch.tensor((bool(truncated),))
+        source[REWARD] = torch.tensor((float(reward),), dtype=torch.float32)
+        source[DONE] = term | trunc
+        source[TERMINATED] = term
+        source[TRUNCATED] = trunc
+        return self._put(source)
+
+    def _vector_next(self, obs, reward, terminated, truncated, info) -> TensorDictBase:
+        source = self._convert_obs(obs)
+        term = torch.from_numpy(np.asarray(terminated, dtype=np.bool_)).unsqueeze(-1)
+        trunc = torch.from_numpy(np.asarray(truncated, dtype=np.bool_)).unsqueeze(-1)
+        done = term | trunc
+        if self._same_step and bool(done.any()):
+            source = self._swap_final_obs(source, info, done.squeeze(-1).numpy())
+        source[REWARD] = torch.from_numpy(np.asarray(reward)).to(torch.float32).unsqueeze(-1)
+        source[DONE] = done
+        source[TERMINATED] = term
+        source[TRUNCATED] = trunc
+        return self._put(source)
+
+    def _swap_final_obs(self, source: dict, info: dict, done: np.ndarray) -> dict:
+        """SAME_STEP: put the final obs of finished sub-envs under next, stash the reset obs."""
+        self._stash = {"obs": {k: _clone_nested(v) for k, v in source.items()}, "mask": done.copy()}
+        final, has_final = info.get("final_obs"), info.get("_final_obs")
+        if final is None:
+            raise RuntimeError("SAME_STEP vector env did not return info['final_obs'].")
+        for i in np.nonzero(done)[0]:
+            if has_final is not None and not has_final[i]:
+                continue
+            row = self._single_obs_conv(final[i])
+            row = row if self._obs_is_dict else {OBSERVATION: row}
+            _write_row(source, row, int(i))
+        return source
+
+    def _set_seed(self, seed: int) -> int:
+        self._pending_seed = seed
+        try:
+            self._env.action_space.seed(seed)
+        except Exception:  # noqa: BLE001 - seeding the action space is a courtesy
+            pass
+        return seed + (self.batch_size[0] if self.is_vector else 1)
+
+    def _close(self) -> None:
+        self._env.close()
+
+
+def _clone_nested(v):
+    return {k: _clone_nested(x) for k, x in v.items()} if isinstance(v, dict) else v.clone()
+
+
+def _write_row(dst: dict, row: dict, i: int) -> None:
+    for k, v in row.items():
+        if isinstance(v, dict):
+            _write_row(dst[k], v, i)
+        else:
+            dst[k][i] = v
+
+
+class GymEnv(GymWrapper):
+    """Build a Gymnasium env from its id and wrap it.
+
+    Args:
+        env_id: e.g. ``"Pendulum-v1"``, ``"CartPole-v1"``, ``"HalfCheetah-v5"``.
+        num_envs: if given, a Gymnasium vector env of that many sub-envs
+            (``batch_size=(num_envs,)``).
+        vectorization_mode: ``"sync"`` or ``"async"`` (vector envs only).
+        autoreset_mode: Gymnasium autoreset mode of the vector env (default ``"SameStep"``;
+            all modes are handled correctly).
+        categorical_action_encoding, device, check_actions: see :class:`GymWrapper`.
+        **kwargs: passed to ``gymnasium.make`` / ``gymnasium.make_vec``.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        num_envs: int | None = None,
+        vectorization_mode: str = "sync",
+        autoreset_mode: str = "SameStep",
+        categorical_action_encoding: bool = False,
+        device: torch.device | str = "cpu",
+        check_actions: bool = False,
+        **kwargs,
+    ) -> None:
+        gym = _require_gymnasium()
+        self.env_id = env_id
+        if num_envs is None:
+            env = gym.make(env_id, **kwargs)
+        else:
+            env = gym.make_vec(
+                env_id,
+                num_envs=num_envs,
+                vectorization_mode=vectorization_mode,
+                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(autoreset_mode)},
+                **kwargs,
+            )
+        super().__init__(
+            env,
+            categorical_action_encoding=categorical_action_encoding,
+            device=device,
+            check_actions=check_actions,
+        )
+
+    def __repr__(self) -> str:
+        return f"GymEnv({self.env_id!r}, batch_size={tuple(self.batch_size)}, device={self.device})"

@@ -1,0 +1,303 @@
+"""Discrete specs: :class:`Categorical`, :class:`OneHot`, :class:`Binary`, :class:`MultiCategorical`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ._base import DEVICE_TYPING, TensorSpec, _expand_shape_args, as_shape
+from .continuous import _sort_device_dtype
+
+__all__ = ["Categorical", "OneHot", "Binary", "MultiCategorical"]
+
+
+def _sample_index(n: int, batch: torch.Size, mask: torch.Tensor | None, device) -> torch.Tensor:
+    """Uniform integer in ``[0, n)`` of shape ``batch``; only where ``mask`` (..., n) is True."""
+    if mask is None:
+        return torch.randint(0, n, batch, device=device)
+    mask = mask.expand(*batch, n)
+    probs = mask.reshape(-1, n).float()
+    if bool((probs.sum(-1) == 0).any()):
+        raise ValueError("Cannot sample from a mask that allows no value in some row.")
+    return torch.multinomial(probs, 1).reshape(batch)
+
+
+class Categorical(TensorSpec):
+    """An integer index in ``[0, n)``; the tensor has no trailing ``n`` dim.
+
+    Args:
+        n: number of categories.
+        shape: full shape (default ``()``).
+        device: device of the tensors.
+        dtype: default ``torch.int64``.
+        mask: optional bool tensor ``(*shape, n)``: allowed categories (action masking).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        shape: int | Sequence[int] | torch.Size | None = None,
+        device: DEVICE_TYPING = None,
+        dtype: torch.dtype | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> None:
+        device, dtype = _sort_device_dtype(device, dtype)
+        super().__init__(as_shape(shape), dtype or torch.int64, device)
+        self.n = int(n)
+        self.mask = None
+        if mask is not None:
+            self.update_mask(mask)
+
+    @property
+    def space(self):  # TorchRL compatibility: spec.space.n
+        return self
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:
+        """Set the allowed categories: a bool tensor broadcastable to ``(*shape, n)``."""
+        if mask is not None:
+            mask = torch.as_tensor(mask, dtype=torch.bool, device=self.device)
+            if mask.shape[-1:] != (self.n,):
+                raise ValueError(f"mask must end with n={self.n}, got shape {tuple(mask.shape)}.")
+            mask = mask.expand(*self.shape, self.n)
+        self.mask = mask
+
+    def rand(self, shape=()) -> torch.Tensor:
+        full = torch.Size((*as_shape(shape), *self.shape))
+        return _sample_index(self.n, full, self.mask, self.device).to(self.dtype)
+
+    def _values_in(self, val: torch.Tensor) -> bool:
+        ok = bool(((val >= 0) & (val < self.n)).all())
+        if ok and self.mask is not None:
+            allowed = self.mask.expand(*val.shape, self.n).gather(-1, val.long().unsqueeze(-1))
+            ok = bool(allowed.all())
+        return ok
+
+    def _values_repr(self) -> str:
+        return f"integers in [0, {self.n})" + (" allowed by the mask" if self.mask is not None else "")
+
+    def project(self, val: torch.Tensor) -> torch.Tensor:
+        if val.is_floating_point():
+            val = val.round()
+        return val.clamp(0, self.n - 1).to(self.dtype)
+
+    def to_one_hot(self, val: torch.Tensor) -> torch.Tensor:
+        """``val`` (..., ) -> one-hot (..., n) bool."""
+        return torch.nn.functional.one_hot(val.long(), self.n).bool()
+
+    def to_one_hot_spec(self) -> OneHot:
+        return OneHot(self.n, (*self.shape, self.n), self.device, mask=self.mask)
+
+    def expand(self, *shape) -> Categorical:
+        shape = _expand_shape_args(shape)
+        self._check_expand(shape)
+        mask = None if self.mask is None else self.mask.expand(*shape, self.n)
+        return Categorical(self.n, shape, self.device, self.dtype, mask)
+
+    def to(self, device: DEVICE_TYPING) -> Categorical:
+        mask = None if self.mask is None else self.mask.to(device)
+        return Categorical(self.n, self.shape, device, self.dtype, mask)
+
+    def _extra_eq(self, other) -> bool:
+        return self.n == other.n
+
+    def _repr_extra(self) -> str:
+        return f"n={self.n}"
+
+
+class OneHot(TensorSpec):
+    """A one-hot vector over ``n`` categories in the last dim.
+
+    Args:
+        n: number of categories.
+        shape: full shape, ending with ``n`` (default ``(n,)``).
+        device: device of the tensors.
+        dtype: default ``torch.bool`` (TorchRL's default).
+        mask: optional bool tensor broadcastable to ``shape``: allowed categories.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        shape: int | Sequence[int] | torch.Size | None = None,
+        device: DEVICE_TYPING = None,
+        dtype: torch.dtype | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> None:
+        device, dtype = _sort_device_dtype(device, dtype)
+        shape = as_shape((n,) if shape is None else shape)
+        if not shape or shape[-1] != n:
+            raise ValueError(f"OneHot: the last dim of shape must be n={n}, got {tuple(shape)}.")
+        super().__init__(shape, dtype or torch.bool, device)
+        self.n = int(n)
+        self.mask = None
+        if mask is not None:
+            self.update_mask(mask)
+
+    @property
+    def space(self):
+        return self
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:
+        """Set the allowed categories: a bool tensor broadcastable to ``shape``."""
+        if mask is not None:
+            mask = torch.as_tensor(mask, dtype=torch.bool, device=self.device).expand(self.shape)
+        self.mask = mask
+
+    def rand(self, shape=()) -> torch.Tensor:
+        batch = torch.Size((*as_shape(shape), *self.shape[:-1]))
+        mask = None if self.mask is None else self.mask.expand(*as_shape(shape), *self.shape)
+        idx = _sample_index(self.n, batch, mask, self.device)
+        return torch.nn.functional.one_hot(idx, self.n).to(self.dtype)
+
+    def _values_in(self, val: torch.Tensor) -> bool:
+        v = val.long() if val.dtype == torch.bool else val
+        ok = bool((((v == 0) | (v == 1)).all()) and bool((v.sum(-1) == 1).all()))
+        if ok and self.mask is not None:
+            ok = bool((~(val.bool() & ~self.mask.expand(val.shape))).all())
+        return ok
+
+    def _values_repr(self) -> str:
+        return f"one-hot over the last dim of size {self.n}"
+
+    def project(self, val: torch.Tensor) -> torch.Tensor:
+        v = val.float()
+        if self.mask is not None:
+            v = v.masked_fill(~self.mask.expand(val.shape), float("-inf"))
+        return torch.nn.functional.one_hot(v.argmax(-1), self.n).to(self.dtype)
+
+    def to_categorical(self, val: torch.Tensor) -> torch.Tensor:
+        """``val`` (..., n) -> index (...,) int64."""
+        return val.long().argmax(-1)
+
+    def to_categorical_spec(self) -> Categorical:
+        return Categorical(self.n, self.shape[:-1], self.device, mask=self.mask)
+
+    def expand(self, *shape) -> OneHot:
+        shape = _expand_shape_args(shape)
+        self._check_expand(shape)
+        mask = None if self.mask is None else self.mask.expand(shape)
+        return OneHot(self.n, shape, self.device, self.dtype, mask)
+
+    def to(self, device: DEVICE_TYPING) -> OneHot:
+        mask = None if self.mask is None else self.mask.to(device)
+        return OneHot(self.n, self.shape, device, self.dtype, mask)
+
+    def _extra_eq(self, other) -> bool:
+        return self.n == other.n
+
+    def _repr_extra(self) -> str:
+        return f"n={self.n}"
+
+
+class Binary(TensorSpec):
+    """A vector of ``n`` independent 0/1 values in the last dim.
+
+    Args:
+        n: size of the last dim (default: ``shape[-1]``).
+        shape: full shape, ending with ``n`` (default ``(n,)``).
+        device: device of the tensors.
+        dtype: default ``torch.int8`` (TorchRL's default).
+    """
+
+    def __init__(
+        self,
+        n: int | None = None,
+        shape: int | Sequence[int] | torch.Size | None = None,
+        device: DEVICE_TYPING = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        device, dtype = _sort_device_dtype(device, dtype)
+        if shape is None and n is None:
+            raise ValueError("Binary: give n or shape.")
+        shape = as_shape((n,) if shape is None else shape)
+        if n is None:
+            n = shape[-1]
+        if not shape or shape[-1] != n:
+            raise ValueError(f"Binary: the last dim of shape must be n={n}, got {tuple(shape)}.")
+        super().__init__(shape, dtype or torch.int8, device)
+        self.n = int(n)
+
+    def rand(self, shape=()) -> torch.Tensor:
+        full = (*as_shape(shape), *self.shape)
+        return torch.randint(0, 2, full, device=self.device).to(self.dtype)
+
+    def _values_in(self, val: torch.Tensor) -> bool:
+        return bool(((val == 0) | (val == 1)).all())
+
+    def _values_repr(self) -> str:
+        return "values in {0, 1}"
+
+    def project(self, val: torch.Tensor) -> torch.Tensor:
+        return (val > 0.5).to(self.dtype) if val.dtype != torch.bool else val.to(self.dtype)
+
+    def expand(self, *shape) -> Binary:
+        shape = _expand_shape_args(shape)
+        self._check_expand(shape)
+        return Binary(self.n, shape, self.device, self.dtype)
+
+    def to(self, device: DEVICE_TYPING) -> Binary:
+        return Binary(self.n, self.shape, device, self.dtype)
+
+    def _repr_extra(self) -> str:
+        return f"n={self.n}"
+
+
+class MultiCategorical(TensorSpec):
+    """Several categorical indices side by side: entry ``i`` lies in ``[0, nvec[i])``.
+
+    Args:
+        nvec: number of categories of each entry (a sequence or tensor).
+        shape: full shape; default ``nvec``'s shape; ``nvec`` is broadcast to it.
+        device: device of the tensors.
+        dtype: default ``torch.int64``.
+    """
+
+    def __init__(
+        self,
+        nvec: Sequence[int] | torch.Tensor,
+        shape: int | Sequence[int] | torch.Size | None = None,
+        device: DEVICE_TYPING = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        device, dtype = _sort_device_dtype(device, dtype)
+        nvec = torch.as_tensor(nvec, dtype=torch.int64, device=device)
+        shape = as_shape(nvec.shape if shape is None else shape)
+        try:
+            nvec = nvec.expand(shape).clone()
+        except RuntimeError as err:
+            raise ValueError(
+                f"MultiCategorical: nvec of shape {tuple(nvec.shape)} does not broadcast to {tuple(shape)}."
+            ) from err
+        super().__init__(shape, dtype or torch.int64, device)
+        self.nvec = nvec
+
+    def rand(self, shape=()) -> torch.Tensor:
+        full = (*as_shape(shape), *self.shape)
+        u = torch.rand(full, device=self.device, dtype=torch.float64)
+        return (u * self.nvec).floor().long().clamp_max(self.nvec - 1).to(self.dtype)
+
+    def _values_in(self, val: torch.Tensor) -> bool:
+        return bool(((val >= 0) & (val < self.nvec)).all())
+
+    def _values_repr(self) -> str:
+        return f"integers in [0, nvec) with nvec={self.nvec.tolist() if self.nvec.numel() <= 8 else '...'}"
+
+    def project(self, val: torch.Tensor) -> torch.Tensor:
+        if val.is_floating_point():
+            val = val.round()
+        return torch.minimum(val.clamp_min(0), self.nvec - 1).to(self.dtype)
+
+    def expand(self, *shape) -> MultiCategorical:
+        shape = _expand_shape_args(shape)
+        self._check_expand(shape)
+        return MultiCategorical(self.nvec.expand(shape), shape, self.device, self.dtype)
+
+    def to(self, device: DEVICE_TYPING) -> MultiCategorical:
+        return MultiCategorical(self.nvec.to(device), self.shape, device, self.dtype)
+
+    def _extra_eq(self, other) -> bool:
+        return torch.equal(self.nvec, other.nvec)
+
+    def _repr_extra(self) -> str:
+        return f"nvec={self.nvec.tolist() if self.nvec.numel() <= 8 else '...'}"
