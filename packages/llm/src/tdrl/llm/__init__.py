@@ -1,5 +1,88 @@
-"""tdrl.llm."""
+"""tdrl.llm: GRPO and SFT post-training of Hugging Face causal LMs.
+
+Data move as TensorDicts with one row per completion (keys in :mod:`tdrl.llm.keys`).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from tdrl.llm import keys
+from tdrl.llm.advantages import group_advantages
+from tdrl.llm.data import (
+    PromptSampler,
+    completion_texts,
+    concat_prompt_completion,
+    load_prompt_dataset,
+    render_prompts,
+    tokenize_prompts,
+    tokenize_sft,
+)
+from tdrl.llm.generation import Generator, HFGenerator, completion_mask_from_eos
+from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
+from tdrl.llm.losses import (
+    GRPOLoss,
+    GRPOLossConfig,
+    SFTLoss,
+    grpo_objective,
+    k3_kl,
+    masked_reduce,
+    sequence_level_logprobs,
+    tis_weights,
+)
+from tdrl.llm.lora import apply_lora
+from tdrl.llm.rewards import (
+    code_execution_reward,
+    compute_rewards,
+    math_answer_reward,
+    number_only_format_reward,
+    regex_format_reward,
+    run_python_sandboxed,
+    think_answer_format_reward,
+)
+from tdrl.llm.tasks import ArithmeticTask
+from tdrl.llm.tiny import build_tiny_model, load_model_and_tokenizer, make_tiny_lm, train_tokenizer
+from tdrl.llm.trainers import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer, evaluate
+from tdrl.llm.vllm_generator import VLLMGenerator
+
+__all__ = [
+    "ArithmeticTask",
+    "GRPOConfig",
+    "GRPOLoss",
+    "GRPOLossConfig",
+    "GRPOTrainer",
+    "Generator",
+    "HFGenerator",
+    "PromptSampler",
+    "SFTConfig",
+    "SFTLoss",
+    "SFTTrainer",
+    "VLLMGenerator",
+    "apply_lora",
+    "build_tiny_model",
+    "code_execution_reward",
+    "completion_logprobs",
+    "completion_mask_from_eos",
+    "completion_texts",
+    "compute_rewards",
+    "concat_prompt_completion",
+    "evaluate",
+    "fused_path_matches",
+    "group_advantages",
+    "grpo_objective",
+    "k3_kl",
+    "keys",
+    "load_model_and_tokenizer",
+    "load_prompt_dataset",
+    "make_tiny_lm",
+    "masked_reduce",
+    "math_answer_reward",
+    "number_only_format_reward",
+    "regex_format_reward",
+    "render_prompts",
+    "run_python_sandboxed",
+    "sequence_level_logprobs",
+    "think_answer_format_reward",
+    "tis_weights",
+    "tokenize_prompts",
+    "tokenize_sft",
+    "train_tokenizer",
+]

@@ -1,0 +1,244 @@
+"""Prompts and completions as TensorDicts; datasets through Hugging Face ``datasets``.
+
+A dataset row is a mapping with a ``"prompt"`` column (a string, or a list of chat messages
+``[{"role": ..., "content": ...}]`` rendered with the tokenizer's chat template) and any
+extra columns (e.g. ``"answer"``) that reward functions receive as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from tdrl.llm import keys as K
+
+__all__ = [
+    "load_prompt_dataset",
+    "render_prompts",
+    "tokenize_prompts",
+    "concat_prompt_completion",
+    "completion_texts",
+    "PromptSampler",
+    "tokenize_sft",
+]
+
+
+def load_prompt_dataset(source: Any, split: str = "train", prompt_column: str = "prompt"):
+    """Load prompts as a ``datasets.Dataset`` from a local file, a folder, or memory.
+
+    Args:
+        source: a ``datasets.Dataset``; a list of dicts; a dict of columns; or a local path
+            to a ``.json``/``.jsonl``/``.csv``/``.parquet`` file or a dataset folder saved with
+            ``save_to_disk``.
+        split: the split to return when the source holds several.
+        prompt_column: the column holding prompts; renamed to ``"prompt"`` when different.
+
+    Returns:
+        A ``datasets.Dataset`` with a ``"prompt"`` column.
+    """
+    import datasets
+
+    if isinstance(source, datasets.DatasetDict):
+        ds = source[split]
+    elif isinstance(source, datasets.Dataset):
+        ds = source
+    elif isinstance(source, Mapping):
+        ds = datasets.Dataset.from_dict(dict(source))
+    elif isinstance(source, Sequence) and not isinstance(source, str):
+        ds = datasets.Dataset.from_list(list(source))
+    elif isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if os.path.isdir(path):
+            loaded = datasets.load_from_disk(path)
+            ds = loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded
+        elif os.path.isfile(path):
+            ext = path.rsplit(".", 1)[-1].lower()
+            builder = {"jsonl": "json", "json": "json", "csv": "csv", "parquet": "parquet"}.get(ext)
+            if builder is None:
+                raise ValueError(
+                    f"load_prompt_dataset: unsupported file type {ext!r} for {path!r}; "
+                    "expected .json, .jsonl, .csv or .parquet"
+                )
+            ds = datasets.load_dataset(builder, data_files=path, split="train")
+        else:
+            raise FileNotFoundError(f"load_prompt_dataset: no file or folder at {path!r}")
+    else:
+        raise TypeError(
+            "load_prompt_dataset: expected a datasets.Dataset, a list of rows, a dict of "
+            f"columns or a local path, got {type(source).__name__}"
+        )
+    if prompt_column != "prompt":
+        ds = ds.rename_column(prompt_column, "prompt")
+    if "prompt" not in ds.column_names:
+        raise KeyError(
+            f"load_prompt_dataset: no 'prompt' column; columns are {ds.column_names}. "
+            "Pass prompt_column= to name the prompt column."
+        )
+    return ds
+
+
+def render_prompts(tokenizer, prompts: Sequence[Any]) -> list[str]:
+    """Turn prompts into strings: chat-message lists go through the chat template.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+        prompts: strings, or lists of ``{"role", "content"}`` messages.
+
+    Returns:
+        One string per prompt, ready for tokenisation.
+    """
+    out = []
+    for p in prompts:
+        if isinstance(p, str):
+            out.append(p)
+        elif isinstance(p, Sequence):
+            if getattr(tokenizer, "chat_template", None) is None:
+                raise ValueError(
+                    "render_prompts: got chat messages but the tokenizer has no chat_template; "
+                    "set tokenizer.chat_template or pass plain-string prompts"
+                )
+            out.append(
+                tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True)
+            )
+        else:
+            raise TypeError(f"render_prompts: a prompt must be a str or a message list, got {type(p)}")
+    return out
+
+
+def tokenize_prompts(tokenizer, prompts: Sequence[str], device: torch.device | str = "cpu"):
+    """Tokenise prompt strings, left-padded (generation continues from the right edge).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with a pad token.
+        prompts: ``N`` strings.
+        device: where the tensors go.
+
+    Returns:
+        ``(prompt_ids, prompt_mask)``, both ``[N, P]`` int64.
+    """
+    if tokenizer.pad_token_id is None:
+        raise ValueError("tokenize_prompts: the tokenizer has no pad token; set tokenizer.pad_token")
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = side
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+def concat_prompt_completion(td: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Join prompt and completion into the model's input.
+
+    Args:
+        td: a rollout with ``PROMPT_IDS``/``PROMPT_MASK`` ``[N, P]`` and ``COMPLETION_IDS``/
+            ``COMPLETION_MASK`` ``[N, C]``.
+
+    Returns:
+        ``(input_ids, attention_mask, position_ids)``, each ``[N, P + C]``. Positions count only
+        attended tokens, as ``generate`` does for left-padded prompts.
+    """
+    ids = torch.cat([td[K.PROMPT_IDS], td[K.COMPLETION_IDS]], dim=-1)
+    mask = torch.cat([td[K.PROMPT_MASK].long(), td[K.COMPLETION_MASK].long()], dim=-1)
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, position_ids
+
+
+def completion_texts(tokenizer, completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> list[str]:
+    """Decode generated tokens (masked ones only), skipping special tokens.
+
+    Args:
+        completion_ids: ``[N, C]`` token ids.
+        completion_mask: ``[N, C]`` bool.
+
+    Returns:
+        ``N`` strings.
+    """
+    rows = [ids[m.bool()].tolist() for ids, m in zip(completion_ids, completion_mask)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+class PromptSampler:
+    """Endless, seeded, epoch-shuffled batches of dataset rows; shards across ranks.
+
+    Args:
+        dataset: a ``datasets.Dataset`` (or any sequence of dict rows).
+        batch_size: rows per batch (per rank).
+        seed: shuffling seed; the same on every rank.
+        rank: this process's rank; it takes every ``world_size``-th row of each shuffled epoch.
+        world_size: number of data-parallel ranks.
+    """
+
+    def __init__(self, dataset, batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1):
+        if len(dataset) < batch_size * world_size:
+            raise ValueError(
+                f"PromptSampler: dataset has {len(dataset)} rows, fewer than batch_size*world_size="
+                f"{batch_size * world_size}"
+            )
+        self.dataset, self.batch_size = dataset, batch_size
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.epoch, self.pos = 0, 0
+        self._order = self._shuffle()
+
+    def _shuffle(self) -> list[int]:
+        g = torch.Generator().manual_seed(self.seed + 7919 * self.epoch)
+        order = torch.randperm(len(self.dataset), generator=g).tolist()
+        return order[self.rank :: self.world_size]
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.pos = state["epoch"], state["pos"]
+        self._order = self._shuffle()
+
+    def __iter__(self) -> Iterator[dict[str, list]]:
+        return self
+
+    def __next__(self) -> dict[str, list]:
+        """Returns a dict of columns (lists of length ``batch_size``)."""
+        if self.pos + self.batch_size > len(self._order):
+            self.epoch, self.pos = self.epoch + 1, 0
+            self._order = self._shuffle()
+        idx = self._order[self.pos : self.pos + self.batch_size]
+        self.pos += self.batch_size
+        rows = [self.dataset[i] for i in idx]
+        return {k: [r[k] for r in rows] for k in rows[0]}
+
+
+def tokenize_sft(tokenizer, prompts: Sequence[str], completions: Sequence[str], device: torch.device | str = "cpu") -> TensorDict:
+    """Tokenise (prompt, completion) pairs for supervised fine-tuning.
+
+    The completion is followed by the EOS token (the model learns to stop). Prompt tensors are
+    left-padded and completion tensors right-padded, the same layout as a GRPO rollout.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with pad and eos tokens.
+        prompts: ``N`` prompt strings (already rendered).
+        completions: ``N`` target strings.
+        device: where the tensors go.
+
+    Returns:
+        TensorDict ``[N]`` with ``PROMPT_IDS``, ``PROMPT_MASK``, ``COMPLETION_IDS``,
+        ``COMPLETION_MASK`` (bool).
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"tokenize_sft: {len(prompts)} prompts but {len(completions)} completions")
+    prompt_ids, prompt_mask = tokenize_prompts(tokenizer, prompts, device)
+    eos = tokenizer.eos_token_id
+    rows = [tokenizer(c, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else []) for c in completions]
+    C = max(len(r) for r in rows)
+    ids = torch.full((len(rows), C), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), C), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = True
+    return TensorDict(
+        {K.PROMPT_IDS: prompt_ids, K.PROMPT_MASK: prompt_mask, K.COMPLETION_IDS: ids.to(device), K.COMPLETION_MASK: mask.to(device)},
+        batch_size=[len(rows)],
+        device=device,
+    )

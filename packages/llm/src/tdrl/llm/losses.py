@@ -1,0 +1,300 @@
+"""GRPO (and its DAPO, Dr. GRPO, GSPO variants) and SFT losses, built on ``tdrl.kernels``.
+
+The variants are small options composed by :func:`grpo_objective`:
+
+- GRPO (Shao et al. 2024, arXiv:2402.03300): clipped token ratios, group advantages, k3 KL.
+- DAPO clip-higher (Yu et al. 2025, arXiv:2503.14476): ``eps_high > eps_low``.
+- Dr. GRPO (Liu et al. 2025, arXiv:2503.20783): advantages without std scaling
+  (:func:`tdrl.llm.advantages.group_advantages` ``scale=False``) and ``reduction="constant"``
+  (sum over tokens / (B * max_len)).
+- GSPO (Zheng et al. 2025, arXiv:2507.18071): one importance ratio per sequence, the
+  geometric mean of its token ratios (:func:`sequence_level_logprobs`).
+- Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly
+  brings you off-policy RL training"): token weights ``min(pi_old / pi_sampler, cap)`` correct
+  for the generator's log-probs differing from the trainer's (:func:`tis_weights`).
+
+A loss module returns a TensorDict whose ``loss_*`` entries are summed for the gradient and
+whose other entries are detached diagnostics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+from tensordict import TensorDict
+
+from tdrl.llm import keys as K
+from tdrl.llm.logprobs import completion_logprobs
+
+__all__ = [
+    "GRPOLossConfig",
+    "GRPOLoss",
+    "SFTLoss",
+    "grpo_objective",
+    "sequence_level_logprobs",
+    "tis_weights",
+    "k3_kl",
+    "masked_reduce",
+]
+
+_REDUCTIONS = ("token", "sequence", "constant")
+
+
+@dataclass
+class GRPOLossConfig:
+    """Options of the GRPO objective.
+
+    Attributes:
+        eps_low: lower clip ``1 - eps_low`` of the ratio.
+        eps_high: upper clip ``1 + eps_high`` (DAPO clip-higher: 0.28).
+        beta: k3 KL coefficient to the reference model (0 disables the reference).
+        reduction: ``"token"`` (mean over all tokens of the batch, DAPO), ``"sequence"``
+            (mean of per-sequence means, original GRPO) or ``"constant"`` (sum / (B * max_len),
+            Dr. GRPO).
+        max_len: the constant of ``"constant"``; the trainer fills in ``max_new_tokens``.
+        sequence_level: GSPO sequence-level ratios.
+        tis_cap: cap of the truncated importance-sampling weight; ``None`` disables it.
+        scale_rewards: divide group advantages by the group std (``False`` for Dr. GRPO).
+    """
+
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    beta: float = 0.0
+    reduction: str = "sequence"
+    max_len: int | None = None
+    sequence_level: bool = False
+    tis_cap: float | None = None
+    scale_rewards: bool = True
+
+    def __post_init__(self):
+        if self.reduction not in _REDUCTIONS:
+            raise ValueError(f"GRPOLossConfig.reduction must be one of {_REDUCTIONS}, got {self.reduction!r}")
+        if self.eps_low < 0 or self.eps_high < 0:
+            raise ValueError(f"GRPOLossConfig: clip ranges must be >= 0, got eps_low={self.eps_low}, eps_high={self.eps_high}")
+        if self.beta < 0:
+            raise ValueError(f"GRPOLossConfig.beta must be >= 0, got {self.beta}")
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ValueError(f"GRPOLossConfig.tis_cap must be > 0 or None, got {self.tis_cap}")
+
+    # Presets: the published settings, each a plain config the user may edit further.
+    @classmethod
+    def grpo(cls, **kw) -> GRPOLossConfig:
+        return cls(**kw)
+
+    @classmethod
+    def dapo(cls, **kw) -> GRPOLossConfig:
+        return cls(**{"eps_low": 0.2, "eps_high": 0.28, "reduction": "token", **kw})
+
+    @classmethod
+    def dr_grpo(cls, max_len: int | None = None, **kw) -> GRPOLossConfig:
+        return cls(**{"reduction": "constant", "max_len": max_len, "scale_rewards": False, **kw})
+
+    @classmethod
+    def gspo(cls, **kw) -> GRPOLossConfig:
+        return cls(**{"eps_low": 3e-4, "eps_high": 4e-4, "reduction": "sequence", "sequence_level": True, **kw})
+
+    def update(self, **kw) -> GRPOLossConfig:
+        names = {f.name for f in fields(self)}
+        unknown = set(kw) - names
+        if unknown:
+            raise TypeError(f"GRPOLossConfig has no field(s) {sorted(unknown)}; fields are {sorted(names)}")
+        return replace(self, **kw)
+
+
+def masked_reduce(x: torch.Tensor, mask: torch.Tensor, reduction: str, max_len: int | None = None) -> torch.Tensor:
+    """Reduce per-token values ``[B, T]`` over the mask the way ``pg_token_loss`` does.
+
+    Args:
+        x: ``[B, T]`` values.
+        mask: ``[B, T]`` bool/0-1.
+        reduction: ``"token"``, ``"sequence"`` or ``"constant"``.
+        max_len: the constant length (defaults to ``T``).
+
+    Returns:
+        A scalar.
+    """
+    m = mask.to(x.dtype)
+    if reduction == "token":
+        return (x * m).sum() / m.sum().clamp(min=1)
+    if reduction == "sequence":
+        return ((x * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
+    if reduction == "constant":
+        return (x * m).sum() / (x.shape[0] * (max_len or x.shape[-1]))
+    raise ValueError(f"masked_reduce: unknown reduction {reduction!r}; expected one of {_REDUCTIONS}")
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+def sequence_level_logprobs(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewrite token log-probs so that a token-level ratio becomes GSPO's sequence ratio.
+
+    GSPO's ratio of sequence ``i`` is ``s_i = exp(mean_t(logp - old_logp))``; its token form
+    is ``s_i,t = sg[s_i] * pi(y_t) / sg[pi(y_t)]`` (value ``s_i``, gradient
+    ``s_i * grad logp_t``). Returned ``(logp', old_logp')`` satisfy
+    ``exp(logp' - old_logp') = s_i,t``, so any token-level clipped loss applies unchanged.
+
+    Args:
+        logp, old_logp: ``[B, T]``.
+        mask: ``[B, T]``.
+
+    Returns:
+        ``(logp', zeros)`` both ``[B, T]``.
+    """
+    m = mask.to(logp.dtype)
+    seq = ((logp - old_logp) * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)
+    new = logp - logp.detach() + seq.detach()
+    return new, torch.zeros_like(old_logp)
+
+
+def tis_weights(old_logp: torch.Tensor, sample_logp: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance weights ``min(exp(old_logp - sample_logp), cap)``, 0 off the mask.
+
+    Args:
+        old_logp: ``[B, T]`` trainer log-probs before the update.
+        sample_logp: ``[B, T]`` generator log-probs.
+        mask: ``[B, T]``.
+        cap: truncation.
+
+    Returns:
+        ``[B, T]`` detached weights.
+    """
+    w = torch.exp((old_logp - sample_logp).detach()).clamp(max=cap)
+    return torch.where(mask.bool(), w, torch.zeros_like(w))
+
+
+def grpo_objective(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: GRPOLossConfig,
+    ref_logp: torch.Tensor | None = None,
+    sample_logp: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The GRPO family's loss on per-token log-probs.
+
+    ``loss = reduce_t( -w_t * min(r_t A, clip(r_t, 1-eps_low, 1+eps_high) A) + beta * k3_t )``
+    where ``r_t`` is the token ratio (or GSPO's sequence ratio) and ``w_t`` the optional TIS
+    weight.
+
+    Args:
+        logp: ``[B, T]`` current log-probs (with gradient).
+        old_logp: ``[B, T]`` log-probs before the update (detached).
+        advantages: ``[B]`` or ``[B, T]``.
+        mask: ``[B, T]`` generated-token mask.
+        config: a :class:`GRPOLossConfig`.
+        ref_logp: ``[B, T]`` reference log-probs, needed when ``config.beta > 0``.
+        sample_logp: ``[B, T]`` generator log-probs, needed when ``config.tis_cap`` is set.
+
+    Returns:
+        ``(loss, stats)``: a scalar and detached scalars ``clip_frac``, ``kl``, ``ratio_mean``.
+    """
+    from tdrl import kernels
+
+    if logp.shape != mask.shape or old_logp.shape != mask.shape:
+        raise ValueError(
+            f"grpo_objective: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask "
+            f"{tuple(mask.shape)} must all be [B, T]"
+        )
+    if config.beta > 0 and ref_logp is None:
+        raise ValueError("grpo_objective: config.beta > 0 needs ref_logp [B, T] (reference model log-probs)")
+    adv = advantages.to(logp.dtype)
+    if config.tis_cap is not None:
+        if sample_logp is None:
+            raise ValueError("grpo_objective: config.tis_cap is set but sample_logp [B, T] was not given")
+        adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old_logp, sample_logp, mask, config.tis_cap)
+    mask_f = mask.to(logp.dtype)
+    kw = dict(eps_low=config.eps_low, eps_high=config.eps_high, reduction=config.reduction, max_len=config.max_len)
+    if not config.sequence_level:
+        beta = config.beta if ref_logp is not None else 0.0
+        loss, stats = kernels.pg_token_loss(logp, old_logp, adv, mask_f, ref_logp=ref_logp if beta > 0 else None, beta=beta, **kw)
+        stats = dict(stats)
+        if ref_logp is not None and beta == 0:
+            stats["kl"] = masked_reduce(k3_kl(logp.detach(), ref_logp), mask, config.reduction, config.max_len)
+        return loss, stats
+    seq_logp, zeros = sequence_level_logprobs(logp, old_logp, mask)
+    loss, stats = kernels.pg_token_loss(seq_logp, zeros, adv, mask_f, beta=0.0, **kw)
+    stats = dict(stats)
+    if ref_logp is not None:
+        kl = masked_reduce(k3_kl(logp, ref_logp), mask, config.reduction, config.max_len)
+        loss = loss + config.beta * kl
+        stats["kl"] = kl.detach()
+    return loss, stats
+
+
+@dataclass
+class _Keys:
+    prompt_ids: str = K.PROMPT_IDS
+    completion_mask: str = K.COMPLETION_MASK
+    old_log_prob: str = K.OLD_LOG_PROB
+    sample_log_prob: str = K.SAMPLE_LOG_PROB
+    ref_log_prob: str = K.REF_LOG_PROB
+    advantage: str = K.ADVANTAGE
+
+
+class GRPOLoss(torch.nn.Module):
+    """GRPO loss module: model + rollout TensorDict -> TensorDict of losses and diagnostics.
+
+    Reads ``completion_mask``, ``advantage``, ``old_log_prob`` (falls back to the current
+    log-probs, detached: the single-pass on-policy case), ``ref_log_prob`` (when
+    ``beta > 0``) and ``sample_log_prob`` (when ``tis_cap`` is set). Keys can be rebound with
+    :meth:`set_keys`.
+
+    Args:
+        config: a :class:`GRPOLossConfig`.
+        temperature: the sampling temperature (log-probs are computed at it).
+        fused: compute log-probs with the fused LM-head kernel.
+    """
+
+    def __init__(self, config: GRPOLossConfig | None = None, temperature: float = 1.0, fused: bool = True):
+        super().__init__()
+        self.config = config or GRPOLossConfig()
+        self.temperature, self.fused = temperature, fused
+        self.keys = _Keys()
+
+    def set_keys(self, **kw) -> GRPOLoss:
+        for k, v in kw.items():
+            if not hasattr(self.keys, k):
+                raise KeyError(f"GRPOLoss.set_keys: unknown key {k!r}; known: {list(vars(self.keys))}")
+            setattr(self.keys, k, v)
+        return self
+
+    def forward(self, model, td: TensorDict) -> TensorDict:
+        k = self.keys
+        mask = td[k.completion_mask].bool()
+        logp, entropy = completion_logprobs(model, td, self.temperature, return_entropy=True, fused=self.fused)
+        old = td.get(k.old_log_prob, None)
+        old = logp.detach() if old is None else old
+        ref = td.get(k.ref_log_prob, None) if self.config.beta > 0 else None
+        sample = td.get(k.sample_log_prob, None)
+        loss, stats = grpo_objective(logp, old, td[k.advantage], mask, self.config, ref_logp=ref, sample_logp=sample)
+        out = {"loss_objective": loss}
+        out.update({key: torch.as_tensor(v).detach() for key, v in stats.items()})
+        out["entropy"] = masked_reduce(entropy.detach(), mask, "token")
+        return TensorDict(out, batch_size=[])
+
+
+class SFTLoss(torch.nn.Module):
+    """Masked cross-entropy on completion tokens only (prompt tokens carry no loss).
+
+    ``loss = -sum(mask * logp) / sum(mask)`` over the batch's completion tokens.
+
+    Args:
+        fused: compute log-probs with the fused LM-head kernel.
+    """
+
+    def __init__(self, fused: bool = True):
+        super().__init__()
+        self.fused = fused
+
+    def forward(self, model, td: TensorDict) -> TensorDict:
+        mask = td[K.COMPLETION_MASK].bool()
+        logp = completion_logprobs(model, td, 1.0, fused=self.fused)
+        loss = -masked_reduce(logp, mask, "token")
+        n = mask.sum().detach().float()
+        return TensorDict({"loss_sft": loss, "num_tokens": n, "mean_logp": -loss.detach()}, batch_size=[])

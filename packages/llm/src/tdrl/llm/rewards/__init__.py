@@ -1,0 +1,31 @@
+"""Reward functions: plain callables ``(prompts, completions, **columns) -> list[float]``."""
+
+from __future__ import annotations
+
+from tdrl.llm.rewards.code import SandboxResult, code_execution_reward, extract_code, run_python_sandboxed
+from tdrl.llm.rewards.compute import RewardFn, compute_rewards
+from tdrl.llm.rewards.format import number_only_format_reward, regex_format_reward, think_answer_format_reward
+from tdrl.llm.rewards.math import (
+    boxed_answer_reward,
+    extract_boxed,
+    extract_final_number,
+    math_answer_reward,
+    parse_number,
+)
+
+__all__ = [
+    "RewardFn",
+    "SandboxResult",
+    "boxed_answer_reward",
+    "code_execution_reward",
+    "compute_rewards",
+    "extract_boxed",
+    "extract_code",
+    "extract_final_number",
+    "math_answer_reward",
+    "number_only_format_reward",
+    "parse_number",
+    "regex_format_reward",
+    "run_python_sandboxed",
+    "think_answer_format_reward",
+]

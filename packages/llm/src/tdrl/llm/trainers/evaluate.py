@@ -1,0 +1,42 @@
+"""Held-out evaluation: greedy completions scored by a verifier."""
+
+from __future__ import annotations
+
+import torch
+
+from tdrl.llm.data import completion_texts, render_prompts, tokenize_prompts
+from tdrl.llm.generation import HFGenerator, unwrap_model
+
+__all__ = ["evaluate"]
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, batch_size: int = 128, generator=None) -> float:
+    """Mean verifier score of greedy completions over a dataset (accuracy for 0/1 verifiers).
+
+    Args:
+        model: the causal LM.
+        tokenizer: its tokenizer.
+        dataset: rows with ``"prompt"`` and the columns ``reward_fn`` needs.
+        reward_fn: ``(prompts, completions, **columns) -> list[float]``.
+        max_new_tokens: completion cap.
+        batch_size: prompts per generate call.
+        generator: a :class:`tdrl.llm.generation.Generator` (default: an HFGenerator on ``model``).
+
+    Returns:
+        The mean score.
+    """
+    gen = generator or HFGenerator(unwrap_model(model), tokenizer, max_new_tokens=max_new_tokens)
+    device = next(unwrap_model(model).parameters()).device
+    total, n = 0.0, 0
+    for start in range(0, len(dataset), batch_size):
+        rows = dataset[start : start + batch_size]
+        prompts = render_prompts(tokenizer, rows["prompt"])
+        ids, mask = tokenize_prompts(tokenizer, prompts, device)
+        out = gen.generate(ids, mask, greedy=True)
+        texts = completion_texts(tokenizer, out["completion_ids"], out["completion_mask"])
+        cols = {k: v for k, v in rows.items() if k != "prompt"}
+        scores = reward_fn(rows["prompt"], texts, **cols)
+        total += float(sum(scores))
+        n += len(scores)
+    return total / max(1, n)

@@ -1,0 +1,359 @@
+"""GRPO trainer: generate groups -> rewards -> group advantages -> epochs x minibatches.
+
+One :meth:`GRPOTrainer.step` is one generation round followed by ``epochs`` passes over
+the rollout in minibatches, each minibatch one optimiser step accumulated over
+``grad_accum`` micro-batches. Under ``torch.distributed`` every rank draws its own prompts,
+DDP averages gradients, and all replicas keep identical weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from tensordict import TensorDict
+
+from tdrl.llm import keys as K
+from tdrl.llm.advantages import group_advantages
+from tdrl.llm.data import PromptSampler, completion_texts, render_prompts, tokenize_prompts
+from tdrl.llm.generation import Generator, HFGenerator, unwrap_model
+from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
+from tdrl.llm.losses import GRPOLoss, GRPOLossConfig
+from tdrl.llm.rewards.compute import compute_rewards
+from tdrl.llm.trainers.common import (
+    CSVMetrics,
+    all_reduce_mean,
+    dist_info,
+    load_checkpoint,
+    make_optimizer,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    warmup_cosine,
+    wrap_ddp,
+)
+
+__all__ = ["GRPOConfig", "GRPOTrainer"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GRPOConfig:
+    """Settings of :class:`GRPOTrainer`.
+
+    Attributes:
+        steps: generation rounds (``train()`` default).
+        prompts_per_step: prompts per round per rank.
+        group_size: completions per prompt ``G``.
+        max_new_tokens: completion cap ``C``.
+        temperature, top_p, top_k: sampling.
+        epochs: passes over each rollout (TRL's ``num_iterations``).
+        minibatch_size: completions per optimiser step (default: the whole rollout).
+        grad_accum: micro-batches each minibatch is split into.
+        lr, weight_decay, warmup_steps, max_grad_norm: optimisation (cosine decay to 10%).
+        loss: a :class:`tdrl.llm.losses.GRPOLossConfig` (variants live there).
+        reward_weights: one weight per reward function (default all 1).
+        fused_logprobs: use the fused LM-head kernel; ``None`` checks once that it matches the
+            model's logits and falls back to logits otherwise.
+        seed: base seed (rank ``r`` samples with ``seed + r``).
+        checkpoint_path: file for resumable checkpoints (``None``: none).
+        checkpoint_every: rounds between checkpoints.
+        metrics_path: CSV file of per-round metrics (``None``: in memory only).
+        progress: show a tqdm progress bar on rank 0.
+    """
+
+    steps: int = 100
+    prompts_per_step: int = 16
+    group_size: int = 8
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    epochs: int = 1
+    minibatch_size: int | None = None
+    grad_accum: int = 1
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    loss: GRPOLossConfig = field(default_factory=GRPOLossConfig)
+    reward_weights: Sequence[float] | None = None
+    fused_logprobs: bool | None = None
+    seed: int = 0
+    checkpoint_path: str | None = None
+    checkpoint_every: int = 50
+    metrics_path: str | None = None
+    progress: bool = True
+
+    def __post_init__(self):
+        n = self.prompts_per_step * self.group_size
+        if self.group_size < 2:
+            raise ValueError(f"GRPOConfig.group_size must be >= 2 for group advantages, got {self.group_size}")
+        mb = self.minibatch_size or n
+        if n % mb or mb % self.grad_accum:
+            raise ValueError(
+                f"GRPOConfig: prompts_per_step*group_size={n} must be divisible by minibatch_size={mb}, "
+                f"and minibatch_size by grad_accum={self.grad_accum}"
+            )
+        if self.loss.reduction == "constant" and self.loss.max_len is None:
+            self.loss = self.loss.update(max_len=self.max_new_tokens)
+
+    @property
+    def rollout_size(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+
+class GRPOTrainer:
+    """Group Relative Policy Optimisation of a Hugging Face causal LM.
+
+    Args:
+        model: the policy (a ``transformers`` causal LM, optionally a peft model).
+        tokenizer: its tokenizer (with a pad token).
+        reward_fns: callables ``(prompts, completions, **columns) -> list[float]``.
+        train_dataset: rows with ``"prompt"`` and the columns the rewards read.
+        config: a :class:`GRPOConfig`.
+        ref_model: frozen reference for the KL term (default: a copy of ``model`` when
+            ``config.loss.beta > 0``; for a peft model, the base with adapters disabled).
+        generator: a :class:`tdrl.llm.generation.Generator` (default: :class:`HFGenerator`).
+        callback: called as ``callback(trainer, metrics)`` after each round.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        reward_fns: Sequence[Callable] | Callable,
+        train_dataset,
+        config: GRPOConfig | None = None,
+        ref_model=None,
+        generator: Generator | None = None,
+        callback: Callable | None = None,
+    ):
+        self.config = cfg = config or GRPOConfig()
+        self.rank, self.world_size = dist_info()
+        self.tokenizer = tokenizer
+        self.reward_fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
+        self.model = model
+        self.ddp_model = wrap_ddp(model)
+        self.device = next(model.parameters()).device
+        self.generator = generator or HFGenerator(model, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k)
+        self.ref_model = ref_model
+        if cfg.loss.beta > 0 and ref_model is None and not _is_peft(model):
+            import copy
+
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.sampler = PromptSampler(train_dataset, cfg.prompts_per_step, cfg.seed, self.rank, self.world_size)
+        self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
+        self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
+        self.loss_fn = GRPOLoss(cfg.loss, temperature=cfg.temperature, fused=cfg.fused_logprobs is not False)
+        self._fused_checked = cfg.fused_logprobs is not None
+        self.metrics = CSVMetrics(cfg.metrics_path if self.rank == 0 else None)
+        self.callback = callback
+        self.step_count = 0
+        torch.manual_seed(cfg.seed + self.rank)
+        self.maybe_resume()
+
+    # ----------------------------------------------------------------------------- rollout
+    @torch.no_grad()
+    def rollout(self, batch: dict[str, list]) -> tuple[TensorDict, dict[str, float]]:
+        """Generate ``group_size`` completions per prompt and score them.
+
+        Args:
+            batch: dataset columns, each a list of ``prompts_per_step`` values.
+
+        Returns:
+            ``(td, stats)``: the rollout TensorDict ``[prompts_per_step * group_size]`` and
+            reward statistics.
+        """
+        cfg = self.config
+        G = cfg.group_size
+        prompts = [p for p in batch["prompt"] for _ in range(G)]
+        columns = {k: [v for v in vals for _ in range(G)] for k, vals in batch.items() if k != "prompt"}
+        ids, mask = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, prompts), self.device)
+        gen = self.generator.generate(ids, mask)
+        texts = completion_texts(self.tokenizer, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
+        rewards, per_fn, stats = compute_rewards(self.reward_fns, prompts, texts, columns, cfg.reward_weights)
+        n = len(prompts)
+        td = TensorDict(
+            {
+                K.PROMPT_IDS: ids,
+                K.PROMPT_MASK: mask,
+                **gen.to_dict(),
+                K.REWARD: rewards.to(self.device),
+                K.GROUP_ID: torch.arange(n, device=self.device) // G,
+                K.ADVANTAGE: group_advantages(rewards, G, scale=cfg.loss.scale_rewards).to(self.device),
+            },
+            batch_size=[n],
+            device=self.device,
+        )
+        r = rewards.reshape(-1, G)
+        stats.update(
+            reward=rewards.mean().item(),
+            reward_std=r.std(dim=1).mean().item(),
+            frac_zero_std=(r.max(1).values == r.min(1).values).float().mean().item(),
+            completion_len=gen[K.COMPLETION_MASK].sum(-1).float().mean().item(),
+        )
+        self._last_texts = texts
+        return td, stats
+
+    @torch.no_grad()
+    def _add_logprobs(self, td: TensorDict) -> None:
+        cfg, mb = self.config, self._micro_size()
+        n_updates = cfg.epochs * (cfg.rollout_size // (cfg.minibatch_size or cfg.rollout_size))
+        need_old = n_updates > 1 or cfg.loss.tis_cap is not None
+        need_ref = cfg.loss.beta > 0
+        if not (need_old or need_ref):
+            return
+        olds, refs = [], []
+        for chunk in td.split(mb):
+            if need_old:
+                olds.append(completion_logprobs(self.model, chunk, cfg.temperature, fused=self.loss_fn.fused))
+            if need_ref:
+                ctx = unwrap_model(self.model).disable_adapter() if self.ref_model is None else nullcontext()
+                with ctx:
+                    ref = self.ref_model if self.ref_model is not None else self.model
+                    refs.append(completion_logprobs(ref, chunk, cfg.temperature, fused=self.loss_fn.fused))
+        if need_old:
+            td[K.OLD_LOG_PROB] = torch.cat(olds)
+        if need_ref:
+            td[K.REF_LOG_PROB] = torch.cat(refs)
+
+    def _micro_size(self) -> int:
+        cfg = self.config
+        return (cfg.minibatch_size or cfg.rollout_size) // cfg.grad_accum
+
+    # ----------------------------------------------------------------------------- update
+    def step(self) -> dict[str, float]:
+        """One generation round and its updates. Returns the round's metrics."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        td, stats = self.rollout(next(self.sampler))
+        if not self._fused_checked:
+            self._fused_checked = True
+            if not fused_path_matches(self.model, td[: min(8, td.shape[0])]):
+                log.warning("the fused LM-head path does not reproduce this model's logits; using logits")
+                self.loss_fn.fused = False
+        t_gen = time.perf_counter() - t0
+        self._add_logprobs(td)
+        mb_size = cfg.minibatch_size or cfg.rollout_size
+        micro = self._micro_size()
+        sums: dict[str, float] = {}
+        n_micro = 0
+        self.ddp_model.train()
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(td.shape[0], device=self.device)
+            for mb in td[perm].split(mb_size):
+                self.optimizer.zero_grad(set_to_none=True)
+                chunks = mb.split(micro)
+                for j, chunk in enumerate(chunks):
+                    last = j == len(chunks) - 1
+                    sync = nullcontext() if last or self.world_size == 1 else self.ddp_model.no_sync()
+                    with sync:
+                        out = self.loss_fn(self.ddp_model, chunk)
+                        loss = sum(v for k, v in out.items() if k.startswith("loss_"))
+                        (loss / len(chunks)).backward()
+                    for k, v in out.items():
+                        sums[k] = sums.get(k, 0.0) + float(v.detach())
+                    n_micro += 1
+                gn = torch.nn.utils.clip_grad_norm_(
+                    [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
+                )
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(gn) * len(chunks)
+                self.optimizer.step()
+                self.generator.update_weights(self.model)
+        self.scheduler.step()
+        self.step_count += 1
+        dt = time.perf_counter() - t0
+        n_tokens = int(td[K.COMPLETION_MASK].sum()) + int(td[K.PROMPT_MASK].sum())
+        metrics = {k: v / max(1, n_micro) for k, v in sums.items()}
+        metrics.update(stats)
+        metrics.update(step_time=dt, gen_time=t_gen, tokens_per_s=n_tokens / dt, lr=self.scheduler.get_last_lr()[0])
+        metrics = all_reduce_mean(metrics)
+        metrics["step"] = float(self.step_count)
+        self.metrics.log(metrics)
+        if cfg.checkpoint_path and self.step_count % cfg.checkpoint_every == 0:
+            self.save_checkpoint()
+        if self.callback is not None:
+            self.callback(self, metrics)
+        return metrics
+
+    def train(self, steps: int | None = None) -> list[dict[str, float]]:
+        """Run rounds until ``steps`` (default ``config.steps``) have been done in total."""
+        steps = self.config.steps if steps is None else steps
+        bar = None
+        if self.config.progress and self.rank == 0:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=steps, initial=self.step_count, desc="grpo", dynamic_ncols=True)
+        history = []
+        while self.step_count < steps:
+            m = self.step()
+            history.append(m)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{m['reward']:.3f}", kl=f"{m.get('kl', 0.0):.4f}",
+                    clip=f"{m.get('clip_frac', 0.0):.3f}", tok_s=f"{m['tokens_per_s']:.0f}",
+                )
+        if bar is not None:
+            bar.close()
+        if self.config.checkpoint_path:
+            self.save_checkpoint()
+        return history
+
+    # ----------------------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        return {
+            "model": unwrap_model(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "step": self.step_count,
+            "rng": rng_state(),
+        }
+
+    def save_checkpoint(self, path: str | None = None) -> None:
+        """Save everything needed to resume (rank 0 writes; all ranks hold the same weights)."""
+        path = path or self.config.checkpoint_path
+        if path is None:
+            raise ValueError("GRPOTrainer.save_checkpoint: no path given and config.checkpoint_path is None")
+        state = self.state_dict()
+        if self.world_size > 1:
+            path = f"{path}.rank{self.rank}"
+        save_checkpoint(path, state)
+
+    def maybe_resume(self) -> bool:
+        """Load ``config.checkpoint_path`` when it exists; returns whether it did."""
+        path = self.config.checkpoint_path
+        if path is None:
+            return False
+        if self.world_size > 1:
+            path = f"{path}.rank{self.rank}"
+        state = load_checkpoint(path)
+        if state is None:
+            return False
+        unwrap_model(self.model).load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.step_count = state["step"]
+        set_rng_state(state["rng"])
+        self.metrics.truncate(self.step_count)
+        log.info("resumed GRPO from %s at step %d", os.fspath(path), self.step_count)
+        return True
+
+    def save_pretrained(self, folder: str) -> None:
+        """``save_pretrained`` of the model (adapters only for a peft model) and the tokenizer."""
+        if self.rank == 0:
+            unwrap_model(self.model).save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
+
+
+def _is_peft(model) -> bool:
+    return hasattr(unwrap_model(model), "disable_adapter")

@@ -1,0 +1,186 @@
+"""Supervised fine-tuning on (prompt, completion) pairs: masked CE on completion tokens."""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from tdrl.llm import keys as K
+from tdrl.llm.data import PromptSampler, render_prompts, tokenize_sft
+from tdrl.llm.generation import unwrap_model
+from tdrl.llm.losses import SFTLoss
+from tdrl.llm.trainers.common import (
+    CSVMetrics,
+    all_reduce_mean,
+    dist_info,
+    load_checkpoint,
+    make_optimizer,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    warmup_cosine,
+    wrap_ddp,
+)
+
+__all__ = ["SFTConfig", "SFTTrainer"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SFTConfig:
+    """Settings of :class:`SFTTrainer`.
+
+    Attributes:
+        steps: optimiser steps (``train()`` default).
+        batch_size: examples per optimiser step per rank.
+        grad_accum: micro-batches each step is split into.
+        lr, weight_decay, warmup_steps, max_grad_norm: optimisation (cosine decay to 10%).
+        completion_column: the dataset column holding targets.
+        fused_logprobs: use the fused LM-head kernel.
+        seed: data-order seed.
+        checkpoint_path, checkpoint_every: resumable checkpoints (``None``: none).
+        metrics_path: CSV file of per-step metrics.
+        progress: tqdm bar on rank 0.
+    """
+
+    steps: int = 200
+    batch_size: int = 32
+    grad_accum: int = 1
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 10
+    max_grad_norm: float = 1.0
+    completion_column: str = "completion"
+    fused_logprobs: bool = True
+    seed: int = 0
+    checkpoint_path: str | None = None
+    checkpoint_every: int = 100
+    metrics_path: str | None = None
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"SFTConfig: batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
+
+
+class SFTTrainer:
+    """Supervised fine-tuning of a causal LM; loss only on completion tokens (+ EOS).
+
+    Args:
+        model: a ``transformers`` causal LM (optionally peft).
+        tokenizer: its tokenizer.
+        train_dataset: rows with ``"prompt"`` and ``config.completion_column``.
+        config: an :class:`SFTConfig`.
+    """
+
+    def __init__(self, model, tokenizer, train_dataset, config: SFTConfig | None = None):
+        self.config = cfg = config or SFTConfig()
+        if cfg.completion_column not in train_dataset.column_names:
+            raise KeyError(f"SFTTrainer: dataset has no {cfg.completion_column!r} column; columns are {train_dataset.column_names}")
+        self.rank, self.world_size = dist_info()
+        self.model, self.tokenizer = model, tokenizer
+        self.ddp_model = wrap_ddp(model)
+        self.device = next(model.parameters()).device
+        self.sampler = PromptSampler(train_dataset, cfg.batch_size, cfg.seed, self.rank, self.world_size)
+        self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
+        self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
+        self.loss_fn = SFTLoss(fused=cfg.fused_logprobs)
+        self.metrics = CSVMetrics(cfg.metrics_path if self.rank == 0 else None)
+        self.step_count = 0
+        self.maybe_resume()
+
+    def step(self) -> dict[str, float]:
+        """One optimiser step on one batch. Returns its metrics."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        batch = next(self.sampler)
+        td = tokenize_sft(self.tokenizer, render_prompts(self.tokenizer, batch["prompt"]), batch[cfg.completion_column], self.device)
+        self.ddp_model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        chunks = td.split(cfg.batch_size // cfg.grad_accum)
+        n_tok = td[K.COMPLETION_MASK].sum().clamp(min=1)
+        loss_sum = 0.0
+        for j, chunk in enumerate(chunks):
+            sync = nullcontext() if j == len(chunks) - 1 or self.world_size == 1 else self.ddp_model.no_sync()
+            with sync:
+                out = self.loss_fn(self.ddp_model, chunk)
+                # weight by token count so accumulation equals one big token-mean
+                w = chunk[K.COMPLETION_MASK].sum() / n_tok
+                (out["loss_sft"] * w).backward()
+            loss_sum += float(out["loss_sft"].detach()) * float(w)
+        gn = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step_count += 1
+        dt = time.perf_counter() - t0
+        n_all = int(td[K.COMPLETION_MASK].sum()) + int(td[K.PROMPT_MASK].sum())
+        metrics = all_reduce_mean({"loss": loss_sum, "grad_norm": float(gn), "tokens_per_s": n_all / dt, "lr": self.scheduler.get_last_lr()[0]})
+        metrics["step"] = float(self.step_count)
+        self.metrics.log(metrics)
+        if cfg.checkpoint_path and self.step_count % cfg.checkpoint_every == 0:
+            self.save_checkpoint()
+        return metrics
+
+    def train(self, steps: int | None = None) -> list[dict[str, float]]:
+        """Run until ``steps`` (default ``config.steps``) optimiser steps have been done."""
+        steps = self.config.steps if steps is None else steps
+        bar = None
+        if self.config.progress and self.rank == 0:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=steps, initial=self.step_count, desc="sft", dynamic_ncols=True)
+        history = []
+        while self.step_count < steps:
+            m = self.step()
+            history.append(m)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{m['loss']:.4f}", tok_s=f"{m['tokens_per_s']:.0f}")
+        if bar is not None:
+            bar.close()
+        if self.config.checkpoint_path:
+            self.save_checkpoint()
+        return history
+
+    def state_dict(self) -> dict:
+        return {
+            "model": unwrap_model(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "step": self.step_count,
+            "rng": rng_state(),
+        }
+
+    def save_checkpoint(self, path: str | None = None) -> None:
+        path = path or self.config.checkpoint_path
+        if path is None:
+            raise ValueError("SFTTrainer.save_checkpoint: no path given and config.checkpoint_path is None")
+        save_checkpoint(f"{path}.rank{self.rank}" if self.world_size > 1 else path, self.state_dict())
+
+    def maybe_resume(self) -> bool:
+        path = self.config.checkpoint_path
+        if path is None:
+            return False
+        state = load_checkpoint(f"{path}.rank{self.rank}" if self.world_size > 1 else path)
+        if state is None:
+            return False
+        unwrap_model(self.model).load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.step_count = state["step"]
+        set_rng_state(state["rng"])
+        self.metrics.truncate(self.step_count)
+        log.info("resumed SFT at step %d", self.step_count)
+        return True
+
+    def save_pretrained(self, folder: str) -> None:
+        if self.rank == 0:
+            unwrap_model(self.model).save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
