@@ -1,0 +1,47 @@
+"""Networks, actors, critics, distributions, exploration and recurrent modules."""
+
+from __future__ import annotations
+
+from tdrl.core.modules.actors import (
+    Actor,
+    DuelingHead,
+    NormalParamExtractor,
+    ProbabilisticActor,
+    QValueActor,
+    QValueModule,
+    ValueOperator,
+)
+from tdrl.core.modules.distributions import (
+    IndependentNormal,
+    MaskedCategorical,
+    OneHotCategorical,
+    TanhNormal,
+)
+from tdrl.core.modules.exploration import (
+    AdditiveGaussianModule,
+    EGreedyModule,
+    OrnsteinUhlenbeckModule,
+)
+from tdrl.core.modules.models import MLP, ConvNet
+from tdrl.core.modules.recurrent import GRUModule, LSTMModule
+
+__all__ = [
+    "MLP",
+    "ConvNet",
+    "Actor",
+    "ProbabilisticActor",
+    "ValueOperator",
+    "QValueModule",
+    "QValueActor",
+    "DuelingHead",
+    "NormalParamExtractor",
+    "IndependentNormal",
+    "TanhNormal",
+    "MaskedCategorical",
+    "OneHotCategorical",
+    "EGreedyModule",
+    "AdditiveGaussianModule",
+    "OrnsteinUhlenbeckModule",
+    "GRUModule",
+    "LSTMModule",
+]
