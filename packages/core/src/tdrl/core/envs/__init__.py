@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from .common import EnvBase, make_done_spec, step_mdp
 from .gym import GymEnv, GymWrapper, gym_space_to_spec
+from .batched import SerialEnv
+from .parallel import ParallelEnv, WorkerError
 from .pendulum import PendulumEnv
 
 __all__ = [
     "EnvBase",
     "GymEnv",
     "GymWrapper",
+    "ParallelEnv",
     "PendulumEnv",
+    "SerialEnv",
+    "WorkerError",
     "gym_space_to_spec",
     "make_done_spec",
     "step_mdp",

@@ -1,0 +1,211 @@
+"""Batches of environments: the shared machinery and :class:`SerialEnv`.
+
+A batched env stacks ``num_workers`` copies of an env along a new leading batch dim:
+``batch_size = (num_workers, *sub_env.batch_size)``. Data moves through preallocated
+buffers (shared memory in :class:`~tdrl.core.envs.ParallelEnv`), one row per worker.
+Seeds chain: worker ``i`` gets the seed returned by worker ``i - 1``'s ``set_seed``, so
+``SerialEnv`` and ``ParallelEnv`` give identical rollouts under the same seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from tensordict import TensorDictBase
+
+from ..keys import NEXT
+from ..specs import Composite
+from .common import RESET_KEY, EnvBase, make_done_spec
+
+__all__ = ["SerialEnv"]
+
+
+def _leaf_keys(spec: Composite) -> list:
+    return spec.keys(include_nested=True, leaves_only=True)
+
+
+class _BatchedEnv(EnvBase):
+    """Common code of :class:`SerialEnv` and :class:`ParallelEnv` (specs, buffers, protocol).
+
+    Subclasses implement ``_run(cmd, workers, arg)`` that executes a command on the listed
+    workers, reading inputs from and writing outputs to the buffers.
+    """
+
+    def _setup(self, meta: dict, num_workers: int, device) -> None:
+        """Build specs and buffers from one sub-env's ``meta`` (its specs and batch size)."""
+        sub_batch = torch.Size(meta["batch_size"])
+        super().__init__(batch_size=(num_workers, *sub_batch), device=device,
+                         check_actions=self.check_actions)
+        b = self.batch_size
+        lead = (num_workers,)
+
+        def grow(spec: Composite) -> Composite:
+            return spec.expand(*lead, *spec.shape).to(self.device)
+
+        self.observation_spec = grow(meta["observation_spec"])
+        self.full_action_spec = grow(meta["full_action_spec"])
+        self.full_reward_spec = grow(meta["full_reward_spec"])
+        self.full_done_spec = grow(meta["full_done_spec"])
+        self.full_state_spec = grow(meta["full_state_spec"])
+        self._in_keys = _leaf_keys(self.full_action_spec) + [
+            k for k in _leaf_keys(self.full_state_spec) if k not in _leaf_keys(self.full_action_spec)
+        ]
+        self._next_keys = _leaf_keys(self.observation_spec) + _leaf_keys(
+            self.full_reward_spec
+        ) + _leaf_keys(self.full_done_spec)
+        self._reset_keys = list(dict.fromkeys(
+            _leaf_keys(self.observation_spec) + _leaf_keys(self.full_done_spec)
+            + _leaf_keys(self.full_state_spec)
+        ))
+        self._in_keys = [k for k in self._in_keys]
+        in_spec = Composite(shape=b, device=self.device)
+        for k in self._in_keys:
+            in_spec[k] = (self.full_action_spec.get(k) or self.full_state_spec[k]).clone()
+        in_spec[RESET_KEY] = make_done_spec(b, self.device)["done"]
+        next_spec = Composite(shape=b, device=self.device)
+        for k in self._next_keys:
+            next_spec[k] = (self.observation_spec.get(k) or self.full_reward_spec.get(k)
+                            or self.full_done_spec[k]).clone()
+        reset_spec = Composite(shape=b, device=self.device)
+        for k in self._reset_keys:
+            reset_spec[k] = (self.observation_spec.get(k) or self.full_done_spec.get(k)
+                             or self.full_state_spec[k]).clone()
+        self._in_buf = in_spec.zero()
+        self._next_buf = next_spec.zero()
+        self._reset_buf = reset_spec.zero()
+
+    def _share_buffers(self) -> None:
+        for buf in (self._in_buf, self._next_buf, self._reset_buf):
+            buf.share_memory_()
+
+    # ------------------------------------------------------------------ EnvBase
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
+        n = self.batch_size[0]
+        mask = None if tensordict is None else tensordict.get(RESET_KEY, None)
+        if mask is None:
+            workers = list(range(n))
+            self._in_buf.get(RESET_KEY).fill_(True)
+        else:
+            mask = mask.reshape(*self.batch_size, 1).to(torch.bool)
+            self._in_buf.get(RESET_KEY).copy_(mask)
+            workers = mask.reshape(n, -1).any(-1).nonzero().flatten().tolist()
+        if tensordict is not None:
+            for k in self._in_keys:
+                v = tensordict.get(k, None)
+                if v is not None:
+                    self._in_buf.get(k).copy_(v)
+        self._run("reset", workers, None)
+        return self._reset_buf.clone()
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        buf = self._in_buf
+        for k in self._in_keys:
+            buf.get(k).copy_(tensordict.get(k))
+        self._run("step", list(range(self.batch_size[0])), None)
+        return self._next_buf.clone()
+
+    def _set_seed(self, seed: int) -> int:
+        for i in range(self.batch_size[0]):
+            seed = self._run("seed", [i], seed)[0]
+        return seed
+
+    def _run(self, cmd: str, workers: Sequence[int], arg) -> list:
+        raise NotImplementedError
+
+
+def _worker_views(in_buf, next_buf, reset_buf, i: int):
+    """Row ``i`` of each buffer, as TensorDicts of views."""
+    return in_buf[i], next_buf[i], reset_buf[i]
+
+
+def _copy_into(dst: TensorDictBase, src: TensorDictBase, keys: Sequence) -> None:
+    for k in keys:
+        dst.get(k).copy_(src.get(k))
+
+
+def _env_meta(env: EnvBase) -> dict:
+    return {
+        "batch_size": tuple(env.batch_size),
+        "observation_spec": env.observation_spec.cpu(),
+        "full_action_spec": env.full_action_spec.cpu(),
+        "full_reward_spec": env.full_reward_spec.cpu(),
+        "full_done_spec": env.full_done_spec.cpu(),
+        "full_state_spec": env.full_state_spec.cpu(),
+    }
+
+
+def _exec(env: EnvBase, cmd: str, arg, views, keys) -> object:
+    """Run one command on one sub-env using its buffer views (shared by Serial and Parallel)."""
+    in_v, next_v, reset_v = views
+    in_keys, next_keys, reset_keys = keys
+    if cmd == "step":
+        td = in_v.select(*in_keys)
+        out = env.step(td).get(NEXT)
+        _copy_into(next_v, out, next_keys)
+        return None
+    if cmd == "reset":
+        td = in_v.select(*in_keys, RESET_KEY)
+        out = env.reset(td)
+        _copy_into(reset_v, out, reset_keys)
+        return None
+    if cmd == "seed":
+        return env.set_seed(arg)
+    raise ValueError(f"Unknown command {cmd!r}.")
+
+
+class SerialEnv(_BatchedEnv):
+    """``num_workers`` environments stepped one after the other in this process.
+
+    Args:
+        num_workers: number of sub-envs.
+        create_env_fn: a callable returning an ``EnvBase`` (or a list of ``num_workers``
+            callables).
+        create_env_kwargs: keyword arguments for ``create_env_fn`` (or a list of them).
+        device: device of the batched TensorDicts.
+        check_actions: check actions against the batched spec at every step.
+
+    The batch size is ``(num_workers, *sub_env.batch_size)``.
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        device: torch.device | str = "cpu",
+        check_actions: bool = False,
+    ) -> None:
+        self.check_actions = check_actions
+        fns, kwargs = _per_worker(num_workers, create_env_fn, create_env_kwargs)
+        self._envs = [fn(**kw) for fn, kw in zip(fns, kwargs, strict=True)]
+        self._setup(_env_meta(self._envs[0]), num_workers, device)
+        self._views = [_worker_views(self._in_buf, self._next_buf, self._reset_buf, i)
+                       for i in range(num_workers)]
+        self._keys = (self._in_keys, self._next_keys, self._reset_keys)
+
+    @property
+    def envs(self) -> list[EnvBase]:
+        return self._envs
+
+    def _run(self, cmd: str, workers: Sequence[int], arg) -> list:
+        return [_exec(self._envs[i], cmd, arg, self._views[i], self._keys) for i in workers]
+
+    def _close(self) -> None:
+        for env in self._envs:
+            env.close()
+
+
+def _per_worker(n: int, fn, kwargs) -> tuple[list, list]:
+    fns = list(fn) if isinstance(fn, Sequence) else [fn] * n
+    if kwargs is None:
+        kws = [{}] * n
+    elif isinstance(kwargs, dict):
+        kws = [kwargs] * n
+    else:
+        kws = list(kwargs)
+    if len(fns) != n or len(kws) != n:
+        raise ValueError(
+            f"Expected {n} env constructors and kwargs, got {len(fns)} and {len(kws)}."
+        )
+    return fns, kws

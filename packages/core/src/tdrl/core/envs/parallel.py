@@ -1,0 +1,244 @@
+""":class:`ParallelEnv`: sub-environments in worker processes, data through shared memory.
+
+Each worker owns one sub-env and one row of three shared-memory TensorDict buffers (inputs:
+actions, state and the ``"_reset"`` mask; step outputs; reset outputs). A command is a short
+message on a pipe; the worker reads its row, runs the env, writes its row and answers
+``("ok", result)`` or ``("error", traceback)``. The main process waits with ``poll`` and a
+liveness check, so a worker that raises surfaces as a :class:`WorkerError` carrying the
+worker's traceback, and a worker that dies (even ``kill -9``) is detected instead of hanging.
+``close()``, garbage collection and interpreter exit all terminate the workers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import multiprocessing as mp
+import pickle
+import traceback
+import weakref
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .batched import _BatchedEnv, _env_meta, _exec, _per_worker, _worker_views
+from .common import EnvBase
+
+__all__ = ["ParallelEnv", "WorkerError"]
+
+_log = logging.getLogger(__name__)
+
+
+class WorkerError(RuntimeError):
+    """An exception raised inside a :class:`ParallelEnv` worker (message: its traceback)."""
+
+
+def _dumps(obj) -> bytes:
+    if importlib.util.find_spec("cloudpickle") is not None:
+        import cloudpickle
+
+        return cloudpickle.dumps(obj)
+    return pickle.dumps(obj)
+
+
+def _worker_main(idx: int, conn, parent_conn, payload: bytes) -> None:
+    """Body of a worker process: build the env, then serve commands until ``close``."""
+    if parent_conn is not None:
+        parent_conn.close()
+    torch.set_num_threads(1)
+    env = None
+    try:
+        fn, kwargs = pickle.loads(payload)
+        env = fn(**kwargs)
+        conn.send(("ok", _env_meta(env)))
+        msg, bufs = conn.recv()  # the shared buffers
+        views = _worker_views(*bufs[:3], idx)
+        keys = bufs[3]
+    except BaseException:  # noqa: BLE001 - everything goes back to the parent
+        _safe_send(conn, ("error", traceback.format_exc()))
+        return
+    while True:
+        try:
+            cmd, arg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            break  # parent gone
+        if cmd == "close":
+            try:
+                env.close()
+            finally:
+                _safe_send(conn, ("ok", None))
+            break
+        try:
+            result = _exec(env, cmd, arg, views, keys)
+            conn.send(("ok", result))
+        except BaseException:  # noqa: BLE001
+            _safe_send(conn, ("error", traceback.format_exc()))
+
+
+def _safe_send(conn, msg) -> None:
+    try:
+        conn.send(msg)
+    except (OSError, BrokenPipeError, ValueError):
+        pass
+
+
+def _shutdown(procs: list, conns: list, timeout: float = 2.0) -> None:
+    """Ask workers to close, then terminate / kill those that do not exit in time."""
+    for conn, proc in zip(conns, procs, strict=False):
+        if proc.is_alive():
+            try:
+                conn.send(("close", None))
+            except (OSError, BrokenPipeError, ValueError):
+                pass
+    for conn, proc in zip(conns, procs, strict=False):
+        try:
+            if proc.is_alive() and conn.poll(timeout):
+                conn.recv()
+        except (EOFError, OSError):
+            pass
+        proc.join(timeout)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout)
+        conn.close()
+    procs.clear()
+    conns.clear()
+
+
+class ParallelEnv(_BatchedEnv):
+    """``num_workers`` environments, each in its own process, batched along a leading dim.
+
+    Args:
+        num_workers: number of worker processes (one sub-env each).
+        create_env_fn: callable returning an ``EnvBase`` (or a list of ``num_workers``).
+            Lambdas work: the callable is sent with cloudpickle when it is installed.
+        create_env_kwargs: keyword arguments for ``create_env_fn`` (or a list).
+        device: device of the batched TensorDicts.
+        start_method: multiprocessing start method (``"fork"`` by default on Linux,
+            ``"spawn"`` elsewhere).
+        timeout: seconds to wait for a worker's answer before raising (``None``: wait as
+            long as the worker is alive).
+        check_actions: check actions against the batched spec at every step.
+
+    Raises:
+        WorkerError: a worker raised; the message holds the worker's traceback.
+        RuntimeError: a worker died or did not answer within ``timeout``.
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        device: torch.device | str = "cpu",
+        start_method: str | None = None,
+        timeout: float | None = None,
+        check_actions: bool = False,
+    ) -> None:
+        self.check_actions = check_actions
+        self.timeout = timeout
+        self._procs: list = []
+        self._conns: list = []
+        self.is_closed = False
+        fns, kwargs = _per_worker(num_workers, create_env_fn, create_env_kwargs)
+        if start_method is None:
+            start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        import torch.multiprocessing as tmp  # registers the shared-memory tensor reductions
+
+        ctx = tmp.get_context(start_method)
+        for i in range(num_workers):
+            parent, child = ctx.Pipe()
+            payload = _dumps((fns[i], kwargs[i]))
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(i, child, parent if start_method == "fork" else None, payload),
+                daemon=True,
+                name=f"tdrl-env-worker-{i}",
+            )
+            proc.start()
+            child.close()
+            self._procs.append(proc)
+            self._conns.append(parent)
+        # Terminate the workers on close(), garbage collection and interpreter exit
+        # (weakref.finalize runs at exit too; it holds no reference to self).
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns)
+        try:
+            metas = self._collect(list(range(num_workers)))
+            self._setup(metas[0], num_workers, device)
+            self._share_buffers()
+            bufs = (self._in_buf, self._next_buf, self._reset_buf,
+                    (self._in_keys, self._next_keys, self._reset_keys))
+            for conn in self._conns:
+                conn.send(("buffers", bufs))
+        except BaseException:
+            self._finalizer()
+            self.is_closed = True
+            raise
+
+    def _collect(self, workers: Sequence[int]) -> list:
+        """Wait for one answer from each worker in ``workers``; raise on error or death."""
+        results, first_error = [], None
+        for i in workers:
+            conn, proc = self._conns[i], self._procs[i]
+            waited = 0.0
+            while not conn.poll(0.05):
+                waited += 0.05
+                if not proc.is_alive() and not conn.poll(0):
+                    self._fail(RuntimeError(
+                        f"ParallelEnv worker {i} died (exit code {proc.exitcode}) without answering."
+                    ))
+                if self.timeout is not None and waited > self.timeout:
+                    self._fail(RuntimeError(
+                        f"ParallelEnv worker {i} did not answer within {self.timeout} s."
+                    ))
+            try:
+                status, result = conn.recv()
+            except (EOFError, OSError) as err:
+                self._fail(RuntimeError(f"ParallelEnv worker {i} closed its pipe: {err!r}."))
+            if status == "error" and first_error is None:
+                first_error = WorkerError(f"ParallelEnv worker {i} raised:\n{result}")
+            results.append(result)
+        if first_error is not None:
+            raise first_error
+        return results
+
+    def _fail(self, err: Exception):
+        """A worker is gone: shut everything down and raise ``err``."""
+        self.close()
+        raise err
+
+    def _run(self, cmd: str, workers: Sequence[int], arg) -> list:
+        self._assert_open()
+        msg = (cmd, arg)
+        for i in workers:
+            try:
+                self._conns[i].send(msg)
+            except (OSError, ValueError) as err:
+                proc = self._procs[i]
+                self._fail(RuntimeError(
+                    f"ParallelEnv worker {i} is gone (alive={proc.is_alive()}, exit code "
+                    f"{proc.exitcode}): {err!r}."
+                ))
+        return self._collect(workers)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers (empty once closed)."""
+        return [p.pid for p in self._procs]
+
+    def _close(self) -> None:
+        self._finalizer()
+
+    def close(self) -> None:
+        if not getattr(self, "is_closed", True):
+            self.is_closed = True
+            self._close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from __del__
+            pass
