@@ -1,0 +1,264 @@
+"""Batched tree search: simulate (select down the tree), expand (one model call), back up.
+
+``B`` trees are searched at once. The only Python loops are over simulations and, inside a
+simulation, over depth (selection walks down, backup walks up, all trees in lockstep; a tree
+that has stopped just idles). Follows mctx's ``search`` (Danihelka et al., 2022).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor
+
+from .selection import SelectionFn
+from .tree import (
+    EMBEDDING_KEY,
+    ROOT_INDEX,
+    UNVISITED,
+    RecurrentOutput,
+    RootOutput,
+    Tree,
+    init_tree,
+    mask_invalid_logits,
+)
+
+RecurrentFn = Callable[[TensorDictBase | Tensor, Tensor], RecurrentOutput | tuple]
+
+
+def search(
+    root: RootOutput,
+    recurrent_fn: RecurrentFn,
+    root_action_selection_fn: SelectionFn,
+    interior_action_selection_fn: SelectionFn,
+    num_simulations: int,
+    *,
+    max_depth: int | None = None,
+    two_player: bool = False,
+    extra: TensorDictBase | None = None,
+) -> Tree:
+    """Run ``num_simulations`` simulations in each of ``B`` trees.
+
+    Args:
+        root: :class:`RootOutput` with ``prior_logits`` ``[B, A]``, ``value`` ``[B]``, the root
+            ``embedding`` (TensorDict ``[B]`` or tensor ``[B, ...]``) and optional
+            ``invalid_actions`` ``[B, A]``.
+        recurrent_fn: model ``(embedding [B], action [B]) -> RecurrentOutput`` (or the same
+            5- or 6-tuple). AlphaZero: a simulator stepping cloned states + a prior/value
+            net; MuZero: the learned dynamics + prediction nets.
+        root_action_selection_fn: ``(tree, node_index [B], depth) -> action [B]`` at depth 0.
+        interior_action_selection_fn: the same, below the root.
+        num_simulations: simulations per tree (the tree has ``num_simulations + 1`` nodes).
+        max_depth: largest depth of a selected action; a simulation that reaches it
+            re-evaluates the existing child instead of growing the tree. Default: unbounded.
+        two_player: zero-sum alternating game: each node's value is seen by the player to
+            act there and rewards by the player who acted; the search negates discounts so
+            that a child's value counts against its parent.
+        extra: per-tree extras ``[B]`` stored in ``tree.extra`` (e.g. the root Gumbel).
+
+    Returns:
+        The filled :class:`Tree`.
+    """
+    if num_simulations < 1:
+        raise ValueError(f"num_simulations must be >= 1, got {num_simulations}")
+    max_depth = num_simulations if max_depth is None else max_depth
+    if max_depth < 1:
+        raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+    tree, wrapped = init_tree(root, num_simulations + 1, extra)
+    store = _EmbeddingStore(tree.embeddings, wrapped)
+    offsets = torch.arange(tree.batch_size, device=tree.node_visits.device) * tree.num_nodes
+    for sim in range(num_simulations):
+        path = _simulate(
+            tree, offsets, root_action_selection_fn, interior_action_selection_fn, max_depth
+        )
+        leaf = _expand(tree, store, offsets, recurrent_fn, path, sim + 1, two_player)
+        _backward(tree, offsets, path, leaf)
+    return tree
+
+
+class _Path(NamedTuple):
+    """The edges one simulation walked down, level by level (``D`` levels).
+
+    Attributes:
+        edges: ``[B, D]`` flat index ``(b * N + node) * A + action`` of each edge taken.
+        nodes: ``[B, D]`` flat index ``b * N + node`` of each edge's parent.
+        active: ``[B, D]`` bool, the tree really took that edge (a prefix of the levels).
+        parent: ``[B]`` node index whose child gets expanded.
+        action: ``[B]`` action to expand.
+    """
+
+    edges: Tensor
+    nodes: Tensor
+    active: Tensor
+    parent: Tensor
+    action: Tensor
+
+
+def _simulate(
+    tree: Tree, offsets: Tensor, root_fn: SelectionFn, interior_fn: SelectionFn, max_depth: int
+) -> _Path:
+    """Walk down every tree, in lockstep, until each one reaches an unexpanded edge."""
+    num_actions = tree.num_actions
+    children = tree.children_index.view(-1)
+    node = torch.full_like(offsets, ROOT_INDEX)
+    active = torch.ones_like(offsets, dtype=torch.bool)
+    parent, chosen = node, node
+    edges, nodes, actives = [], [], []
+    depth = 0
+    while True:
+        action = (root_fn if depth == 0 else interior_fn)(tree, node, depth)
+        flat_node = offsets + node
+        flat_edge = flat_node * num_actions + action
+        edges.append(flat_edge)
+        nodes.append(flat_node)
+        actives.append(active)
+        parent = torch.where(active, node, parent)
+        chosen = torch.where(active, action, chosen)
+        child = children.index_select(0, flat_edge)
+        depth += 1
+        active = active & (child != UNVISITED)
+        if depth >= max_depth or not bool(active.any()):
+            stack = partial(torch.stack, dim=1)
+            return _Path(stack(edges), stack(nodes), stack(actives), parent, chosen)
+        node = torch.where(active, child, node)
+
+
+class _EmbeddingStore:
+    """Fast row reads and writes of the ``[B, N]`` embeddings TensorDict (flat indices)."""
+
+    def __init__(self, embeddings: TensorDictBase, wrapped: bool) -> None:
+        self.wrapped = wrapped
+        self.keys = list(embeddings.keys(include_nested=True, leaves_only=True))
+        self.leaves = [embeddings.get(key).flatten(0, 1) for key in self.keys]
+        self.batch = embeddings.batch_size[:1]
+
+    def read(self, flat: Tensor) -> TensorDictBase | Tensor:
+        rows = [leaf.index_select(0, flat) for leaf in self.leaves]
+        if self.wrapped:
+            return rows[0]
+        return TensorDict(dict(zip(self.keys, rows, strict=True)), batch_size=self.batch)
+
+    def write(self, flat: Tensor, values: TensorDictBase | Tensor) -> None:
+        if self.wrapped:
+            self.leaves[0].index_copy_(0, flat, values.to(self.leaves[0].dtype))
+            return
+        for key, leaf in zip(self.keys, self.leaves, strict=True):
+            value = values.get(key, None)
+            if value is None:
+                raise KeyError(
+                    f"recurrent_fn next_embedding lacks the key {key!r} of the root embedding"
+                )
+            leaf.index_copy_(0, flat, value.to(leaf.dtype))
+
+
+def _vector(x: Tensor, batch: int, name: str, dtype: torch.dtype) -> Tensor:
+    if not isinstance(x, Tensor):
+        x = torch.as_tensor(x)
+    if x.shape == (batch, 1):
+        x = x.squeeze(-1)
+    if x.shape != (batch,):
+        raise ValueError(f"recurrent_fn {name} must be [B]={batch}, got {tuple(x.shape)}")
+    return x.to(dtype)
+
+
+def _expand(
+    tree: Tree,
+    store: _EmbeddingStore,
+    offsets: Tensor,
+    recurrent_fn: RecurrentFn,
+    path: _Path,
+    new_index: int,
+    two_player: bool,
+) -> Tensor:
+    """Call the model on the selected edges and write the new nodes. Returns leaves ``[B]``."""
+    num_actions, batch = tree.num_actions, tree.batch_size
+    parent, action = path.parent, path.action
+    flat_parent = offsets + parent
+    flat_edge = flat_parent * num_actions + action
+    existing = tree.children_index.view(-1).index_select(0, flat_edge)
+    is_new = existing == UNVISITED
+    leaf = torch.where(is_new, new_index, existing)
+    if not bool(is_new.any()):  # every tree re-evaluates a node at max_depth
+        return leaf
+    out = RecurrentOutput(*recurrent_fn(store.read(flat_parent), action))
+    dtype = tree.value_sums.dtype
+    reward = _vector(out.reward, batch, "reward", dtype)
+    discount = _vector(out.discount, batch, "discount", dtype)
+    value = _vector(out.value, batch, "value", dtype)
+    if out.prior_logits.shape != (batch, num_actions):
+        raise ValueError(
+            f"recurrent_fn prior_logits must be [B, A]={batch, num_actions}, "
+            f"got {tuple(out.prior_logits.shape)}"
+        )
+    invalid = _normalize_invalid(out.invalid_actions, batch, num_actions, offsets.device)
+    logits = mask_invalid_logits(out.prior_logits.to(dtype), invalid)
+    next_embedding = out.next_embedding
+    if two_player:
+        discount = -discount
+    flat_leaf = offsets + leaf
+    written = leaf
+    if not bool(is_new.all()):  # only the trees that grow get written (others hit max_depth)
+        keep = is_new.nonzero().squeeze(-1)
+        flat_edge, flat_leaf, written = flat_edge[keep], flat_leaf[keep], leaf[keep]
+        parent, action = parent[keep], action[keep]
+        reward, discount, value = reward[keep], discount[keep], value[keep]
+        logits, invalid, next_embedding = logits[keep], invalid[keep], next_embedding[keep]
+    tree.children_index.view(-1).index_copy_(0, flat_edge, written)
+    tree.children_rewards.view(-1).index_copy_(0, flat_edge, reward)
+    tree.children_discounts.view(-1).index_copy_(0, flat_edge, discount)
+    tree.parents.view(-1).index_copy_(0, flat_leaf, parent)
+    tree.action_from_parent.view(-1).index_copy_(0, flat_leaf, action)
+    tree.raw_values.view(-1).index_copy_(0, flat_leaf, value)
+    tree.children_prior_logits.view(-1, num_actions).index_copy_(0, flat_leaf, logits)
+    tree.invalid_actions.view(-1, num_actions).index_copy_(0, flat_leaf, invalid)
+    store.write(flat_leaf, next_embedding)
+    return leaf
+
+
+def _normalize_invalid(
+    invalid: Tensor | None, batch: int, num_actions: int, device: torch.device
+) -> Tensor:
+    if invalid is None:
+        return torch.zeros(batch, num_actions, dtype=torch.bool, device=device)
+    if invalid.shape != (batch, num_actions):
+        raise ValueError(
+            f"recurrent_fn invalid_actions must be [B, A]={batch, num_actions}, "
+            f"got {tuple(invalid.shape)}"
+        )
+    invalid = invalid.bool()
+    return invalid & ~invalid.all(-1, keepdim=True)
+
+
+def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> None:
+    """Back the leaves' raw values up their paths, updating visits and value sums.
+
+    The values are computed level by level (``v_parent = r + discount * v_child``); the
+    statistics of all levels are then added with one ``index_add_`` per field. Levels a
+    tree did not take add zero.
+    """
+    flat_leaf = offsets + leaf
+    value = leaf_value = tree.raw_values.view(-1).index_select(0, flat_leaf)
+    edges = path.edges.reshape(-1)
+    rewards = tree.children_rewards.view(-1).index_select(0, edges).view_as(path.edges)
+    discounts = tree.children_discounts.view(-1).index_select(0, edges).view_as(path.edges)
+    mask = path.active.to(value.dtype)
+    child_values, node_values = [], []
+    for level in range(path.edges.shape[1] - 1, -1, -1):
+        child_values.append(value)
+        value = torch.where(
+            path.active[:, level], rewards[:, level] + discounts[:, level] * value, value
+        )
+        node_values.append(value)
+    child_values = torch.stack(child_values[::-1], 1) * mask  # [B, D]
+    node_values = torch.stack(node_values[::-1], 1) * mask
+    counts = path.active.long().view(-1)
+    tree.node_visits.view(-1).index_add_(0, flat_leaf, torch.ones_like(leaf))
+    tree.value_sums.view(-1).index_add_(0, flat_leaf, leaf_value)
+    tree.node_visits.view(-1).index_add_(0, path.nodes.view(-1), counts)
+    tree.value_sums.view(-1).index_add_(0, path.nodes.view(-1), node_values.view(-1))
+    tree.children_visits.view(-1).index_add_(0, edges, counts)
+    tree.children_value_sums.view(-1).index_add_(0, edges, child_values.view(-1))

@@ -1,0 +1,328 @@
+"""The search tree of a batch of ``B`` searches, held in tensors.
+
+Modelled on mctx's ``Tree`` (Danihelka et al., 2022): one frozen dataclass of tensors with a
+leading batch dim ``B`` (one tree per row), a node dim ``N = num_simulations + 1`` (node 0 is
+the root, node ``s + 1`` is the node expanded by simulation ``s``) and an action dim ``A``.
+There is no Python object per node; the search fills the tensors in place.
+
+Conventions:
+  * ``node_visits[b, n]`` counts the node's own evaluation plus every simulation that passed
+    through it, so the root has ``1 + num_simulations`` visits after a search.
+  * ``value_sums[b, n] / node_visits[b, n]`` is the node's mean value, seen by the player to
+    act at that node.
+  * The edge ``(n, a)`` carries the reward and discount of that transition:
+    ``Q(n, a) = children_rewards[n, a] + children_discounts[n, a] * value(child)``.
+    For two-player zero-sum games the search stores the discount negated, so that a child's
+    value (seen by the opponent) counts against the player at ``n``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor
+
+UNVISITED = -1
+"""Entry of ``children_index`` for a child that has not been expanded."""
+NO_PARENT = -1
+"""Entry of ``parents`` / ``action_from_parent`` for the root and for unused nodes."""
+ROOT_INDEX = 0
+"""Index of the root node in every tree."""
+EMBEDDING_KEY = "embedding"
+"""Key under which a plain-tensor embedding is stored in ``Tree.embeddings``."""
+
+
+class RootOutput(NamedTuple):
+    """What the representation (or the simulator and the net) says about the roots.
+
+    Attributes:
+        prior_logits: ``[B, A]`` prior logits of the root policy.
+        value: ``[B]`` value estimate of the root states (the player to act's view).
+        embedding: the root states or latent embeddings: a TensorDict with batch ``[B]`` or a
+            tensor ``[B, ...]``; handed back to the recurrent model unchanged in kind.
+        invalid_actions: optional ``[B, A]`` bool, True for illegal actions at the roots.
+    """
+
+    prior_logits: Tensor
+    value: Tensor
+    embedding: TensorDictBase | Tensor
+    invalid_actions: Tensor | None = None
+
+
+class RecurrentOutput(NamedTuple):
+    """What the recurrent model returns for one transition per tree.
+
+    A recurrent model is any callable ``(embedding, action) -> RecurrentOutput`` (or a plain
+    tuple in the same order), with ``embedding`` of batch ``[B]`` and ``action`` ``[B]`` int64.
+
+    Attributes:
+        next_embedding: the next states / embeddings, batch ``[B]``, same kind as the input.
+        reward: ``[B]`` reward of the transition, seen by the player who acted.
+        discount: ``[B]`` discount of the transition, ``0`` after a terminal transition.
+        prior_logits: ``[B, A]`` prior logits at the next state.
+        value: ``[B]`` value of the next state, seen by the player to act there (``0`` for a
+            terminal state).
+        invalid_actions: optional ``[B, A]`` bool, True for illegal actions at the next state.
+    """
+
+    next_embedding: TensorDictBase | Tensor
+    reward: Tensor
+    discount: Tensor
+    prior_logits: Tensor
+    value: Tensor
+    invalid_actions: Tensor | None = None
+
+
+class NodeStats(NamedTuple):
+    """One node per tree, as seen by a selection rule (``Tree.node_stats``).
+
+    Attributes:
+        visits: ``[B, A]`` children visit counts (float).
+        qvalues: ``[B, A]`` ``r + discount * value(child)`` (``r`` for unvisited children).
+        prior_logits: ``[B, A]`` (invalid actions masked).
+        invalid: ``[B, A]`` bool.
+        node_visit: ``[B]`` the node's visit count (float).
+        node_value: ``[B]`` the node's mean value.
+        raw_value: ``[B]`` the model's value of the node.
+    """
+
+    visits: Tensor
+    qvalues: Tensor
+    prior_logits: Tensor
+    invalid: Tensor
+    node_visit: Tensor
+    node_value: Tensor
+    raw_value: Tensor
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A batch of ``B`` search trees with ``N`` node slots and ``A`` actions.
+
+    The fields cannot be rebound; the search writes into the tensors in place while it runs.
+    Treat a returned tree as read-only.
+
+    Attributes:
+        node_visits: ``[B, N]`` int64 visit counts.
+        raw_values: ``[B, N]`` value the model gave each node when it was expanded.
+        value_sums: ``[B, N]`` sum of the values backed up through each node.
+        parents: ``[B, N]`` int64 parent index (``NO_PARENT`` for the root / unused slots).
+        action_from_parent: ``[B, N]`` int64 action leading from the parent to the node.
+        children_index: ``[B, N, A]`` int64 node index of each child (``UNVISITED`` if none).
+        children_visits: ``[B, N, A]`` int64 visit counts of each child (0 if unvisited).
+        children_value_sums: ``[B, N, A]`` value sum of each child (0 if unvisited).
+        children_prior_logits: ``[B, N, A]`` prior logits at each node (invalid ones masked).
+        children_rewards: ``[B, N, A]`` reward on each edge.
+        children_discounts: ``[B, N, A]`` discount on each edge (negated for two players).
+        invalid_actions: ``[B, N, A]`` bool, illegal actions at each node; a node where
+            every action is illegal (a terminal state) is stored with none illegal.
+        embeddings: TensorDict ``[B, N]`` of the states / embeddings of the nodes.
+        extra: TensorDict ``[B]`` of per-tree extras (e.g. the root ``"gumbel"`` ``[B, A]``).
+    """
+
+    node_visits: Tensor
+    raw_values: Tensor
+    value_sums: Tensor
+    parents: Tensor
+    action_from_parent: Tensor
+    children_index: Tensor
+    children_visits: Tensor
+    children_value_sums: Tensor
+    children_prior_logits: Tensor
+    children_rewards: Tensor
+    children_discounts: Tensor
+    invalid_actions: Tensor
+    embeddings: TensorDictBase
+    extra: TensorDictBase
+
+    @property
+    def batch_size(self) -> int:
+        return self.node_visits.shape[0]
+
+    @property
+    def num_nodes(self) -> int:
+        return self.node_visits.shape[1]
+
+    @property
+    def num_actions(self) -> int:
+        return self.children_index.shape[-1]
+
+    @property
+    def children_values(self) -> Tensor:
+        """``[B, N, A]`` mean value of each child (0 for unvisited children)."""
+        visits = self.children_visits.clamp(min=1).to(self.value_sums.dtype)
+        return self.children_value_sums / visits
+
+    @property
+    def node_values(self) -> Tensor:
+        """``[B, N]`` mean value of each node (``0`` for unused slots)."""
+        return self.value_sums / self.node_visits.clamp(min=1).to(self.value_sums.dtype)
+
+    def flat_index(self, node_index: Tensor) -> Tensor:
+        """Row of ``(b, node_index[b])`` in the ``[B * N, ...]`` flattening, shape ``[B]``."""
+        offsets = torch.arange(self.batch_size, device=node_index.device) * self.num_nodes
+        return offsets + node_index
+
+    def node_stats(self, node_index: Tensor, flat: Tensor | None = None) -> NodeStats:
+        """Gather what a selection rule needs about node ``node_index[b]`` of each tree.
+
+        Args:
+            node_index: ``[B]`` int64.
+            flat: optional precomputed ``flat_index(node_index)``.
+
+        Returns:
+            :class:`NodeStats` with ``[B, A]`` / ``[B]`` tensors.
+        """
+        flat = self.flat_index(node_index) if flat is None else flat
+
+        def rows(x: Tensor) -> Tensor:
+            return x.flatten(0, 1).index_select(0, flat)
+
+        dtype = self.value_sums.dtype
+        node_visit = rows(self.node_visits).to(dtype)
+        visits = rows(self.children_visits).to(dtype)
+        child_values = rows(self.children_value_sums) / visits.clamp(min=1)
+        return NodeStats(
+            visits=visits,
+            qvalues=rows(self.children_rewards) + rows(self.children_discounts) * child_values,
+            prior_logits=rows(self.children_prior_logits),
+            invalid=rows(self.invalid_actions),
+            node_visit=node_visit,
+            node_value=rows(self.value_sums) / node_visit.clamp(min=1),
+            raw_value=rows(self.raw_values),
+        )
+
+    def qvalues(self, node_index: Tensor) -> Tensor:
+        """``Q(n, a) = r(n, a) + discount(n, a) * value(child)``, shape ``[B, A]``.
+
+        Unvisited children count with value 0; callers mask them by visit count.
+        """
+        return self.node_stats(node_index).qvalues
+
+    def root_summary(self) -> TensorDict:
+        """Root statistics as a TensorDict ``[B]``.
+
+        Returns:
+            ``"visit_counts"`` ``[B, A]``, ``"visit_probs"`` ``[B, A]``, ``"value"`` ``[B]``
+            (mean root value after the search), ``"q_values"`` ``[B, A]``.
+        """
+        visits = self.children_visits[:, ROOT_INDEX]
+        total = visits.sum(-1, keepdim=True).clamp(min=1)
+        qvalues = self.children_rewards[:, ROOT_INDEX] + (
+            self.children_discounts[:, ROOT_INDEX] * self.children_values[:, ROOT_INDEX]
+        )
+        return TensorDict(
+            {
+                "visit_counts": visits,
+                "visit_probs": visits.to(self.value_sums.dtype) / total,
+                "value": self.node_values[:, ROOT_INDEX],
+                "q_values": qvalues,
+            },
+            batch_size=[self.batch_size],
+        )
+
+    def select_trees(self, index: Tensor | slice | int) -> Tree:
+        """The sub-batch of trees ``index`` (e.g. ``tree.select_trees(slice(2, 3))``)."""
+        if isinstance(index, int):
+            index = slice(index, index + 1)
+        fields = {name: getattr(self, name)[index] for name in self.__dataclass_fields__}
+        return Tree(**fields)
+
+
+def mask_invalid_logits(logits: Tensor, invalid_actions: Tensor | None) -> Tensor:
+    """Replace the logits of invalid actions by a very low finite value.
+
+    Args:
+        logits: ``[..., A]``.
+        invalid_actions: ``[..., A]`` bool or None. Rows where every action is invalid are
+            left unmasked (a terminal state keeps a well-defined, if meaningless, policy).
+
+    Returns:
+        ``[..., A]`` logits, shifted so that the largest valid one is 0.
+    """
+    if invalid_actions is None:
+        return logits - logits.max(-1, keepdim=True).values
+    invalid = invalid_actions & ~invalid_actions.all(-1, keepdim=True)
+    low = torch.finfo(logits.dtype).min
+    masked = logits.masked_fill(invalid, low)
+    return (masked - masked.max(-1, keepdim=True).values).clamp(min=low)
+
+
+def init_tree(
+    root: RootOutput, num_nodes: int, extra: TensorDictBase | None = None
+) -> tuple[Tree, bool]:
+    """Allocate a tree of ``num_nodes`` slots per search and write the root into slot 0.
+
+    Args:
+        root: the roots; ``root.prior_logits`` is ``[B, A]``, ``root.value`` ``[B]``.
+        num_nodes: ``N``, usually ``num_simulations + 1``.
+        extra: optional per-tree extras, batch ``[B]``.
+
+    Returns:
+        ``(tree, wrapped)`` where ``wrapped`` says the embedding was a plain tensor stored
+        under ``EMBEDDING_KEY``.
+    """
+    logits, value = root.prior_logits, root.value
+    if logits.dim() != 2:
+        raise ValueError(f"root.prior_logits must be [B, A], got shape {tuple(logits.shape)}")
+    batch, num_actions = logits.shape
+    if value.shape != (batch,):
+        raise ValueError(
+            f"root.value must be [B]={batch}, got shape {tuple(value.shape)}; "
+            "squeeze a trailing value dim of 1 first"
+        )
+    embedding, wrapped = _as_tensordict(root.embedding, batch, "root.embedding")
+    device, dtype = logits.device, value.dtype
+    invalid = root.invalid_actions
+    if invalid is None:
+        invalid = torch.zeros(batch, num_actions, dtype=torch.bool, device=device)
+    elif invalid.shape != (batch, num_actions):
+        raise ValueError(
+            f"invalid_actions must be [B, A]={batch, num_actions}, got {tuple(invalid.shape)}"
+        )
+
+    def full(shape, fill, dt):
+        return torch.full(shape, fill, dtype=dt, device=device)
+
+    nodes, edges = (batch, num_nodes), (batch, num_nodes, num_actions)
+    tree = Tree(
+        node_visits=full(nodes, 0, torch.int64),
+        raw_values=full(nodes, 0, dtype),
+        value_sums=full(nodes, 0, dtype),
+        parents=full(nodes, NO_PARENT, torch.int64),
+        action_from_parent=full(nodes, NO_PARENT, torch.int64),
+        children_index=full(edges, UNVISITED, torch.int64),
+        children_visits=full(edges, 0, torch.int64),
+        children_value_sums=full(edges, 0, dtype),
+        children_prior_logits=full(edges, 0, dtype),
+        children_rewards=full(edges, 0, dtype),
+        children_discounts=full(edges, 0, dtype),
+        invalid_actions=full(edges, False, torch.bool),
+        embeddings=embedding.unsqueeze(1).expand(batch, num_nodes).clone(),
+        extra=extra if extra is not None else TensorDict({}, batch_size=[batch], device=device),
+    )
+    tree.node_visits[:, ROOT_INDEX] = 1
+    tree.raw_values[:, ROOT_INDEX] = value
+    tree.value_sums[:, ROOT_INDEX] = value
+    tree.children_prior_logits[:, ROOT_INDEX] = mask_invalid_logits(logits.to(dtype), invalid)
+    tree.invalid_actions[:, ROOT_INDEX] = invalid & ~invalid.all(-1, keepdim=True)
+    return tree, wrapped
+
+
+def _as_tensordict(
+    embedding: TensorDictBase | Tensor, batch: int, name: str
+) -> tuple[TensorDictBase, bool]:
+    if isinstance(embedding, TensorDictBase):
+        if embedding.batch_size[:1] != torch.Size([batch]):
+            raise ValueError(f"{name} must have batch [B]={batch}, got {embedding.batch_size}")
+        if embedding.batch_dims > 1:
+            embedding = embedding.copy()
+            embedding.batch_size = [batch]
+        return embedding, False
+    if not isinstance(embedding, Tensor) or embedding.shape[:1] != (batch,):
+        shape = getattr(embedding, "shape", type(embedding).__name__)
+        raise ValueError(f"{name} must be a TensorDict [B] or a tensor [B, ...], got {shape}")
+    return TensorDict({EMBEDDING_KEY: embedding}, batch_size=[batch]), True
