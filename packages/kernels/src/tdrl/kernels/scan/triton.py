@@ -15,8 +15,9 @@ import triton.language as tl
 
 from .reference import reverse_scan_rows
 
-BLOCK_N = 16
-BLOCK_T = 128
+from .._dispatch import interpreting
+
+BLOCK_N, BLOCK_T = 16, 128  # largest tile; small inputs get a smaller one
 
 
 @triton.jit
@@ -66,6 +67,9 @@ def reverse_scan_rows_triton(d: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(d)
     if n == 0 or t_len == 0:
         return y
-    grid = (triton.cdiv(n, BLOCK_N),)
-    _reverse_scan_kernel[grid](d, c, y, n, t_len, BLOCK_N=BLOCK_N, BLOCK_T=BLOCK_T, num_warps=4)
+    block_n = min(BLOCK_N, triton.next_power_of_2(n))
+    block_t = min(BLOCK_T, triton.next_power_of_2(t_len))
+    opts = {} if interpreting() else {"num_warps": 4}
+    grid = (triton.cdiv(n, block_n),)
+    _reverse_scan_kernel[grid](d, c, y, n, t_len, BLOCK_N=block_n, BLOCK_T=block_t, **opts)
     return y
