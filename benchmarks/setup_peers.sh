@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds .venv-bench: our packages beside the peers users would pick instead (TorchRL 0.14.1,
-# BenchMARL, TRL), so that one benchmark run measures both and prints the ratio.
+# Builds .venv-bench: our packages beside the peers users would pick instead (TorchRL 0.14.1, TRL),
+# so that one benchmark run measures both and prints the ratio. BenchMARL 1.5.2 pins torchrl<0.12 and
+# torchvision, so it cannot share this venv: benchmarks/marl.py sets up its own.
 # TorchRL 0.14.1 pins tensordict<0.15, so this venv holds tensordict 0.14.x; tdrl supports it.
 # Peers are benchmark-only: they are never runtime dependencies of a tdrl package.
 set -euo pipefail
@@ -10,7 +11,7 @@ VENV=${VENV:-.venv-bench}
 PIP="$VENV/bin/pip"
 "$PIP" install -q torch==2.13.0
 "$PIP" install -q "torchrl==0.14.1" "tensordict>=0.14.3,<0.15" \
-    "gymnasium[mujoco,classic-control]==1.4.0" "vmas==1.5.2" "benchmarl==1.5.2" "trl" \
+    "gymnasium[mujoco,classic-control]==1.4.0" "vmas==1.5.2" "trl" \
     -e packages/kernels -e "packages/core[apps]" -e packages/marl -e packages/llm \
     matplotlib tqdm psutil
 "$VENV/bin/python" -c "import torchrl, tensordict, tdrl.core; print('torchrl', torchrl.__version__, 'tensordict', tensordict.__version__)"
