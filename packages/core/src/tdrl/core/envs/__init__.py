@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .check import check_env_specs
 from .common import EnvBase, make_done_spec, step_mdp
 from .gym import GymEnv, GymWrapper, gym_space_to_spec
 from .batched import SerialEnv
@@ -16,6 +17,7 @@ __all__ = [
     "PendulumEnv",
     "SerialEnv",
     "WorkerError",
+    "check_env_specs",
     "gym_space_to_spec",
     "make_done_spec",
     "step_mdp",

@@ -245,12 +245,21 @@ class EnvBase:
             mask = tensordict.get(RESET_KEY, None)
         if mask is not None and not bool(mask.any()):
             return tensordict.exclude(RESET_KEY)
+        out = self._reset_unmerged(tensordict, **kwargs)
+        if mask is not None and not bool(mask.all()):
+            out = self._merge_partial(out, tensordict, mask)
+        return out
+
+    def _reset_unmerged(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
+        """``_reset`` plus default done flags, before partial-reset rows are merged back.
+
+        Wrappers (``TransformedEnv``) call this on their base env so that the merge with
+        the caller's tensordict happens once, at the outermost level.
+        """
         out = self._reset(tensordict, **kwargs)
         for key, spec in self._full_done_spec.items(True, True):
             if out.get(key, None) is None:
                 out.set(key, spec.zero())
-        if mask is not None and not bool(mask.all()):
-            out = self._merge_partial(out, tensordict, mask)
         return out
 
     def _merge_partial(self, out: TensorDictBase, old: TensorDictBase, mask: torch.Tensor):
@@ -275,11 +284,14 @@ class EnvBase:
             ``tensordict`` itself, with ``tensordict["next"]`` = observations, ``reward``
             ``(*batch, 1)``, ``done``/``terminated``/``truncated`` ``(*batch, 1)`` bool.
         """
+        _set_unsafe(tensordict, NEXT, self._step_checked(tensordict))
+        return tensordict
+
+    def _step_checked(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """``_step`` with the action check when ``check_actions`` is on: the ``"next"`` content."""
         if self.check_actions:
             self._assert_actions(tensordict)
-        next_td = self._step(tensordict)
-        _set_unsafe(tensordict, NEXT, next_td)
-        return tensordict
+        return self._step(tensordict)
 
     def step_and_maybe_reset(
         self, tensordict: TensorDictBase

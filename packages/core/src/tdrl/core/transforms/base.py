@@ -1,0 +1,233 @@
+"""``Transform`` (the base of every transform) and ``Compose``.
+
+A transform sits between an environment and its user (see ``TransformedEnv``):
+
+* ``_step(td, next_td)`` rewrites the step output ``next_td`` (``td`` is the root of step
+  ``t``, where stateful transforms find their previous value); by default ``_call(next_td)``;
+* ``_reset(td, td_reset)`` rewrites a reset output (``td`` is the reset input, possibly
+  holding a ``"_reset"`` mask, or ``None``); by default ``_call(td_reset)``;
+* ``inv(td)`` rewrites the input of ``step`` on its way to the base env (actions);
+* ``transform_*_spec`` rewrite the specs so that the transformed env describes its data;
+* ``forward(td)`` applies ``_call`` to any TensorDict (e.g. replay-buffer data).
+
+Key names follow TorchRL: ``in_keys``/``out_keys`` for the forward direction,
+``in_keys_inv`` (keys the base env reads) / ``out_keys_inv`` (keys the user writes).
+Transforms are ``nn.Module``s, so their statistics live in ``state_dict()``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from ..specs import Composite
+
+__all__ = ["Transform", "Compose"]
+
+NestedKey = str | tuple
+
+
+def _as_keys(keys) -> list:
+    if keys is None:
+        return []
+    if isinstance(keys, str | tuple):
+        return [keys]
+    return list(keys)
+
+
+class Transform(nn.Module):
+    """Base class of transforms (see the module docstring for the protocol).
+
+    Args:
+        in_keys: keys read by the forward transform.
+        out_keys: keys written (default: ``in_keys``, in place).
+        in_keys_inv: keys the base env reads in ``step`` (written by ``inv``).
+        out_keys_inv: keys the user writes (read by ``inv``; default ``in_keys_inv``).
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_keys = _as_keys(in_keys)
+        self.out_keys = _as_keys(out_keys) or list(self.in_keys)
+        self.in_keys_inv = _as_keys(in_keys_inv)
+        self.out_keys_inv = _as_keys(out_keys_inv) or list(self.in_keys_inv)
+        if len(self.in_keys) != len(self.out_keys):
+            raise ValueError(f"{type(self).__name__}: in_keys {self.in_keys} and out_keys "
+                             f"{self.out_keys} must have the same length.")
+        self._container_ref = None
+
+    # ------------------------------------------------------------------ wiring
+    def set_container(self, container) -> None:
+        """Called by ``TransformedEnv`` / ``Compose``: the object holding this transform.
+
+        Kept as a weak reference (not a sub-module), so there is no ownership cycle.
+        """
+        self._container_ref = None if container is None else weakref.ref(container)
+
+    @property
+    def container(self):
+        return None if self._container_ref is None else self._container_ref()
+
+    @property
+    def parent(self):
+        """The ``TransformedEnv`` holding this transform (or ``None``)."""
+        c = self.container
+        while isinstance(c, Transform):
+            c = c.container
+        return c
+
+    @property
+    def has_inv(self) -> bool:
+        return bool(self.in_keys_inv)
+
+    # ------------------------------------------------------------------ data
+    def _apply_transform(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def _inv_apply_transform(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def _call(self, td: TensorDictBase) -> TensorDictBase:
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            val = td.get(k_in, None)
+            if val is not None:
+                td.set(k_out, self._apply_transform(val))
+        return td
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        """Apply the transform to ``td`` (and to ``td["next"]`` if present)."""
+        self._call(td)
+        nxt = td.get("next", None)
+        if isinstance(nxt, TensorDictBase):
+            self._call(nxt)
+        return td
+
+    def _step(self, td: TensorDictBase, next_td: TensorDictBase) -> TensorDictBase:
+        return self._call(next_td)
+
+    def _reset(self, td: TensorDictBase | None, td_reset: TensorDictBase) -> TensorDictBase:
+        return self._call(td_reset)
+
+    def inv(self, td: TensorDictBase) -> TensorDictBase:
+        """Rewrite the step input ``td`` in place (callers pass a shallow copy)."""
+        for k_in, k_out in zip(self.in_keys_inv, self.out_keys_inv, strict=True):
+            val = td.get(k_out, None)
+            if val is not None:
+                td.set(k_in, self._inv_apply_transform(val))
+        return td
+
+    # ------------------------------------------------------------------ specs
+    def transform_observation_spec(self, spec: Composite) -> Composite:
+        return spec
+
+    def transform_reward_spec(self, spec: Composite) -> Composite:
+        return spec
+
+    def transform_done_spec(self, spec: Composite) -> Composite:
+        return spec
+
+    def transform_action_spec(self, spec: Composite) -> Composite:
+        return spec
+
+    def transform_state_spec(self, spec: Composite) -> Composite:
+        return spec
+
+    def extra_repr(self) -> str:
+        return f"in_keys={self.in_keys}, out_keys={self.out_keys}"
+
+
+class Compose(Transform):
+    """A sequence of transforms applied in order (inverse transforms in reverse order).
+
+    Args:
+        *transforms: the transforms.
+    """
+
+    def __init__(self, *transforms: Transform) -> None:
+        super().__init__()
+        self.transforms = nn.ModuleList()
+        for t in transforms:
+            self.append(t)
+
+    def append(self, transform: Transform) -> None:
+        if not isinstance(transform, Transform):
+            raise TypeError(f"Compose takes Transform instances, got {type(transform).__name__}.")
+        transform.set_container(self)
+        self.transforms.append(transform)
+
+    def insert(self, index: int, transform: Transform) -> None:
+        transform.set_container(self)
+        self.transforms.insert(index, transform)
+
+    def __getitem__(self, i):
+        return self.transforms[i]
+
+    def __len__(self) -> int:
+        return len(self.transforms)
+
+    def __iter__(self):
+        return iter(self.transforms)
+
+    @property
+    def has_inv(self) -> bool:
+        return any(t.has_inv for t in self.transforms)
+
+    def _call(self, td):
+        for t in self.transforms:
+            td = t._call(td)
+        return td
+
+    def forward(self, td):
+        for t in self.transforms:
+            td = t(td)
+        return td
+
+    def _step(self, td, next_td):
+        for t in self.transforms:
+            next_td = t._step(td, next_td)
+        return next_td
+
+    def _reset(self, td, td_reset):
+        for t in self.transforms:
+            td_reset = t._reset(td, td_reset)
+        return td_reset
+
+    def inv(self, td):
+        for t in reversed(self.transforms):
+            td = t.inv(td)
+        return td
+
+    def _chain(self, name: str, spec):
+        for t in self.transforms:
+            spec = getattr(t, name)(spec)
+        return spec
+
+    def transform_observation_spec(self, spec):
+        return self._chain("transform_observation_spec", spec)
+
+    def transform_reward_spec(self, spec):
+        return self._chain("transform_reward_spec", spec)
+
+    def transform_done_spec(self, spec):
+        return self._chain("transform_done_spec", spec)
+
+    def transform_action_spec(self, spec):
+        # The action travels user -> base env through inv() in reverse order, so the user's
+        # action spec is the base action spec rewritten by each transform in forward order.
+        return self._chain("transform_action_spec", spec)
+
+    def transform_state_spec(self, spec):
+        return self._chain("transform_state_spec", spec)
+
+    def extra_repr(self) -> str:
+        return ""

@@ -1,0 +1,112 @@
+"""``TransformedEnv``: an environment seen through a (composed) transform."""
+
+from __future__ import annotations
+
+from tensordict import TensorDictBase
+
+from ..envs.common import EnvBase
+from ..keys import NEXT
+from .base import Compose, Transform
+
+__all__ = ["TransformedEnv"]
+
+
+class TransformedEnv(EnvBase):
+    """Wrap ``env`` so that its outputs (and specs) pass through ``transform``.
+
+    ``step`` sends a shallow copy of the input through ``transform.inv`` (e.g. action
+    scaling) to the base env, then rewrites the base env's ``"next"`` with the transforms'
+    ``_step``; ``reset`` rewrites the base env's reset output with ``_reset``. Partial resets
+    (``"_reset"`` masks) are merged once, here, so stateful transforms stay consistent.
+
+    Args:
+        env: the base environment.
+        transform: a transform or ``Compose``; more can be added with ``append_transform``.
+        check_actions: check actions against the transformed action spec at every step
+            (default: the base env's setting).
+
+    Attributes of the base env that the wrapper does not define are forwarded to it.
+    The transforms' statistics are in ``env.state_dict()`` / ``env.transform.state_dict()``.
+    """
+
+    def __init__(
+        self,
+        env: EnvBase,
+        transform: Transform | None = None,
+        check_actions: bool | None = None,
+    ) -> None:
+        self.base_env = env
+        super().__init__(
+            batch_size=env.batch_size,
+            device=env.device,
+            check_actions=env.check_actions if check_actions is None else check_actions,
+        )
+        if transform is None:
+            transform = Compose()
+        elif not isinstance(transform, Compose):
+            transform = Compose(transform)
+        self.transform = transform
+        transform.set_container(self)
+        self._refresh_specs()
+
+    def _refresh_specs(self) -> None:
+        """Recompute the specs from the base env's specs and the transforms."""
+        base, t = self.base_env, self.transform
+        self.observation_spec = t.transform_observation_spec(base.observation_spec.clone())
+        self.full_reward_spec = t.transform_reward_spec(base.full_reward_spec.clone())
+        self.full_done_spec = t.transform_done_spec(base.full_done_spec.clone())
+        self.full_action_spec = t.transform_action_spec(base.full_action_spec.clone())
+        self.full_state_spec = t.transform_state_spec(base.full_state_spec.clone())
+
+    def append_transform(self, transform: Transform) -> TransformedEnv:
+        """Add ``transform`` after the existing ones; returns self."""
+        self.transform.append(transform)
+        self._refresh_specs()
+        return self
+
+    def insert_transform(self, index: int, transform: Transform) -> TransformedEnv:
+        self.transform.insert(index, transform)
+        self._refresh_specs()
+        return self
+
+    # ------------------------------------------------------------------ EnvBase
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.transform.has_inv:
+            td_in = self.transform.inv(tensordict.copy())
+        else:
+            td_in = tensordict
+        if td_in is tensordict:
+            next_td = self.base_env._step_checked(tensordict)
+        else:
+            next_td = self.base_env.step(td_in).get(NEXT)
+        return self.transform._step(tensordict, next_td)
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
+        out = self.base_env._reset_unmerged(tensordict, **kwargs)
+        return self.transform._reset(tensordict, out)
+
+    def _set_seed(self, seed: int) -> int:
+        return self.base_env.set_seed(seed)
+
+    def _close(self) -> None:
+        self.base_env.close()
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self, *args, **kwargs) -> dict:
+        """The transforms' state (e.g. running normalisation statistics)."""
+        return self.transform.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: dict, strict: bool = True):
+        return self.transform.load_state_dict(state_dict, strict=strict)
+
+    def __getattr__(self, name: str):
+        # Only reached when normal lookup fails: forward to the base env.
+        if name.startswith("__") or name == "base_env":
+            raise AttributeError(name)
+        base = self.__dict__.get("base_env")
+        if base is None:
+            raise AttributeError(name)
+        return getattr(base, name)
+
+    def __repr__(self) -> str:
+        return f"TransformedEnv(env={self.base_env!r}, transform={self.transform!r})"

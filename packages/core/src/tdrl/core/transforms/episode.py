@@ -1,0 +1,163 @@
+"""Episode bookkeeping: ``RewardSum`` (episode return), ``StepCounter`` (with a time limit
+that sets ``truncated``) and ``InitTracker`` (``is_init`` flags the first step)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+
+from ..keys import DONE, EPISODE_REWARD, IS_INIT, REWARD, STEP_COUNT, TRUNCATED
+from ..specs import Bounded, Categorical, Composite, Unbounded
+from .base import Transform
+
+__all__ = ["RewardSum", "StepCounter", "InitTracker"]
+
+
+def _batch(spec: Composite) -> tuple:
+    return tuple(spec.shape)
+
+
+class RewardSum(Transform):
+    """Running sum of the reward over the current episode.
+
+    ``reset`` writes ``episode_reward = 0``; each step writes
+    ``next.episode_reward = episode_reward + next.reward``. Partial resets zero only the
+    sub-envs that reset.
+
+    Args:
+        in_keys: reward keys (default ``["reward"]``).
+        out_keys: sum keys (default ``["episode_reward"]``).
+    """
+
+    def __init__(self, in_keys: Sequence | str | None = None,
+                 out_keys: Sequence | str | None = None) -> None:
+        in_keys = in_keys or [REWARD]
+        if out_keys is None:
+            out_keys = [EPISODE_REWARD] if in_keys == [REWARD] else [
+                (*k[:-1], EPISODE_REWARD) if isinstance(k, tuple) else f"episode_{k}"
+                for k in ([in_keys] if isinstance(in_keys, str | tuple) else in_keys)
+            ]
+        super().__init__(in_keys, out_keys)
+
+    def _step(self, td, next_td):
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            r = next_td.get(k_in)
+            prev = td.get(k_out, None)
+            next_td.set(k_out, r if prev is None else prev + r)
+        return next_td
+
+    def _reset(self, td, td_reset):
+        env = self.parent
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            spec = env.base_env.full_reward_spec[k_in] if env is not None else None
+            if spec is not None:
+                td_reset.set(k_out, torch.zeros(spec.shape, dtype=spec.dtype, device=spec.device))
+        return td_reset
+
+    def _call(self, td):
+        return td
+
+    def transform_observation_spec(self, spec: Composite) -> Composite:
+        env = self.parent
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            shape = (*_batch(spec), 1)
+            dtype = torch.float32
+            if env is not None and k_in in env.base_env.full_reward_spec:
+                leaf = env.base_env.full_reward_spec[k_in]
+                shape, dtype = leaf.shape, leaf.dtype
+            spec[k_out] = Unbounded(shape, spec.device, dtype)
+        return spec
+
+
+class StepCounter(Transform):
+    """Count steps since the last reset; optionally truncate episodes at ``max_steps``.
+
+    ``step_count`` is int64 ``(*batch, 1)``: 0 after reset, +1 per step. When it reaches
+    ``max_steps``, ``truncated`` and ``done`` are set (``terminated`` is left alone).
+
+    Args:
+        max_steps: time limit (``None``: only count).
+        step_count_key: where to write the count.
+        truncated_key, done_key: flags to set at the limit.
+    """
+
+    def __init__(
+        self,
+        max_steps: int | None = None,
+        step_count_key: str = STEP_COUNT,
+        truncated_key: str = TRUNCATED,
+        done_key: str = DONE,
+    ) -> None:
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 or None, got {max_steps}.")
+        super().__init__([], [])
+        self.max_steps = max_steps
+        self.step_count_key = step_count_key
+        self.truncated_key = truncated_key
+        self.done_key = done_key
+
+    def _zeros(self, td_reset: TensorDictBase) -> torch.Tensor:
+        return torch.zeros((*td_reset.batch_size, 1), dtype=torch.int64, device=td_reset.device)
+
+    def _reset(self, td, td_reset):
+        td_reset.set(self.step_count_key, self._zeros(td_reset))
+        return td_reset
+
+    def _step(self, td, next_td):
+        prev = td.get(self.step_count_key, None)
+        if prev is None:
+            prev = self._zeros(next_td)
+        count = prev + 1
+        next_td.set(self.step_count_key, count)
+        if self.max_steps is not None:
+            hit = count >= self.max_steps
+            next_td.set(self.truncated_key, next_td.get(self.truncated_key) | hit)
+            next_td.set(self.done_key, next_td.get(self.done_key) | hit)
+        return next_td
+
+    def _call(self, td):
+        return td
+
+    def transform_observation_spec(self, spec: Composite) -> Composite:
+        high = self.max_steps if self.max_steps is not None else torch.iinfo(torch.int64).max
+        spec[self.step_count_key] = Bounded(0, high, (*_batch(spec), 1), spec.device, torch.int64)
+        return spec
+
+    def transform_state_spec(self, spec: Composite) -> Composite:
+        return self.transform_observation_spec(spec)
+
+    def extra_repr(self) -> str:
+        return f"max_steps={self.max_steps}"
+
+
+class InitTracker(Transform):
+    """Write a bool ``is_init`` ``(*batch, 1)``: True on the reset step, False after.
+
+    Recurrent modules read it to reset their hidden state at episode starts.
+
+    Args:
+        init_key: the key to write (default ``"is_init"``).
+    """
+
+    def __init__(self, init_key: str = IS_INIT) -> None:
+        super().__init__([], [])
+        self.init_key = init_key
+
+    def _reset(self, td, td_reset):
+        td_reset.set(self.init_key, torch.ones((*td_reset.batch_size, 1), dtype=torch.bool,
+                                               device=td_reset.device))
+        return td_reset
+
+    def _step(self, td, next_td):
+        next_td.set(self.init_key, torch.zeros((*next_td.batch_size, 1), dtype=torch.bool,
+                                               device=next_td.device))
+        return next_td
+
+    def _call(self, td):
+        return td
+
+    def transform_observation_spec(self, spec: Composite) -> Composite:
+        spec[self.init_key] = Categorical(2, (*_batch(spec), 1), spec.device, torch.bool)
+        return spec

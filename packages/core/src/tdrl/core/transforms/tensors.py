@@ -1,0 +1,248 @@
+"""Tensor-shaping transforms: dtype casting (``DTypeCastTransform``, ``DoubleToFloat``),
+key concatenation (``CatTensors``) and frame stacking (``CatFrames``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+
+from ..keys import OBSERVATION
+from ..specs import Bounded, Composite, Unbounded
+from ..specs._base import TensorSpec
+from .base import Transform
+
+__all__ = ["DTypeCastTransform", "DoubleToFloat", "CatTensors", "CatFrames"]
+
+
+def _with_dtype(leaf: TensorSpec, dtype: torch.dtype) -> TensorSpec:
+    if isinstance(leaf, Bounded):
+        return Bounded(leaf.low.to(dtype), leaf.high.to(dtype), leaf.shape, leaf.device, dtype)
+    if isinstance(leaf, Unbounded):
+        return Unbounded(leaf.shape, leaf.device, dtype)
+    out = leaf.clone()
+    out.dtype = dtype
+    return out
+
+
+class DTypeCastTransform(Transform):
+    """Cast entries from ``dtype_in`` to ``dtype_out`` (and actions back on the way in).
+
+    Args:
+        dtype_in: the dtype the base env produces / expects.
+        dtype_out: the dtype the user sees.
+        in_keys: keys to cast in outputs (``None``: every observation and reward leaf of
+            dtype ``dtype_in``, found from the specs).
+        in_keys_inv: input keys (actions) to cast from ``dtype_out`` back to ``dtype_in``
+            (``None``: every action leaf of dtype ``dtype_in``).
+    """
+
+    def __init__(
+        self,
+        dtype_in: torch.dtype,
+        dtype_out: torch.dtype,
+        in_keys: Sequence | str | None = None,
+        in_keys_inv: Sequence | str | None = None,
+    ) -> None:
+        self._auto_keys = in_keys is None
+        self._auto_keys_inv = in_keys_inv is None
+        super().__init__(in_keys, None, in_keys_inv, None)
+        self.dtype_in = dtype_in
+        self.dtype_out = dtype_out
+
+    def _apply_transform(self, x):
+        return x.to(self.dtype_out) if x.dtype == self.dtype_in else x
+
+    def _inv_apply_transform(self, x):
+        return x.to(self.dtype_in) if x.dtype == self.dtype_out else x
+
+    def _cast_spec(self, spec: Composite, keys_attr: str, auto: bool) -> Composite:
+        keys = getattr(self, keys_attr)
+        if auto:
+            found = [k for k, v in spec.items(True, True) if v.dtype == self.dtype_in]
+            keys = list(dict.fromkeys([*keys, *found]))
+            setattr(self, keys_attr, keys)
+            if keys_attr == "in_keys":
+                self.out_keys = list(keys)
+            else:
+                self.out_keys_inv = list(keys)
+        for k in keys:
+            if k in spec and spec[k].dtype == self.dtype_in:
+                spec[k] = _with_dtype(spec[k], self.dtype_out)
+        return spec
+
+    def transform_observation_spec(self, spec):
+        return self._cast_spec(spec, "in_keys", self._auto_keys)
+
+    def transform_reward_spec(self, spec):
+        return self._cast_spec(spec, "in_keys", self._auto_keys)
+
+    def transform_action_spec(self, spec):
+        return self._cast_spec(spec, "in_keys_inv", self._auto_keys_inv)
+
+    def extra_repr(self) -> str:
+        return f"{self.dtype_in} -> {self.dtype_out}, in_keys={self.in_keys}"
+
+
+class DoubleToFloat(DTypeCastTransform):
+    """Cast float64 observations/rewards to float32 (and float32 actions back to float64).
+
+    MuJoCo tasks produce float64 observations; most policies run in float32.
+    """
+
+    def __init__(self, in_keys=None, in_keys_inv=None) -> None:
+        super().__init__(torch.float64, torch.float32, in_keys, in_keys_inv)
+
+
+class CatTensors(Transform):
+    """Concatenate several keys into one along ``dim``.
+
+    Args:
+        in_keys: keys to concatenate, in order.
+        out_key: the new key (default ``"observation_vector"``, as TorchRL).
+        dim: concatenation dim, negative (counted from the end of each entry).
+        del_keys: remove the input keys from data and specs.
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence,
+        out_key: str | tuple = "observation_vector",
+        dim: int = -1,
+        del_keys: bool = True,
+    ) -> None:
+        if dim >= 0:
+            raise ValueError(f"CatTensors needs a negative dim (from the end), got {dim}.")
+        super().__init__(list(in_keys), [out_key])
+        self.out_key = out_key
+        self.dim = dim
+        self.del_keys = del_keys
+
+    def _call(self, td: TensorDictBase) -> TensorDictBase:
+        vals = [td.get(k, None) for k in self.in_keys]
+        if all(v is None for v in vals):
+            return td
+        missing = [k for k, v in zip(self.in_keys, vals, strict=True) if v is None]
+        if missing:
+            raise KeyError(f"CatTensors: keys {missing} missing; it concatenates {self.in_keys}.")
+        td.set(self.out_key, torch.cat(vals, self.dim))
+        if self.del_keys:
+            for k in self.in_keys:
+                if k != self.out_key:
+                    del td[k]
+        return td
+
+    def transform_observation_spec(self, spec: Composite) -> Composite:
+        leaves = [spec[k] for k in self.in_keys if k in spec]
+        if not leaves:
+            return spec
+        if len(leaves) != len(self.in_keys):
+            raise KeyError(f"CatTensors: some of {self.in_keys} are not in the observation spec "
+                           f"{spec.keys(True, True)}.")
+        shape = list(leaves[0].shape)
+        shape[self.dim] = sum(leaf.shape[self.dim] for leaf in leaves)
+        dtype = leaves[0].dtype
+        if all(isinstance(leaf, Bounded) for leaf in leaves):
+            new = Bounded(torch.cat([leaf.low for leaf in leaves], self.dim),
+                          torch.cat([leaf.high for leaf in leaves], self.dim), shape,
+                          spec.device, dtype)
+        else:
+            new = Unbounded(shape, spec.device, dtype)
+        if self.del_keys:
+            for k in self.in_keys:
+                del spec[k]
+        spec[self.out_key] = new
+        return spec
+
+    def extra_repr(self) -> str:
+        return f"in_keys={self.in_keys}, out_key={self.out_key!r}, dim={self.dim}"
+
+
+class CatFrames(Transform):
+    """Stack the last ``N`` frames of a key along ``dim`` (frame stacking).
+
+    The stacked value lives in the data itself (at ``out_keys``, in place by default), so
+    partial resets, batched envs and replay buffers need no hidden state: a step builds the
+    new stack from the previous root value without its oldest frame plus the new frame.
+    After a reset the first frame is repeated ``N`` times (``padding="same"``) or padded
+    with zeros (``padding="constant"``).
+
+    Args:
+        N: number of frames.
+        dim: negative dim of each frame along which frames are concatenated
+            (``-1`` for vectors, ``-3`` for ``C, H, W`` images).
+        in_keys: keys to stack (default ``["observation"]``).
+        out_keys: where to write (default: in place).
+        padding: ``"same"`` or ``"constant"``.
+    """
+
+    def __init__(
+        self,
+        N: int,
+        dim: int = -1,
+        in_keys: Sequence | str | None = None,
+        out_keys: Sequence | str | None = None,
+        padding: str = "same",
+    ) -> None:
+        if dim >= 0:
+            raise ValueError(f"CatFrames needs a negative dim, got {dim}.")
+        if padding not in ("same", "constant"):
+            raise ValueError(f"padding must be 'same' or 'constant', got {padding!r}.")
+        super().__init__(in_keys or [OBSERVATION], out_keys)
+        self.N = int(N)
+        self.dim = dim
+        self.padding = padding
+
+    def _reset(self, td, td_reset):
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            x = td_reset.get(k_in, None)
+            if x is None:
+                continue
+            if self.padding == "same":
+                frames = [x] * self.N
+            else:
+                frames = [torch.zeros_like(x)] * (self.N - 1) + [x]
+            td_reset.set(k_out, torch.cat(frames, self.dim))
+        return td_reset
+
+    def _step(self, td, next_td):
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            x = next_td.get(k_in, None)
+            if x is None:
+                continue
+            prev = td.get(k_out, None)
+            if prev is None:
+                raise KeyError(
+                    f"CatFrames: the step input has no stacked {k_out!r}; start from reset()."
+                )
+            size = x.shape[self.dim]
+            kept = prev.narrow(self.dim, size, prev.shape[self.dim] - size)
+            next_td.set(k_out, torch.cat([kept, x], self.dim))
+        return next_td
+
+    def _call(self, td):
+        return td
+
+    def transform_observation_spec(self, spec: Composite) -> Composite:
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            if k_in not in spec:
+                continue
+            leaf = spec[k_in]
+            shape = list(leaf.shape)
+            shape[self.dim] *= self.N
+            if isinstance(leaf, Bounded):
+                low = torch.cat([leaf.low] * self.N, self.dim)
+                high = torch.cat([leaf.high] * self.N, self.dim)
+                if self.padding == "constant":
+                    low, high = low.clamp_max(0), high.clamp_min(0)
+                spec[k_out] = Bounded(low, high, shape, leaf.device, leaf.dtype)
+            else:
+                spec[k_out] = Unbounded(shape, leaf.device, leaf.dtype)
+        return spec
+
+    def transform_state_spec(self, spec: Composite) -> Composite:
+        return spec
+
+    def extra_repr(self) -> str:
+        return f"N={self.N}, dim={self.dim}, in_keys={self.in_keys}, padding={self.padding!r}"
