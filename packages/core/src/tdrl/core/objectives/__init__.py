@@ -1,0 +1,40 @@
+"""Losses (one file each) and target-network updaters.
+
+A loss returns a TensorDict: its ``loss_*`` entries are summed for the gradient
+(:func:`total_loss`), the other entries are detached diagnostics.
+"""
+
+from __future__ import annotations
+
+from tdrl.core.objectives.a2c import A2CLoss
+from tdrl.core.objectives.common import LossModule, make_target, total_loss
+from tdrl.core.objectives.cql import CQLLoss
+from tdrl.core.objectives.ddpg import DDPGLoss, QKeys
+from tdrl.core.objectives.discrete_sac import DiscreteSACLoss
+from tdrl.core.objectives.dqn import DQNKeys, DQNLoss
+from tdrl.core.objectives.iql import IQLLoss
+from tdrl.core.objectives.ppo import PPOKeys, PPOLoss
+from tdrl.core.objectives.sac import EntropyTemperature, SACLoss
+from tdrl.core.objectives.targets import HardUpdate, SoftUpdate
+from tdrl.core.objectives.td3 import TD3Loss
+
+__all__ = [
+    "LossModule",
+    "total_loss",
+    "make_target",
+    "PPOLoss",
+    "PPOKeys",
+    "A2CLoss",
+    "DQNLoss",
+    "DQNKeys",
+    "DDPGLoss",
+    "TD3Loss",
+    "SACLoss",
+    "DiscreteSACLoss",
+    "EntropyTemperature",
+    "IQLLoss",
+    "CQLLoss",
+    "QKeys",
+    "SoftUpdate",
+    "HardUpdate",
+]

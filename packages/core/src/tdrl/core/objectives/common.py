@@ -1,0 +1,147 @@
+"""What every loss shares: rebindable keys, clear missing-key errors, finite checks,
+target networks, and small helpers (entropy estimate, critic distance).
+
+A loss returns a TensorDict whose ``loss_*`` entries are summed for the gradient
+(:func:`total_loss`); every other entry is a detached diagnostic.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Iterator
+
+import torch
+import torch.distributions as D
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor, nn
+
+from tdrl.core.values._utils import NestedKey, require
+
+__all__ = ["LossModule", "next_key", "total_loss", "make_target", "distance_loss", "entropy_estimate"]
+
+
+def next_key(key: NestedKey) -> tuple:
+    """``("next", *key)``."""
+    return ("next", *((key,) if isinstance(key, str) else tuple(key)))
+
+
+def total_loss(loss_td: TensorDictBase) -> Tensor:
+    """Sum of the ``loss_*`` entries of a loss output (the scalar to backpropagate)."""
+    terms = [v for k, v in loss_td.items() if isinstance(k, str) and k.startswith("loss_")]
+    if not terms:
+        raise KeyError(f"No 'loss_*' entry in {list(loss_td.keys())}.")
+    return torch.stack(terms).sum() if len(terms) > 1 else terms[0]
+
+
+def make_target(module: nn.Module) -> nn.Module:
+    """A frozen deep copy of ``module`` (target network): no gradients, same weights."""
+    target = copy.deepcopy(module)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    return target
+
+
+def distance_loss(pred: Tensor, target: Tensor, kind: str = "l2") -> Tensor:
+    """Element-wise critic distance: ``"l2"`` (0.5 * squared error, as TorchRL), ``"l1"``
+    or ``"smooth_l1"`` (Huber with delta 1). No reduction."""
+    if kind == "l2":
+        return 0.5 * (pred - target).pow(2)
+    if kind == "l1":
+        return (pred - target).abs()
+    if kind == "smooth_l1":
+        return nn.functional.smooth_l1_loss(pred, target, reduction="none")
+    raise ValueError(f"loss kind must be 'l2', 'l1' or 'smooth_l1', got {kind!r}.")
+
+
+def entropy_estimate(dist: D.Distribution, sample: Tensor | None = None) -> Tensor:
+    """Closed-form entropy when the distribution has one, else ``-log_prob`` of a
+    reparameterised sample (``[*B]``)."""
+    try:
+        return dist.entropy()
+    except NotImplementedError:
+        if sample is None:
+            sample = dist.rsample() if dist.has_rsample else dist.sample()
+        return -dist.log_prob(sample)
+
+
+class LossModule(nn.Module):
+    """Small base of all losses.
+
+    Subclasses set ``Keys`` (a dataclass of key names) and implement ``forward``,
+    returning ``self._output({...})``. ``set_keys(**kw)`` rebinds keys;
+    ``check_finite=True`` makes the output raise on a NaN/inf term, naming it.
+    Target networks are registered with :meth:`_add_target` and updated by
+    :class:`~tdrl.core.objectives.SoftUpdate` / :class:`~tdrl.core.objectives.HardUpdate`.
+    """
+
+    Keys: type = object
+
+    def __init__(self, check_finite: bool = False) -> None:
+        super().__init__()
+        self.tensor_keys = self.Keys()
+        self.check_finite = check_finite
+        self._target_pairs: list[tuple[str, str]] = []
+
+    # keys -------------------------------------------------------------------------------
+    def set_keys(self, **kwargs: NestedKey) -> "LossModule":
+        """Rebind key names, e.g. ``loss.set_keys(advantage="adv")``; returns ``self``."""
+        fields = {f.name for f in dataclasses.fields(self.Keys)}
+        unknown = set(kwargs) - fields
+        if unknown:
+            raise KeyError(
+                f"{type(self).__name__}.set_keys: unknown names {sorted(unknown)}; "
+                f"valid names: {sorted(fields)}."
+            )
+        self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        return self
+
+    def _get(self, td: TensorDictBase, field: str) -> Tensor:
+        return require(td, getattr(self.tensor_keys, field), type(self).__name__)
+
+    def _get_next(self, td: TensorDictBase, field: str) -> Tensor:
+        """``td["next", <key of field>]`` (reward, terminated, ... of step t+1)."""
+        return require(td, next_key(getattr(self.tensor_keys, field)), type(self).__name__)
+
+    def _next_td(self, td: TensorDictBase) -> TensorDictBase:
+        return require(td, "next", type(self).__name__)
+
+    def _bootstrap(
+        self, td: TensorDictBase, next_value: Tensor, gamma: float
+    ) -> Tensor:
+        """One-step target ``r + gamma * (1 - terminated) * next_value``, ``[*B, 1]``."""
+        reward = self._get_next(td, "reward")
+        terminated = self._get_next(td, "terminated")
+        if reward.shape != next_value.shape:
+            reward = reward.reshape(next_value.shape)
+        not_term = (~terminated.bool()).reshape(next_value.shape).to(next_value.dtype)
+        return reward + gamma * not_term * next_value
+
+    # targets ----------------------------------------------------------------------------
+    def _add_target(self, name: str, module: nn.Module) -> nn.Module:
+        """Register ``target_<name>`` as a frozen copy of ``module`` and return it."""
+        target = make_target(module)
+        setattr(self, f"target_{name}", target)
+        self._target_pairs.append((name, f"target_{name}"))
+        return target
+
+    def target_pairs(self) -> Iterator[tuple[nn.Module, nn.Module]]:
+        """``(online, target)`` module pairs, for the target updaters."""
+        for online, target in self._target_pairs:
+            yield getattr(self, online), getattr(self, target)
+
+    # output -----------------------------------------------------------------------------
+    def _output(self, terms: dict[str, Any], batch_size: tuple = ()) -> TensorDict:
+        """Build the output TensorDict: ``loss_*`` kept with grad, the rest detached."""
+        out = {}
+        for name, value in terms.items():
+            value = torch.as_tensor(value)
+            if not name.startswith("loss_"):
+                value = value.detach()
+            elif self.check_finite and not bool(torch.isfinite(value).all()):
+                raise FloatingPointError(
+                    f"{type(self).__name__}: term {name!r} is not finite ({value.detach()}). "
+                    "Check the inputs (rewards, log-probs, values) and the learning rate."
+                )
+            out[name] = value
+        return TensorDict(out, batch_size=batch_size)

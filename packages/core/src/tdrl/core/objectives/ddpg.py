@@ -1,0 +1,100 @@
+"""Deep deterministic policy gradient (Lillicrap et al., 2016, arXiv:1509.02971)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor
+
+from tdrl.core import keys as K
+from tdrl.core.objectives._nets import run_module
+from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.values._utils import NestedKey
+
+__all__ = ["QKeys", "DDPGLoss"]
+
+
+@dataclass
+class QKeys:
+    """Keys of the off-policy actor-critic losses (DDPG, TD3, SAC, IQL, CQL).
+
+    ``reward`` and ``terminated`` are read under ``"next"``.
+    """
+
+    action: NestedKey = K.ACTION
+    state_action_value: NestedKey = K.STATE_ACTION_VALUE
+    state_value: NestedKey = K.STATE_VALUE
+    action_value: NestedKey = K.ACTION_VALUE
+    reward: NestedKey = K.REWARD
+    terminated: NestedKey = K.TERMINATED
+    priority: NestedKey = "td_error"
+
+
+class DDPGLoss(LossModule):
+    """DDPG: ``Q(s, a) -> r + gamma (1 - terminated) Q'(s', mu'(s'))`` and
+    ``max_mu Q(s, mu(s))``.
+
+    Args:
+        actor: deterministic actor writing ``action``.
+        qvalue: critic writing ``state_action_value`` ``[*B, 1]`` from (observation, action).
+        gamma: discount. loss_function: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
+        check_finite: raise on a NaN/inf loss term.
+
+    Target actor and critic are frozen copies (update with ``SoftUpdate``). The actor loss
+    flows through the critic with its parameters detached, so one optimiser over all
+    parameters is correct. Returns ``loss_actor``, ``loss_qvalue`` and diagnostics.
+    """
+
+    Keys = QKeys
+
+    def __init__(
+        self,
+        actor,
+        qvalue,
+        *,
+        gamma: float = 0.99,
+        loss_function: str = "l2",
+        check_finite: bool = False,
+    ) -> None:
+        super().__init__(check_finite)
+        self.actor, self.qvalue = actor, qvalue
+        self._add_target("actor", actor)
+        self._add_target("qvalue", qvalue)
+        self.gamma, self.loss_function = float(gamma), loss_function
+        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
+
+    def _action(self, actor, td: TensorDictBase) -> Tensor:
+        return run_module(actor, td, self.tensor_keys.action, type(self).__name__)
+
+    def _q(self, net, td, action=None, detach_params=False) -> Tensor:
+        k = self.tensor_keys
+        overrides = None if action is None else {k.action: action}
+        return run_module(
+            net, td, k.state_action_value, type(self).__name__, overrides, detach_params
+        )
+
+    def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
+        """Critic terms: ``loss_qvalue``, ``td_error``, ``q_mean``, ``target_mean``."""
+        q = self._q(self.qvalue, td)
+        next_td = self._next_td(td)
+        with torch.no_grad():
+            next_action = self._action(self.target_actor, next_td)
+            target = self._bootstrap(td, self._q(self.target_qvalue, next_td, next_action), self.gamma)
+        td_error = (q - target).detach().abs()
+        td.set(self.tensor_keys.priority, td_error.reshape(td.shape))
+        return {
+            "loss_qvalue": distance_loss(q, target, self.loss_function).mean(),
+            "td_error": td_error.mean(),
+            "q_mean": q.mean(),
+            "target_mean": target.mean(),
+        }
+
+    def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
+        """Actor term ``loss_actor = -Q(s, mu(s))`` (critic parameters detached)."""
+        action = self._action(self.actor, td)
+        return {"loss_actor": -self._q(self.qvalue, td, action, detach_params=True).mean()}
+
+    def forward(self, td: TensorDictBase) -> TensorDict:
+        return self._output({**self.actor_loss(td), **self.qvalue_loss(td)})

@@ -1,0 +1,114 @@
+"""Deep Q-learning (Mnih et al., 2015) with double DQN (van Hasselt et al., 2016,
+arXiv:1509.06461). A dueling network (arXiv:1511.06581) is a choice of network
+(:class:`~tdrl.core.modules.DuelingHead`), not of loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor
+
+from tdrl.core import keys as K
+from tdrl.core.objectives._nets import run_module
+from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.values._utils import NestedKey
+
+__all__ = ["DQNKeys", "DQNLoss", "gather_action_value"]
+
+
+@dataclass
+class DQNKeys:
+    """Keys of :class:`DQNLoss`; ``reward`` and ``terminated`` are read under ``"next"``."""
+
+    action: NestedKey = K.ACTION
+    action_value: NestedKey = K.ACTION_VALUE
+    action_mask: NestedKey = K.ACTION_MASK
+    reward: NestedKey = K.REWARD
+    terminated: NestedKey = K.TERMINATED
+    priority: NestedKey = "td_error"
+
+
+def gather_action_value(q: Tensor, action: Tensor) -> Tensor:
+    """``Q(s, a)`` ``[*B, 1]`` from ``q`` ``[*B, n]`` and an int ``[*B]``/``[*B, 1]`` or
+    one-hot ``[*B, n]`` action."""
+    if action.is_floating_point() or action.dtype == torch.bool:
+        if action.shape != q.shape:
+            raise ValueError(
+                f"one-hot action has shape {tuple(action.shape)}, expected {tuple(q.shape)}."
+            )
+        return (q * action.to(q.dtype)).sum(-1, keepdim=True)
+    if action.shape == q.shape[:-1]:
+        action = action.unsqueeze(-1)
+    if action.shape != (*q.shape[:-1], 1):
+        raise ValueError(
+            f"action has shape {tuple(action.shape)}; expected {tuple(q.shape[:-1])} "
+            f"(int index) or {tuple(q.shape)} (one-hot) for action values {tuple(q.shape)}."
+        )
+    return q.gather(-1, action.long())
+
+
+class DQNLoss(LossModule):
+    """TD loss of a Q network against a frozen target network.
+
+    Args:
+        value_network: module writing ``action_value`` ``[*B, n_actions]`` (e.g. a
+            :class:`~tdrl.core.modules.QValueActor`).
+        gamma: discount.
+        double_dqn: choose the next action with the online net, evaluate with the target.
+        loss_function: ``"l2"``, ``"l1"`` or ``"smooth_l1"`` (Huber, the default).
+        use_action_mask: mask disallowed next actions (``action_mask`` under ``"next"``).
+        check_finite: raise on a NaN/inf loss term, naming it.
+
+    Update the target with :class:`~tdrl.core.objectives.HardUpdate` (or ``SoftUpdate``).
+    Writes the absolute TD error to ``td["td_error"]`` (``[*B]``) for prioritized replay.
+    Returns ``loss_qvalue`` and the diagnostics ``td_error``, ``q_mean``, ``target_mean``.
+    """
+
+    Keys = DQNKeys
+
+    def __init__(
+        self,
+        value_network,
+        *,
+        gamma: float = 0.99,
+        double_dqn: bool = False,
+        loss_function: str = "smooth_l1",
+        use_action_mask: bool = False,
+        check_finite: bool = False,
+    ) -> None:
+        super().__init__(check_finite)
+        self.value_network = value_network
+        self._add_target("value_network", value_network)
+        self.gamma, self.double_dqn = float(gamma), double_dqn
+        self.loss_function, self.use_action_mask = loss_function, use_action_mask
+        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
+
+    def _q(self, net, td: TensorDictBase) -> Tensor:
+        return run_module(net, td, self.tensor_keys.action_value, type(self).__name__)
+
+    def forward(self, td: TensorDictBase) -> TensorDict:
+        q = self._q(self.value_network, td)
+        q_a = gather_action_value(q, self._get(td, "action"))
+        next_td = self._next_td(td)
+        with torch.no_grad():
+            next_q_target = self._q(self.target_value_network, next_td)
+            selector = self._q(self.value_network, next_td) if self.double_dqn else next_q_target
+            if self.use_action_mask:
+                mask = self._get(next_td, "action_mask").bool()
+                selector = selector.masked_fill(~mask, torch.finfo(selector.dtype).min)
+            best = selector.argmax(-1, keepdim=True)
+            next_value = next_q_target.gather(-1, best)
+            target = self._bootstrap(td, next_value, self.gamma)
+        loss = distance_loss(q_a, target, self.loss_function).mean()
+        td_error = (q_a - target).detach().abs()
+        td.set(self.tensor_keys.priority, td_error.reshape(td.shape))
+        return self._output(
+            {
+                "loss_qvalue": loss,
+                "td_error": td_error.mean(),
+                "q_mean": q_a.mean(),
+                "target_mean": target.mean(),
+            }
+        )
