@@ -40,7 +40,8 @@ def pg_token_loss(
         max_len: the constant length of ``"constant"``; defaults to ``T``.
 
     Returns:
-        ``(loss, stats)``: a float32 scalar differentiable with respect to ``logp``, and a
+        ``(loss, stats)``: a float32 (float64 for float64 ``logp``) scalar differentiable
+        with respect to ``logp``, and a
         dict of detached float32 scalars ``clip_frac`` (fraction of masked tokens whose
         gradient the clip removed), ``kl`` (masked mean k3 KL, 0 without ``ref_logp``) and
         ``ratio_mean`` (masked mean ratio).

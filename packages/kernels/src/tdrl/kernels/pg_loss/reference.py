@@ -81,17 +81,18 @@ def pg_token_loss_reference(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Pure-torch :func:`tdrl.kernels.pg_token_loss` (same signature and result)."""
     check_pg_inputs(logp, old_logp, advantages, mask, ref_logp, reduction, max_len)
-    lp = logp.float()
-    m = mask.to(torch.float32)
+    cdt = torch.float64 if logp.dtype == torch.float64 else torch.float32
+    lp = logp.to(cdt)
+    m = mask.to(cdt)
     keep = m > 0
-    adv = expand_advantages(advantages.detach().float(), logp.shape)
-    log_ratio = torch.where(keep, lp - old_logp.detach().float(), torch.zeros_like(lp))
+    adv = expand_advantages(advantages.detach().to(cdt), logp.shape)
+    log_ratio = torch.where(keep, lp - old_logp.detach().to(cdt), torch.zeros_like(lp))
     ratio = torch.exp(log_ratio)
     clipped_ratio = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
     per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
     kl = torch.zeros_like(lp)
     if ref_logp is not None:
-        diff = torch.where(keep, ref_logp.detach().float() - lp, torch.zeros_like(lp))
+        diff = torch.where(keep, ref_logp.detach().to(cdt) - lp, torch.zeros_like(lp))
         kl = torch.exp(diff) - diff - 1.0
         if beta != 0.0:
             per_token = per_token + beta * kl
