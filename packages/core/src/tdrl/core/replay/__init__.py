@@ -1,0 +1,54 @@
+"""Replay buffers: storage + sampler + writer.
+
+See :class:`ReplayBuffer`. Storages: :class:`ListStorage`, :class:`TensorStorage`
+(lazy, any device), :class:`MemmapStorage` (files on disk, crash-safe). Samplers:
+:class:`RandomSampler`, :class:`SamplerWithoutReplacement`, :class:`PrioritizedSampler`
+(vectorised :class:`SumMinTree`), :class:`SliceSampler`. Writers:
+:class:`RoundRobinWriter`, :class:`MaxValueWriter`.
+"""
+
+from __future__ import annotations
+
+from .buffer import (
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+)
+from .prioritized import WEIGHT_KEY, PrioritizedSampler
+from .samplers import RandomSampler, Sampler, SamplerWithoutReplacement
+from .slice_sampler import SliceSampler
+from .storages import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    MemmapStorage,
+    Storage,
+    TensorStorage,
+)
+from .sum_tree import SumMinTree
+from .writers import MaxValueWriter, RoundRobinWriter, TensorDictMaxValueWriter, Writer
+
+__all__ = [
+    "ReplayBuffer",
+    "TensorDictReplayBuffer",
+    "PrioritizedReplayBuffer",
+    "TensorDictPrioritizedReplayBuffer",
+    "Storage",
+    "ListStorage",
+    "TensorStorage",
+    "LazyTensorStorage",
+    "MemmapStorage",
+    "LazyMemmapStorage",
+    "Sampler",
+    "RandomSampler",
+    "SamplerWithoutReplacement",
+    "PrioritizedSampler",
+    "SliceSampler",
+    "SumMinTree",
+    "WEIGHT_KEY",
+    "Writer",
+    "RoundRobinWriter",
+    "MaxValueWriter",
+    "TensorDictMaxValueWriter",
+]

@@ -1,0 +1,240 @@
+"""The replay buffer: a storage, a sampler and a writer, plus an optional transform on sample.
+
+Example::
+
+    from tdrl.core.replay import ReplayBuffer, TensorStorage, PrioritizedSampler
+
+    rb = ReplayBuffer(TensorStorage(100_000), PrioritizedSampler(100_000, alpha=0.6, beta=0.4),
+                      batch_size=256)
+    rb.extend(batch.reshape(-1))          # a collector batch (*env_batch, T), flattened
+    sample = rb.sample()                  # TensorDict [256] with "index" and "_weight"
+    sample["td_error"] = td_error         # written by a loss
+    rb.update_priority(sample)            # or rb.update_priority(sample["index"], td_error)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from ..keys import INDEX
+from .prioritized import PrioritizedSampler
+from .samplers import RandomSampler, Sampler
+from .storages import ListStorage, Storage, TensorStorage
+from .writers import RoundRobinWriter, Writer
+
+__all__ = ["ReplayBuffer", "TensorDictReplayBuffer", "PrioritizedReplayBuffer",
+           "TensorDictPrioritizedReplayBuffer"]
+
+
+def _default_collate(items: list) -> Any:
+    if items and all(isinstance(x, TensorDictBase) for x in items):
+        return torch.stack(items, 0)
+    if items and all(isinstance(x, torch.Tensor) for x in items):
+        return torch.stack(items, 0)
+    return items
+
+
+class ReplayBuffer:
+    """A replay buffer = storage + sampler + writer (+ transform applied on sample).
+
+    Args:
+        storage: where items live (default ``ListStorage(1000)``).
+        sampler: how batches are drawn (default :class:`RandomSampler`).
+        writer: where new items go (default :class:`RoundRobinWriter`).
+        batch_size: default size of :meth:`sample`.
+        transform: callable applied to every sampled batch (e.g. a tdrl transform or any
+            ``td -> td`` function).
+        collate_fn: turns the list a :class:`ListStorage` returns into a batch (default:
+            stack TensorDicts/tensors, else keep the list).
+        priority_key: key :meth:`update_priority` reads from a TensorDict (TorchRL's
+            default ``"td_error"``).
+
+    Sampled TensorDicts carry the storage slots under ``"index"`` (shape = batch shape) and
+    the sampler's extra entries (``"_weight"`` for a prioritized sampler).
+    """
+
+    def __init__(self, storage: Storage | None = None, sampler: Sampler | None = None,
+                 writer: Writer | None = None, batch_size: int | None = None,
+                 transform: Callable | None = None, collate_fn: Callable | None = None,
+                 priority_key: str | tuple = "td_error") -> None:
+        self.storage = storage if storage is not None else ListStorage(1000)
+        self.sampler = sampler if sampler is not None else RandomSampler()
+        self.writer = writer if writer is not None else RoundRobinWriter()
+        self.batch_size = batch_size
+        self.transform = transform
+        self.collate_fn = collate_fn or _default_collate
+        self.priority_key = priority_key
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(storage={type(self.storage).__name__}"
+                f"(max_size={self.storage.max_size}), sampler={type(self.sampler).__name__}, "
+                f"writer={type(self.writer).__name__}, len={len(self)})")
+
+    # ------------------------------------------------------------------ writes
+    def add(self, item) -> int:
+        """Store one item; returns its slot (``-1`` if the writer dropped it)."""
+        if isinstance(item, (torch.Tensor, TensorDictBase)) and not isinstance(
+            self.storage, ListStorage
+        ):
+            return int(self.extend(item.unsqueeze(0))[0])
+        return int(self.extend([item])[0])
+
+    def extend(self, data) -> torch.Tensor:
+        """Store a batch of items.
+
+        Args:
+            data: a TensorDict / tensor whose leading dims are the items (a TensorDict
+                with several batch dims, e.g. a rollout ``(n_envs, T)``, is flattened to
+                ``n_envs * T`` items, each env's steps staying consecutive), or a list of
+                arbitrary objects for a :class:`ListStorage`.
+
+        Returns:
+            int64 tensor ``[N]`` of the slots written (``-1`` for items not kept).
+        """
+        if isinstance(data, TensorDictBase) and data.batch_dims > 1:
+            data = data.reshape(-1)
+        index = self.writer.extend(self.storage, data)
+        self.sampler.mark_update(index, self.storage)
+        return index
+
+    # ------------------------------------------------------------------ reads
+    def sample(self, batch_size: int | None = None, return_info: bool = False):
+        """Draw a batch.
+
+        Args:
+            batch_size: number of items (default: the buffer's ``batch_size``).
+            return_info: also return a dict with ``"index"`` and the sampler's extras.
+
+        Returns:
+            The batch (TensorDict of shape ``[batch_size]``, or ``[num_slices, slice_len]``
+            for a slice sampler), or ``(batch, info)`` with ``return_info=True``.
+        """
+        if batch_size is None:
+            batch_size = self.batch_size
+        if batch_size is None:
+            raise ValueError("sample() needs a batch_size (here or in the ReplayBuffer).")
+        index, info = self.sampler.sample(self.storage, batch_size)
+        data = self.storage.get(index)
+        if isinstance(data, list):
+            data = self.collate_fn(data)
+        if isinstance(data, TensorDictBase):
+            data.set(INDEX, index.to(data.device) if data.device is not None else index)
+            for key, value in info.items():
+                data.set(key, value.to(data.device) if data.device is not None else value)
+        if self.transform is not None:
+            data = self.transform(data)
+        if return_info:
+            return data, {INDEX: index, **info}
+        return data
+
+    def __iter__(self) -> Iterator:
+        """Yield batches until a without-replacement sampler completes an epoch (forever
+        for samplers with replacement)."""
+        while True:
+            yield self.sample()
+            if self.sampler.ran_out:
+                return
+
+    def update_priority(self, index, priority=None) -> None:
+        """Set new priorities (only a prioritized sampler uses them).
+
+        Args:
+            index: int64 tensor of slots (any shape), or a sampled TensorDict holding
+                ``"index"`` and the priority under ``priority_key``.
+            priority: tensor with one value per index (trailing singleton dims allowed),
+                or a float for all of them.
+        """
+        if isinstance(index, TensorDictBase):
+            td = index
+            if priority is None:
+                if self.priority_key not in td.keys(include_nested=True):
+                    raise KeyError(
+                        f"update_priority: the TensorDict has no {self.priority_key!r} entry "
+                        "(set priority_key= on the buffer, or pass the priorities)."
+                    )
+                priority = td.get(self.priority_key)
+            index = td.get(INDEX)
+        if isinstance(priority, torch.Tensor) and priority.numel() > 1:
+            if priority.numel() != index.numel():
+                raise ValueError(
+                    f"update_priority: {index.numel()} indices (shape {tuple(index.shape)}) but "
+                    f"{priority.numel()} priorities (shape {tuple(priority.shape)})."
+                )
+            priority = priority.reshape(-1)
+        self.sampler.update_priority(index.reshape(-1), priority)
+
+    # ------------------------------------------------------------------ state
+    def empty(self) -> None:
+        """Remove every item and reset the sampler and writer."""
+        self.storage.empty()
+        self.sampler.empty()
+        self.writer.empty()
+
+    def state_dict(self) -> dict:
+        return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict(),
+                "writer": self.writer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.storage.load_state_dict(state["storage"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.writer.load_state_dict(state["writer"])
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Save the buffer's content and state to the directory ``path``.
+
+        Tensor data goes to memory-mapped files (``path/storage``), the rest (cursor,
+        priorities, writer state, list items) to ``path/state.pt``.
+        """
+        path = os.fspath(path)
+        os.makedirs(path, exist_ok=True)
+        state = self.state_dict()
+        data = state["storage"].get("data")
+        if isinstance(data, TensorDictBase):
+            prefix = os.path.join(path, "storage")
+            if os.path.exists(prefix):
+                shutil.rmtree(prefix)
+            data.memmap(prefix=prefix)
+            state["storage"] = {**state["storage"], "data": "memmap"}
+        tmp = os.path.join(path, "state.pt.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, os.path.join(path, "state.pt"))
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Load what :meth:`dumps` saved in ``path`` into this buffer (same component types)."""
+        path = os.fspath(path)
+        state = torch.load(os.path.join(path, "state.pt"), weights_only=False)
+        if state["storage"].get("data") == "memmap":
+            state["storage"]["data"] = TensorDict.load_memmap(os.path.join(path, "storage"))
+        self.load_state_dict(state)
+
+
+TensorDictReplayBuffer = ReplayBuffer
+"""Alias: :class:`ReplayBuffer` already handles TensorDicts (TorchRL's name)."""
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """A :class:`ReplayBuffer` with a :class:`PrioritizedSampler` over its storage.
+
+    Args:
+        alpha: priority exponent. beta: importance-weight exponent. eps: priority offset.
+        storage: default ``TensorStorage(1_000_000)``; other arguments as in
+            :class:`ReplayBuffer`.
+    """
+
+    def __init__(self, alpha: float, beta: float, storage: Storage | None = None,
+                 eps: float = 1e-8, **kwargs) -> None:
+        storage = storage if storage is not None else TensorStorage(1_000_000)
+        sampler = PrioritizedSampler(storage.max_size, alpha=alpha, beta=beta, eps=eps)
+        super().__init__(storage=storage, sampler=sampler, **kwargs)
+
+
+TensorDictPrioritizedReplayBuffer = PrioritizedReplayBuffer
