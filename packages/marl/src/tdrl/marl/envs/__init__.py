@@ -1,0 +1,8 @@
+"""Multi-agent environments: VMAS and PettingZoo as tdrl ``EnvBase`` subclasses."""
+
+from __future__ import annotations
+
+from ._groups import group_agents
+from .vmas import VmasEnv, vmas_scenarios
+
+__all__ = ["VmasEnv", "vmas_scenarios", "group_agents"]

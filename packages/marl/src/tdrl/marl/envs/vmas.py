@@ -1,0 +1,241 @@
+"""``VmasEnv``: the vectorised VMAS simulator (Bettini et al., 2022, arXiv:2207.03530) as a
+tdrl :class:`~tdrl.core.envs.EnvBase`.
+
+Data contract (DESIGN.md): batch size ``(num_envs,)``; agents grouped under one key with the
+agent dim right after the batch dim:
+
+* ``(group, "observation")`` ``[B, n_agents, obs_dim]`` float32;
+* ``(group, "action")`` ``[B, n_agents, act_dim]`` in ``[-u_range, u_range]`` (continuous) or
+  ``[B, n_agents]`` int64 (discrete);
+* ``("next", group, "reward")`` ``[B, n_agents, 1]``;
+* ``done`` / ``terminated`` / ``truncated`` ``[B, 1]`` bool at the root (VMAS ends an episode
+  for all agents at once, so there are no per-agent flags); ``terminated`` is the scenario's
+  own done, ``truncated`` is set by the ``max_steps`` option.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from tdrl.core.envs import EnvBase
+from tdrl.core.specs import Bounded, Categorical, Composite, Unbounded
+
+from ..keys import ACTION, DONE, INFO, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from ._groups import GroupMap, check_group_action, group_agents
+
+__all__ = ["VmasEnv", "vmas_scenarios"]
+
+
+def _require_vmas():
+    if importlib.util.find_spec("vmas") is None:
+        raise ImportError("VmasEnv needs the vmas package: pip install 'tdrl-marl[vmas]' (or vmas).")
+    import vmas
+
+    return vmas
+
+
+def vmas_scenarios() -> list[str]:
+    """The names of the scenarios VMAS ships (``VmasEnv(scenario=...)`` accepts any of them)."""
+    vmas = _require_vmas()
+    names = set(vmas.scenarios) | set(getattr(vmas, "mpe_scenarios", [])) | set(
+        getattr(vmas, "debug_scenarios", [])
+    )
+    return sorted(names)
+
+
+def _td(source: dict, batch_size, device) -> TensorDictBase:
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+
+
+class VmasEnv(EnvBase):
+    """A batch of ``num_envs`` VMAS worlds stepped together.
+
+    Args:
+        scenario: a VMAS scenario name (see :func:`vmas_scenarios`) or a
+            ``vmas.simulator.scenario.BaseScenario`` instance.
+        num_envs: number of vectorised worlds (the batch size). Thousands are fine on CPU.
+        continuous_actions: continuous (``Bounded``) or discrete (``Categorical``) actions.
+        max_steps: optional episode length; reaching it sets ``truncated`` (and ``done``).
+        seed: optional seed applied before the first reset.
+        device: where the simulation runs and the TensorDicts live.
+        group_map: ``None`` (all agents in group ``"agents"``), ``"prefix"`` or a dict
+            ``{group: [agent names]}``; agents in one group need the same spaces.
+        include_info: also write each agent's VMAS info entries under
+            ``("next", group, "info", name)`` (costs a stack per entry per step).
+        **scenario_kwargs: passed to the scenario (e.g. ``n_agents=3``).
+
+    Example:
+        >>> env = VmasEnv("navigation", num_envs=32, max_steps=100, seed=0, n_agents=3)
+        >>> td = env.rollout(10)
+        >>> td["next", "agents", "reward"].shape
+        torch.Size([32, 10, 3, 1])
+    """
+
+    def __init__(
+        self,
+        scenario,
+        num_envs: int,
+        continuous_actions: bool = True,
+        max_steps: int | None = None,
+        seed: int | None = None,
+        device: torch.device | str = "cpu",
+        group_map: GroupMap = None,
+        include_info: bool = False,
+        **scenario_kwargs,
+    ) -> None:
+        vmas = _require_vmas()
+        if isinstance(scenario, str):
+            valid = vmas_scenarios()
+            if scenario not in valid:
+                raise ValueError(
+                    f"Unknown VMAS scenario {scenario!r}. Valid scenarios: {', '.join(valid)}."
+                )
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 or None, got {max_steps}.")
+        super().__init__(batch_size=(num_envs,), device=device)
+        self.scenario_name = scenario if isinstance(scenario, str) else type(scenario).__name__
+        self.num_envs = num_envs
+        self.continuous_actions = continuous_actions
+        self.max_steps = max_steps
+        self.include_info = include_info
+        self._env = vmas.make_env(
+            scenario,
+            num_envs=num_envs,
+            device=self.device,
+            continuous_actions=continuous_actions,
+            seed=seed,
+            **scenario_kwargs,
+        )
+        self.agent_names = [a.name for a in self._env.agents]
+        self.n_agents = len(self.agent_names)
+        self.group_map = group_agents(self.agent_names, group_map)
+        index = {n: i for i, n in enumerate(self.agent_names)}
+        self._group_idx = {g: [index[a] for a in agents] for g, agents in self.group_map.items()}
+        self._steps = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        self._make_specs()
+
+    # ------------------------------------------------------------------ specs
+    def _make_specs(self) -> None:
+        b = self.batch_size
+        obs_spec = Composite(shape=b, device=self.device)
+        act_spec = Composite(shape=b, device=self.device)
+        rew_spec = Composite(shape=b, device=self.device)
+        self._act_shapes: dict[str, torch.Size] = {}
+        for g, idx in self._group_idx.items():
+            n = len(idx)
+            obs_spaces = [self._env.observation_space[i] for i in idx]
+            act_spaces = [self._env.action_space[i] for i in idx]
+            obs_shapes = {tuple(s.shape) for s in obs_spaces}
+            if len(obs_shapes) != 1:
+                raise ValueError(
+                    f"Group {g!r} mixes observation shapes {sorted(obs_shapes)}; use "
+                    "group_map='prefix' or a dict so each group is homogeneous."
+                )
+            obs_shape = obs_shapes.pop()
+            obs_spec[g] = Composite(
+                {OBSERVATION: Unbounded((*b, n, *obs_shape), self.device)}, shape=(*b, n)
+            )
+            if self.continuous_actions:
+                dims = {tuple(s.shape) for s in act_spaces}
+                if len(dims) != 1:
+                    raise ValueError(f"Group {g!r} mixes action shapes {sorted(dims)}.")
+                low = torch.stack([torch.as_tensor(s.low) for s in act_spaces])
+                high = torch.stack([torch.as_tensor(s.high) for s in act_spaces])
+                shape = (*b, n, *dims.pop())
+                leaf = Bounded(low.expand(shape), high.expand(shape), shape, self.device)
+            else:
+                ns = {int(s.n) for s in act_spaces}
+                if len(ns) != 1:
+                    raise ValueError(f"Group {g!r} mixes discrete action sizes {sorted(ns)}.")
+                leaf = Categorical(ns.pop(), (*b, n), self.device)
+            self._act_shapes[g] = leaf.shape
+            act_spec[g] = Composite({ACTION: leaf}, shape=(*b, n))
+            rew_spec[g] = Composite({REWARD: Unbounded((*b, n, 1), self.device)}, shape=(*b, n))
+        self.observation_spec = obs_spec
+        self.full_action_spec = act_spec
+        self.full_reward_spec = rew_spec
+
+    @property
+    def groups(self) -> list[str]:
+        """The group names (``["agents"]`` by default)."""
+        return list(self.group_map)
+
+    # ------------------------------------------------------------------ helpers
+    def _group_obs(self, obs: Sequence[torch.Tensor]) -> dict:
+        out = {}
+        for g, idx in self._group_idx.items():
+            n = len(idx)
+            stacked = torch.stack([obs[i] for i in idx], dim=1)
+            out[g] = _td({OBSERVATION: stacked}, (self.num_envs, n), self.device)
+        return out
+
+    def _group_info(self, infos: Sequence[dict], g: str, idx: list[int]) -> TensorDictBase:
+        entries = {}
+        for k in infos[idx[0]]:
+            vals = [torch.as_tensor(infos[i][k], device=self.device) for i in idx]
+            v = torch.stack(vals, dim=1)
+            entries[k] = v.unsqueeze(-1) if v.ndim == 2 else v
+        return _td(entries, (self.num_envs, len(idx)), self.device)
+
+    # ------------------------------------------------------------------ EnvBase
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        if mask is None or bool(mask.all()):
+            obs = self._env.reset()
+            self._steps.zero_()
+        else:
+            rows = mask.reshape(self.num_envs).nonzero().flatten().tolist()
+            for i in rows:
+                self._env.reset_at(i, return_observations=False)
+            self._steps[rows] = 0
+            obs = self._env.get_from_scenario(
+                get_observations=True, get_rewards=False, get_infos=False, get_dones=False
+            )[0]
+        source = self._group_obs(obs)
+        false = torch.zeros((self.num_envs, 1), dtype=torch.bool, device=self.device)
+        source.update({DONE: false, TERMINATED: false.clone(), TRUNCATED: false.clone()})
+        return _td(source, self.batch_size, self.device)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        actions: list[torch.Tensor | None] = [None] * self.n_agents
+        for g, idx in self._group_idx.items():
+            act = check_group_action(g, tensordict.get((g, ACTION), None), self._act_shapes[g])
+            for j, a in zip(idx, act.unbind(1)):
+                actions[j] = a
+        obs, rews, dones, infos = self._env.step(actions)
+        self._steps += 1
+        source = self._group_obs(obs)
+        for g, idx in self._group_idx.items():
+            sub = source[g]
+            sub._set_str(
+                REWARD, torch.stack([rews[i] for i in idx], dim=1).unsqueeze(-1),
+                inplace=False, validated=True,
+            )
+            if self.include_info:
+                sub._set_str(INFO, self._group_info(infos, g, idx), inplace=False, validated=True)
+        terminated = dones.reshape(self.num_envs, 1).bool()
+        if self.max_steps is not None:
+            truncated = (self._steps >= self.max_steps).unsqueeze(-1)
+            done = terminated | truncated
+        else:
+            truncated = torch.zeros_like(terminated)
+            done = terminated
+        source.update({DONE: done, TERMINATED: terminated, TRUNCATED: truncated})
+        return _td(source, self.batch_size, self.device)
+
+    def _set_seed(self, seed: int) -> int:
+        self._env.seed(seed)
+        return seed + 1
+
+    def __repr__(self) -> str:
+        return (
+            f"VmasEnv(scenario={self.scenario_name!r}, num_envs={self.num_envs}, "
+            f"groups={ {g: len(a) for g, a in self.group_map.items()} }, "
+            f"continuous_actions={self.continuous_actions}, max_steps={self.max_steps})"
+        )

@@ -1,0 +1,92 @@
+"""Value-decomposition mixers: VDN (sum) and QMIX (monotonic hypernetwork mixing).
+
+Both map per-agent chosen action values ``[*B, n_agents, 1]`` to a team value ``[*B, 1]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+__all__ = ["VDNMixer", "QMixer"]
+
+
+def _check_q(q: Tensor, n_agents: int, who: str) -> None:
+    if q.ndim < 2 or q.shape[-2:] != (n_agents, 1):
+        raise ValueError(
+            f"{who} expects per-agent values [*B, n_agents={n_agents}, 1], got {tuple(q.shape)}."
+        )
+
+
+class VDNMixer(nn.Module):
+    """Value decomposition networks (Sunehag et al., 2017, arXiv:1706.05296):
+    ``Q_tot = sum_i Q_i``.
+
+    Args:
+        n_agents: number of agents.
+
+    Shapes: ``q`` ``[*B, n_agents, 1]`` (``state`` is ignored) -> ``[*B, 1]``.
+    """
+
+    def __init__(self, n_agents: int) -> None:
+        super().__init__()
+        self.n_agents = n_agents
+
+    def forward(self, q: Tensor, state: Tensor | None = None) -> Tensor:
+        _check_q(q, self.n_agents, "VDNMixer")
+        return q.sum(-2)
+
+
+class QMixer(nn.Module):
+    """QMIX (Rashid et al., 2018, arXiv:1803.11485): a mixing network whose weights come from
+    hypernetworks of the global state and are made non-negative (``abs``), so ``Q_tot`` is
+    monotonic in every ``Q_i`` (``dQ_tot / dQ_i >= 0``).
+
+    ``Q_tot = w2(s)^T elu(W1(s)^T q + b1(s)) + V(s)`` with ``W1 = |hyper_w1(s)|``,
+    ``w2 = |hyper_w2(s)|``.
+
+    Args:
+        state_shape: shape of the global state (trailing dims of ``state``), e.g. ``(48,)``
+            or ``(n_agents, obs_dim)`` to mix on all agents' observations.
+        n_agents: number of agents.
+        mixing_embed_dim: width of the mixing layer.
+        hypernet_hidden: hidden size of the two-layer hypernetworks of ``W1`` and ``w2``.
+
+    Shapes: ``q`` ``[*B, n_agents, 1]``, ``state`` ``[*B, *state_shape]`` -> ``[*B, 1]``.
+    """
+
+    def __init__(
+        self,
+        state_shape: int | Sequence[int],
+        n_agents: int,
+        mixing_embed_dim: int = 32,
+        hypernet_hidden: int = 64,
+    ) -> None:
+        super().__init__()
+        self.state_shape = (state_shape,) if isinstance(state_shape, int) else tuple(state_shape)
+        self.state_dim = int(torch.Size(self.state_shape).numel())
+        self.n_agents, self.embed_dim = n_agents, mixing_embed_dim
+        s, e, h = self.state_dim, mixing_embed_dim, hypernet_hidden
+        self.hyper_w1 = nn.Sequential(nn.Linear(s, h), nn.ReLU(), nn.Linear(h, e * n_agents))
+        self.hyper_b1 = nn.Linear(s, e)
+        self.hyper_w2 = nn.Sequential(nn.Linear(s, h), nn.ReLU(), nn.Linear(h, e))
+        self.value = nn.Sequential(nn.Linear(s, e), nn.ReLU(), nn.Linear(e, 1))
+
+    def forward(self, q: Tensor, state: Tensor) -> Tensor:
+        _check_q(q, self.n_agents, "QMixer")
+        k = len(self.state_shape)
+        if tuple(state.shape[state.ndim - k :]) != self.state_shape:
+            raise ValueError(
+                f"QMixer expects a state [*B, {', '.join(map(str, self.state_shape))}], got "
+                f"{tuple(state.shape)}."
+            )
+        batch = q.shape[:-2]
+        s = state.reshape(*state.shape[: state.ndim - k], self.state_dim).expand(*batch, -1)
+        w1 = self.hyper_w1(s).abs().view(*batch, self.n_agents, self.embed_dim)
+        b1 = self.hyper_b1(s).unsqueeze(-2)  # [*B, 1, e]
+        hidden = F.elu(torch.matmul(q.transpose(-1, -2), w1) + b1)  # [*B, 1, e]
+        w2 = self.hyper_w2(s).abs().unsqueeze(-1)  # [*B, e, 1]
+        return torch.matmul(hidden, w2).squeeze(-1) + self.value(s)  # [*B, 1]

@@ -1,0 +1,68 @@
+"""VmasEnv follows the multi-agent data contract; bad inputs name what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tdrl.core.envs import check_env_specs
+from tdrl.marl.envs import VmasEnv
+
+
+def test_vmas_rollout_matches_the_data_contract():
+    env = VmasEnv("navigation", num_envs=4, max_steps=5, seed=0, n_agents=3)
+    check_env_specs(env)
+    td = env.rollout(12, break_when_any_done=False)
+    assert td.batch_size == (4, 12)
+    assert td["agents", "observation"].shape == (4, 12, 3, 18)
+    assert td["agents", "action"].shape == (4, 12, 3, 2)
+    assert td["next", "agents", "reward"].shape == (4, 12, 3, 1)
+    for key in ("done", "terminated", "truncated"):
+        assert td["next", key].shape == (4, 12, 1) and td["next", key].dtype == torch.bool
+    # max_steps=5 truncates after steps 5 and 10 (index 4 and 9); resets in between
+    expect = torch.zeros(12, dtype=torch.bool)
+    expect[[4, 9]] = True
+    assert torch.equal(td["next", "truncated"][..., 0], expect.expand(4, 12))
+    assert torch.equal(td["next", "done"], td["next", "terminated"] | td["next", "truncated"])
+    assert env.action_spec.is_in(td["agents", "action"][:, 0])
+    # the step after a reset starts from the reset observation, not the old next obs
+    assert not torch.equal(td["agents", "observation"][:, 5], td["next", "agents", "observation"][:, 4])
+    assert torch.equal(td["agents", "observation"][:, 4], td["next", "agents", "observation"][:, 3])
+
+
+def test_vmas_discrete_actions_and_seeding():
+    def run(seed):
+        env = VmasEnv("navigation", num_envs=3, continuous_actions=False, seed=seed, n_agents=2)
+        assert env.action_spec.shape == (3, 2) and env.action_spec.n == 9
+        torch.manual_seed(0)
+        return env.rollout(4)
+
+    a, b, c = run(1), run(1), run(2)
+    assert a["agents", "action"].dtype == torch.int64
+    assert torch.equal(a["next", "agents", "observation"], b["next", "agents", "observation"])
+    assert not torch.equal(a["agents", "observation"], c["agents", "observation"])
+
+
+def test_vmas_partial_reset_only_resets_masked_envs():
+    env = VmasEnv("balance", num_envs=3, seed=0, n_agents=3)
+    td = env.reset()
+    td = env.rand_step(td)
+    root = td["next"].exclude(("agents", "reward"))
+    root["_reset"] = torch.tensor([[True], [False], [False]])
+    out = env.reset(root)
+    obs_old, obs_new = root["agents", "observation"], out["agents", "observation"]
+    assert torch.equal(obs_new[1:], obs_old[1:])
+    assert not torch.equal(obs_new[0], obs_old[0])
+
+
+def test_vmas_unknown_scenario_lists_valid_names():
+    with pytest.raises(ValueError, match=r"Unknown VMAS scenario 'navigatoin'.*navigation"):
+        VmasEnv("navigatoin", num_envs=2)
+
+
+def test_vmas_wrong_action_shape_names_group_and_shapes():
+    env = VmasEnv("navigation", num_envs=2, n_agents=3)
+    td = env.reset()
+    td["agents", "action"] = torch.zeros(2, 3, 4)
+    with pytest.raises(ValueError, match=r"group 'agents'.*\(2, 3, 4\).*\(2, 3, 2\)"):
+        env.step(td)
