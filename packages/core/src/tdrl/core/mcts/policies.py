@@ -128,7 +128,7 @@ def muzero_policy(
         root, recurrent_fn, select, select, num_simulations,
         max_depth=max_depth, two_player=two_player,
     )  # fmt: skip
-    visits = tree.children_visits[:, ROOT_INDEX]
+    visits = tree.children_visits[:, ROOT_INDEX].round().long()
     action = sample_from_visits(
         visits, temperature, invalid_actions=invalid, generator=generator
     )
@@ -195,7 +195,7 @@ def gumbel_muzero_policy(
     )  # fmt: skip
 
     root_index = torch.full_like(root.value, ROOT_INDEX, dtype=torch.int64)
-    visits = tree.children_visits[:, ROOT_INDEX].to(gumbel.dtype)
+    visits = tree.children_visits[:, ROOT_INDEX]
     completed_q = qtransform(tree.node_stats(root_index))
     tree_logits = tree.children_prior_logits[:, ROOT_INDEX]
     # The final action: the best of the actions that received the most visits.

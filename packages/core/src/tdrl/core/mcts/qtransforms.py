@@ -103,8 +103,7 @@ def qtransform_completed_by_mix_value(
     """
     qvalues, visit_counts = stats.qvalues, stats.visits
     if use_mixed_value:
-        prior_probs = torch.softmax(stats.prior_logits, -1)
-        value = _mixed_value(stats.raw_value, qvalues, visit_counts, prior_probs)
+        value = _mixed_value(stats.raw_value, qvalues, visit_counts, stats.prior_probs)
     else:
         value = stats.node_value
     completed = torch.where(visit_counts > 0, qvalues, value[:, None])

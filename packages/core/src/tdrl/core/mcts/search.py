@@ -207,13 +207,15 @@ def _expand(
         parent, action = parent[keep], action[keep]
         reward, discount, value = reward[keep], discount[keep], value[keep]
         logits, invalid, next_embedding = logits[keep], invalid[keep], next_embedding[keep]
+    num_fields = tree.edge_data.shape[-1]
     tree.children_index.view(-1).index_copy_(0, flat_edge, written)
-    tree.children_rewards.view(-1).index_copy_(0, flat_edge, reward)
-    tree.children_discounts.view(-1).index_copy_(0, flat_edge, discount)
+    edge_rows = tree.edge_data.view(-1, num_fields)  # channels 2, 3: reward, discount
+    edge_rows[:, 2:4].index_copy_(0, flat_edge, torch.stack([reward, discount], -1))
     tree.parents.view(-1).index_copy_(0, flat_leaf, parent)
     tree.action_from_parent.view(-1).index_copy_(0, flat_leaf, action)
-    tree.raw_values.view(-1).index_copy_(0, flat_leaf, value)
-    tree.children_prior_logits.view(-1, num_actions).index_copy_(0, flat_leaf, logits)
+    tree.node_data.view(-1, 3)[:, 2].index_copy_(0, flat_leaf, value)  # raw value
+    priors = torch.stack([logits, torch.softmax(logits, -1)], -1)  # channels 4, 5
+    tree.edge_data.view(-1, num_actions, num_fields)[:, :, 4:6].index_copy_(0, flat_leaf, priors)
     tree.invalid_actions.view(-1, num_actions).index_copy_(0, flat_leaf, invalid)
     store.write(flat_leaf, next_embedding)
     return leaf
@@ -241,11 +243,12 @@ def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> None:
     tree did not take add zero.
     """
     flat_leaf = offsets + leaf
-    value = leaf_value = tree.raw_values.view(-1).index_select(0, flat_leaf)
+    node_rows = tree.node_data.view(-1, 3)  # visits, value sums, raw values
+    edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # visits, sums, r, discount
+    value = leaf_value = node_rows[:, 2].index_select(0, flat_leaf)
     edges = path.edges.reshape(-1)
-    rewards = tree.children_rewards.view(-1).index_select(0, edges).view_as(path.edges)
-    discounts = tree.children_discounts.view(-1).index_select(0, edges).view_as(path.edges)
-    mask = path.active.to(value.dtype)
+    reward_discount = edge_rows[:, 2:4].index_select(0, edges).view(*path.edges.shape, 2)
+    rewards, discounts = reward_discount.unbind(-1)
     child_values, node_values = [], []
     for level in range(path.edges.shape[1] - 1, -1, -1):
         child_values.append(value)
@@ -253,12 +256,14 @@ def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> None:
             path.active[:, level], rewards[:, level] + discounts[:, level] * value, value
         )
         node_values.append(value)
-    child_values = torch.stack(child_values[::-1], 1) * mask  # [B, D]
+    mask = path.active.to(value.dtype)  # [B, D]
+    child_values = torch.stack(child_values[::-1], 1) * mask
     node_values = torch.stack(node_values[::-1], 1) * mask
-    counts = path.active.long().view(-1)
-    tree.node_visits.view(-1).index_add_(0, flat_leaf, torch.ones_like(leaf))
-    tree.value_sums.view(-1).index_add_(0, flat_leaf, leaf_value)
-    tree.node_visits.view(-1).index_add_(0, path.nodes.view(-1), counts)
-    tree.value_sums.view(-1).index_add_(0, path.nodes.view(-1), node_values.view(-1))
-    tree.children_visits.view(-1).index_add_(0, edges, counts)
-    tree.children_value_sums.view(-1).index_add_(0, edges, child_values.view(-1))
+    # One index_add per storage: the leaf (+1 visit, + its value) and every level taken.
+    node_index = torch.cat([flat_leaf, path.nodes.reshape(-1)])
+    node_update = torch.stack(
+        [torch.cat([torch.ones_like(leaf_value), mask.reshape(-1)]),
+         torch.cat([leaf_value, node_values.reshape(-1)])], -1,
+    )  # fmt: skip
+    node_rows[:, 0:2].index_add_(0, node_index, node_update)
+    edge_rows[:, 0:2].index_add_(0, edges, torch.stack([mask.reshape(-1), child_values.reshape(-1)], -1))

@@ -66,8 +66,7 @@ def puct_scores(
     """
     node_visit = stats.node_visit[:, None]
     pb_c = pb_c_init + torch.log((node_visit + (pb_c_base + 1.0)) / pb_c_base)
-    prior_probs = torch.softmax(stats.prior_logits, -1)
-    policy_score = (node_visit.sqrt() * pb_c) * prior_probs / (stats.visits + 1)
+    policy_score = (node_visit.sqrt() * pb_c) * stats.prior_probs / (stats.visits + 1)
     return qtransform(stats) + policy_score
 
 

@@ -80,11 +80,12 @@ class NodeStats(NamedTuple):
     """One node per tree, as seen by a selection rule (``Tree.node_stats``).
 
     Attributes:
-        visits: ``[B, A]`` children visit counts (float).
+        visits: ``[B, A]`` children visit counts.
         qvalues: ``[B, A]`` ``r + discount * value(child)`` (``r`` for unvisited children).
         prior_logits: ``[B, A]`` (invalid actions masked).
+        prior_probs: ``[B, A]`` ``softmax(prior_logits)``.
         invalid: ``[B, A]`` bool.
-        node_visit: ``[B]`` the node's visit count (float).
+        node_visit: ``[B]`` the node's visit count.
         node_value: ``[B]`` the node's mean value.
         raw_value: ``[B]`` the model's value of the node.
     """
@@ -92,10 +93,19 @@ class NodeStats(NamedTuple):
     visits: Tensor
     qvalues: Tensor
     prior_logits: Tensor
+    prior_probs: Tensor
     invalid: Tensor
     node_visit: Tensor
     node_value: Tensor
     raw_value: Tensor
+
+
+# Channels of the packed float storages (one index_select fetches a node's whole row).
+_NODE_FIELDS = ("node_visits", "value_sums", "raw_values")
+_EDGE_FIELDS = (
+    "children_visits", "children_value_sums", "children_rewards", "children_discounts",
+    "children_prior_logits", "children_prior_probs",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -103,63 +113,68 @@ class Tree:
     """A batch of ``B`` search trees with ``N`` node slots and ``A`` actions.
 
     The fields cannot be rebound; the search writes into the tensors in place while it runs.
-    Treat a returned tree as read-only.
+    Treat a returned tree as read-only. The float statistics are packed, per node and per
+    edge, into two tensors (so that one gather fetches a node's row); the named views below
+    are how to read them. Visit counts are floats there (exact below ``2**24``).
 
     Attributes:
-        node_visits: ``[B, N]`` int64 visit counts.
-        raw_values: ``[B, N]`` value the model gave each node when it was expanded.
-        value_sums: ``[B, N]`` sum of the values backed up through each node.
+        node_data: ``[B, N, 3]`` packed ``node_visits``, ``value_sums``, ``raw_values``.
+        edge_data: ``[B, N, A, 6]`` packed ``children_visits``, ``children_value_sums``,
+            ``children_rewards``, ``children_discounts``, ``children_prior_logits``,
+            ``children_prior_probs``.
         parents: ``[B, N]`` int64 parent index (``NO_PARENT`` for the root / unused slots).
         action_from_parent: ``[B, N]`` int64 action leading from the parent to the node.
         children_index: ``[B, N, A]`` int64 node index of each child (``UNVISITED`` if none).
-        children_visits: ``[B, N, A]`` int64 visit counts of each child (0 if unvisited).
-        children_value_sums: ``[B, N, A]`` value sum of each child (0 if unvisited).
-        children_prior_logits: ``[B, N, A]`` prior logits at each node (invalid ones masked).
-        children_rewards: ``[B, N, A]`` reward on each edge.
-        children_discounts: ``[B, N, A]`` discount on each edge (negated for two players).
         invalid_actions: ``[B, N, A]`` bool, illegal actions at each node; a node where
             every action is illegal (a terminal state) is stored with none illegal.
         embeddings: TensorDict ``[B, N]`` of the states / embeddings of the nodes.
         extra: TensorDict ``[B]`` of per-tree extras (e.g. the root ``"gumbel"`` ``[B, A]``).
+
+    Views (``[B, N]`` or ``[B, N, A]``): ``node_visits``, ``value_sums`` (sum of the values
+    backed up through the node), ``raw_values`` (the model's value at expansion),
+    ``node_values`` (mean), ``children_visits``, ``children_value_sums``,
+    ``children_values`` (mean), ``children_rewards``, ``children_discounts`` (negated for
+    two players), ``children_prior_logits`` (invalid actions masked), ``children_prior_probs``.
     """
 
-    node_visits: Tensor
-    raw_values: Tensor
-    value_sums: Tensor
+    node_data: Tensor
+    edge_data: Tensor
     parents: Tensor
     action_from_parent: Tensor
     children_index: Tensor
-    children_visits: Tensor
-    children_value_sums: Tensor
-    children_prior_logits: Tensor
-    children_rewards: Tensor
-    children_discounts: Tensor
     invalid_actions: Tensor
     embeddings: TensorDictBase
     extra: TensorDictBase
 
+    def __getattr__(self, name: str) -> Tensor:
+        # Named views into the packed storages (only reached for names that are not fields).
+        if name in _NODE_FIELDS:
+            return self.node_data[..., _NODE_FIELDS.index(name)]
+        if name in _EDGE_FIELDS:
+            return self.edge_data[..., _EDGE_FIELDS.index(name)]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def batch_size(self) -> int:
-        return self.node_visits.shape[0]
+        return self.node_data.shape[0]
 
     @property
     def num_nodes(self) -> int:
-        return self.node_visits.shape[1]
+        return self.node_data.shape[1]
 
     @property
     def num_actions(self) -> int:
-        return self.children_index.shape[-1]
+        return self.edge_data.shape[2]
 
     @property
     def children_values(self) -> Tensor:
         """``[B, N, A]`` mean value of each child (0 for unvisited children)."""
-        visits = self.children_visits.clamp(min=1).to(self.value_sums.dtype)
-        return self.children_value_sums / visits
+        return self.children_value_sums / self.children_visits.clamp(min=1)
 
     @property
     def node_values(self) -> Tensor:
         """``[B, N]`` mean value of each node (``0`` for unused slots)."""
-        return self.value_sums / self.node_visits.clamp(min=1).to(self.value_sums.dtype)
+        return self.value_sums / self.node_visits.clamp(min=1)
 
     def flat_index(self, node_index: Tensor) -> Tensor:
         """Row of ``(b, node_index[b])`` in the ``[B * N, ...]`` flattening, shape ``[B]``."""
@@ -177,22 +192,20 @@ class Tree:
             :class:`NodeStats` with ``[B, A]`` / ``[B]`` tensors.
         """
         flat = self.flat_index(node_index) if flat is None else flat
-
-        def rows(x: Tensor) -> Tensor:
-            return x.flatten(0, 1).index_select(0, flat)
-
-        dtype = self.value_sums.dtype
-        node_visit = rows(self.node_visits).to(dtype)
-        visits = rows(self.children_visits).to(dtype)
-        child_values = rows(self.children_value_sums) / visits.clamp(min=1)
+        batch, num_actions = self.batch_size, self.num_actions
+        edges = self.edge_data.view(batch * self.num_nodes, -1).index_select(0, flat)
+        visits, sums, rewards, discounts, logits, probs = edges.view(batch, num_actions, -1).unbind(-1)
+        node_visit, node_sum, raw_value = self.node_data.view(-1, 3).index_select(0, flat).unbind(-1)
+        invalid = self.invalid_actions.view(-1, num_actions).index_select(0, flat)
         return NodeStats(
             visits=visits,
-            qvalues=rows(self.children_rewards) + rows(self.children_discounts) * child_values,
-            prior_logits=rows(self.children_prior_logits),
-            invalid=rows(self.invalid_actions),
+            qvalues=rewards + discounts * (sums / visits.clamp(min=1)),
+            prior_logits=logits,
+            prior_probs=probs,
+            invalid=invalid,
             node_visit=node_visit,
-            node_value=rows(self.value_sums) / node_visit.clamp(min=1),
-            raw_value=rows(self.raw_values),
+            node_value=node_sum / node_visit.clamp(min=1),
+            raw_value=raw_value,
         )
 
     def qvalues(self, node_index: Tensor) -> Tensor:
@@ -206,18 +219,17 @@ class Tree:
         """Root statistics as a TensorDict ``[B]``.
 
         Returns:
-            ``"visit_counts"`` ``[B, A]``, ``"visit_probs"`` ``[B, A]``, ``"value"`` ``[B]``
-            (mean root value after the search), ``"q_values"`` ``[B, A]``.
+            ``"visit_counts"`` ``[B, A]`` int64, ``"visit_probs"`` ``[B, A]``, ``"value"``
+            ``[B]`` (mean root value after the search), ``"q_values"`` ``[B, A]``.
         """
         visits = self.children_visits[:, ROOT_INDEX]
-        total = visits.sum(-1, keepdim=True).clamp(min=1)
         qvalues = self.children_rewards[:, ROOT_INDEX] + (
             self.children_discounts[:, ROOT_INDEX] * self.children_values[:, ROOT_INDEX]
         )
         return TensorDict(
             {
-                "visit_counts": visits,
-                "visit_probs": visits.to(self.value_sums.dtype) / total,
+                "visit_counts": visits.round().long(),
+                "visit_probs": visits / visits.sum(-1, keepdim=True).clamp(min=1),
                 "value": self.node_values[:, ROOT_INDEX],
                 "q_values": qvalues,
             },
@@ -289,25 +301,19 @@ def init_tree(
 
     nodes, edges = (batch, num_nodes), (batch, num_nodes, num_actions)
     tree = Tree(
-        node_visits=full(nodes, 0, torch.int64),
-        raw_values=full(nodes, 0, dtype),
-        value_sums=full(nodes, 0, dtype),
+        node_data=full((*nodes, len(_NODE_FIELDS)), 0, dtype),
+        edge_data=full((*edges, len(_EDGE_FIELDS)), 0, dtype),
         parents=full(nodes, NO_PARENT, torch.int64),
         action_from_parent=full(nodes, NO_PARENT, torch.int64),
         children_index=full(edges, UNVISITED, torch.int64),
-        children_visits=full(edges, 0, torch.int64),
-        children_value_sums=full(edges, 0, dtype),
-        children_prior_logits=full(edges, 0, dtype),
-        children_rewards=full(edges, 0, dtype),
-        children_discounts=full(edges, 0, dtype),
         invalid_actions=full(edges, False, torch.bool),
         embeddings=embedding.unsqueeze(1).expand(batch, num_nodes).clone(),
         extra=extra if extra is not None else TensorDict({}, batch_size=[batch], device=device),
     )
-    tree.node_visits[:, ROOT_INDEX] = 1
-    tree.raw_values[:, ROOT_INDEX] = value
-    tree.value_sums[:, ROOT_INDEX] = value
-    tree.children_prior_logits[:, ROOT_INDEX] = mask_invalid_logits(logits.to(dtype), invalid)
+    logits = mask_invalid_logits(logits.to(dtype), invalid)
+    tree.node_data[:, ROOT_INDEX] = torch.stack([torch.ones_like(value), value, value], -1)
+    tree.edge_data[:, ROOT_INDEX, :, 4] = logits
+    tree.edge_data[:, ROOT_INDEX, :, 5] = torch.softmax(logits, -1)
     tree.invalid_actions[:, ROOT_INDEX] = invalid & ~invalid.all(-1, keepdim=True)
     return tree, wrapped
 

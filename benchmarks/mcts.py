@@ -1,0 +1,197 @@
+"""Simulations per second of tdrl's batched tensor MCTS vs a plain Python-object MCTS.
+
+Both run the same algorithm (MuZero PUCT search, Q-values min-max normalised by the parent
+and its siblings, ties to the lowest action, no root noise) on the same tiny MuZero-style
+model (8-dim latent state, 4 actions, random linear dynamics / reward / prior / value heads).
+The Python version is what one writes by hand: a ``Node`` object per node, one tree at a
+time, one batch-1 model call per simulation. tests/core/test_mcts_reference.py checks that
+the two give the same visit counts.
+
+Run:  python benchmarks/mcts.py  [--simulations 32 --repeats 3 --batch-sizes 1 64 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+
+from tdrl.core.mcts import RecurrentOutput, RootOutput, muzero_policy
+
+
+class TinyModel:
+    """A tiny MuZero-style model on ``[B, dim]`` latent states with ``num_actions`` actions."""
+
+    def __init__(
+        self, dim: int = 8, num_actions: int = 4, seed: int = 0, dtype=torch.float32
+    ) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.num_actions = num_actions
+        self.dynamics = (torch.randn(num_actions, dim, dim, generator=g) / dim**0.5).to(dtype)
+        self.reward_head = torch.randn(num_actions, dim, generator=g).to(dtype)
+        self.policy_head = torch.randn(dim, num_actions, generator=g).to(dtype)
+        self.value_head = torch.randn(dim, generator=g).to(dtype)
+        self.discount = 0.97
+
+    def root(self, embedding: torch.Tensor) -> RootOutput:
+        """``embedding`` ``[B, dim]`` -> RootOutput."""
+        return RootOutput(
+            embedding @ self.policy_head, torch.tanh(embedding @ self.value_head), embedding
+        )
+
+    def recurrent(self, embedding: torch.Tensor, action: torch.Tensor) -> RecurrentOutput:
+        """``(embedding [B, dim], action [B]) -> RecurrentOutput``."""
+        next_embedding = torch.tanh(
+            torch.bmm(self.dynamics[action], embedding.unsqueeze(-1)).squeeze(-1)
+        )
+        reward = torch.tanh((self.reward_head[action] * embedding).sum(-1))
+        discount = torch.full_like(reward, self.discount)
+        return RecurrentOutput(
+            next_embedding,
+            reward,
+            discount,
+            next_embedding @ self.policy_head,
+            torch.tanh(next_embedding @ self.value_head),
+        )
+
+
+# ------------------------------------------------------------------ the plain Python MCTS
+
+
+class Node:
+    """One search node, a plain Python object."""
+
+    __slots__ = (
+        "prior_logits", "raw_value", "embedding", "reward", "discount",
+        "visit_count", "value_sum", "children",
+    )  # fmt: skip
+
+    def __init__(self, prior_logits, raw_value, embedding, reward=0.0, discount=0.0):
+        self.prior_logits = prior_logits
+        self.raw_value = raw_value
+        self.embedding = embedding
+        self.reward = reward
+        self.discount = discount
+        self.visit_count = 0
+        self.value_sum = 0.0
+        self.children: dict[int, Node] = {}
+
+    def value(self) -> float:
+        return self.value_sum / max(self.visit_count, 1)
+
+
+def _softmax(logits: list[float]) -> list[float]:
+    top = max(logits)
+    exps = [math.exp(x - top) for x in logits]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def _puct_action(node: Node, pb_c_init: float, pb_c_base: float) -> int:
+    visits = node.visit_count
+    pb_c = pb_c_init + math.log((visits + pb_c_base + 1.0) / pb_c_base)
+    probs = _softmax(node.prior_logits)
+    node_value = node.value()
+    qvalues = {a: c.reward + c.discount * c.value() for a, c in node.children.items()}
+    low = min([node_value, *qvalues.values()])
+    high = max([node_value, *qvalues.values()])
+    scale = max(high - low, 1e-8)
+    best, best_score = 0, -math.inf
+    for a, p in enumerate(probs):
+        child = node.children.get(a)
+        q = (qvalues[a] - low) / scale if child is not None else 0.0
+        n = child.visit_count if child is not None else 0
+        score = q + math.sqrt(visits) * pb_c * p / (n + 1)
+        if score > best_score:
+            best, best_score = a, score
+    return best
+
+
+def python_puct_search(
+    model: TinyModel,
+    embedding: torch.Tensor,
+    num_simulations: int,
+    pb_c_init: float = 1.25,
+    pb_c_base: float = 19652.0,
+) -> Node:
+    """Search one tree from ``embedding`` ``[dim]``; returns the root ``Node``."""
+    out = model.root(embedding[None])
+    root = Node(out.prior_logits[0].tolist(), float(out.value[0]), embedding)
+    root.visit_count, root.value_sum = 1, root.raw_value
+    for _ in range(num_simulations):
+        node, path = root, [root]
+        while True:
+            action = _puct_action(node, pb_c_init, pb_c_base)
+            child = node.children.get(action)
+            if child is None:
+                break
+            node = child
+            path.append(node)
+        step = model.recurrent(node.embedding[None], torch.tensor([action]))
+        leaf = Node(
+            step.prior_logits[0].tolist(),
+            float(step.value[0]),
+            step.next_embedding[0],
+            float(step.reward[0]),
+            float(step.discount[0]),
+        )
+        node.children[action] = leaf
+        value = leaf.raw_value
+        leaf.visit_count, leaf.value_sum = 1, value
+        child = leaf
+        for parent in reversed(path):
+            value = child.reward + child.discount * value
+            parent.visit_count += 1
+            parent.value_sum += value
+            child = parent
+    return root
+
+
+# ------------------------------------------------------------------------------ benchmark
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--simulations", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 512])
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model = TinyModel()
+    n = args.simulations
+    print(f"MCTS, PUCT, {n} simulations per tree, tiny model (dim 8, 4 actions), 1 thread")
+    print(f"{'B':>5} {'tdrl sims/s':>14} {'python sims/s':>14} {'ratio':>8}")
+    for batch in args.batch_sizes:
+        embeddings = torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))
+
+        def ours(embeddings=embeddings):
+            muzero_policy(
+                model.root(embeddings), model.recurrent, n,
+                dirichlet_fraction=0.0, temperature=0.0,
+            )  # fmt: skip
+
+        def plain(embeddings=embeddings):
+            for row in embeddings:
+                python_puct_search(model, row, n)
+
+        ours()  # warm-up
+        t_ours = _median_time(ours, args.repeats)
+        t_plain = _median_time(plain, args.repeats)
+        rate_ours, rate_plain = batch * n / t_ours, batch * n / t_plain
+        print(f"{batch:>5} {rate_ours:>14,.0f} {rate_plain:>14,.0f} {rate_ours / rate_plain:>7.1f}x")
+
+
+if __name__ == "__main__":
+    main()
