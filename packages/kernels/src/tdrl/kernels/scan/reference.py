@@ -27,44 +27,52 @@ import torch
 ScanFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def _chunk_len(t_len: int) -> int:
+    return max(1, math.isqrt(max(t_len - 1, 0)) + 1)
+
+
+def _scan_within(d: torch.Tensor, c: torch.Tensor) -> None:
+    """Stage 1 in place on ``[N, K, L]`` views: ``d`` <- in-chunk scan, ``c`` <- suffix products."""
+    for t in range(d.shape[-1] - 2, -1, -1):
+        d[..., t].addcmul_(c[..., t], d[..., t + 1])
+        c[..., t].mul_(c[..., t + 1])
+
+
 def reverse_scan_rows(d: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """Reverse linear scan ``y[:, t] = d[:, t] + c[:, t] * y[:, t + 1]`` on rows.
+    """Reverse linear scan ``y[:, t] = d[:, t] + c[:, t] * y[:, t + 1]``, in place.
 
     Args:
-        d: ``[N, T]`` floating tensor, the inputs.
-        c: ``[N, T]`` tensor of the same dtype, the per-step decay (``c[:, T-1]`` is unused).
+        d: ``[N, T]`` floating tensor (last dim contiguous), the inputs; overwritten by ``y``.
+        c: ``[N, T]`` tensor of the same dtype and layout, the per-step decay
+            (``c[:, T-1]`` is unused); overwritten by scratch values.
 
     Returns:
-        ``[N, T]`` tensor ``y`` (no autograd: call through :func:`reverse_scan`).
+        ``d``, now holding ``y``. Every row kernel (``ScanFn``) may overwrite its inputs;
+        callers pass buffers they own. No autograd: call through :func:`reverse_scan`.
     """
     n, t_len = d.shape
     if n == 0 or t_len == 0:
-        return torch.zeros_like(d)
-    chunk = max(1, math.isqrt(t_len - 1) + 1)
-    n_chunks = -(-t_len // chunk)
-    pad = n_chunks * chunk - t_len
-    if pad:
-        d = torch.nn.functional.pad(d, (0, pad))
-        c = torch.nn.functional.pad(c, (0, pad))
-    # [L, N, n_chunks]: one time step of every chunk of every row is a contiguous slice.
-    dt = d.view(n, n_chunks, chunk).permute(2, 0, 1).contiguous()
-    ct = c.view(n, n_chunks, chunk).permute(2, 0, 1).contiguous()
-    y = torch.empty_like(dt)
-    prod = torch.empty_like(ct)
-    y[-1] = dt[-1]
-    prod[-1] = ct[-1]
-    for t in range(chunk - 2, -1, -1):
-        torch.addcmul(dt[t], ct[t], y[t + 1], out=y[t])
-        torch.mul(ct[t], prod[t + 1], out=prod[t])
-    # Stage 2: y at the start of each chunk, carried from the chunk after it.
-    head = y[0].clone()  # [N, n_chunks]
-    for j in range(n_chunks - 2, -1, -1):
-        head[:, j].addcmul_(prod[0, :, j], head[:, j + 1])
-    carry = torch.zeros_like(head)
-    carry[:, :-1] = head[:, 1:]
-    y.addcmul_(prod, carry.unsqueeze(0))
-    out = y.permute(1, 2, 0).reshape(n, n_chunks * chunk)
-    return out[:, :t_len] if pad else out
+        return d
+    chunk = _chunk_len(t_len)
+    n_main = t_len // chunk
+    rem = t_len - n_main * chunk
+    # Views [N, chunks, L]: the full chunks, then the ragged tail (the latest steps).
+    parts = [(d[:, : n_main * chunk].view(n, n_main, chunk), c[:, : n_main * chunk].view(n, n_main, chunk))]
+    if rem:
+        parts.append((d[:, n_main * chunk :].unsqueeze(1), c[:, n_main * chunk :].unsqueeze(1)))
+    for dd, cc in parts:
+        _scan_within(dd, cc)
+    # Stage 2: the value at the start of each chunk, carried from the chunk after it.
+    head = torch.cat([dd[..., 0] for dd, _ in parts], dim=1)  # [N, chunks]
+    prod = torch.cat([cc[..., 0] for _, cc in parts], dim=1)
+    for j in range(head.shape[1] - 2, -1, -1):
+        head[:, j].addcmul_(prod[:, j], head[:, j + 1])
+    # Every chunk but the last one in time receives the start value of its successor.
+    main_d, main_c = parts[0]
+    n_carry = n_main if rem else n_main - 1
+    if n_carry > 0:
+        main_d[:, :n_carry].addcmul_(main_c[:, :n_carry], head[:, 1 : n_carry + 1].unsqueeze(-1))
+    return d
 
 
 def _shift_for_backward(c: torch.Tensor) -> torch.Tensor:
@@ -85,7 +93,7 @@ class _ReverseScan(torch.autograd.Function):
     def forward(ctx, d: torch.Tensor, c: torch.Tensor, scan_fn: ScanFn) -> torch.Tensor:
         ctx.save_for_backward(c)
         ctx.scan_fn = scan_fn
-        return scan_fn(d, c)
+        return scan_fn(d.clone(), c.clone())
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -95,11 +103,12 @@ class _ReverseScan(torch.autograd.Function):
 
 
 def reverse_scan(d: torch.Tensor, c: torch.Tensor, scan_fn: ScanFn = reverse_scan_rows) -> torch.Tensor:
-    """Differentiable reverse scan on rows ``[N, T]`` using the row kernel ``scan_fn``."""
-    d = d.contiguous()
-    c = c.detach().contiguous()
+    """Differentiable reverse scan on rows ``[N, T]`` using the row kernel ``scan_fn``.
+
+    Without autograd, ``d`` and ``c`` may be overwritten (pass buffers you own).
+    """
     if d.requires_grad and torch.is_grad_enabled():
-        return _ReverseScan.apply(d, c, scan_fn)
+        return _ReverseScan.apply(d.contiguous(), c.detach().contiguous(), scan_fn)
     return scan_fn(d, c)
 
 
@@ -120,26 +129,44 @@ def _check_time_layout(name: str, x: torch.Tensor, ref_shape: torch.Size | None 
         raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {tuple(ref_shape)} like the reward.")
 
 
-def _to_rows(x: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-    """``[..., T, F]`` (broadcast to ``shape``) -> ``[N, T]`` contiguous rows of ``dtype``."""
-    x = x.to(dtype).expand(shape)
-    return x.movedim(-2, -1).reshape(-1, shape[-2])
+def _rows(buf: torch.Tensor) -> torch.Tensor:
+    """``[..., T, F]`` owned buffer -> ``[N, T]`` rows (a view when ``F == 1``)."""
+    return buf.movedim(-2, -1).reshape(-1, buf.shape[-2])
 
 
-def _from_rows(y: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def _owned(x: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """A fresh contiguous ``[..., T, F]`` copy of ``x`` broadcast to ``shape``, as ``dtype``."""
+    return torch.empty(shape, dtype=dtype, device=x.device).copy_(x)
+
+
+def _run_scan(d: torch.Tensor, c: torch.Tensor, scan_fn: ScanFn) -> torch.Tensor:
+    """Scan the owned ``[..., T, F]`` buffers ``d`` / ``c`` over dim -2; returns ``[..., T, F]``."""
+    shape = d.shape
+    y = reverse_scan(_rows(d), _rows(c), scan_fn)
     lead, t_len, feat = shape[:-2], shape[-2], shape[-1]
     return y.reshape(*lead, feat, t_len).movedim(-1, -2)
 
 
-def _not(flag: torch.Tensor | None, shape: torch.Size, name: str) -> torch.Tensor | None:
+def _check_flag(name: str, flag: torch.Tensor | None, shape: torch.Size) -> None:
     if flag is None:
-        return None
-    if flag.shape != shape:
-        try:
-            torch.broadcast_shapes(flag.shape, shape)
-        except RuntimeError:
-            raise ValueError(f"{name} has shape {tuple(flag.shape)}, expected {tuple(shape)}.") from None
-    return ~flag.bool()
+        return
+    try:
+        ok = torch.broadcast_shapes(flag.shape, shape) == shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} has shape {tuple(flag.shape)}, expected {tuple(shape)} (bool).")
+
+
+def _decay(scale: float | torch.Tensor, done: torch.Tensor | None, shape, dtype, device) -> torch.Tensor:
+    """Owned buffer ``scale * (1 - done)`` of ``shape``."""
+    c = torch.empty(shape, dtype=dtype, device=device)
+    if done is None:
+        return c.copy_(torch.as_tensor(scale, dtype=dtype, device=device).expand(shape))
+    if isinstance(scale, torch.Tensor):
+        return c.copy_(torch.where(done.bool(), 0.0, scale.to(dtype)).expand(shape))
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(done.bool().expand(shape), zero, torch.full((), float(scale), dtype=dtype, device=device), out=c)
 
 
 def discounted_cumsum_impl(
@@ -150,14 +177,11 @@ def discounted_cumsum_impl(
 ) -> torch.Tensor:
     """Shared body of :func:`discounted_cumsum` for any row kernel ``scan_fn``."""
     _check_time_layout("x", x)
-    shape = x.shape
-    dtype = _compute_dtype(x)
-    not_done = _not(done, shape, "done")
-    c = torch.as_tensor(gamma, dtype=dtype, device=x.device)
-    if not_done is not None:
-        c = c * not_done
-    y = reverse_scan(_to_rows(x, shape, dtype), _to_rows(c, shape, dtype), scan_fn)
-    return _from_rows(y, shape).to(x.dtype)
+    _check_flag("done", done, x.shape)
+    shape, dtype = x.shape, _compute_dtype(x)
+    c = _decay(gamma, done, shape, dtype, x.device)
+    d = x.to(dtype) if x.requires_grad and torch.is_grad_enabled() else _owned(x, shape, dtype)
+    return _run_scan(d, c, scan_fn).to(x.dtype)
 
 
 def gae_impl(
@@ -175,16 +199,26 @@ def gae_impl(
     shape = reward.shape
     for name, t in (("value", value), ("next_value", next_value)):
         _check_time_layout(name, t, shape)
+    _check_flag("done", done, shape)
+    _check_flag("terminated", terminated, shape)
     dtype = _compute_dtype(reward, value, next_value)
-    not_term = _not(terminated, shape, "terminated")
-    not_done = _not(done, shape, "done")
-    gamma_t = torch.as_tensor(gamma, dtype=dtype, device=reward.device)
-    lmbda_t = torch.as_tensor(lmbda, dtype=dtype, device=reward.device)
-    r, v, nv = reward.to(dtype), value.to(dtype), next_value.to(dtype)
-    delta = r + gamma_t * nv * not_term - v
-    c = gamma_t * lmbda_t * not_done
-    adv = _from_rows(reverse_scan(_to_rows(delta, shape, dtype), _to_rows(c, shape, dtype), scan_fn), shape)
     out_dtype = torch.promote_types(reward.dtype, value.dtype)
+    device = reward.device
+    r, v, nv = reward.to(dtype), value.to(dtype), next_value.to(dtype)
+    c = _decay(gamma * lmbda, done, shape, dtype, device)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (r, v, nv))
+    if needs_grad or isinstance(gamma, torch.Tensor):
+        g = torch.as_tensor(gamma, dtype=dtype, device=device)
+        delta = r + g * torch.where(terminated.bool(), 0.0, nv) - v
+        if not needs_grad:
+            delta = _owned(delta, shape, dtype)
+    else:
+        # In place into one owned buffer: page faults of fresh allocations dominate on CPU.
+        zero = torch.zeros((), dtype=dtype, device=device)
+        delta = torch.empty(shape, dtype=dtype, device=device)
+        torch.where(terminated.bool().expand(shape), zero, nv, out=delta)
+        delta.mul_(float(gamma)).add_(r).sub_(v)
+    adv = _run_scan(delta, c, scan_fn)
     return adv.to(out_dtype), (adv + v).to(out_dtype)
 
 
