@@ -1,0 +1,329 @@
+"""AlphaZero (Silver et al., 2018) self-play on tic-tac-toe, with tdrl's batched MCTS.
+
+A linear script built from :mod:`tdrl.core.mcts` parts: the batched :class:`TicTacToe`
+(cloneable TensorDict states) is the perfect simulator, a small MLP gives prior logits and a
+value, and :func:`muzero_policy` (PUCT + Dirichlet root noise) or
+:func:`gumbel_muzero_policy` searches all live games at once. Each iteration plays
+``games`` self-play games in one batch, stores (board, search policy, outcome) in a replay
+TensorDict, and trains the net with policy cross-entropy + value MSE. Every ``eval_every``
+iterations it plays, with the search (no noise, most-visited move) against a uniformly
+random player and a pure-MCTS player (UCB1 with random playouts), half the games as X.
+
+    python apps/mcts/train.py                       # about ten minutes on one CPU core
+    python apps/mcts/train.py --search gumbel --num_simulations 16
+    python apps/mcts/train.py --tiny                # a seconds-long smoke run (CI)
+
+Outputs in ``--out``: ``metrics.csv`` (one row per iteration), ``learning_curve.png``,
+``summary.json`` and ``model.pt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from tdrl.core.mcts import (
+    POLICY_TARGET,
+    RolloutEvaluator,
+    TicTacToe,
+    gumbel_muzero_policy,
+    muzero_policy,
+    qtransform_by_min_max,
+    search,
+    simulator_model,
+    ucb1_selection,
+)
+
+
+@dataclass
+class Config:
+    """Every knob of the app; each field is a ``--flag``."""
+
+    iterations: int = 40
+    games: int = 128  # self-play games per iteration, played as one batch
+    search: str = "puct"  # puct (AlphaZero) | gumbel (Gumbel MuZero)
+    num_simulations: int = 32
+    dirichlet_alpha: float = 1.0  # ~10 / (typical number of legal moves)
+    dirichlet_fraction: float = 0.25
+    sample_moves: int = 4  # plies played with temperature 1, then the most visited move
+    max_num_considered_actions: int = 9  # gumbel only
+    replay_size: int = 20_000  # positions
+    epochs: int = 4
+    minibatch_size: int = 256
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    hidden: int = 128
+    eval_every: int = 5
+    eval_games: int = 100
+    eval_simulations: int = 32
+    pure_mcts_simulations: int = 200
+    seed: int = 0
+    out: str = "runs/mcts"
+    tiny: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tiny:
+            self.iterations = min(self.iterations, 2)
+            self.games = min(self.games, 16)
+            self.num_simulations = min(self.num_simulations, 8)
+            self.eval_every = 1
+            self.eval_games = min(self.eval_games, 8)
+            self.eval_simulations = min(self.eval_simulations, 8)
+            self.pure_mcts_simulations = min(self.pure_mcts_simulations, 16)
+        if self.search not in ("puct", "gumbel"):
+            raise ValueError(f"--search must be 'puct' or 'gumbel', got {self.search!r}")
+        if self.eval_games % 2:
+            raise ValueError(f"--eval_games must be even (half as X, half as O), got {self.eval_games}")
+
+
+class PolicyValueNet(nn.Module):
+    """MLP on the canonical board: ``[B, 9]`` -> (prior logits ``[B, 9]``, value ``[B]``)."""
+
+    def __init__(self, hidden: int = 128) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Linear(27, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
+        self.policy = nn.Linear(hidden, 9)
+        self.value = nn.Linear(hidden, 1)
+
+    def forward(self, board: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        planes = torch.cat([board == 1, board == -1, board == 0], -1).float()
+        h = self.body(planes)
+        return self.policy(h), torch.tanh(self.value(h)).squeeze(-1)
+
+
+def net_evaluator(net: PolicyValueNet):
+    @torch.no_grad()
+    def evaluate(state: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        return net(state["board"])
+
+    return evaluate
+
+
+def make_agent(cfg: Config, game: TicTacToe, net: PolicyValueNet, generator: torch.Generator):
+    """The search policy: ``(state [B], noise: bool, temperature) -> TensorDict [B]``."""
+    root_fn, recurrent_fn = simulator_model(game, net_evaluator(net))
+
+    def act(state: TensorDictBase, noise: bool, temperature: float, num_simulations: int):
+        root = root_fn(state)
+        if cfg.search == "gumbel":
+            return gumbel_muzero_policy(
+                root, recurrent_fn, num_simulations, two_player=True,
+                max_num_considered_actions=cfg.max_num_considered_actions,
+                gumbel_scale=1.0 if noise else 0.0, generator=generator,
+            )  # fmt: skip
+        return muzero_policy(
+            root, recurrent_fn, num_simulations, two_player=True,
+            dirichlet_alpha=cfg.dirichlet_alpha,
+            dirichlet_fraction=cfg.dirichlet_fraction if noise else 0.0,
+            temperature=temperature, generator=generator,
+        )  # fmt: skip
+
+    return act
+
+
+def self_play(cfg: Config, game: TicTacToe, act) -> TensorDict:
+    """Play ``cfg.games`` games at once; returns positions with policy and value targets."""
+    state = game.reset(cfg.games)
+    boards, targets, movers, game_ids = [], [], [], []
+    ply = 0
+    while not bool(state["done"].all()):
+        live = (~state["done"]).nonzero().squeeze(-1)
+        temperature = 1.0 if ply < cfg.sample_moves else 0.0
+        out = act(state[live], noise=True, temperature=temperature, num_simulations=cfg.num_simulations)
+        boards.append(state["board"][live])
+        targets.append(out[POLICY_TARGET])
+        movers.append(state["player"][live])
+        game_ids.append(live)
+        action = torch.zeros(cfg.games, dtype=torch.int64)
+        action[live] = out["action"]
+        state, _, _ = game.step(state, action)
+        ply += 1
+    winner = state["winner"].float()  # +1 X, -1 O, 0 draw
+    mover = torch.cat(movers).float()
+    return TensorDict(
+        {
+            "board": torch.cat(boards),
+            POLICY_TARGET: torch.cat(targets),
+            "value_target": winner[torch.cat(game_ids)] * mover,  # the mover's outcome
+        },
+        batch_size=[mover.shape[0]],
+    )
+
+
+def train_epochs(cfg: Config, net, optimizer, replay: TensorDict, generator) -> dict[str, float]:
+    losses = {"loss_policy": [], "loss_value": []}
+    for _ in range(cfg.epochs):
+        order = torch.randperm(replay.shape[0], generator=generator)
+        for start in range(0, replay.shape[0], cfg.minibatch_size):
+            batch = replay[order[start : start + cfg.minibatch_size]]
+            logits, value = net(batch["board"])
+            loss_policy = -(batch[POLICY_TARGET] * F.log_softmax(logits, -1)).sum(-1).mean()
+            loss_value = F.mse_loss(value, batch["value_target"])
+            optimizer.zero_grad()
+            (loss_policy + loss_value).backward()
+            optimizer.step()
+            losses["loss_policy"].append(loss_policy.item())
+            losses["loss_value"].append(loss_value.item())
+    return {k: sum(v) / len(v) for k, v in losses.items()}
+
+
+def random_player(game: TicTacToe, generator: torch.Generator):
+    def act(state: TensorDictBase) -> torch.Tensor:
+        noise = torch.rand(state["board"].shape, generator=generator)
+        return noise.masked_fill(~game.legal_actions(state), -1.0).argmax(-1)
+
+    return act
+
+
+def pure_mcts_player(game: TicTacToe, num_simulations: int, generator: torch.Generator):
+    """UCT: UCB1 selection, uniform priors, one random playout per new node."""
+    root_fn, recurrent_fn = simulator_model(game, RolloutEvaluator(game, generator))
+    select = partial(ucb1_selection, qtransform=partial(qtransform_by_min_max, min_value=-1, max_value=1))
+
+    def act(state: TensorDictBase) -> torch.Tensor:
+        tree = search(root_fn(state), recurrent_fn, select, select, num_simulations, two_player=True)
+        visits = tree.root_summary()["visit_counts"]
+        return visits.masked_fill(~game.legal_actions(state), -1).argmax(-1)
+
+    return act
+
+
+def play_match(game: TicTacToe, agent, opponent, num_games: int) -> dict[str, float]:
+    """``num_games / 2`` games with the agent as X, as many as O. Returns its result rates."""
+    results = []
+    for agent_is_x in (True, False):
+        state = game.reset(num_games // 2)
+        ply = 0
+        while not bool(state["done"].all()):
+            live = (~state["done"]).nonzero().squeeze(-1)
+            agent_turn = (ply % 2 == 0) == agent_is_x
+            action = torch.zeros(state.shape[0], dtype=torch.int64)
+            action[live] = (agent if agent_turn else opponent)(state[live])
+            state, _, _ = game.step(state, action)
+            ply += 1
+        results.append(state["winner"] * (1 if agent_is_x else -1))
+    outcome = torch.cat(results).float()
+    return {
+        "win": (outcome > 0).float().mean().item(),
+        "draw": (outcome == 0).float().mean().item(),
+        "loss": (outcome < 0).float().mean().item(),
+    }
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
+    it = [r["iteration"] for r in rows]
+    ax_loss.plot(it, [r["loss_policy"] for r in rows], label="policy cross-entropy")
+    ax_loss.plot(it, [r["loss_value"] for r in rows], label="value MSE")
+    ax_loss.set_xlabel("iteration")
+    ax_loss.set_title("training loss")
+    ax_loss.legend()
+    evals = [r for r in rows if r["vs_random_win"] != ""]
+    ev = [r["iteration"] for r in evals]
+    for key, label in [
+        ("vs_random_win", "search vs random: win"),
+        ("vs_random_loss", "search vs random: loss"),
+        ("vs_mcts_win", "search vs pure MCTS: win"),
+        ("vs_mcts_loss", "search vs pure MCTS: loss"),
+        ("net_vs_random_win", "net alone vs random: win"),
+    ]:
+        ax_eval.plot(ev, [r[key] for r in evals], marker="o", label=label)
+    ax_eval.set_ylim(-0.02, 1.02)
+    ax_eval.set_xlabel("iteration")
+    ax_eval.set_title("evaluation (half the games as X)")
+    ax_eval.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(cfg: Config) -> dict:
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(1)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    os.makedirs(cfg.out, exist_ok=True)
+    game = TicTacToe()
+    net = PolicyValueNet(cfg.hidden)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    act = make_agent(cfg, game, net, generator)
+    replay = None
+    rows, start = [], time.perf_counter()
+    fields = ["iteration", "positions", "loss_policy", "loss_value", "vs_random_win",
+              "vs_random_draw", "vs_random_loss", "vs_mcts_win", "vs_mcts_draw", "vs_mcts_loss",
+              "net_vs_random_win", "net_vs_random_loss", "seconds"]  # fmt: skip
+    csv_path = os.path.join(cfg.out, "metrics.csv")
+    with open(csv_path, "w", newline="") as f:
+        csv.DictWriter(f, fieldnames=fields).writeheader()
+    for iteration in range(1, cfg.iterations + 1):
+        net.eval()
+        data = self_play(cfg, game, act)
+        replay = data if replay is None else torch.cat([replay, data])[-cfg.replay_size :]
+        net.train()
+        losses = train_epochs(cfg, net, optimizer, replay, generator)
+        net.eval()
+        row = {"iteration": iteration, "positions": replay.shape[0], **losses}
+        row.update({k: "" for k in fields if k not in row})
+        if iteration % cfg.eval_every == 0 or iteration == cfg.iterations:
+
+            def agent(state):
+                return act(state, noise=False, temperature=0.0, num_simulations=cfg.eval_simulations)["action"]
+
+            def greedy_net(state):
+                logits, _ = net_evaluator(net)(state)
+                return logits.masked_fill(~game.legal_actions(state), -torch.inf).argmax(-1)
+
+            rand = random_player(game, generator)
+            mcts = pure_mcts_player(game, cfg.pure_mcts_simulations, generator)
+            for prefix, (player, opponent) in {
+                "vs_random": (agent, rand), "vs_mcts": (agent, mcts), "net_vs_random": (greedy_net, rand),
+            }.items():  # fmt: skip
+                result = play_match(game, player, opponent, cfg.eval_games)
+                for k, v in result.items():
+                    if f"{prefix}_{k}" in fields:
+                        row[f"{prefix}_{k}"] = v
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        rows.append(row)
+        with open(csv_path, "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=fields).writerow(row)
+        print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if v != ""))
+    plot(rows, os.path.join(cfg.out, "learning_curve.png"))
+    torch.save(net.state_dict(), os.path.join(cfg.out, "model.pt"))
+    final = rows[-1]
+    summary = {"config": dataclasses.asdict(cfg), "final": final}
+    with open(os.path.join(cfg.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for field in dataclasses.fields(Config):
+        if field.type in ("bool", bool):
+            parser.add_argument(f"--{field.name}", action="store_true", default=field.default)
+        else:
+            kind = {"int": int, "float": float, "str": str}[str(field.type)]
+            parser.add_argument(f"--{field.name}", type=kind, default=field.default)
+    return Config(**vars(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main(parse_args())
