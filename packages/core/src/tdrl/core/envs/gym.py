@@ -141,9 +141,10 @@ def _action_converter(spec) -> Callable:
         return lambda a: int(a)
 
     def conv(a):
-        if a.requires_grad:
-            a = a.detach()
-        return a.numpy() if a.device.type == "cpu" else a.cpu().numpy()
+        try:
+            return a.numpy()  # CPU tensor without grad: a zero-copy view
+        except (RuntimeError, TypeError):  # requires grad, or not on the CPU
+            return a.detach().cpu().numpy()
 
     return conv
 
@@ -205,7 +206,12 @@ class GymWrapper(EnvBase):
             mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
             self.autoreset_mode = gym.vector.AutoresetMode(mode)
             self._same_step = self.autoreset_mode == gym.vector.AutoresetMode.SAME_STEP
-        self._bool_false = torch.zeros((1,), dtype=torch.bool)
+        self._plain_cpu = self.device.type == "cpu" and not self._obs_is_dict
+        false, true = torch.zeros((1,), dtype=torch.bool), torch.ones((1,), dtype=torch.bool)
+        self._flag_cache = {
+            (te, tr): (true if te or tr else false, true if te else false, true if tr else false)
+            for te in (False, True) for tr in (False, True)
+        }
 
     @staticmethod
     def _single_spec(spec):
@@ -267,17 +273,22 @@ class GymWrapper(EnvBase):
         return self._put(self._convert_obs(obs))
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        action = self._act_conv(tensordict.get(ACTION))
+        try:  # fast path: a plain TensorDict holds its entries in a dict
+            action = tensordict._tensordict[ACTION]
+        except (AttributeError, KeyError):
+            action = tensordict.get(ACTION)
+        action = self._act_conv(action)
         obs, reward, terminated, truncated, info = self._env.step(action)
         if self.is_vector:
             return self._vector_next(obs, reward, terminated, truncated, info)
         source = self._convert_obs(obs)
-        term = torch.tensor((bool(terminated),))
-        trunc = torch.tensor((bool(truncated),))
-        source[REWARD] = torch.tensor((float(reward),), dtype=torch.float32)
-        source[DONE] = term | trunc
-        source[TERMINATED] = term
-        source[TRUNCATED] = trunc
+        source[REWARD] = torch.from_numpy(np.array((reward,), dtype=np.float32))
+        # Done flags of a single env come from a small cache of constant tensors (no
+        # allocation per step); like every env output, treat them as read-only.
+        flags = self._flag_cache[bool(terminated), bool(truncated)]
+        source[DONE], source[TERMINATED], source[TRUNCATED] = flags
+        if self._plain_cpu:
+            return _fast_td(source, self.batch_size, self.device)
         return self._put(source)
 
     def _vector_next(self, obs, reward, terminated, truncated, info) -> TensorDictBase:
