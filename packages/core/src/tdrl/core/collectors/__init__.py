@@ -1,0 +1,26 @@
+"""Collectors: run a policy in environments and yield batches of steps.
+
+:class:`Collector` (one process), :class:`MultiSyncCollector` and
+:class:`MultiAsyncCollector` (worker processes, shared-memory batches and weights),
+:class:`RayCollector` (Ray actors, weights through the object store).
+"""
+
+from __future__ import annotations
+
+from .multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
+from .single import Collector, as_interaction_type
+from .utils import MASK_KEY, split_trajectories
+
+__all__ = [
+    "Collector",
+    "SyncDataCollector",
+    "MultiSyncCollector",
+    "MultiAsyncCollector",
+    "WorkerError",
+    "as_interaction_type",
+    "split_trajectories",
+    "MASK_KEY",
+]
+
+SyncDataCollector = Collector
+"""Alias (TorchRL's older name of the single-process collector)."""

@@ -1,0 +1,402 @@
+"""Multi-process collectors: one :class:`~tdrl.core.collectors.Collector` per worker process.
+
+- :class:`MultiSyncCollector` asks every worker for a batch when the trainer asks for
+  one and returns them stacked: ``(num_workers, *env_batch, T)``. Workers wait while the
+  trainer trains, so every batch is collected with the latest weights (on-policy).
+- :class:`MultiAsyncCollector` keeps every worker collecting and returns the first batch
+  ready, ``(*env_batch, T)``; a worker starts its next batch as soon as its last one was
+  copied out (weights may lag by one batch: off-policy use).
+
+Transport: each worker owns a shared-memory TensorDict into which it writes every batch
+(the trainer copies it out); policy weights live in one shared-memory TensorDict that the
+trainer overwrites in :meth:`update_policy_weights_` and the workers copy into their policy
+(under a lock) when told to. Faults: a worker whose env or policy raises sends its
+traceback, a worker that dies is noticed through its process sentinel; both surface in
+the trainer as :class:`~tdrl.core.envs.WorkerError` (after every worker is stopped).
+``shutdown()``, garbage collection and interpreter exit stop all workers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import multiprocessing as mp
+import pickle
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import wait as mp_wait
+
+import torch
+import torch.multiprocessing  # noqa: F401 - registers the shared-memory tensor reductions
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType
+
+from ..envs import EnvBase, WorkerError
+from .single import Collector
+from .utils import split_trajectories
+
+__all__ = ["MultiSyncCollector", "MultiAsyncCollector", "WorkerError"]
+
+_log = logging.getLogger(__name__)
+
+
+def _dumps(obj) -> bytes:
+    if importlib.util.find_spec("cloudpickle") is not None:
+        import cloudpickle
+
+        return cloudpickle.dumps(obj)
+    return pickle.dumps(obj)
+
+
+def _send(conn, msg) -> None:
+    try:
+        conn.send(msg)
+    except (BrokenPipeError, OSError, EOFError):
+        pass
+
+
+def _worker_main(idx: int, conn, payload: bytes, weights, lock) -> None:
+    """Body of a worker: build a Collector, then serve commands until ``close``."""
+    torch.set_num_threads(1)
+    collector = None
+    try:
+        make_env, policy, kwargs, n_workers = pickle.loads(payload)
+        collector = Collector(make_env, policy, **kwargs)
+        collector._traj_stride, collector._traj_offset = n_workers, idx
+        params = TensorDict.from_module(collector.policy).data if weights is not None else None
+        if params is not None:
+            with lock:
+                params.update_(weights)
+    except BaseException:  # noqa: BLE001 - everything goes back to the trainer
+        _send(conn, ("error", traceback.format_exc()))
+        return
+    buf = None
+    while True:
+        try:
+            cmd, arg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            break  # the trainer is gone
+        try:
+            if cmd == "collect":
+                batch = collector.rollout()
+                if buf is None:
+                    buf = batch.clone().share_memory_()
+                    conn.send(("ready", buf))
+                else:
+                    buf.update_(batch)
+                    conn.send(("ready", None))
+            elif cmd == "update":
+                with lock:
+                    params.update_(weights)
+                conn.send(("updated", None))
+            elif cmd == "seed":
+                conn.send(("seeded", collector.set_seed(arg)))
+            elif cmd == "close":
+                collector.shutdown()
+                _send(conn, ("closed", None))
+                break
+            else:
+                raise ValueError(f"unknown command {cmd!r}")
+        except BaseException:  # noqa: BLE001
+            _send(conn, ("error", traceback.format_exc()))
+
+
+def _stop_workers(procs: list, conns: list, timeout: float) -> None:
+    """Ask the workers to close, then terminate and kill what is left (idempotent)."""
+    for conn in conns:
+        _send(conn, ("close", None))
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(1.0)
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+    for conn in conns:
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+def _default_start_method() -> str:
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and not torch.cuda.is_initialized():
+        return "fork"
+    return "spawn"
+
+
+class _MultiCollector:
+    """Shared machinery of the multi-process collectors (not public)."""
+
+    _sync: bool = True
+
+    def __init__(
+        self,
+        create_env_fn: Callable[[], EnvBase] | Sequence[Callable[[], EnvBase]],
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        *,
+        num_workers: int | None = None,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        init_random_frames: int = 0,
+        split_trajs: bool = False,
+        exploration_type: InteractionType | str = InteractionType.RANDOM,
+        device: torch.device | str | None = None,
+        max_frames_per_traj: int | None = None,
+        reset_at_each_iter: bool = False,
+        seed: int | None = None,
+        start_method: str | None = None,
+        timeout: float | None = None,
+        shutdown_timeout: float = 5.0,
+    ) -> None:
+        fns = list(create_env_fn) if isinstance(create_env_fn, Sequence) else None
+        if fns is None:
+            if isinstance(create_env_fn, EnvBase):
+                raise TypeError("Multi-process collectors need a callable that builds the env "
+                                "in each worker, not an env instance.")
+            fns = [create_env_fn] * (num_workers or 2)
+        elif num_workers is not None and num_workers != len(fns):
+            raise ValueError(f"num_workers={num_workers} but {len(fns)} env functions given.")
+        self.num_workers = n = len(fns)
+        if n < 1:
+            raise ValueError("Need at least one worker.")
+        per_worker = -(-frames_per_batch // n) if self._sync else frames_per_batch
+        self.split_trajs = split_trajs
+        self.total_frames = int(total_frames)
+        self.timeout = timeout
+        self.shutdown_timeout = shutdown_timeout
+        self.frames = 0
+        self._policy = policy
+        self._closed = False
+        ctx = mp.get_context(start_method or _default_start_method())
+        self._lock = ctx.Lock()
+        self._weights = None
+        if isinstance(policy, torch.nn.Module):
+            self._weights = TensorDict.from_module(policy).data.clone().share_memory_()
+        kwargs = dict(frames_per_batch=per_worker, total_frames=-1,
+                      init_random_frames=-(-init_random_frames // n) if self._sync
+                      else init_random_frames,
+                      exploration_type=exploration_type, device=device,
+                      max_frames_per_traj=max_frames_per_traj,
+                      reset_at_each_iter=reset_at_each_iter)
+        self._procs, self._conns = [], []
+        self._finalizer = weakref.finalize(self, _stop_workers, self._procs, self._conns,
+                                           shutdown_timeout)
+        for i, fn in enumerate(fns):
+            kw = dict(kwargs, seed=None if seed is None else seed + 1000 * i)
+            payload = _dumps((fn, policy, kw, n))
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker_main, args=(i, child, payload, self._weights, self._lock),
+                            name=f"tdrl-collector-{i}", daemon=False)
+            p.start()
+            child.close()
+            self._procs.append(p)
+            self._conns.append(parent)
+        self._bufs: list[TensorDictBase | None] = [None] * n
+        self._busy = [False] * n  # a "collect" is in flight
+        self._pending_acks = [0] * n
+        self.frames_per_batch = per_worker * n if self._sync else per_worker
+        if self.total_frames > 0 and self.total_frames % self.frames_per_batch:
+            self.total_frames = -(-self.total_frames // self.frames_per_batch) * self.frames_per_batch
+
+    # ------------------------------------------------------------------ messaging
+    def _fail(self, msg: str):
+        self.shutdown()
+        raise WorkerError(msg)
+
+    def _request(self, i: int, cmd: str, arg=None) -> None:
+        if not self._procs[i].is_alive():
+            self._fail(f"Collector worker {i} is dead (exit code {self._procs[i].exitcode}); "
+                       f"cannot send it {cmd!r}.")
+        try:
+            self._conns[i].send((cmd, arg))
+        except (BrokenPipeError, OSError) as err:
+            self._fail(f"Collector worker {i} cannot be reached ({err!r}); cannot send {cmd!r}.")
+
+    def _receive(self, wanted: set[int]) -> tuple[int, str, object]:
+        """Next message from one of the ``wanted`` workers, failing on errors and deaths."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        index = {c: i for i, c in enumerate(self._conns)}
+        sentinels = {p.sentinel: i for i, p in enumerate(self._procs)}
+        while True:
+            if self._closed:
+                raise RuntimeError("This collector was shut down.")
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = mp_wait([self._conns[i] for i in wanted] + [self._procs[i].sentinel for i in wanted],
+                            timeout=left)
+            if not ready:
+                self._fail(f"No answer from collector workers {sorted(wanted)} within "
+                           f"{self.timeout} s.")
+            conns = [r for r in ready if r in index]
+            for conn in conns:
+                i = index[conn]
+                try:
+                    kind, payload = conn.recv()
+                except (EOFError, OSError):
+                    continue  # the worker died; its sentinel tells
+                if kind == "error":
+                    self._fail(f"Collector worker {i} raised:\n{payload}")
+                if kind == "updated" and self._pending_acks[i] > 0:
+                    self._pending_acks[i] -= 1
+                    if not self._sync:
+                        continue  # async acks are only bookkeeping
+                return i, kind, payload
+            for s in ready:
+                if s in sentinels and not self._conns[sentinels[s]].poll():
+                    i = sentinels[s]
+                    self._procs[i].join(0.1)
+                    self._fail(f"Collector worker {i} died (exit code {self._procs[i].exitcode}) "
+                               "without reporting an error.")
+
+    def _take(self, i: int, payload) -> None:
+        if payload is not None:
+            self._bufs[i] = payload
+        self._busy[i] = False
+
+    # ------------------------------------------------------------------ API
+    def update_policy_weights_(self, weights=None) -> None:
+        """Send new policy weights to every worker, without restarting them.
+
+        Args:
+            weights: a module, or a TensorDict of parameters (``TensorDict.from_module``);
+                ``None`` reads the policy the collector was built with.
+
+        Raises:
+            WorkerError: a worker is dead or does not answer (sync collectors wait for
+                every worker to confirm; async ones check that each is alive).
+        """
+        if self._closed:
+            raise RuntimeError("This collector was shut down.")
+        if self._weights is None:
+            raise TypeError("update_policy_weights_ needs a torch.nn.Module policy.")
+        src = self._policy if weights is None else weights
+        if isinstance(src, torch.nn.Module):
+            src = TensorDict.from_module(src)
+        if isinstance(src, dict):
+            src = TensorDict(src).unflatten_keys(".")
+        with self._lock:
+            self._weights.update_(src.data if hasattr(src, "data") else src)
+        for i in range(self.num_workers):
+            self._request(i, "update")
+            self._pending_acks[i] += 1
+        if self._sync:
+            waiting = set(range(self.num_workers))
+            while waiting:
+                i, kind, _ = self._receive(waiting)
+                if kind == "updated":
+                    waiting.discard(i)
+
+    def set_seed(self, seed: int) -> int:
+        """Seed worker ``i``'s env with ``seed + 1000 * i``; returns the next free seed."""
+        for i in range(self.num_workers):
+            self._request(i, "seed", seed + 1000 * i)
+        waiting, last = set(range(self.num_workers)), seed
+        while waiting:
+            i, kind, payload = self._receive(waiting)
+            if kind == "seeded":
+                waiting.discard(i)
+                last = max(last, payload)
+            elif kind == "ready":
+                self._take(i, payload)
+        return last
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        while self.total_frames < 0 or self.frames < self.total_frames:
+            batch = self.next_batch()
+            yield split_trajectories(batch) if self.split_trajs else batch
+
+    def __len__(self) -> int:
+        if self.total_frames < 0:
+            raise TypeError("A collector with total_frames=-1 has no length.")
+        return self.total_frames // self.frames_per_batch
+
+    def next_batch(self) -> TensorDictBase:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Stop every worker (idempotent): close, then terminate/kill after a timeout."""
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    @property
+    def workers(self) -> list:
+        """The worker processes (``multiprocessing.Process``)."""
+        return list(self._procs)
+
+
+class MultiSyncCollector(_MultiCollector):
+    """Collects one batch from every worker, stacked: ``(num_workers, *env_batch, T)``.
+
+    Args:
+        create_env_fn: a callable building the env (used by ``num_workers`` workers, default
+            2), or a list of callables (one per worker).
+        policy: as in :class:`~tdrl.core.collectors.Collector`; pickled into each worker.
+        num_workers: number of processes when ``create_env_fn`` is a single callable.
+        frames_per_batch: frames per yielded batch over all workers (split evenly).
+        start_method: ``"fork"`` (default on Linux without CUDA) or ``"spawn"``.
+        timeout: seconds to wait for workers before failing (``None``: wait while they
+            are alive; deaths and errors are always reported at once).
+        shutdown_timeout: seconds a worker gets to exit before it is terminated.
+        Other arguments: as in :class:`~tdrl.core.collectors.Collector` (``seed`` seeds
+        worker ``i`` with ``seed + 1000 * i``).
+    """
+
+    _sync = True
+
+    def next_batch(self) -> TensorDictBase:
+        """Collect one batch from every worker and return them stacked (a copy)."""
+        for i in range(self.num_workers):
+            if not self._busy[i]:
+                self._request(i, "collect")
+                self._busy[i] = True
+        waiting = set(range(self.num_workers))
+        while waiting:
+            i, kind, payload = self._receive(waiting)
+            if kind == "ready":
+                self._take(i, payload)
+                waiting.discard(i)
+        out = torch.stack(self._bufs, 0)
+        self.frames += self.frames_per_batch
+        return out
+
+
+class MultiAsyncCollector(_MultiCollector):
+    """Returns the first batch ready among the workers, ``(*env_batch, T)``.
+
+    Every worker collects ``frames_per_batch`` frames per batch and starts the next one
+    as soon as its last was copied out. Arguments as in :class:`MultiSyncCollector`.
+    """
+
+    _sync = False
+
+    def next_batch(self) -> TensorDictBase:
+        """The next batch any worker finishes (a copy); that worker starts another."""
+        for i in range(self.num_workers):
+            if not self._busy[i]:
+                self._request(i, "collect")
+                self._busy[i] = True
+        busy = {i for i in range(self.num_workers) if self._busy[i]}
+        while True:
+            i, kind, payload = self._receive(busy)
+            if kind == "ready":
+                break
+        self._take(i, payload)
+        out = self._bufs[i].clone()
+        self._request(i, "collect")
+        self._busy[i] = True
+        self.frames += self.frames_per_batch
+        return out

@@ -1,0 +1,329 @@
+"""The single-process collector: an env (single or batched) + a policy -> batches of steps.
+
+Iterating a :class:`Collector` yields TensorDicts of shape ``(*env_batch, T)`` (time last)
+with the data-contract keys (root: observations, ``"action"``, policy outputs, done flags;
+``"next"``: observations, ``"reward"``, done flags) plus ``("collector", "traj_ids")``, an
+id per step that is unique per episode. The env state, including any recurrent state the
+policy writes under ``"next"``, carries over from one batch to the next.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Iterator
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType, set_interaction_type
+
+from ..envs import EnvBase
+from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
+from .utils import split_trajectories
+
+__all__ = ["Collector", "as_interaction_type"]
+
+_log = logging.getLogger(__name__)
+_RESET = "_reset"
+
+
+def as_interaction_type(mode: InteractionType | str | None) -> InteractionType:
+    """``InteractionType`` from an enum member or its name (``"random"``, ``"deterministic"``,
+    ``"mode"``, ``"mean"``); ``None`` means ``RANDOM``."""
+    if mode is None:
+        return InteractionType.RANDOM
+    if isinstance(mode, InteractionType):
+        return mode
+    try:
+        return InteractionType[str(mode).upper()]
+    except KeyError:
+        names = [m.name.lower() for m in InteractionType]
+        raise ValueError(f"Unknown exploration_type {mode!r}; expected one of {names}.") from None
+
+
+def _module_params(policy) -> TensorDictBase | None:
+    if isinstance(policy, torch.nn.Module):
+        return TensorDict.from_module(policy)
+    return None
+
+
+def _fast_call(policy):
+    """A faster equivalent of a plain ``TensorDictModule`` (exact type, plain keys).
+
+    ``TensorDictModule.__call__`` spends tens of microseconds per call on dispatch; per
+    env step that is a large share of a small policy's cost. The shortcut reads the
+    in-keys, calls the wrapped module and writes the out-keys, which is what such a
+    module does. Anything else (subclasses, sequences, probabilistic modules) is called
+    as is.
+    """
+    from tensordict.nn import TensorDictModule
+
+    if type(policy) is not TensorDictModule or not isinstance(policy.module, torch.nn.Module):
+        return policy
+    in_keys, out_keys, module = list(policy.in_keys), list(policy.out_keys), policy.module
+    if not out_keys or any(not isinstance(k, (str, tuple)) for k in in_keys + out_keys):
+        return policy
+    single = len(out_keys) == 1
+    key0 = out_keys[0]
+
+    def call(td: TensorDictBase) -> TensorDictBase:
+        out = module(*[td.get(k) for k in in_keys])
+        if single:
+            td.set(key0, out[0] if isinstance(out, tuple) else out)
+        else:
+            for k, v in zip(out_keys, out):
+                td.set(k, v)
+        return td
+
+    return call
+
+
+def _policy_device(policy) -> torch.device | None:
+    if isinstance(policy, torch.nn.Module):
+        for p in policy.parameters():
+            return p.device
+    return None
+
+
+class Collector:
+    """Collects ``frames_per_batch`` env steps per iteration, up to ``total_frames``.
+
+    Args:
+        env: an :class:`~tdrl.core.envs.EnvBase`, or a callable returning one (the collector
+            then owns the env and closes it in :meth:`shutdown`).
+        policy: callable ``td -> td`` writing ``"action"`` (usually a TensorDictModule);
+            ``None`` draws random actions from the action spec.
+        frames_per_batch: env steps per batch, over all sub-envs. Rounded up to a multiple
+            of the number of sub-envs, so a batch has ``T = frames_per_batch / n_envs``.
+        total_frames: stop after this many frames (rounded up to whole batches); ``-1``
+            never stops.
+        init_random_frames: the first frames use random actions from the action spec.
+        split_trajs: yield trajectories instead: a zero-padded TensorDict
+            ``(num_trajs, max_len)`` with a bool ``("collector", "mask")``.
+        exploration_type: interaction type the policy runs under
+            (``InteractionType.RANDOM`` samples, ``DETERMINISTIC`` takes the mode/mean).
+        device: device the policy runs on. A module on another device is deep-copied
+            there; :meth:`update_policy_weights_` then copies the original's weights over.
+        storing_device: device of the yielded batches (default: the env's).
+        max_frames_per_traj: truncate episodes after this many steps (``truncated`` and
+            ``done`` are set, then the sub-env resets); ``None``: the env decides.
+        reset_at_each_iter: reset every sub-env at the start of each batch.
+        seed: seed of the env (``env.set_seed``).
+    """
+
+    def __init__(
+        self,
+        env: EnvBase | Callable[[], EnvBase],
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        init_random_frames: int = 0,
+        split_trajs: bool = False,
+        exploration_type: InteractionType | str = InteractionType.RANDOM,
+        device: torch.device | str | None = None,
+        storing_device: torch.device | str | None = None,
+        max_frames_per_traj: int | None = None,
+        reset_at_each_iter: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        self._owns_env = not isinstance(env, EnvBase)
+        self.env = env if isinstance(env, EnvBase) else env()
+        if not isinstance(self.env, EnvBase):
+            raise TypeError(f"env must be an EnvBase or a callable returning one, got {type(self.env)}.")
+        if frames_per_batch < 1:
+            raise ValueError(f"frames_per_batch must be >= 1, got {frames_per_batch}.")
+        n_envs = max(1, self.env.batch_size.numel())
+        self.steps_per_batch = -(-frames_per_batch // n_envs)
+        if self.steps_per_batch * n_envs != frames_per_batch:
+            _log.warning("frames_per_batch=%d rounded up to %d (a multiple of %d sub-envs).",
+                         frames_per_batch, self.steps_per_batch * n_envs, n_envs)
+        self.frames_per_batch = self.steps_per_batch * n_envs
+        self.total_frames = int(total_frames)
+        if self.total_frames > 0 and self.total_frames % self.frames_per_batch:
+            self.total_frames = -(-self.total_frames // self.frames_per_batch) * self.frames_per_batch
+        self.init_random_frames = int(init_random_frames)
+        self.split_trajs = split_trajs
+        self.exploration_type = as_interaction_type(exploration_type)
+        self.max_frames_per_traj = max_frames_per_traj
+        self.reset_at_each_iter = reset_at_each_iter
+        self.storing_device = torch.device(storing_device) if storing_device else self.env.device
+        self._set_policy(policy, device)
+        if seed is not None:
+            self.env.set_seed(seed)
+        self.frames = 0
+        self._td: TensorDictBase | None = None
+        shape = self.env.batch_size
+        self._traj_ids = torch.arange(max(1, shape.numel())).reshape(shape)
+        self._next_traj_id = max(1, shape.numel())
+        self._traj_stride, self._traj_offset = 1, 0  # disjoint id ranges across workers
+        self._step_count = torch.zeros((*shape, 1), dtype=torch.long)
+        self._reward_keys = set(self.env.reward_keys)
+        self._closed = False
+
+    # ------------------------------------------------------------------ policy
+    def _set_policy(self, policy, device) -> None:
+        self._source_policy = policy
+        self.policy_device = torch.device(device) if device is not None else None
+        current = _policy_device(policy)
+        if (policy is not None and self.policy_device is not None and current is not None
+                and current != self.policy_device):
+            policy = copy.deepcopy(policy).to(self.policy_device)
+        self.policy = policy
+        self._call = _fast_call(policy) if policy is not None else None
+        if self.policy_device is None:
+            self.policy_device = current or self.env.device
+
+    def update_policy_weights_(self, weights=None) -> None:
+        """Copy new weights into the collector's policy, in place.
+
+        Args:
+            weights: a module (its parameters and buffers are copied), a state dict, a
+                TensorDict of parameters (``TensorDict.from_module``), or ``None`` to copy
+                from the policy the collector was built with (needed only when the
+                collector runs a copy on another device).
+        """
+        params = _module_params(self.policy)
+        if params is None:
+            if weights is None:
+                return
+            raise TypeError("update_policy_weights_ needs a torch.nn.Module policy.")
+        if weights is None:
+            if self.policy is self._source_policy:
+                return
+            weights = self._source_policy
+        if isinstance(weights, torch.nn.Module):
+            weights = TensorDict.from_module(weights)
+        if isinstance(weights, TensorDictBase):
+            params.data.update_(weights.data if hasattr(weights, "data") else weights)
+        elif isinstance(weights, dict):
+            self.policy.load_state_dict(weights)
+        else:
+            raise TypeError(f"Unsupported weights type {type(weights).__name__}.")
+
+    # ------------------------------------------------------------------ collection
+    def set_seed(self, seed: int) -> int:
+        """Seed the env; returns the next unused seed."""
+        return self.env.set_seed(seed)
+
+    def reset(self) -> None:
+        """Reset every sub-env (the next batch starts new episodes)."""
+        self._td = None
+
+    def _new_traj_ids(self, done: torch.Tensor) -> None:
+        n = int(done.sum())
+        fresh = torch.arange(self._next_traj_id, self._next_traj_id + n)
+        self._next_traj_id += n
+        self._traj_ids = self._traj_ids.masked_scatter(done, fresh)
+
+    def _start(self) -> TensorDictBase:
+        td = self.env.reset()
+        if self.frames > 0:  # a new episode for every sub-env
+            self._new_traj_ids(torch.ones(self._traj_ids.shape, dtype=torch.bool))
+        self._step_count.zero_()
+        return td
+
+    def rollout(self) -> TensorDictBase:
+        """Collect one batch ``(*env_batch, T)`` (without advancing ``total_frames`` checks)."""
+        if self._closed:
+            raise RuntimeError("This collector was shut down.")
+        env, policy = self.env, self._call
+        if self._td is None or self.reset_at_each_iter:
+            self._td = self._start()
+        td = self._td
+        steps, ids = [], []
+        random_left = max(0, self.init_random_frames - self.frames)
+        n_envs = self.frames_per_batch // self.steps_per_batch
+        env_dev, pol_dev = env.device, self.policy_device
+        moves = policy is not None and pol_dev != env_dev
+        nb = len(env.batch_size)
+        max_steps = self.max_frames_per_traj
+        with set_interaction_type(self.exploration_type), torch.no_grad():
+            for t in range(self.steps_per_batch):
+                if random_left > t * n_envs or policy is None:
+                    td = env.rand_action(td)
+                elif moves:
+                    out = policy(td.to(pol_dev))
+                    td = out.to(env_dev)
+                else:
+                    td = policy(td)
+                td = env.step(td)
+                nxt = td.get(NEXT)
+                if max_steps is not None:
+                    self._step_count += 1
+                    cut = self._step_count >= max_steps
+                    if bool(cut.any()):
+                        nxt.set(TRUNCATED, nxt.get(TRUNCATED) | cut)
+                        nxt.set(DONE, nxt.get(DONE) | cut)
+                steps.append(td)
+                ids.append(self._traj_ids)
+                td = self._next_root(td)
+        self._td = td
+        out = torch.stack(steps, nb)
+        out.set(TRAJ_ID, torch.stack(ids, nb) * self._traj_stride + self._traj_offset)
+        if self.storing_device != out.device:
+            out = out.to(self.storing_device)
+        self.frames += self.frames_per_batch
+        return out
+
+    def _next_root(self, td: TensorDictBase) -> TensorDictBase:
+        nxt = td.get(NEXT)
+        rk = self._reward_keys
+        root = TensorDict._new_unsafe({k: v for k, v in nxt.items() if k not in rk},
+                                      batch_size=nxt.batch_size, device=nxt.device)
+        done = nxt.get(DONE)
+        if (done.item() if done.numel() == 1 else bool(done.any())):
+            root.set(_RESET, done)
+            reset = self.env.reset(root)
+            # keep what the reset did not produce (e.g. recurrent states under "next")
+            for key in root.keys():
+                if key != _RESET and key not in reset.keys():
+                    reset.set(key, root.get(key))
+            if _RESET in reset.keys():
+                del reset[_RESET]
+            root = reset
+            done = done.reshape(self._traj_ids.shape)
+            self._new_traj_ids(done)
+            if self.max_frames_per_traj is not None:
+                self._step_count.masked_fill_(done.reshape(self._step_count.shape), 0)
+        return root
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        while self.total_frames < 0 or self.frames < self.total_frames:
+            batch = self.rollout()
+            yield split_trajectories(batch) if self.split_trajs else batch
+
+    def __len__(self) -> int:
+        if self.total_frames < 0:
+            raise TypeError("A collector with total_frames=-1 has no length.")
+        return self.total_frames // self.frames_per_batch
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """Counters and the current env root (to resume a run)."""
+        return {"frames": self.frames, "next_traj_id": self._next_traj_id,
+                "traj_ids": self._traj_ids.clone(),
+                "td": None if self._td is None else self._td.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.frames = int(state["frames"])
+        self._next_traj_id = int(state["next_traj_id"])
+        self._traj_ids = state["traj_ids"].clone()
+        self._td = state["td"]
+
+    def shutdown(self) -> None:
+        """Close the env if the collector built it (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            if self._owns_env:
+                self.env.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return (f"Collector(env={self.env!r}, frames_per_batch={self.frames_per_batch}, "
+                f"total_frames={self.total_frames}, frames={self.frames})")
