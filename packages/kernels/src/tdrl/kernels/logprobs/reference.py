@@ -69,8 +69,8 @@ def rows_forward(
     logp = torch.where(valid, picked - lse, torch.zeros_like(lse))
     entropy = None
     if need_entropy:
-        p = torch.exp(z - lse.unsqueeze(1))
-        entropy = lse - torch.where(p > 0, p * z, torch.zeros_like(z)).sum(-1)
+        pz = torch.sub(z, lse.unsqueeze(1)).exp_().mul_(z).nan_to_num_(nan=0.0)  # p * z, 0 where p = 0
+        entropy = lse - pz.sum(-1)
     return logp, lse, entropy
 
 
@@ -100,20 +100,27 @@ def rows_backward(
         ``out``.
     """
     z = _scaled(logits, temperature)
-    p = torch.exp(z - lse.unsqueeze(1).to(z.dtype))
-    grad = torch.zeros_like(z)
-    if grad_entropy is not None:
-        ge = grad_entropy.to(z.dtype).unsqueeze(1)
-        term = p * (z - lse.unsqueeze(1) + entropy.unsqueeze(1).to(z.dtype))
-        grad -= ge * torch.where(p > 0, term, torch.zeros_like(term))
+    cdt = z.dtype
+    lse = lse.to(cdt).unsqueeze(1)
+    gl = torch.zeros_like(lse)
     if grad_logp is not None:
-        valid = targets >= 0
-        gl = torch.where(valid, grad_logp.to(z.dtype), torch.zeros_like(lse, dtype=z.dtype))
-        grad -= gl.unsqueeze(1) * p
-        grad.scatter_add_(1, targets.clamp(min=0).unsqueeze(1), gl.unsqueeze(1))
+        gl = torch.where(targets.unsqueeze(1) >= 0, grad_logp.to(cdt).unsqueeze(1), gl)
+    # coeff = g_logp + g_ent * (log p + H); grad = 1[y] g_logp - p * coeff
+    if grad_entropy is not None:
+        coeff = torch.sub(z, lse - entropy.to(cdt).unsqueeze(1))
+        coeff.mul_(grad_entropy.to(cdt).unsqueeze(1)).add_(gl)
+    else:
+        coeff = gl
+    grad = out if out.dtype == cdt else torch.empty_like(z)
+    torch.sub(z, lse, out=grad).exp_().mul_(coeff).neg_()
+    if grad_entropy is not None:
+        grad.nan_to_num_(nan=0.0)  # p = 0 where a logit is -inf
+    if grad_logp is not None:
+        grad.scatter_add_(1, targets.clamp(min=0).unsqueeze(1), gl)
     if temperature != 1.0:
-        grad /= temperature
-    out.copy_(grad)
+        grad.div_(temperature)
+    if grad is not out:
+        out.copy_(grad)
     return out
 
 

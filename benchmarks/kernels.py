@@ -1,0 +1,228 @@
+"""CPU benchmarks of tdrl.kernels against the peers, side by side, one torch thread.
+
+Run (peers live in .venv-bench, built by benchmarks/setup_peers.sh):
+
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/kernels.py
+
+* GAE, 256 envs x 1024 steps: ``tdrl.kernels.gae`` vs TorchRL 0.14.1's
+  ``generalized_advantage_estimate`` and ``vec_generalized_advantage_estimate``, and vs a
+  plain reverse loop over time.
+* Token log-probs, B=8, T=512, V=32,000, forward + backward: time and peak memory vs
+  ``log_softmax`` + ``gather``.
+* Fused linear log-prob, N=4096, H=1024, V=32,000, forward + backward: time and peak memory
+  vs ``hidden @ W.T`` -> ``log_softmax`` -> ``gather``.
+
+Peak memory is the peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs`` once the
+inputs exist) of a fresh subprocess minus its RSS at that point, so each figure is the extra memory one forward + backward needs (gradients
+included). Times are medians over repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "kernels" / "src"))
+
+from tdrl.kernels import fused_linear_logprobs, gae, token_logprobs  # noqa: E402
+
+
+def median_ms(fn, repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter (VmHWM) of this process (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def rss_mb() -> float:
+    return _status_mb("VmRSS")
+
+
+def peak_rss_mb() -> float:
+    try:
+        return _status_mb("VmHWM")
+    except (OSError, RuntimeError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def table(title: str, rows: list[tuple[str, float, str]], unit: str) -> None:
+    print(f"\n### {title}\n")
+    print(f"| implementation | {unit} | ratio vs tdrl |")
+    print("| --- | ---: | ---: |")
+    ours = rows[0][1]
+    for name, value, note in rows:
+        ratio = f"{value / ours:.2f}x" if value == value else "n/a"
+        print(f"| {name}{note} | {value:.1f} | {ratio} |", flush=True)
+
+
+# ----------------------------------------------------------------------------- GAE
+def plain_reverse_loop(reward, value, next_value, done, terminated, gamma, lmbda):
+    not_done, not_term = (~done).float(), (~terminated).float()
+    adv = torch.empty_like(reward)
+    last = torch.zeros_like(reward[..., 0, :])
+    for t in range(reward.shape[-2] - 1, -1, -1):
+        delta = reward[..., t, :] + gamma * next_value[..., t, :] * not_term[..., t, :] - value[..., t, :]
+        last = delta + gamma * lmbda * not_done[..., t, :] * last
+        adv[..., t, :] = last
+    return adv, adv + value
+
+
+def bench_gae(n_envs: int, steps: int, repeats: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    r, v, nv = (torch.randn(n_envs, steps, 1, generator=g) for _ in range(3))
+    term = torch.rand(n_envs, steps, 1, generator=g) < 0.01
+    done = term | (torch.rand(n_envs, steps, 1, generator=g) < 0.01)
+    args = (r, v, nv, done, term, 0.99, 0.95)
+    ours_adv = gae(*args)[0]
+    rows = [("tdrl.kernels.gae", median_ms(lambda: gae(*args), repeats), "")]
+    loop_adv = plain_reverse_loop(*args)[0]
+    assert torch.allclose(ours_adv, loop_adv, atol=1e-4), "gae differs from the plain loop"
+    rows.append(("plain reverse loop", median_ms(lambda: plain_reverse_loop(*args), repeats), ""))
+    try:
+        from torchrl.objectives.value.functional import (
+            generalized_advantage_estimate,
+            vec_generalized_advantage_estimate,
+        )
+    except ImportError:
+        print("(torchrl not importable: run with .venv-bench/bin/python for the peer figures)")
+    else:
+        targs = (0.99, 0.95, v, nv, r, done, term)
+        for name, fn, reps in (
+            ("torchrl generalized_advantage_estimate", generalized_advantage_estimate, repeats),
+            ("torchrl vec_generalized_advantage_estimate", vec_generalized_advantage_estimate, max(3, repeats // 5)),
+        ):
+            err = (fn(*targs)[0] - ours_adv).abs().max().item()
+            rows.append((name, median_ms(lambda fn=fn: fn(*targs), reps), f" (max diff {err:.1e})"))
+    table(f"GAE, {n_envs} envs x {steps} steps, float32 (median ms)", rows, "ms")
+    peers = [v for n, v, _ in rows if n.startswith("torchrl")]
+    if peers:
+        print(f"\nspeed-up vs TorchRL's fastest: {min(peers) / rows[0][1]:.2f}x; "
+              f"vs plain loop: {rows[1][1] / rows[0][1]:.2f}x", flush=True)
+
+
+# ----------------------------------------------------------------------------- log-probs
+def naive_token_logprobs(logits, targets):
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def naive_fused(hidden, weight, targets):
+    return naive_token_logprobs(hidden @ weight.t(), targets)
+
+
+def make_case(case: str, size: dict):
+    g = torch.Generator().manual_seed(0)
+    if case == "logprobs":
+        logits = torch.randn(size["B"], size["T"], size["V"], generator=g).requires_grad_(True)
+        targets = torch.randint(0, size["V"], (size["B"], size["T"]), generator=g)
+        return (logits, targets), (logits,)
+    hidden = torch.randn(size["N"], size["H"], generator=g).requires_grad_(True)
+    weight = (torch.randn(size["V"], size["H"], generator=g) / size["H"] ** 0.5).requires_grad_(True)
+    targets = torch.randint(0, size["V"], (size["N"],), generator=g)
+    return (hidden, weight, targets), (hidden, weight)
+
+
+IMPLS = {
+    ("logprobs", "tdrl"): token_logprobs,
+    ("logprobs", "naive"): naive_token_logprobs,
+    ("fused", "tdrl"): fused_linear_logprobs,
+    ("fused", "naive"): naive_fused,
+}
+
+
+def fwd_bwd(case: str, impl: str, inputs, params) -> None:
+    out = IMPLS[(case, impl)](*inputs)
+    grads = torch.autograd.grad(out.sum(), params)
+    del out, grads
+
+
+def memory_child(case: str, impl: str, size: dict) -> None:
+    """Runs in a fresh process: prints the extra peak RSS (MB) of one forward + backward."""
+    torch.set_num_threads(1)
+    inputs, params = make_case(case, size)
+    reset_peak_rss()
+    base = rss_mb()
+    fwd_bwd(case, impl, inputs, params)
+    print(json.dumps({"extra_mb": peak_rss_mb() - base}))
+
+
+def measure_memory(case: str, impl: str, size: dict) -> float:
+    cmd = [sys.executable, __file__, "--mem-child", case, impl, json.dumps(size)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["extra_mb"]
+
+
+def bench_memory_case(case: str, size: dict, repeats: int, title: str) -> None:
+    inputs, params = make_case(case, size)
+    ours = IMPLS[(case, "tdrl")](*inputs)
+    ref = IMPLS[(case, "naive")](*inputs)
+    err = (ours - ref).abs().max().item()
+    del ours, ref
+    times = {impl: median_ms(lambda impl=impl: fwd_bwd(case, impl, inputs, params), repeats)
+             for impl in ("tdrl", "naive")}
+    del inputs, params
+    mem = {impl: measure_memory(case, impl, size) for impl in ("tdrl", "naive")}
+    print(f"\n### {title} (forward + backward; max |diff| {err:.1e})\n")
+    print("| implementation | median ms | ratio | peak extra RSS MB | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for impl, name in (("tdrl", f"tdrl.kernels ({case})"), ("naive", "naive log_softmax + gather")):
+        print(f"| {name} | {times[impl]:.0f} | {times[impl] / times['tdrl']:.2f}x | "
+              f"{mem[impl]:.0f} | {mem[impl] / max(mem['tdrl'], 1e-9):.2f}x |", flush=True)
+    print(f"\nmemory: tdrl uses {mem['naive'] / max(mem['tdrl'], 1e-9):.1f}x less than naive; "
+          f"time ratio naive/tdrl {times['naive'] / times['tdrl']:.2f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--only", default="gae,logprobs,fused", help="comma-separated sections")
+    parser.add_argument("--mem-child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.mem_child:
+        case, impl, size = args.mem_child
+        memory_child(case, impl, json.loads(size))
+        return
+    torch.set_num_threads(1)
+    only = set(args.only.split(","))
+    print(f"torch {torch.__version__}, 1 thread; command: {' '.join(sys.argv)}", flush=True)
+    if "gae" in only:
+        bench_gae(*((64, 256, 5) if args.quick else (256, 1024, 15)))
+    if "logprobs" in only:
+        size = dict(B=2, T=64, V=4000) if args.quick else dict(B=8, T=512, V=32000)
+        bench_memory_case("logprobs", size, 3, f"Token log-probs B={size['B']}, T={size['T']}, V={size['V']}")
+    if "fused" in only:
+        size = dict(N=256, H=128, V=4000) if args.quick else dict(N=4096, H=1024, V=32000)
+        bench_memory_case("fused", size, 2, f"Fused linear log-prob N={size['N']}, H={size['H']}, V={size['V']}")
+
+
+if __name__ == "__main__":
+    main()
