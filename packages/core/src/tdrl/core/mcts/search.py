@@ -106,8 +106,7 @@ def _simulate(
     children = tree.children_index.view(-1)
     node = torch.full_like(offsets, ROOT_INDEX)
     active = torch.ones_like(offsets, dtype=torch.bool)
-    parent, chosen = node, node
-    edges, nodes, actives = [], [], []
+    edges, nodes, actions, actives = [], [], [], []
     depth = 0
     while True:
         action = (root_fn if depth == 0 else interior_fn)(tree, node, depth)
@@ -115,16 +114,19 @@ def _simulate(
         flat_edge = flat_node * num_actions + action
         edges.append(flat_edge)
         nodes.append(flat_node)
+        actions.append(action)
         actives.append(active)
-        parent = torch.where(active, node, parent)
-        chosen = torch.where(active, action, chosen)
         child = children.index_select(0, flat_edge)
         depth += 1
         active = active & (child != UNVISITED)
         if depth >= max_depth or not bool(active.any()):
-            stack = partial(torch.stack, dim=1)
-            return _Path(stack(edges), stack(nodes), stack(actives), parent, chosen)
+            break
         node = torch.where(active, child, node)
+    stack = partial(torch.stack, dim=1)
+    edges, nodes, actions, actives = stack(edges), stack(nodes), stack(actions), stack(actives)
+    last = actives.sum(1, keepdim=True) - 1  # the deepest level each tree took
+    parent = nodes.gather(1, last).squeeze(1) - offsets
+    return _Path(edges, nodes, actives, parent, actions.gather(1, last).squeeze(1))
 
 
 class _EmbeddingStore:

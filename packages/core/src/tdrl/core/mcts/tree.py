@@ -146,6 +146,10 @@ class Tree:
     embeddings: TensorDictBase
     extra: TensorDictBase
 
+    def __post_init__(self) -> None:
+        offsets = torch.arange(self.batch_size, device=self.node_data.device) * self.num_nodes
+        object.__setattr__(self, "_offsets", offsets)  # b * N, reused by every gather
+
     def __getattr__(self, name: str) -> Tensor:
         # Named views into the packed storages (only reached for names that are not fields).
         if name in _NODE_FIELDS:
@@ -178,8 +182,7 @@ class Tree:
 
     def flat_index(self, node_index: Tensor) -> Tensor:
         """Row of ``(b, node_index[b])`` in the ``[B * N, ...]`` flattening, shape ``[B]``."""
-        offsets = torch.arange(self.batch_size, device=node_index.device) * self.num_nodes
-        return offsets + node_index
+        return self._offsets + node_index
 
     def node_stats(self, node_index: Tensor, flat: Tensor | None = None) -> NodeStats:
         """Gather what a selection rule needs about node ``node_index[b]`` of each tree.
