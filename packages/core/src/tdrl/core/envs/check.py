@@ -5,7 +5,7 @@ from __future__ import annotations
 from tensordict import TensorDictBase
 
 from ..keys import NEXT
-from .common import RESET_KEY, EnvBase
+from .common import RESET_KEY, EnvBase, step_mdp
 
 __all__ = ["check_env_specs"]
 
@@ -30,14 +30,14 @@ def check_env_specs(
     """Check that a rollout of ``env`` has exactly the keys, shapes, dtypes (and values)
     its specs announce.
 
-    The reference is ``env.fake_tensordict()`` expanded with a time dim: every key in the
-    rollout must be there and vice versa, with the same shape and dtype; with
+    The reference is ``env.fake_tensordict()``: at every step, every key of the data must
+    be there and vice versa, with the same shape and dtype; with
     ``check_values`` every observation, action, reward, done and state entry must lie in
     its spec (``spec.is_in``).
 
     Args:
-        env: the environment (it is reset and stepped).
-        max_steps: rollout length.
+        env: the environment (it is reset and stepped with random actions).
+        max_steps: number of steps.
         seed: seed the env first if given.
         break_when_any_done: passed to ``rollout``.
         check_values: also check values against the specs.
@@ -47,40 +47,58 @@ def check_env_specs(
     """
     if seed is not None:
         env.set_seed(seed)
-    real = env.rollout(max_steps, break_when_any_done=break_when_any_done)
-    t = real.shape[len(env.batch_size)]
-    fake = env.fake_tensordict()
-    fake = fake.unsqueeze(-1).expand(*env.batch_size, t)
-    real_leaves, fake_leaves = _leaves(real), _leaves(fake)
-    problems = []
-    for key in fake_leaves.keys() - real_leaves.keys():
-        problems.append(f"{key!r} is in the specs but not in the rollout")
-    for key in real_leaves.keys() - fake_leaves.keys():
-        if key == RESET_KEY or (isinstance(key, tuple) and key[-1] == RESET_KEY):
-            continue
-        problems.append(f"{key!r} is in the rollout but in no spec")
-    for key in sorted(real_leaves.keys() & fake_leaves.keys(), key=str):
-        r, f = real_leaves[key], fake_leaves[key]
-        if r.shape != f.shape:
-            problems.append(f"{key!r}: spec shape {tuple(f.shape)}, rollout shape {tuple(r.shape)}")
-        if r.dtype != f.dtype:
-            problems.append(f"{key!r}: spec dtype {f.dtype}, rollout dtype {r.dtype}")
-    if check_values and not problems:
-        checks = [
-            (None, env.observation_spec), (NEXT, env.observation_spec),
-            (None, env.full_action_spec), (NEXT, env.full_reward_spec),
-            (None, env.full_done_spec), (NEXT, env.full_done_spec),
-        ]
-        for step, td in enumerate(real.unbind(len(env.batch_size))):
-            for prefix, comp in checks:
-                for key, spec in comp.items(True, True):
-                    full = _nest(prefix, key)
-                    why = spec.describe_mismatch(td.get(full))
-                    if why is not None:
-                        problems.append(f"{full!r} at step {step}: {why} (spec {spec!r})")
-            if problems:
+    fake_leaves = _leaves(env.fake_tensordict())
+    problems: list[str] = []
+    td = env.reset()
+    for step in range(max_steps):
+        td = env.rand_action(td)
+        if break_when_any_done:
+            td = env.step(td)
+            nxt = None
+        else:
+            td, nxt = env.step_and_maybe_reset(td)
+        _compare(td, fake_leaves, step, problems)
+        if check_values and not problems:
+            _check_values(env, td, step, problems)
+        if problems:
+            break
+        if nxt is None:
+            if bool(td.get((NEXT, env.done_key) if isinstance(env.done_key, str)
+                           else (NEXT, *env.done_key)).any()):
                 break
+            nxt = step_mdp(td, env.reward_keys)
+        td = nxt
     if problems:
         raise AssertionError(
             f"{type(env).__name__} does not match its specs:\n  - " + "\n  - ".join(problems)
         )
+
+
+def _compare(td: TensorDictBase, fake_leaves: dict, step: int, problems: list) -> None:
+    real_leaves = _leaves(td)
+    for key in fake_leaves.keys() - real_leaves.keys():
+        problems.append(f"{key!r} is in the specs but not in the data (step {step})")
+    for key in real_leaves.keys() - fake_leaves.keys():
+        if key == RESET_KEY or (isinstance(key, tuple) and key[-1] == RESET_KEY):
+            continue
+        problems.append(f"{key!r} is in the data but in no spec (step {step})")
+    for key in sorted(real_leaves.keys() & fake_leaves.keys(), key=str):
+        r, f = real_leaves[key], fake_leaves[key]
+        if r.shape != f.shape:
+            problems.append(f"{key!r}: spec shape {tuple(f.shape)}, data shape {tuple(r.shape)}")
+        if r.dtype != f.dtype:
+            problems.append(f"{key!r}: spec dtype {f.dtype}, data dtype {r.dtype}")
+
+
+def _check_values(env: EnvBase, td: TensorDictBase, step: int, problems: list) -> None:
+    checks = [
+        (None, env.observation_spec), (NEXT, env.observation_spec),
+        (None, env.full_action_spec), (NEXT, env.full_reward_spec),
+        (None, env.full_done_spec), (NEXT, env.full_done_spec),
+    ]
+    for prefix, comp in checks:
+        for key, spec in comp.items(True, True):
+            full = _nest(prefix, key)
+            why = spec.describe_mismatch(td.get(full))
+            if why is not None:
+                problems.append(f"{full!r} at step {step}: {why} (spec {spec!r})")

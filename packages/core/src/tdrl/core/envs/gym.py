@@ -199,6 +199,10 @@ class GymWrapper(EnvBase):
         self._obs_keys = [OBSERVATION] if not self._obs_is_dict else list(full_obs.keys())
         self._act_conv = _action_converter(self.action_spec if not isinstance(act_spec, Composite)
                                            else act_spec)
+        if isinstance(act_space, gym.spaces.Box) and act_space.shape == ():
+            # a 0-d Box is exposed as shape (1,) (TorchRL's convention): give gym its shape back
+            conv, target = self._act_conv, (*batch, *act_space.shape)
+            self._act_conv = lambda a: conv(a).reshape(target)
         self._pending_seed: int | None = None
         self._stash: dict | None = None
         self.autoreset_mode = None
