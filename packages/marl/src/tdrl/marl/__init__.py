@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from tdrl.marl.envs import VmasEnv, group_agents, vmas_scenarios
 from tdrl.marl.modules import MultiAgentMLP, QMixer, VDNMixer
+from tdrl.marl.objectives import (
+    IPPOConfig, IPPOLoss, MAPPOConfig, MAPPOLoss, MultiAgentGAE, PopArt, QMIXConfig, QMIXLoss,
+    ValueNorm, VDNConfig, VDNLoss, multi_agent_gae,
+)
+from tdrl.marl.algorithms import ALGORITHMS, make_ippo, make_mappo, make_qmix, make_vdn
+from tdrl.marl.trainer import TrainConfig, evaluate, train_off_policy, train_on_policy
 
 __all__: list[str] = [
     "VmasEnv",
@@ -12,4 +18,25 @@ __all__: list[str] = [
     "MultiAgentMLP",
     "QMixer",
     "VDNMixer",
+    "MAPPOConfig",
+    "IPPOConfig",
+    "QMIXConfig",
+    "VDNConfig",
+    "MAPPOLoss",
+    "IPPOLoss",
+    "QMIXLoss",
+    "VDNLoss",
+    "MultiAgentGAE",
+    "multi_agent_gae",
+    "ValueNorm",
+    "PopArt",
+    "ALGORITHMS",
+    "make_mappo",
+    "make_ippo",
+    "make_qmix",
+    "make_vdn",
+    "TrainConfig",
+    "train_on_policy",
+    "train_off_policy",
+    "evaluate",
 ]

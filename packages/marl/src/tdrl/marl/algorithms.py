@@ -1,0 +1,154 @@
+"""Build the networks and loss of each algorithm from an env's group specs.
+
+One small function per algorithm (BenchMARL's ``Algorithm`` classes do the same work): it
+reads the group's observation and action specs and returns an :class:`OnPolicyParts` or
+:class:`OffPolicyParts` bundle that the training loops of :mod:`tdrl.marl.trainer` consume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
+from torch import nn
+
+from tdrl.core.modules import EGreedyModule, MaskedCategorical, ProbabilisticActor, QValueModule, TanhNormal
+from tdrl.core.specs import Bounded, Categorical
+
+from .keys import ACTION, ACTION_MASK, ACTION_VALUE, GROUP, OBSERVATION, STATE_VALUE
+from .modules import MultiAgentMLP, QMixer
+from .objectives import (
+    IPPOConfig, IPPOLoss, MAPPOConfig, MAPPOLoss, MultiAgentGAE, QMIXConfig, QMIXLoss, VDNConfig,
+    VDNLoss,
+)
+
+__all__ = ["OnPolicyParts", "OffPolicyParts", "make_mappo", "make_ippo", "make_qmix", "make_vdn",
+           "group_dims", "ALGORITHMS"]
+
+
+@dataclass
+class OnPolicyParts:
+    """What an on-policy trainer needs: the sampling ``policy``, the ``critic``, the
+    ``loss`` (whose parameters the optimiser updates) and the advantage ``estimator``."""
+
+    policy: nn.Module
+    critic: nn.Module
+    loss: nn.Module
+    estimator: MultiAgentGAE
+
+
+@dataclass
+class OffPolicyParts:
+    """What an off-policy trainer needs: the exploring ``policy`` (with an
+    ``EGreedyModule`` as ``explore``), the ``loss`` with target networks, and its config."""
+
+    policy: nn.Module
+    explore: EGreedyModule
+    loss: nn.Module
+    config: QMIXConfig
+
+
+def group_dims(env, group: str = GROUP) -> tuple[int, int, object]:
+    """``(n_agents, obs_dim, action_spec)`` of ``group`` in ``env``; errors name the groups."""
+    if group not in env.observation_spec.keys():
+        raise KeyError(f"The env has no group {group!r}; its groups are {list(env.observation_spec.keys())}.")
+    obs = env.observation_spec[group, OBSERVATION]
+    if obs.ndim != len(env.batch_size) + 2:
+        raise ValueError(f"({group!r}, 'observation') must be [*batch, n_agents, obs_dim], got {tuple(obs.shape)}.")
+    n_agents, obs_dim = obs.shape[-2], obs.shape[-1]
+    return n_agents, obs_dim, env.full_action_spec[group, ACTION]
+
+
+def _mask_key(env, group: str):
+    key = (group, ACTION_MASK)
+    return key if key in env.observation_spec else None
+
+
+def _actor(env, group: str, share: bool, num_cells: Sequence[int]) -> nn.Module:
+    n, d, spec = group_dims(env, group)
+    if isinstance(spec, Bounded):
+        act = spec.shape[-1]
+        net = nn.Sequential(MultiAgentMLP(d, 2 * act, n, False, share, num_cells), NormalParamExtractor())
+        params = TensorDictModule(net, in_keys=[(group, OBSERVATION)], out_keys=[(group, "loc"), (group, "scale")])
+        low = spec.low.reshape(-1, *spec.shape[-2:])[0]
+        high = spec.high.reshape(-1, *spec.shape[-2:])[0]
+        return ProbabilisticActor(params, TanhNormal, in_keys={"loc": (group, "loc"), "scale": (group, "scale")},
+                                  distribution_kwargs={"low": low, "high": high}, out_keys=[(group, ACTION)])
+    if isinstance(spec, Categorical):
+        net = MultiAgentMLP(d, spec.n, n, False, share, num_cells)
+        params = TensorDictModule(net, in_keys=[(group, OBSERVATION)], out_keys=[(group, "logits")])
+        in_keys = {"logits": (group, "logits")}
+        mask = _mask_key(env, group)
+        if mask is not None:
+            in_keys["mask"] = mask
+        return ProbabilisticActor(params, MaskedCategorical, in_keys=in_keys, out_keys=[(group, ACTION)])
+    raise TypeError(f"Group {group!r}: unsupported action spec {spec!r} (need Bounded or Categorical).")
+
+
+def _ppo(env, config: MAPPOConfig, loss_cls, group: str, num_cells: Sequence[int], value_norm) -> OnPolicyParts:
+    n, d, _ = group_dims(env, group)
+    policy = _actor(env, group, config.share_param_actor, num_cells)
+    critic_net = MultiAgentMLP(d, 1, n, config.centralised_critic, config.share_param_critic, num_cells)
+    critic = TensorDictModule(critic_net, in_keys=[(group, OBSERVATION)], out_keys=[(group, STATE_VALUE)])
+    loss = loss_cls(policy, critic, config, group=group, value_norm=value_norm)
+    estimator = MultiAgentGAE(config.gamma, config.lmbda, group, critic, value_norm=value_norm)
+    return OnPolicyParts(policy, critic, loss, estimator)
+
+
+def make_mappo(env, config: MAPPOConfig | None = None, group: str = GROUP,
+               num_cells: Sequence[int] = (256, 256), value_norm=None) -> OnPolicyParts:
+    """MAPPO: TanhNormal (continuous) or masked categorical (discrete) actor, one
+    :class:`MultiAgentMLP` per role, a centralised critic."""
+    return _ppo(env, config or MAPPOConfig(), MAPPOLoss, group, num_cells, value_norm)
+
+
+def make_ippo(env, config: IPPOConfig | None = None, group: str = GROUP,
+              num_cells: Sequence[int] = (256, 256), value_norm=None) -> OnPolicyParts:
+    """IPPO: as :func:`make_mappo` with a decentralised critic."""
+    return _ppo(env, config or IPPOConfig(), IPPOLoss, group, num_cells, value_norm)
+
+
+def _q_parts(env, config: QMIXConfig, group: str, num_cells: Sequence[int]):
+    n, d, spec = group_dims(env, group)
+    if not isinstance(spec, Categorical):
+        raise TypeError(
+            f"QMIX/VDN need discrete actions; group {group!r} has {type(spec).__name__}. "
+            "Build the env with continuous_actions=False."
+        )
+    qnet = TensorDictModule(MultiAgentMLP(d, spec.n, n, False, config.share_params, num_cells),
+                            in_keys=[(group, OBSERVATION)], out_keys=[(group, ACTION_VALUE)])
+    mask = _mask_key(env, group)
+    greedy = QValueModule(action_value_key=(group, ACTION_VALUE), action_key=(group, ACTION),
+                          chosen_action_value_key=(group, "chosen_action_value"), action_mask_key=mask)
+    explore = EGreedyModule(spec.n, eps_init=config.eps_init, eps_end=config.eps_end,
+                            annealing_num_steps=config.eps_anneal_frames, action_key=(group, ACTION),
+                            action_mask_key=mask)
+    return n, d, qnet, TensorDictSequential(qnet, greedy), explore
+
+
+def make_qmix(env, config: QMIXConfig | None = None, group: str = GROUP,
+              num_cells: Sequence[int] = (256, 256)) -> OffPolicyParts:
+    """QMIX with a :class:`QMixer` on all agents' observations (the VMAS tasks have no state)."""
+    config = config or QMIXConfig()
+    n, d, qnet, greedy, explore = _q_parts(env, config, group, num_cells)
+    loss = QMIXLoss(qnet, QMixer((n, d), n, config.mixing_embed_dim), config)
+    return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
+
+
+def make_vdn(env, config: VDNConfig | None = None, group: str = GROUP,
+             num_cells: Sequence[int] = (256, 256)) -> OffPolicyParts:
+    """VDN: per-agent Q networks summed into the team value."""
+    config = config or VDNConfig()
+    n, d, qnet, greedy, explore = _q_parts(env, config, group, num_cells)
+    loss = VDNLoss(qnet, n, config)
+    return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
+
+
+ALGORITHMS = {
+    "mappo": (make_mappo, MAPPOConfig, True),
+    "ippo": (make_ippo, IPPOConfig, True),
+    "qmix": (make_qmix, QMIXConfig, False),
+    "vdn": (make_vdn, VDNConfig, False),
+}
+"""``name -> (builder, config class, on_policy)``."""

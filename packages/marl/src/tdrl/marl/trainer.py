@@ -1,0 +1,206 @@
+"""Training loops for the multi-agent algorithms: collect -> advantage -> epochs x minibatches.
+
+``train_on_policy`` runs MAPPO/IPPO, ``train_off_policy`` runs QMIX/VDN; both log one record
+per iteration (frames, mean training episode return, evaluation return, wall time).
+Episode returns are the sum over the episode of the agents' mean reward (BenchMARL's
+``episode_reward`` mean over agents).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, set_interaction_type
+
+from tdrl.core.objectives import SoftUpdate, total_loss
+from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
+
+from .algorithms import OffPolicyParts, OnPolicyParts
+from .keys import DONE, GROUP, NEXT, REWARD, VALUE_TARGET
+
+__all__ = ["TrainConfig", "collect", "EpisodeReturns", "evaluate", "train_on_policy", "train_off_policy"]
+
+
+@dataclass
+class TrainConfig:
+    """Budget and optimiser settings shared by the loops (BenchMARL's experiment config).
+
+    Args:
+        frames_per_batch: env frames (``num_envs x steps``) collected per iteration.
+        n_iters: number of iterations.
+        num_epochs: on-policy passes over each batch.
+        minibatch_size: frames per gradient step (on-policy) / sampled transitions (off-policy).
+        lr: Adam learning rate. max_grad_norm: gradient clipping (None: off).
+        buffer_size: off-policy replay capacity (frames). n_optimizer_steps: off-policy
+            gradient steps per iteration.
+        eval_interval: evaluate every this many iterations (and after the last); 0: never.
+        eval_episodes: deterministic evaluation episodes (one batch of ``eval_env``).
+    """
+
+    frames_per_batch: int = 6000
+    n_iters: int = 10
+    num_epochs: int = 4
+    minibatch_size: int = 400
+    lr: float = 5e-5
+    max_grad_norm: float | None = 5.0
+    buffer_size: int = 1_000_000
+    n_optimizer_steps: int = 100
+    eval_interval: int = 5
+    max_steps: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("frames_per_batch", "n_iters", "num_epochs", "minibatch_size", "n_optimizer_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}.")
+
+
+def collect(env, policy: Callable, td: TensorDictBase, n_steps: int) -> tuple[TensorDictBase, TensorDictBase]:
+    """Run ``policy`` for ``n_steps`` steps from ``td`` (sampling, no grad).
+
+    Returns:
+        ``(batch, next_td)``: the transitions ``[*env_batch, n_steps]`` and the root to
+        continue from (done sub-envs already reset).
+    """
+    steps = []
+    with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
+        for _ in range(n_steps):
+            td = policy(td)
+            stepped, td = env.step_and_maybe_reset(td)
+            steps.append(stepped)
+    return torch.stack(steps, dim=len(env.batch_size)), td
+
+
+class EpisodeReturns:
+    """Per-env running returns; ``update(batch)`` returns the returns of episodes that ended."""
+
+    def __init__(self, group: str = GROUP) -> None:
+        self.group = group
+        self.running: torch.Tensor | None = None
+
+    def update(self, batch: TensorDictBase) -> list[float]:
+        r = batch.get((NEXT, self.group, REWARD))  # [*B, T, n, 1]
+        r = r.reshape(*batch.shape, -1).mean(-1)  # [*B, T]
+        done = batch.get((NEXT, DONE)).reshape(*batch.shape)
+        r, done = r.reshape(-1, r.shape[-1]), done.reshape(-1, done.shape[-1])
+        if self.running is None:
+            self.running = torch.zeros(r.shape[0], dtype=r.dtype)
+        finished = []
+        for t in range(r.shape[-1]):
+            self.running += r[:, t]
+            d = done[:, t]
+            if bool(d.any()):
+                finished.extend(self.running[d].tolist())
+                self.running[d] = 0.0
+        return finished
+
+
+@torch.no_grad()
+def evaluate(env, policy: Callable, max_steps: int, group: str = GROUP) -> float:
+    """Mean return of one deterministic episode per sub-env of ``env`` (at most ``max_steps``)."""
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        td = env.reset()
+        total = torch.zeros(env.batch_size)
+        alive = torch.ones(env.batch_size, dtype=torch.bool)
+        for _ in range(max_steps):
+            td = env.step(policy(td))
+            r = td.get((NEXT, group, REWARD)).reshape(*env.batch_size, -1).mean(-1)
+            total += r * alive
+            alive &= ~td.get((NEXT, DONE)).reshape(env.batch_size)
+            if not bool(alive.any()):
+                break
+            td = td.get(NEXT).exclude((group, REWARD))
+    return float(total.mean())
+
+
+def _record(it, frames, t0, returns, eval_env, policy, cfg, group, extra) -> dict:
+    rec = {"iter": it, "frames": frames, "time_s": time.perf_counter() - t0,
+           "train_return": float(sum(returns) / len(returns)) if returns else float("nan"),
+           "eval_return": float("nan")}
+    last = it == cfg.n_iters - 1
+    if eval_env is not None and cfg.eval_interval and ((it + 1) % cfg.eval_interval == 0 or last):
+        rec["eval_return"] = evaluate(eval_env, policy, cfg.max_steps, group)
+    rec.update(extra)
+    return rec
+
+
+def train_on_policy(env, parts: OnPolicyParts, cfg: TrainConfig, eval_env=None, group: str = GROUP,
+                    log: Callable[[dict], None] | None = None) -> list[dict]:
+    """MAPPO / IPPO: collect ``frames_per_batch``, GAE, ``num_epochs`` x minibatches of PPO.
+
+    Returns:
+        One record per iteration: ``iter``, ``frames``, ``time_s``, ``train_return``,
+        ``eval_return`` (NaN when not evaluated), ``loss``.
+    """
+    n_envs = env.batch_size.numel()
+    n_steps = max(1, cfg.frames_per_batch // n_envs)
+    params = [p for p in parts.loss.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=cfg.lr)
+    value_norm = parts.loss.value_norm
+    td, tracker, history, frames = env.reset(), EpisodeReturns(group), [], 0
+    t0 = time.perf_counter()
+    for it in range(cfg.n_iters):
+        batch, td = collect(env, parts.policy, td, n_steps)
+        frames += batch.numel()
+        returns = tracker.update(batch)
+        parts.estimator(batch)
+        if value_norm is not None:
+            value_norm.update(batch.get((group, VALUE_TARGET)))
+        flat = batch.reshape(-1)
+        n, mb = flat.shape[0], min(cfg.minibatch_size, flat.shape[0])
+        losses = []
+        for _ in range(cfg.num_epochs):
+            perm = torch.randperm(n)
+            for start in range(0, n - mb + 1, mb):
+                loss = total_loss(parts.loss(flat[perm[start:start + mb]]))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                opt.step()
+                losses.append(loss.detach())
+        rec = _record(it, frames, t0, returns, eval_env, parts.policy, cfg, group,
+                      {"loss": float(torch.stack(losses).mean())})
+        history.append(rec)
+        if log is not None:
+            log(rec)
+    return history
+
+
+def train_off_policy(env, parts: OffPolicyParts, cfg: TrainConfig, eval_env=None, group: str = GROUP,
+                     log: Callable[[dict], None] | None = None) -> list[dict]:
+    """QMIX / VDN: collect with epsilon-greedy, store, ``n_optimizer_steps`` sampled TD updates
+    with a soft target update after each."""
+    n_envs = env.batch_size.numel()
+    n_steps = max(1, cfg.frames_per_batch // n_envs)
+    params = [p for p in parts.loss.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=cfg.lr)
+    target = SoftUpdate(parts.loss, tau=parts.config.tau)
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(cfg.buffer_size))
+    td, tracker, history, frames = env.reset(), EpisodeReturns(group), [], 0
+    t0 = time.perf_counter()
+    for it in range(cfg.n_iters):
+        batch, td = collect(env, parts.policy, td, n_steps)
+        frames += batch.numel()
+        parts.explore.step(batch.numel())
+        returns = tracker.update(batch)
+        buffer.extend(batch.reshape(-1))
+        losses = []
+        for _ in range(cfg.n_optimizer_steps):
+            loss = total_loss(parts.loss(buffer.sample(cfg.minibatch_size)))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            opt.step()
+            target.step()
+            losses.append(loss.detach())
+        rec = _record(it, frames, t0, returns, eval_env, parts.policy, cfg, group,
+                      {"loss": float(torch.stack(losses).mean()), "eps": parts.explore.eps})
+        history.append(rec)
+        if log is not None:
+            log(rec)
+    return history
