@@ -234,13 +234,16 @@ class _MultiCollector:
             if not ready:
                 self._fail(f"No answer from collector workers {sorted(wanted)} within "
                            f"{self.timeout} s.")
-            conns = [r for r in ready if r in index]
-            for conn in conns:
+            # Deaths first: a live worker's messages must not hide a dead one's silence.
+            for s in ready:
+                if s in sentinels:
+                    self._report_death(sentinels[s])
+            for conn in (r for r in ready if r in index):
                 i = index[conn]
                 try:
                     kind, payload = conn.recv()
                 except (EOFError, OSError):
-                    continue  # the worker died; its sentinel tells
+                    self._report_death(i)
                 if kind == "error":
                     self._fail(f"Collector worker {i} raised:\n{payload}")
                 if kind == "updated" and self._pending_acks[i] > 0:
@@ -248,12 +251,22 @@ class _MultiCollector:
                     if not self._sync:
                         continue  # async acks are only bookkeeping
                 return i, kind, payload
-            for s in ready:
-                if s in sentinels and not self._conns[sentinels[s]].poll():
-                    i = sentinels[s]
-                    self._procs[i].join(0.1)
-                    self._fail(f"Collector worker {i} died (exit code {self._procs[i].exitcode}) "
-                               "without reporting an error.")
+
+    def _report_death(self, i: int):
+        """Raise for a dead worker, with its last error message if it sent one."""
+        conn, last_error = self._conns[i], None
+        try:
+            while conn.poll():
+                kind, payload = conn.recv()
+                if kind == "error":
+                    last_error = payload
+        except (EOFError, OSError):
+            pass
+        if last_error is not None:
+            self._fail(f"Collector worker {i} raised:\n{last_error}")
+        self._procs[i].join(0.5)
+        self._fail(f"Collector worker {i} died (exit code {self._procs[i].exitcode}) "
+                   "without reporting an error.")
 
     def _take(self, i: int, payload) -> None:
         if payload is not None:

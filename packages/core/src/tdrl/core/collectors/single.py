@@ -247,8 +247,13 @@ class Collector:
                     td = out.to(env_dev)
                 else:
                     td = policy(td)
+                preset = td.get(NEXT, None)  # e.g. a recurrent state the policy wrote
                 td = env.step(td)
                 nxt = td.get(NEXT)
+                if preset is not None:
+                    for key, value in preset.items():
+                        if key not in nxt.keys():
+                            nxt.set(key, value)
                 if max_steps is not None:
                     self._step_count += 1
                     cut = self._step_count >= max_steps
