@@ -1,0 +1,76 @@
+"""Helpers shared by the single-agent apps (ppo, dqn, sac): command-line overrides of a
+config dataclass, a metrics CSV and a learning-curve PNG. Apps import it as
+``ppo.app_utils`` with ``apps/`` on ``sys.path``."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import os
+
+__all__ = ["parse_config", "MetricsCSV", "plot_curve"]
+
+
+def parse_config(cls, argv: list[str] | None = None):
+    """Build a config dataclass from ``--field value`` command-line overrides.
+
+    Booleans take ``--flag`` / ``--no-flag``; tuples take several values (``--hidden 256 256``).
+    """
+    parser = argparse.ArgumentParser(description=(cls.__doc__ or "").split("\n")[0])
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        flag = f"--{f.name}"
+        if isinstance(default, bool) or (default is None and "bool" in str(f.type)):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        elif isinstance(default, tuple):
+            parser.add_argument(flag, type=type(default[0]), nargs="+", default=default)
+        else:
+            parser.add_argument(flag, type=type(default), default=default)
+    args = vars(parser.parse_args(argv))
+    args = {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
+    return cls(**args)
+
+
+class MetricsCSV:
+    """Append dict rows to a CSV; columns are fixed by the first row (later keys are added
+    by rewriting the file, which is small)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.rows, self.columns = path, [], []
+
+    def log(self, row: dict) -> None:
+        self.rows.append(row)
+        new = [k for k in row if k not in self.columns]
+        if new or not os.path.exists(self.path):
+            self.columns += new
+            with open(self.path, "w", newline="") as fh:
+                writer = csv.DictWriter(fh, self.columns)
+                writer.writeheader()
+                writer.writerows(self.rows)
+        else:
+            with open(self.path, "a", newline="") as fh:
+                csv.DictWriter(fh, self.columns).writerow(row)
+
+
+def plot_curve(rows: list[dict], path: str, title: str, x: str = "frames") -> None:
+    """Learning curve: training episode return (and evaluation return) against frames."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, style in (("train_return", "-"), ("eval_return", "o--")):
+        pts = [(r[x], r[key]) for r in rows if r.get(key) not in (None, "") and not math.isnan(r[key])]
+        if pts:
+            ax.plot(*zip(*pts), style, label=key)
+    ax.set_xlabel(x)
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,311 @@
+"""PPO (Schulman et al., 2017) on Gymnasium classic-control and MuJoCo tasks.
+
+A linear CleanRL-style script built from tdrl parts: a vectorised :class:`GymEnv` (with
+observation normalisation for MuJoCo), a :class:`ProbabilisticActor` and a value head,
+:class:`GAE`, :class:`PPOLoss`. Each iteration collects ``num_envs x num_steps`` frames,
+computes advantages, runs ``epochs`` passes over shuffled minibatches and logs.
+
+    python apps/ppo/train.py                                  # CartPole-v1 (about a minute)
+    python apps/ppo/train.py --env_id HalfCheetah-v5 --total_frames 1000000
+    python apps/ppo/train.py --tiny                           # a seconds-long smoke run (CI)
+
+Outputs in ``--out``: ``metrics.csv`` (one row per iteration), ``learning_curve.png``,
+``summary.json`` and ``model.pt`` (actor, critic and observation-normalisation state).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModule, set_interaction_type
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ppo.app_utils import MetricsCSV, parse_config, plot_curve  # noqa: E402
+
+from tdrl.core import Compose, DoubleToFloat, GymEnv, RewardSum, TransformedEnv, VecNorm, step_mdp
+from tdrl.core.modules import MLP, IndependentNormal, MaskedCategorical, ProbabilisticActor, ValueOperator
+from tdrl.core.objectives import PPOLoss, total_loss
+from tdrl.core.specs import Categorical, OneHot
+from tdrl.core.values import gae
+
+
+@dataclass
+class Config:
+    """Every knob of the app; each field is a ``--flag``. Defaults solve CartPole-v1.
+
+    ``norm_obs`` / ``norm_reward`` / ``continuous`` default to ``None``: decided from the
+    env (on for continuous-action tasks, as CleanRL's ``ppo_continuous_action.py``).
+    """
+
+    env_id: str = "CartPole-v1"
+    total_frames: int = 100_000
+    num_envs: int = 8
+    num_steps: int = 128  # steps per env per iteration
+    epochs: int = 4
+    minibatch_size: int = 256
+    lr: float = 2.5e-3
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    lmbda: float = 0.95
+    clip_epsilon: float = 0.2
+    entropy_coef: float = 0.0
+    critic_coef: float = 0.5
+    clip_value: float = 0.0  # 0 disables PPO2 value clipping
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = True
+    gae_backend: str = "auto"  # auto (tdrl.kernels when installed) | torch | kernels
+    hidden: tuple[int, ...] = (64, 64)
+    norm_obs: bool | None = None
+    norm_reward: bool | None = None
+    eval_episodes: int = 10
+    seed: int = 0
+    device: str = "cpu"
+    time_limit_s: float = 0.0  # stop training after this many seconds (0: no limit)
+    out: str = "runs/ppo"
+    tiny: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tiny:
+            self.total_frames = min(self.total_frames, 2 * self.num_envs * 16)
+            self.num_steps = min(self.num_steps, 16)
+            self.eval_episodes = min(self.eval_episodes, 2)
+        if self.total_frames < self.num_envs * self.num_steps:
+            raise ValueError(
+                f"total_frames={self.total_frames} is less than one batch "
+                f"(num_envs x num_steps = {self.num_envs * self.num_steps})."
+            )
+        if (self.num_envs * self.num_steps) % self.minibatch_size and not self.tiny:
+            raise ValueError(
+                f"minibatch_size={self.minibatch_size} must divide the batch of "
+                f"{self.num_envs * self.num_steps} frames."
+            )
+
+
+# ---------------------------------------------------------------------------- env / nets
+def make_env(cfg: Config, num_envs: int, obs_norm: VecNorm | None) -> TransformedEnv:
+    """A Gymnasium vector env; continuous actions are clipped to the bounds inside the env."""
+    import gymnasium as gym
+
+    probe = gym.make(cfg.env_id)
+    continuous = isinstance(probe.action_space, gym.spaces.Box)
+    probe.close()
+    wrappers = [gym.wrappers.ClipAction] if continuous else None
+    base = GymEnv(cfg.env_id, num_envs=num_envs, categorical_action_encoding=True,
+                  wrappers=wrappers)
+    transforms = [DoubleToFloat(), RewardSum()]  # MuJoCo observations are float64
+    if obs_norm is not None:
+        transforms.insert(1, obs_norm)
+    return TransformedEnv(base, Compose(*transforms))
+
+
+class GaussianHead(nn.Module):
+    """``obs -> (loc, scale)`` with a state-independent log-std (CleanRL's continuous PPO)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.mean = MLP(obs_dim, act_dim, hidden, nn.Tanh, orthogonal_init=True, last_gain=0.01)
+        self.log_std = nn.Parameter(torch.zeros(act_dim))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc = self.mean(obs)
+        return loc, self.log_std.exp().expand_as(loc)
+
+
+def make_actor_critic(env, cfg: Config):
+    """A probabilistic actor (categorical or diagonal Gaussian) and a value head."""
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    spec = env.action_spec
+    if isinstance(spec, (Categorical, OneHot)):
+        net = MLP(obs_dim, spec.n, cfg.hidden, nn.Tanh, orthogonal_init=True, last_gain=0.01)
+        params = TensorDictModule(net, in_keys=["observation"], out_keys=["logits"])
+        actor = ProbabilisticActor(params, MaskedCategorical, in_keys=["logits"])
+    else:
+        head = GaussianHead(obs_dim, spec.shape[-1], cfg.hidden)
+        params = TensorDictModule(head, in_keys=["observation"], out_keys=["loc", "scale"])
+        actor = ProbabilisticActor(params, IndependentNormal, in_keys=["loc", "scale"])
+    critic = ValueOperator(MLP(obs_dim, 1, cfg.hidden, nn.Tanh, orthogonal_init=True))
+    return actor, critic
+
+
+class ReturnScaler:
+    """CleanRL/Gymnasium ``NormalizeReward``: divide rewards by the running std of the
+    discounted return, then clip to ``[-clip, clip]``.
+
+    Args:
+        num_envs: batch size. gamma: discount of the tracked return. clip: clip bound.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0) -> None:
+        self.ret = torch.zeros(num_envs, 1, dtype=torch.float64)
+        self.gamma, self.clip = gamma, clip
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-4
+
+    def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        self.ret = self.ret * self.gamma + reward.double()
+        b_mean, b_var, m = self.ret.mean().item(), self.ret.var(unbiased=False).item(), reward.numel()
+        tot = self.count + m
+        delta = b_mean - self.mean
+        self.mean += delta * m / tot
+        self.var = (self.var * self.count + b_var * m + delta**2 * self.count * m / tot) / tot
+        self.count = tot
+        self.ret = self.ret.masked_fill(done, 0.0)
+        return (reward / math.sqrt(self.var + 1e-8)).clamp(-self.clip, self.clip)
+
+
+@torch.no_grad()
+def compute_advantage(batch: TensorDictBase, critic, cfg: Config) -> None:
+    """Write ``advantage`` and ``value_target`` (``[N, T, 1]``) into a ``[N, T]`` rollout.
+
+    Terminated steps stop bootstrapping; truncated ones bootstrap from the value of the true
+    final observation (kept under ``"next"`` by the env wrapper).
+    """
+    value = critic(batch.select("observation"))["state_value"]
+    next_value = critic(batch["next"].select("observation"))["state_value"]
+    adv, target = gae(
+        batch["next", "reward"], value, next_value, batch["next", "done"],
+        batch["next", "terminated"], cfg.gamma, cfg.lmbda, backend=cfg.gae_backend,
+    )
+    batch.update({"state_value": value, "advantage": adv, "value_target": target})
+
+
+# ---------------------------------------------------------------------------- evaluation
+@torch.no_grad()
+def evaluate(actor, cfg: Config, obs_norm: VecNorm | None, episodes: int, seed: int) -> float:
+    """Mean return of ``episodes`` episodes of the deterministic policy (one per sub-env)."""
+    eval_norm = None
+    if obs_norm is not None:
+        eval_norm = VecNorm(clip=obs_norm.clip)
+        eval_norm.load_state_dict(obs_norm.state_dict())
+        eval_norm.freeze()
+    env = make_env(cfg, episodes, eval_norm)
+    env.set_seed(seed)
+    td = env.reset()
+    finished = torch.zeros(episodes, dtype=torch.bool)
+    returns = torch.zeros(episodes)
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        while not bool(finished.all()):
+            td = env.step(actor(td))
+            done = td["next", "done"].squeeze(-1)
+            first = done & ~finished
+            returns[first] = td["next", "episode_reward"].squeeze(-1)[first]
+            finished |= done
+            td = step_mdp(td)
+            if bool(done.any()):
+                td["_reset"] = done.unsqueeze(-1)
+                td = env.reset(td)
+                td = td.exclude("_reset")
+    env.close()
+    return float(returns.mean())
+
+
+# ---------------------------------------------------------------------------- training
+def train(cfg: Config) -> dict:
+    """Run PPO with ``cfg``; returns a summary dict (also written to ``summary.json``)."""
+    os.makedirs(cfg.out, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    device = torch.device(cfg.device)
+    probe_env = make_env(cfg, 1, None)
+    continuous = not isinstance(probe_env.action_spec, (Categorical, OneHot))
+    probe_env.close()
+    norm_obs = continuous if cfg.norm_obs is None else cfg.norm_obs
+    norm_reward = continuous if cfg.norm_reward is None else cfg.norm_reward
+    obs_norm = VecNorm(clip=10.0) if norm_obs else None
+    env = make_env(cfg, cfg.num_envs, obs_norm)
+    env.set_seed(cfg.seed)
+    scaler = ReturnScaler(cfg.num_envs, cfg.gamma) if norm_reward else None
+
+    actor, critic = make_actor_critic(env, cfg)
+    actor, critic = actor.to(device), critic.to(device)
+    loss_fn = PPOLoss(
+        actor, critic, clip_epsilon=cfg.clip_epsilon, entropy_coef=cfg.entropy_coef,
+        critic_coef=cfg.critic_coef, clip_value=cfg.clip_value or None,
+        normalize_advantage=cfg.normalize_advantage,
+    )
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, eps=1e-5)
+
+    frames_per_batch = cfg.num_envs * cfg.num_steps
+    n_iters = cfg.total_frames // frames_per_batch
+    log = MetricsCSV(os.path.join(cfg.out, "metrics.csv"))
+    td = env.reset()
+    frames, t0, recent = 0, time.perf_counter(), []
+    for it in range(n_iters):
+        if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
+            break
+        if cfg.anneal_lr:
+            for g in optim.param_groups:
+                g["lr"] = cfg.lr * (1.0 - it / n_iters)
+        # 1. collect num_steps x num_envs transitions with the stochastic policy
+        steps = []
+        with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
+            for _ in range(cfg.num_steps):
+                td, next_td = env.step_and_maybe_reset(actor(td.to(device)))
+                steps.append(td)
+                td = next_td
+        batch: TensorDictBase = torch.stack(steps, dim=1).to(device)  # [num_envs, num_steps]
+        frames += frames_per_batch
+        done = batch["next", "done"]
+        recent += batch["next", "episode_reward"][done].tolist()
+        if scaler is not None:
+            scaled = [scaler(batch["next", "reward"][:, t], done[:, t]) for t in range(cfg.num_steps)]
+            batch["next", "reward"] = torch.stack(scaled, 1).float()
+        # 2. advantages (terminated stops bootstrapping, truncated bootstraps)
+        compute_advantage(batch, critic, cfg)
+        flat = batch.reshape(-1)
+        # 3. epochs x minibatches
+        stats = []
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(flat.shape[0], device=device)
+            for start in range(0, flat.shape[0], cfg.minibatch_size):
+                mb = flat[perm[start:start + cfg.minibatch_size]]
+                out = loss_fn(mb)
+                optim.zero_grad(set_to_none=True)
+                total_loss(out).backward()
+                nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
+                optim.step()
+                stats.append(out.detach())
+        stats = torch.stack(stats).mean()
+        # 4. log
+        elapsed = time.perf_counter() - t0
+        row = {
+            "iteration": it, "frames": frames, "time_s": round(elapsed, 2),
+            "fps": round(frames / elapsed, 1),
+            "train_return": sum(recent) / len(recent) if recent else float("nan"),
+            "episodes": len(recent), "lr": optim.param_groups[0]["lr"],
+            **{k: float(v) for k, v in stats.items()},
+        }
+        recent = []
+        log.log(row)
+        if it % max(1, n_iters // 50) == 0 or it == n_iters - 1:
+            print(f"[ppo] it {it:4d} frames {frames:8d} return {row['train_return']:8.1f} "
+                  f"fps {row['fps']:7.0f}", flush=True)
+    env.close()
+    eval_return = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 10_000)
+    log.log({"iteration": it + 1, "frames": frames, "eval_return": eval_return})
+    plot_curve(log.rows, os.path.join(cfg.out, "learning_curve.png"), f"PPO {cfg.env_id}")
+    torch.save(
+        {"actor": actor.state_dict(), "critic": critic.state_dict(),
+         "obs_norm": obs_norm.state_dict() if obs_norm is not None else None,
+         "config": dataclasses.asdict(cfg)},
+        os.path.join(cfg.out, "model.pt"),
+    )
+    summary = {"env_id": cfg.env_id, "frames": frames, "eval_return": eval_return,
+               "eval_episodes": cfg.eval_episodes, "time_s": time.perf_counter() - t0}
+    with open(os.path.join(cfg.out, "summary.json"), "w") as fh:
+        json.dump(summary, fh, indent=2)
+    print(f"[ppo] {cfg.env_id}: eval return {eval_return:.1f} over {cfg.eval_episodes} "
+          f"episodes after {frames} frames ({summary['time_s']:.0f} s)", flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(int(os.environ.get("TDRL_THREADS", "1")))
+    train(parse_config(Config, sys.argv[1:]))
