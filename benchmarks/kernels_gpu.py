@@ -1,0 +1,443 @@
+"""One-shot GPU check and benchmark of tdrl.kernels' Triton kernels (run on a CUDA machine).
+
+    python benchmarks/kernels_gpu.py            # from the repository root; OUT=dir to save
+
+Needs only torch and triton (no tensordict, nothing installed: the package source is put
+on ``sys.path``). Two parts, each section guarded so one failure does not lose the rest:
+
+1. correctness: every Triton kernel vs its torch reference on CUDA, forward and backward,
+   small odd shapes, float32 and bfloat16; prints PASS/FAIL with the max errors;
+2. speed and memory at LLM sizes: Triton vs the eager reference vs ``torch.compile``
+   (plus the naive ``log_softmax`` + ``gather`` path for log-probs), median time from
+   ``triton.testing.do_bench`` and peak extra memory from ``torch.cuda.max_memory_allocated``.
+
+Prints a markdown table and writes it to ``$OUT/kernels_gpu.md`` when ``OUT`` is set.
+Designed to finish in under 5 minutes on one H100/H200-class GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "kernels" / "src"))
+
+# KERNELS_GPU_DRYRUN=1: tiny sizes on the CPU with Triton's interpreter, to test this script.
+DRY = os.environ.get("KERNELS_GPU_DRYRUN") == "1"
+if DRY:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+
+DEV = "cpu" if DRY else "cuda"
+T0 = time.time()
+BUDGET_S = 270.0  # stop starting new work after this (the whole run must stay under 5 min)
+LINES: list[str] = []
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+def emit(line: str) -> None:
+    """A line of the markdown report: printed now, saved at every flush_report()."""
+    LINES.append(line)
+    print(line, flush=True)
+
+
+def flush_report() -> None:
+    out = os.environ.get("OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        Path(out, "kernels_gpu.md").write_text("\n".join(LINES) + "\n")
+
+
+def time_left() -> float:
+    return BUDGET_S - (time.time() - T0)
+
+
+def guarded(name: str, fn) -> None:
+    if time_left() < 5:
+        emit(f"\n{name}: SKIPPED (time budget spent)")
+        return
+    log(f"--- {name}")
+    try:
+        fn()
+    except Exception as exc:  # keep going: one section must not lose the others
+        emit(f"\n{name}: ERROR {type(exc).__name__}: {str(exc)[:300]}")
+        traceback.print_exc()
+    finally:
+        empty_cache()
+        flush_report()
+
+
+def empty_cache() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+# --------------------------------------------------------------------------- correctness
+def max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
+
+
+def check(name: str, pairs: list[tuple[str, torch.Tensor, torch.Tensor]], tol: float) -> None:
+    errs = {k: max_err(a, b) for k, a, b in pairs}
+    ok = all(e <= tol * max(1.0, max_abs) for (k, a, b), e in zip(pairs, errs.values())
+             for max_abs in [b.float().abs().max().item() if b.numel() else 0.0])
+    detail = ", ".join(f"{k} {e:.1e}" for k, e in errs.items())
+    emit(f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |")
+
+
+def pick(cases: tuple) -> tuple:
+    """All cases on the GPU; only the largest in the CPU dry run (the interpreter is slow)."""
+    return cases[-1:] if DRY else cases
+
+
+def run_both(fn, inputs_fn):
+    """fn under the torch reference and under Triton on fresh copies of the same inputs."""
+    from tdrl.kernels import use_backend
+
+    results = []
+    for backend in ("torch", "triton"):
+        with use_backend(backend):
+            results.append(fn(*inputs_fn()))
+    return results
+
+
+def correctness() -> None:
+    from tdrl.kernels import discounted_cumsum, fused_linear_logprobs, gae, pg_token_loss, token_logprobs
+
+    dev = DEV
+    big_v = 5000 if DRY else 152064
+    emit("\n## Correctness: Triton vs torch reference on CUDA\n")
+    emit("| case | result | max abs error (output / gradients) |")
+    emit("| --- | --- | --- |")
+    tol = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+
+    for dtype in pick((torch.float32, torch.bfloat16)):
+        for shape in pick(((1, 1, 1), (37, 1, 1), (5, 300, 1), (3, 2, 129, 2))):
+            g = torch.Generator(device="cpu").manual_seed(0)
+            base = [torch.randn(shape, generator=g) for _ in range(4)]
+            term = torch.rand(shape, generator=g) < 0.05
+            done = term | (torch.rand(shape, generator=g) < 0.05)
+
+            def inputs(base=base, term=term, done=done, dtype=dtype):
+                r, v, nv, w = (x.to(dev, dtype) for x in base)
+                return r.requires_grad_(True), v.requires_grad_(True), nv, done.to(dev), term.to(dev), w
+
+            def run(r, v, nv, d, t, w):
+                adv, target = gae(r, v, nv, d, t, 0.99, 0.95)
+                cs = discounted_cumsum(r, 0.97, d)
+                grads = torch.autograd.grad(((adv + target + cs) * w).float().sum(), (r, v))
+                return adv, cs, *grads
+
+            ref, tri = run_both(run, inputs)
+            names = ("adv", "cumsum", "d_reward", "d_value")
+            check(f"gae+cumsum {tuple(shape)} {dtype}", list(zip(names, tri, ref)), tol[dtype])
+
+    for dtype in pick((torch.float32, torch.bfloat16)):
+        for b, t, v in pick(((1, 1, 37), (2, 3, 4099), (2, 5, big_v))):
+            g = torch.Generator(device="cpu").manual_seed(1)
+            logits0 = 3 * torch.randn(b, t, v, generator=g)
+            tgt0 = torch.randint(0, v, (b, t), generator=g)
+            tgt0[0, 0] = -100
+            w0 = torch.randn(2, b, t, generator=g)
+
+            def inputs(logits0=logits0, tgt0=tgt0, w0=w0, dtype=dtype):
+                return logits0.to(dev, dtype).requires_grad_(True), tgt0.to(dev), w0.to(dev)
+
+            def run(logits, tgt, w):
+                logp, ent = token_logprobs(logits, tgt, temperature=0.8, return_entropy=True)
+                (grad,) = torch.autograd.grad((logp * w[0] + ent * w[1]).sum(), logits)
+                return logp, ent, grad
+
+            ref, tri = run_both(run, inputs)
+            check(f"token_logprobs B={b} T={t} V={v} {dtype}", list(zip(("logp", "entropy", "d_logits"), tri, ref)), tol[dtype])
+
+    for dtype in pick((torch.float32, torch.bfloat16)):
+        for n, h, v, chunk in pick(((1, 64, 37, None), (37, 64, 4099, 8), (300, 256, big_v, 128))):
+            g = torch.Generator(device="cpu").manual_seed(2)
+            h0 = torch.randn(n, h, generator=g)
+            w0 = torch.randn(v, h, generator=g) / h**0.5
+            b0 = 0.1 * torch.randn(v, generator=g)
+            t0 = torch.randint(0, v, (n,), generator=g)
+            u0 = torch.randn(2, n, generator=g)
+
+            def inputs(h0=h0, w0=w0, b0=b0, t0=t0, u0=u0, dtype=dtype):
+                return (h0.to(dev, dtype).requires_grad_(True), w0.to(dev, dtype).requires_grad_(True),
+                        b0.to(dev, dtype).requires_grad_(True), t0.to(dev), u0.to(dev))
+
+            def run(hid, wt, bias, tgt, u, chunk=chunk):
+                logp, ent = fused_linear_logprobs(hid, wt, tgt, bias=bias, temperature=1.1,
+                                                  chunk_size=chunk, return_entropy=True)
+                grads = torch.autograd.grad((logp * u[0] + ent * u[1]).sum(), (hid, wt, bias))
+                return logp, ent, *grads
+
+            ref, tri = run_both(run, inputs)
+            names = ("logp", "entropy", "d_hidden", "d_weight", "d_bias")
+            check(f"fused_linear N={n} H={h} V={v} {dtype}", list(zip(names, tri, ref)), 5 * tol[dtype])
+
+    for dtype in pick((torch.float32, torch.bfloat16)):
+        for b, t, p_mask, per_tok in pick(((1, 1, 1.0, False), (5, 37, 0.7, True), (3, 1100, 0.7, False), (3, 6, 0.0, False))):
+            for reduction in ("token", "sequence", "constant"):
+                g = torch.Generator(device="cpu").manual_seed(3)
+                lp0 = -3 * torch.rand(b, t, generator=g)
+                old0 = lp0 + 0.3 * torch.randn(b, t, generator=g)
+                ref0 = lp0 + 0.2 * torch.randn(b, t, generator=g)
+                adv0 = torch.randn((b, t) if per_tok else (b,), generator=g)
+                m0 = torch.rand(b, t, generator=g) < p_mask
+
+                def inputs(lp0=lp0, old0=old0, ref0=ref0, adv0=adv0, m0=m0, dtype=dtype):
+                    return (lp0.to(dev, dtype).requires_grad_(True), old0.to(dev), adv0.to(dev),
+                            m0.to(dev), ref0.to(dev))
+
+                def run(lp, old, adv, m, rf, reduction=reduction):
+                    loss, st = pg_token_loss(lp, old, adv, m, rf, 0.2, 0.28, 0.05, reduction)
+                    (grad,) = torch.autograd.grad(loss, lp)
+                    return loss, grad, st["clip_frac"], st["kl"], st["ratio_mean"]
+
+                ref, tri = run_both(run, inputs)
+                names = ("loss", "d_logp", "clip_frac", "kl", "ratio_mean")
+                check(f"pg_token_loss B={b} T={t} mask={p_mask} {reduction} {dtype}",
+                      list(zip(names, tri, ref)), 1e-4 if dtype == torch.float32 else 1e-2)
+
+
+# --------------------------------------------------------------------------- benchmarks
+def do_bench_ms(fn) -> float:
+    try:
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=50, rep=300, return_mode="median"))
+    except Exception:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(10):
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        return sorted(times)[len(times) // 2]
+
+
+def measure(fn) -> tuple[float, float]:
+    """(median ms, peak extra MB over what was allocated before the call)."""
+    fn()  # warm-up (and compile)
+    if DRY:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3, 0.0
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    return do_bench_ms(fn), peak
+
+
+RESULTS: dict[tuple[str, str], tuple[float, float]] = {}
+DEFERRED: list[tuple[str, str, object, str]] = []  # torch.compile variants, run last
+
+
+def _header(title: str, baseline: str) -> None:
+    emit(f"\n### {title}\n")
+    emit(f"| variant | median ms | peak extra MiB | speed-up vs {baseline} | memory vs {baseline} |")
+    emit("| --- | ---: | ---: | ---: | ---: |")
+
+
+def _measure_row(title: str, name: str, fn, baseline: str) -> None:
+    if time_left() < 10 or (name.startswith("torch.compile") and time_left() < 45):
+        emit(f"| {name} | skipped (time budget) | | | |")
+        return
+    log(f"{title}: {name}")
+    try:
+        RESULTS[(title, name)] = measure(fn)
+    except torch.cuda.OutOfMemoryError:
+        emit(f"| {name} | OOM | | | |")
+        empty_cache()
+        return
+    except Exception as exc:
+        emit(f"| {name} | ERROR {type(exc).__name__}: {str(exc)[:120]} | | | |")
+        traceback.print_exc()
+        empty_cache()
+        return
+    ms, mb = RESULTS[(title, name)]
+    base = RESULTS.get((title, baseline))
+    sp = f"{base[0] / ms:.2f}x" if base else "-"
+    mem = f"{mb / max(base[1], 1e-6):.3f}x" if base else "-"
+    emit(f"| {name} | {ms:.3f} | {mb:.0f} | {sp} | {mem} |")
+    empty_cache()
+
+
+def bench_table(title: str, variants: list[tuple[str, object]], baseline: str) -> None:
+    """Measures each (name, fn); ratios are relative to ``baseline``. ``torch.compile``
+    variants are deferred to the end of the run (their compile time is the least certain)."""
+    _header(title, baseline)
+    for name, fn in variants:
+        if name.startswith("torch.compile"):
+            DEFERRED.append((title, name, fn, baseline))
+            emit(f"| {name} | (measured at the end, see torch.compile section) | | | |")
+        else:
+            _measure_row(title, name, fn, baseline)
+
+
+def run_deferred() -> None:
+    emit("\n## torch.compile variants (same sizes; ratios vs the eager baselines above)")
+    for title, name, fn, baseline in DEFERRED:
+        _header(title, baseline)
+        for (t, n), (ms, mb) in RESULTS.items():
+            if t == title:
+                emit(f"| {n} | {ms:.3f} | {mb:.0f} | (above) | |")
+        _measure_row(title, name, fn, baseline)
+        flush_report()
+
+
+def compiled(fn):
+    return fn if DRY else torch.compile(fn, dynamic=False)
+
+
+def bench_pg_loss() -> None:
+    from tdrl.kernels import pg_token_loss_reference
+    from tdrl.kernels.pg_loss.triton import pg_token_loss_triton
+
+    b, t = (4, 64) if DRY else (256, 2048)
+    g = torch.Generator(device=DEV).manual_seed(0)
+    lp = (-3 * torch.rand(b, t, device=DEV, generator=g)).requires_grad_(True)
+    old = lp.detach() + 0.3 * torch.randn(b, t, device=DEV, generator=g)
+    ref = lp.detach() + 0.2 * torch.randn(b, t, device=DEV, generator=g)
+    adv = torch.randn(b, device=DEV, generator=g)
+    mask = torch.rand(b, t, device=DEV, generator=g) < 0.8
+    comp = compiled(pg_token_loss_reference)
+
+    def run(f):
+        def go():
+            loss, _ = f(lp, old, adv, mask, ref, 0.2, 0.28, 0.04, "sequence")
+            torch.autograd.grad(loss, lp)
+        return go
+
+    bench_table(f"pg_token_loss fwd+bwd, B={b}, T={t}, float32, KL, sequence reduction", [
+        ("eager reference", run(pg_token_loss_reference)),
+        ("triton", run(pg_token_loss_triton)),
+        ("torch.compile(reference)", run(comp)),
+    ], "eager reference")
+
+
+def bench_token_logprobs() -> None:
+    from tdrl.kernels import token_logprobs, token_logprobs_reference, use_backend
+
+    b, t, v = (1, 4, 5000) if DRY else (8, 512, 152064)
+    g = torch.Generator(device=DEV).manual_seed(0)
+    logits = torch.randn(b, t, v, device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    tgt = torch.randint(0, v, (b, t), device=DEV, generator=g)
+
+    def naive(x, y):
+        return torch.log_softmax(x.float(), -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+    comp = compiled(naive)
+
+    def run(f, backend="auto"):
+        def go():
+            with use_backend(backend):
+                out = f(logits, tgt)
+            torch.autograd.grad(out.sum(), logits)
+        return go
+
+    bench_table(f"token_logprobs fwd+bwd, B={b}, T={t}, V={v}, bfloat16", [
+        ("naive log_softmax+gather", run(naive)),
+        ("reference (chunked torch)", run(token_logprobs_reference, "torch")),
+        ("triton", run(token_logprobs, "triton")),
+        ("torch.compile(naive)", run(comp)),
+    ], "naive log_softmax+gather")
+
+
+def bench_fused_linear() -> None:
+    from tdrl.kernels import fused_linear_logprobs, use_backend
+
+    n, h, v = (8, 32, 5000) if DRY else (16384, 3584, 152064)
+    g = torch.Generator(device=DEV).manual_seed(0)
+    hidden = torch.randn(n, h, device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    weight = (torch.randn(v, h, device=DEV, generator=g) / h**0.5).to(torch.bfloat16).requires_grad_(True)
+    tgt = torch.randint(0, v, (n,), device=DEV, generator=g)
+
+    def naive(x, w, y):
+        return torch.log_softmax((x @ w.t()).float(), -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+    comp = compiled(naive)
+
+    def run(f, backend="auto"):
+        def go():
+            with use_backend(backend):
+                out = f(hidden, weight, tgt)
+            torch.autograd.grad(out.sum(), (hidden, weight))
+        return go
+
+    bench_table(f"fused_linear_logprobs fwd+bwd, N={n}, H={h}, V={v}, bfloat16", [
+        ("naive matmul+log_softmax+gather", run(naive)),
+        ("reference (chunked torch)", run(fused_linear_logprobs, "torch")),
+        ("triton", run(fused_linear_logprobs, "triton")),
+        ("torch.compile(naive)", run(comp)),
+    ], "naive matmul+log_softmax+gather")
+
+
+def bench_gae() -> None:
+    from tdrl.kernels import gae_reference
+    from tdrl.kernels.scan.reference import gae_impl
+    from tdrl.kernels.scan.triton import reverse_scan_rows_triton
+
+    envs, steps = (8, 300) if DRY else (4096, 1024)
+    g = torch.Generator(device=DEV).manual_seed(0)
+    r, v, nv = (torch.randn(envs, steps, 1, device=DEV, generator=g) for _ in range(3))
+    term = torch.rand(envs, steps, 1, device=DEV, generator=g) < 0.01
+    done = term | (torch.rand(envs, steps, 1, device=DEV, generator=g) < 0.01)
+
+    def triton_gae(*a):
+        return gae_impl(*a, scan_fn=reverse_scan_rows_triton)
+
+    comp = compiled(gae_reference)
+
+    def run(f):
+        return lambda: f(r, v, nv, done, term, 0.99, 0.95)
+
+    bench_table(f"gae forward, {envs} envs x {steps} steps, float32", [
+        ("reference (chunked torch)", run(gae_reference)),
+        ("triton", run(triton_gae)),
+        ("torch.compile(reference)", run(comp)),
+    ], "reference (chunked torch)")
+
+
+def main() -> int:
+    if not (DRY or torch.cuda.is_available()):
+        print("No CUDA device: this script checks and benchmarks the Triton kernels on a GPU.")
+        return 1
+    import triton
+
+    os.environ.setdefault("TDRL_KERNELS", "auto")
+    emit("# tdrl.kernels on GPU\n")
+    device_name = "CPU dry run (TRITON_INTERPRET=1)" if DRY else torch.cuda.get_device_name()
+    emit(f"device: {device_name}, torch {torch.__version__}, triton {triton.__version__}; "
+         f"command: python benchmarks/kernels_gpu.py")
+    guarded("correctness", correctness)
+    emit("\n## Benchmarks (median of triton.testing.do_bench; peak = max_memory_allocated above inputs)")
+    guarded("pg_token_loss", bench_pg_loss)
+    guarded("token_logprobs", bench_token_logprobs)
+    guarded("fused_linear_logprobs", bench_fused_linear)
+    guarded("gae", bench_gae)
+    guarded("torch.compile variants", run_deferred)
+    emit(f"\ntotal wall time {time.time() - T0:.0f} s")
+    flush_report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
