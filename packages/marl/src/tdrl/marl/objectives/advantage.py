@@ -63,7 +63,8 @@ def multi_agent_gae(
             or ``[*B, T, 1]`` (shared, expanded over agents). Done flags are bool;
             ``terminated`` stops bootstrapping, ``done`` stops the lambda trace.
         gamma: discount. lmbda: trace decay.
-        n_agents: the number of agents (inferred from the first per-agent input if None).
+        n_agents: the number of agents. If None, it is read from the inputs of highest rank,
+            which are taken as per-agent ``[*B, T, n_agents, 1]``.
 
     Returns:
         ``(advantage, value_target)``, each ``[*B, T, n_agents, 1]``.
@@ -74,10 +75,10 @@ def multi_agent_gae(
         ranks = {k: v.ndim for k, v in inputs.items()}
         top = max(ranks.values())
         ref = next(v for v in inputs.values() if v.ndim == top)
-        if top == min(ranks.values()):
+        if top < 3:
             raise ValueError(
-                "multi_agent_gae cannot tell the agent dim: every input has shape "
-                f"{tuple(ref.shape)}; pass n_agents."
+                "multi_agent_gae needs at least one per-agent input [*B, T, n_agents, 1]; got "
+                f"shapes {[tuple(v.shape) for v in inputs.values()]} (pass n_agents for all-shared)."
             )
         n_agents = ref.shape[-2]
         time_shape = ref.shape[:-2]

@@ -73,7 +73,7 @@ class ValueNorm(nn.Module):
         var = (mean_sq - mean.pow(2)).clamp_min(self.epsilon)
         if float(self.weight) == 0.0:
             return torch.zeros_like(mean), torch.ones_like(mean)
-        return mean, var.sqrt()
+        return mean.clone(), var.sqrt()
 
     def normalize(self, x: Tensor) -> Tensor:
         mean, std = self.stats()
