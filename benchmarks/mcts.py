@@ -36,6 +36,12 @@ class TinyModel:
         self.value_head = torch.randn(dim, generator=g).to(dtype)
         self.discount = 0.97
 
+    def to(self, device: torch.device | str) -> TinyModel:
+        """Move the weights (in place) and return self."""
+        for name in ("dynamics", "reward_head", "policy_head", "value_head"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
     def root(self, embedding: torch.Tensor) -> RootOutput:
         """``embedding`` ``[B, dim]`` -> RootOutput."""
         return RootOutput(
@@ -167,20 +173,24 @@ def main() -> None:
     parser.add_argument("--simulations", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 512])
+    parser.add_argument("--device", default="cpu", help="device of the tensor search (the Python one stays on the CPU)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model = TinyModel()
+    model, device_model = TinyModel(), TinyModel().to(args.device)
     n = args.simulations
-    print(f"MCTS, PUCT, {n} simulations per tree, tiny model (dim 8, 4 actions), 1 thread")
+    print(f"MCTS, PUCT, {n} simulations per tree, tiny model (dim 8, 4 actions), 1 thread, "
+          f"tdrl on {args.device}")  # fmt: skip
     print(f"{'B':>5} {'tdrl sims/s':>14} {'python sims/s':>14} {'ratio':>8}")
     for batch in args.batch_sizes:
         embeddings = torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))
+        on_device = embeddings.to(args.device)
 
-        def ours(embeddings=embeddings):
-            muzero_policy(
-                model.root(embeddings), model.recurrent, n,
+        def ours(embeddings=on_device):
+            out = muzero_policy(
+                device_model.root(embeddings), device_model.recurrent, n,
                 dirichlet_fraction=0.0, temperature=0.0,
             )  # fmt: skip
+            out["action"].cpu()  # waits for the device
 
         def plain(embeddings=embeddings):
             for row in embeddings:

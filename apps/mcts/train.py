@@ -304,8 +304,9 @@ def main(cfg: Config) -> dict:
         rows.append(row)
         with open(csv_path, "a", newline="") as f:
             csv.DictWriter(f, fieldnames=fields).writerow(row)
+        if row["vs_random_win"] != "":
+            plot(rows, os.path.join(cfg.out, "learning_curve.png"))
         print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if v != ""))
-    plot(rows, os.path.join(cfg.out, "learning_curve.png"))
     torch.save(net.state_dict(), os.path.join(cfg.out, "model.pt"))
     final = rows[-1]
     summary = {"config": dataclasses.asdict(cfg), "final": final}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tdrl.core.mcts import muzero_policy
+from tdrl.core.mcts import gumbel_muzero_policy, muzero_policy
 
 _BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "mcts.py"
 
@@ -16,6 +17,7 @@ _BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "mcts.py"
 def _load_benchmark():
     spec = importlib.util.spec_from_file_location("_mcts_benchmark", _BENCH)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -40,3 +42,21 @@ def test_batched_search_matches_python_object_mcts(seed):
         index = tree.children_index[b, 0, best]
         below = [child.children[a].visit_count if a in child.children else 0 for a in range(4)]
         assert tree.children_visits[b, index].long().tolist() == below
+
+
+@pytest.mark.gpu
+def test_cuda_search_matches_cpu():
+    bench = _load_benchmark()
+    cpu = bench.TinyModel(dim=8, num_actions=4, seed=0, dtype=torch.float64)
+    cuda = bench.TinyModel(dim=8, num_actions=4, seed=0, dtype=torch.float64).to("cuda")
+    embeddings = torch.randn(64, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    kwargs = dict(dirichlet_fraction=0.0, temperature=0.0)
+    out_cpu = muzero_policy(cpu.root(embeddings), cpu.recurrent, 16, **kwargs)
+    out_cuda = muzero_policy(cuda.root(embeddings.cuda()), cuda.recurrent, 16, **kwargs)
+    assert out_cuda["visit_counts"].cpu().tolist() == out_cpu["visit_counts"].tolist()
+    torch.testing.assert_close(out_cuda["root_value"].cpu(), out_cpu["root_value"])
+    gen = torch.Generator("cuda").manual_seed(0)
+    out = gumbel_muzero_policy(cuda.root(embeddings.cuda()), cuda.recurrent, 16, generator=gen)
+    assert out["considered_actions"].gather(1, out["action"][:, None]).all()
+    out = muzero_policy(cuda.root(embeddings.cuda()), cuda.recurrent, 8, generator=gen)  # noise
+    assert out["action"].device.type == "cuda"

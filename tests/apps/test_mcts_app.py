@@ -1,0 +1,47 @@
+"""apps/mcts/train.py --tiny: self-play, training and evaluation run end to end."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+import json
+from pathlib import Path
+
+import pytest
+
+_APP = Path(__file__).resolve().parents[2] / "apps" / "mcts" / "train.py"
+
+
+def _load_app():
+    spec = importlib.util.spec_from_file_location("_mcts_app", _APP)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("search", ["puct", "gumbel"])
+def test_tiny_alphazero_run(tmp_path, search):
+    app = _load_app()
+    cfg = app.parse_args(["--tiny", "--search", search, "--out", str(tmp_path)])
+    summary = app.main(cfg)
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert len(rows) == cfg.iterations == 2
+    assert (tmp_path / "learning_curve.png").stat().st_size > 10_000
+    assert (tmp_path / "model.pt").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["final"]["iteration"] == 2
+    final = summary["final"]
+    for prefix in ("vs_random", "vs_mcts"):
+        total = final[f"{prefix}_win"] + final[f"{prefix}_draw"] + final[f"{prefix}_loss"]
+        assert total == pytest.approx(1.0)
+    # Even an untrained net with 8 simulations of search (it sees wins/losses one move
+    # ahead) should rarely lose to a uniformly random player.
+    assert final["vs_random_win"] + final["vs_random_draw"] >= 0.75
+    assert int(rows[-1]["positions"]) > int(rows[0]["positions"]) > 0
+
+
+def test_config_rejects_unknown_search():
+    app = _load_app()
+    with pytest.raises(ValueError, match="--search"):
+        app.Config(search="alphago")
