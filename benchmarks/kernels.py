@@ -189,7 +189,6 @@ def bench_memory_case(case: str, size: dict, repeats: int, title: str) -> None:
     del ours, ref
     times = {impl: median_ms(lambda impl=impl: fwd_bwd(case, impl, inputs, params), repeats)
              for impl in ("tdrl", "naive")}
-    del inputs, params
     mem = {impl: measure_memory(case, impl, size) for impl in ("tdrl", "naive")}
     print(f"\n### {title} (forward + backward; max |diff| {err:.1e})\n")
     print("| implementation | median ms | ratio | peak extra RSS MB | ratio |")

@@ -91,7 +91,7 @@ def max_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def check(name: str, pairs: list[tuple[str, torch.Tensor, torch.Tensor]], tol: float) -> None:
     errs = {k: max_err(a, b) for k, a, b in pairs}
-    ok = all(e <= tol * max(1.0, max_abs) for (k, a, b), e in zip(pairs, errs.values())
+    ok = all(e <= tol * max(1.0, max_abs) for (k, a, b), e in zip(pairs, errs.values(), strict=True)
              for max_abs in [b.float().abs().max().item() if b.numel() else 0.0])
     detail = ", ".join(f"{k} {e:.1e}" for k, e in errs.items())
     emit(f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |")
@@ -114,7 +114,13 @@ def run_both(fn, inputs_fn):
 
 
 def correctness() -> None:
-    from tdrl.kernels import discounted_cumsum, fused_linear_logprobs, gae, pg_token_loss, token_logprobs
+    from tdrl.kernels import (
+        discounted_cumsum,
+        fused_linear_logprobs,
+        gae,
+        pg_token_loss,
+        token_logprobs,
+    )
 
     dev = DEV
     big_v = 5000 if DRY else 152064
@@ -142,7 +148,7 @@ def correctness() -> None:
 
             ref, tri = run_both(run, inputs)
             names = ("adv", "cumsum", "d_reward", "d_value")
-            check(f"gae+cumsum {tuple(shape)} {dtype}", list(zip(names, tri, ref)), tol[dtype])
+            check(f"gae+cumsum {tuple(shape)} {dtype}", list(zip(names, tri, ref, strict=True)), tol[dtype])
 
     for dtype in pick((torch.float32, torch.bfloat16)):
         for b, t, v in pick(((1, 1, 37), (2, 3, 4099), (2, 5, big_v))):
@@ -161,7 +167,7 @@ def correctness() -> None:
                 return logp, ent, grad
 
             ref, tri = run_both(run, inputs)
-            check(f"token_logprobs B={b} T={t} V={v} {dtype}", list(zip(("logp", "entropy", "d_logits"), tri, ref)), tol[dtype])
+            check(f"token_logprobs B={b} T={t} V={v} {dtype}", list(zip(("logp", "entropy", "d_logits"), tri, ref, strict=True)), tol[dtype])
 
     for dtype in pick((torch.float32, torch.bfloat16)):
         for n, h, v, chunk in pick(((1, 64, 37, None), (37, 64, 4099, 8), (300, 256, big_v, 128))):
@@ -184,7 +190,7 @@ def correctness() -> None:
 
             ref, tri = run_both(run, inputs)
             names = ("logp", "entropy", "d_hidden", "d_weight", "d_bias")
-            check(f"fused_linear N={n} H={h} V={v} {dtype}", list(zip(names, tri, ref)), 5 * tol[dtype])
+            check(f"fused_linear N={n} H={h} V={v} {dtype}", list(zip(names, tri, ref, strict=True)), 5 * tol[dtype])
 
     for dtype in pick((torch.float32, torch.bfloat16)):
         for b, t, p_mask, per_tok in pick(((1, 1, 1.0, False), (5, 37, 0.7, True), (3, 1100, 0.7, False), (3, 6, 0.0, False))):
@@ -208,7 +214,7 @@ def correctness() -> None:
                 ref, tri = run_both(run, inputs)
                 names = ("loss", "d_logp", "clip_frac", "kl", "ratio_mean")
                 check(f"pg_token_loss B={b} T={t} mask={p_mask} {reduction} {dtype}",
-                      list(zip(names, tri, ref)), 1e-4 if dtype == torch.float32 else 1e-2)
+                      list(zip(names, tri, ref, strict=True)), 1e-4 if dtype == torch.float32 else 1e-2)
 
 
 # --------------------------------------------------------------------------- benchmarks

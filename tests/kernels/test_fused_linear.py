@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from tdrl.kernels import fused_linear_logprobs, fused_linear_logprobs_reference, use_backend
 
 TOL = {torch.float32: dict(atol=5e-5, rtol=5e-5), torch.bfloat16: dict(atol=5e-2, rtol=5e-2)}
@@ -46,10 +45,10 @@ def test_reference_matches_naive(chunk_size, bias):
         hidden, weight, targets, bias=b, temperature=0.9, chunk_size=chunk_size, return_entropy=True
     )
     ref = naive(hidden, weight, targets, b, 0.9)
-    for a, r in zip(out, ref):
+    for a, r in zip(out, ref, strict=True):
         torch.testing.assert_close(a, r, **TOL[torch.float32])
     params = (hidden, weight, b)
-    for a, r in zip(all_grads(*out, params), all_grads(*ref, params)):
+    for a, r in zip(all_grads(*out, params), all_grads(*ref, params), strict=True):
         torch.testing.assert_close(a, r, **TOL[torch.float32])
 
 
@@ -62,7 +61,7 @@ def test_logp_only_and_leading_shape():
     torch.testing.assert_close(logp, ref, **TOL[torch.float32])
     g = torch.autograd.grad(logp.sum(), (hidden, weight))
     g_ref = torch.autograd.grad(ref.sum(), (hidden, weight))
-    for a, r in zip(g, g_ref):
+    for a, r in zip(g, g_ref, strict=True):
         torch.testing.assert_close(a, r, **TOL[torch.float32])
 
 
@@ -70,7 +69,7 @@ def test_bfloat16_close_to_float32_math():
     hidden, weight, b, targets = make(8, 32, 50, dtype=torch.bfloat16)
     out = fused_linear_logprobs(hidden, weight, targets, bias=b, chunk_size=3, return_entropy=True)
     ref = naive(hidden.float(), weight.float(), targets, b.float())
-    for a, r in zip(out, ref):
+    for a, r in zip(out, ref, strict=True):
         torch.testing.assert_close(a, r, **TOL[torch.bfloat16])
     grads = all_grads(*out, (hidden, weight, b))
     assert [g.dtype for g in grads] == [torch.bfloat16] * 3
@@ -88,9 +87,9 @@ def test_triton_matches_reference(n, v, chunk, dtype):
     with use_backend("triton"):
         out = fused_linear_logprobs(hidden, weight, targets, **kwargs)
         g_out = all_grads(*out, params)
-    for a, r in zip(out, ref):
+    for a, r in zip(out, ref, strict=True):
         torch.testing.assert_close(a, r, **TOL[torch.float32])
-    for a, r in zip(g_out, g_ref):
+    for a, r in zip(g_out, g_ref, strict=True):
         torch.testing.assert_close(a.float(), r.float(), **TOL[dtype])
 
 

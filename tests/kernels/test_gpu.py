@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from tdrl.kernels import (
     discounted_cumsum,
     fused_linear_logprobs,
@@ -46,7 +45,7 @@ def test_gae_and_cumsum(dtype):
         return adv, target, cs, grad
 
     tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=2e-2)
-    for a, b in zip(*both(run)):
+    for a, b in zip(*both(run), strict=True):
         torch.testing.assert_close(a.float(), b.float(), **tol)
 
 
@@ -81,7 +80,7 @@ def test_fused_linear(dtype):
         return (logp, *torch.autograd.grad(logp.sum(), (hidden, weight)))
 
     tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
-    for a, b in zip(*both(run)):
+    for a, b in zip(*both(run), strict=True):
         torch.testing.assert_close(a.float(), b.float(), **tol)
 
 
@@ -98,5 +97,5 @@ def test_pg_token_loss(reduction):
         loss, stats = pg_token_loss(logp, old, adv, mask, ref, 0.2, 0.28, 0.05, reduction)
         return loss, torch.autograd.grad(loss, logp)[0], *stats.values()
 
-    for a, b in zip(*both(run)):
+    for a, b in zip(*both(run), strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

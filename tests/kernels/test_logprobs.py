@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from tdrl.kernels import token_logprobs, token_logprobs_reference, use_backend
 from tdrl.kernels.logprobs.reference import TokenLogprobsFunction, rows_backward, rows_forward
 
@@ -68,7 +67,7 @@ def test_chunking_does_not_change_results():
         logp, ent = TokenLogprobsFunction.apply(flat, tgt, 1.3, True, chunk, rows_forward, rows_backward)
         outs.append((logp, ent, grads(logp, ent, logits)))
     for other in outs[1:]:
-        for a, b in zip(outs[0], other):
+        for a, b in zip(outs[0], other, strict=True):
             torch.testing.assert_close(a, b)
 
 
@@ -94,7 +93,7 @@ def test_triton_matches_reference(shape, dtype):
         g_out = grads(*out, logits)
         logp_only = token_logprobs(logits, targets, 0.8)
         g_logp_only = torch.autograd.grad(logp_only.sum(), logits)[0]
-    for a, b in zip(out, ref):
+    for a, b in zip(out, ref, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
     torch.testing.assert_close(g_out.float(), g_ref.float(), **TOL[dtype])
     torch.testing.assert_close(logp_only, ref[0], **TOL[torch.float32])

@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-
 from tdrl.kernels import pg_token_loss, pg_token_loss_reference, use_backend
 
 LOG = math.log
@@ -34,7 +33,7 @@ def naive_loss(logp, old, adv, mask, ref, eps_low, eps_high, beta, reduction, ma
     if reduction == "token":
         return sum(rows) / max(sum(counts), 1)
     if reduction == "sequence":
-        return sum(r / max(c, 1) for r, c in zip(rows, counts)) / b
+        return sum(r / max(c, 1) for r, c in zip(rows, counts, strict=True)) / b
     return sum(rows) / (b * (max_len or t_len))
 
 

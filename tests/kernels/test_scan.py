@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from tdrl.kernels import (
     discounted_cumsum,
     discounted_cumsum_reference,
@@ -127,7 +126,7 @@ def test_gradients_match_autograd_of_naive_loop(backend):
     g = torch.autograd.grad(((adv + target) * w).sum(), (r, v))
     adv_n, target_n = naive_gae(r, v, nv, d, term, 0.9, 0.8)
     g_n = torch.autograd.grad(((adv_n + target_n) * w).sum(), (r, v))
-    for a, b in zip(g, g_n):
+    for a, b in zip(g, g_n, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 

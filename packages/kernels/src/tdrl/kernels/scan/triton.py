@@ -13,9 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .reference import reverse_scan_rows
-
 from .._dispatch import interpreting
+from .reference import reverse_scan_rows
 
 BLOCK_N, BLOCK_T = 16, 128  # largest tile; small inputs get a smaller one
 
