@@ -1,0 +1,206 @@
+"""Atomic checkpoints that load with ``torch.load(weights_only=True)``.
+
+A checkpoint is a tree of plain data (tensors, dicts, lists, tuples, numbers, strings,
+``None``). Anything else is encoded on save and decoded on load:
+
+* ``TensorDict`` -> ``{"__tensordict__": ..., "batch_size": [...]}``;
+* ``numpy`` arrays -> tensors (``{"__ndarray__": tensor}``); ``torch.Size`` -> list;
+* RNG states of ``random``, ``numpy`` and ``torch`` (CPU and CUDA) via :func:`rng_state`.
+
+Writes go to a temporary file in the same directory, are flushed and fsync'ed, then
+``os.replace``'d over the target: a crash never leaves a half-written checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+__all__ = [
+    "save_checkpoint",
+    "load_checkpoint",
+    "rng_state",
+    "set_rng_state",
+    "Checkpointer",
+]
+
+_TD, _ND, _SIZE = "__tensordict__", "__ndarray__", "__size__"
+
+
+def _encode(obj: Any) -> Any:
+    if isinstance(obj, TensorDictBase):
+        return {_TD: _encode(obj.to_dict()), "batch_size": list(obj.batch_size)}
+    if isinstance(obj, torch.Size):
+        return {_SIZE: list(obj)}
+    if isinstance(obj, np.ndarray):
+        return {_ND: torch.from_numpy(np.ascontiguousarray(obj))}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k: _encode(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_encode(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_encode(v) for v in obj)
+    if obj is None or isinstance(obj, (torch.Tensor, bool, int, float, str)):
+        return obj
+    raise TypeError(
+        f"Cannot checkpoint an object of type {type(obj).__name__}: use tensors, dicts, lists, "
+        "numbers, strings, TensorDicts or numpy arrays (call .state_dict() on modules, "
+        "optimisers, buffers and collectors)."
+    )
+
+
+def _decode(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if _TD in obj:
+            return TensorDict(_decode(obj[_TD]), batch_size=obj["batch_size"])
+        if _ND in obj:
+            return obj[_ND].numpy()
+        if _SIZE in obj:
+            return torch.Size(obj[_SIZE])
+        return {k: _decode(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_decode(v) for v in obj)
+    return obj
+
+
+def rng_state() -> dict:
+    """RNG states of ``random``, ``numpy`` (legacy global) and ``torch`` as plain data."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64),
+                   "gauss_next": gauss},
+        "numpy": {"name": str(name), "keys": torch.from_numpy(keys.astype(np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore the states saved by :func:`rng_state`."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss_next"]))
+    npy = state["numpy"]
+    np.random.set_state(
+        (npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
+         npy["cached_gaussian"])
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
+    """Atomically write ``state`` (plain data, TensorDicts, numpy arrays) to ``path``.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = _encode(state)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
+    """Load a checkpoint written by :func:`save_checkpoint` with ``weights_only=True``."""
+    payload = torch.load(path, map_location=map_location, weights_only=True)
+    return _decode(payload)
+
+
+class Checkpointer:
+    """Saves and restores a training run: anything with ``state_dict`` /
+    ``load_state_dict`` (modules, optimisers, replay buffers, collectors, schedulers,
+    target updaters), extra plain values, and the RNG states.
+
+    Args:
+        directory: where ``step_<n>.pt`` files go.
+        keep: how many recent checkpoints to keep (older ones are deleted).
+
+    Example:
+        >>> ckpt = Checkpointer("runs/ckpt")
+        >>> ckpt.save(step, model=model, optim=optim, buffer=rb, extra={"epoch": 3})
+        >>> extra = ckpt.load(model=model, optim=optim, buffer=rb)   # latest
+    """
+
+    _PATTERN = re.compile(r"step_(\d+)\.pt$")
+
+    def __init__(self, directory: str | os.PathLike, keep: int = 3) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}.")
+        self.directory = Path(directory)
+        self.keep = keep
+
+    def checkpoints(self) -> list[Path]:
+        """Existing checkpoints, oldest first."""
+        if not self.directory.exists():
+            return []
+        found = [(int(m.group(1)), p) for p in self.directory.iterdir()
+                 if (m := self._PATTERN.search(p.name))]
+        return [p for _, p in sorted(found)]
+
+    def latest(self) -> Path | None:
+        ckpts = self.checkpoints()
+        return ckpts[-1] if ckpts else None
+
+    def save(self, step: int, extra: dict | None = None, **objects: Any) -> Path:
+        """Write ``step_<step>.pt`` holding every object's ``state_dict()``, ``extra``,
+        the step and the RNG states; prune old checkpoints."""
+        state = {"step": int(step), "rng": rng_state(), "extra": extra or {}, "objects": {}}
+        for name, obj in objects.items():
+            if not hasattr(obj, "state_dict"):
+                raise TypeError(f"{name!r} ({type(obj).__name__}) has no state_dict().")
+            state["objects"][name] = obj.state_dict()
+        path = save_checkpoint(self.directory / f"step_{int(step)}.pt", state)
+        for old in self.checkpoints()[: -self.keep]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def load(self, path: str | os.PathLike | None = None, restore_rng: bool = True,
+             **objects: Any) -> dict:
+        """Restore ``objects`` (by name) from ``path`` (default: the latest checkpoint).
+
+        Returns:
+            ``{"step": int, "extra": dict}``.
+        """
+        path = Path(path) if path is not None else self.latest()
+        if path is None:
+            raise FileNotFoundError(f"No checkpoint (step_<n>.pt) in {self.directory}.")
+        state = load_checkpoint(path)
+        missing = set(objects) - set(state["objects"])
+        if missing:
+            raise KeyError(
+                f"Checkpoint {path} has no state for {sorted(missing)}; it holds "
+                f"{sorted(state['objects'])}."
+            )
+        for name, obj in objects.items():
+            obj.load_state_dict(state["objects"][name])
+        if restore_rng:
+            set_rng_state(state["rng"])
+        return {"step": state["step"], "extra": state["extra"]}

@@ -1,0 +1,168 @@
+"""Scalar loggers: CSV (no dependency), TensorBoard, and Weights & Biases when installed.
+
+All share ``log_scalar(name, value, step)``, ``log_metrics(dict, step)``,
+``log_hparams(dict)`` and ``close()``. Values may be floats, ints or 0-d tensors.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+__all__ = ["Logger", "CSVLogger", "TensorboardLogger", "WandbLogger"]
+
+
+def _scalar(value: Any) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Only scalars can be logged, got a tensor of shape {tuple(value.shape)}.")
+        return float(value.detach().cpu().item())
+    return float(value)
+
+
+class Logger:
+    """Base class: subclasses implement ``log_metrics`` (and ``close`` if needed)."""
+
+    def log_scalar(self, name: str, value: Any, step: int) -> None:
+        self.log_metrics({name: value}, step)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        raise NotImplementedError
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None:
+        """Record the run's configuration (default: ignored)."""
+
+    def close(self) -> None:
+        """Flush and release files."""
+
+    def __enter__(self) -> "Logger":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class CSVLogger(Logger):
+    """One wide CSV per run, ``<log_dir>/<exp_name>/metrics.csv``: a ``step`` column and one
+    column per metric (blank where a metric was not logged at that step). A metric that
+    appears later widens the file (it is rewritten once with the new header).
+    ``log_hparams`` writes ``hparams.json`` next to it.
+
+    Args:
+        log_dir: parent folder. exp_name: run folder name.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, exp_name: str = "run") -> None:
+        self.dir = Path(log_dir) / exp_name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / "metrics.csv"
+        self.columns: list[str] = []
+        self._file = None
+        self._writer = None
+        if self.path.exists():  # resume: keep the existing columns and rows
+            with open(self.path, newline="") as f:
+                header = next(csv.reader(f), None)
+            self.columns = [c for c in (header or []) if c != "step"]
+            self._open("a")
+
+    def _open(self, mode: str) -> None:
+        self._file = open(self.path, mode, newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=["step", *self.columns])
+        if mode == "w":
+            self._writer.writeheader()
+
+    def _widen(self, new: list[str]) -> None:
+        rows = []
+        if self._file is not None:
+            self._file.close()
+            with open(self.path, newline="") as f:
+                rows = list(csv.DictReader(f))
+        self.columns += new
+        self._open("w")
+        for row in rows:
+            self._writer.writerow(row)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        values = {k: _scalar(v) for k, v in metrics.items()}
+        new = [k for k in values if k not in self.columns]
+        if new or self._file is None:
+            self._widen(new)
+        self._writer.writerow({"step": int(step), **values})
+        self._file.flush()
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None:
+        with open(self.dir / "hparams.json", "w") as f:
+            json.dump(dict(hparams), f, indent=2, default=str)
+
+    def read(self) -> dict[str, list[float]]:
+        """The logged columns: ``{"step": [...], name: [...]}`` (NaN where blank)."""
+        with open(self.path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        return {
+            col: [float(r[col]) if r.get(col) not in ("", None) else math.nan for r in rows]
+            for col in ["step", *self.columns]
+        }
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _require(module: str, install: str, what: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ImportError(f"{what} needs the '{module}' package: pip install {install}")
+
+
+class TensorboardLogger(Logger):
+    """TensorBoard event files in ``<log_dir>/<exp_name>`` (needs ``tensorboard``)."""
+
+    def __init__(self, log_dir: str | os.PathLike, exp_name: str = "run") -> None:
+        _require("tensorboard", "tensorboard", "TensorboardLogger")
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.dir = Path(log_dir) / exp_name
+        self.writer = SummaryWriter(log_dir=str(self.dir))
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        for name, value in metrics.items():
+            self.writer.add_scalar(name, _scalar(value), global_step=int(step))
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None:
+        self.writer.add_text("hparams", json.dumps(dict(hparams), indent=2, default=str))
+
+    def close(self) -> None:
+        self.writer.flush()
+        self.writer.close()
+
+
+class WandbLogger(Logger):
+    """Weights & Biases run (needs ``wandb``; raises a clear ``ImportError`` otherwise).
+
+    Args:
+        project: W&B project. exp_name: run name. **kwargs: passed to ``wandb.init``
+            (e.g. ``mode="offline"``, ``dir=...``, ``config=...``).
+    """
+
+    def __init__(self, project: str, exp_name: str | None = None, **kwargs: Any) -> None:
+        _require("wandb", "wandb", "WandbLogger")
+        import wandb
+
+        self._wandb = wandb
+        self.run = wandb.init(project=project, name=exp_name, **kwargs)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        self.run.log({k: _scalar(v) for k, v in metrics.items()}, step=int(step))
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None:
+        self.run.config.update(dict(hparams), allow_val_change=True)
+
+    def close(self) -> None:
+        self.run.finish()
