@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 
 from .._dispatch import use_triton
-from ..logprobs.reference import rows_backward, rows_forward
+from ..logprobs.reference import default_chunk_rows, rows_backward, rows_forward
 from .reference import fused_linear_logprobs_impl
+
+#: logits elements per chunk on the Triton path (2048 rows at V = 152k: ~0.6 GB in bf16).
+TRITON_CHUNK_ELEMENTS = 1 << 29
 
 
 def fused_linear_logprobs(
@@ -31,8 +34,9 @@ def fused_linear_logprobs(
         targets: ``[N]`` integer token ids; negative ids give log-prob 0.
         bias: optional ``[V]`` LM head bias.
         temperature: logits are divided by it, > 0.
-        chunk_size: rows per chunk; default keeps a chunk near 4M (CPU) / 64M (CUDA)
-            float32 elements.
+        chunk_size: rows per chunk; by default a power of two that keeps a chunk of logits
+            near 4M elements on CPU, 64M with the torch path on CUDA and 512M with the
+            Triton path (which keeps no float32 copy of the chunk).
         return_entropy: also return the entropy of each row's distribution.
 
     Returns:
@@ -43,6 +47,12 @@ def fused_linear_logprobs(
         from ..logprobs.triton import rows_backward_triton, rows_forward_triton
 
         fwd, bwd = rows_forward_triton, rows_backward_triton
+        if chunk_size is None and hidden.is_cuda:
+            # The Triton rows read the logits in their own dtype and write the gradient in
+            # place, so a chunk costs one [chunk, V] buffer: take bigger chunks (fewer,
+            # better-shaped matmuls; fewer read-modify-writes of grad_weight).
+            n_rows = hidden.numel() // max(hidden.shape[-1], 1)
+            chunk_size = default_chunk_rows(n_rows, weight.shape[0], hidden.device, TRITON_CHUNK_ELEMENTS)
     else:
         fwd, bwd = rows_forward, rows_backward
     return fused_linear_logprobs_impl(

@@ -27,9 +27,10 @@ CHUNK_ELEMENTS_CPU = 1 << 22
 CHUNK_ELEMENTS_CUDA = 1 << 26
 
 
-def default_chunk_rows(n_rows: int, vocab: int, device: torch.device) -> int:
-    """Rows per chunk so that a ``[rows, vocab]`` float32 buffer stays small."""
-    budget = CHUNK_ELEMENTS_CUDA if device.type == "cuda" else CHUNK_ELEMENTS_CPU
+def default_chunk_rows(n_rows: int, vocab: int, device: torch.device, budget: int | None = None) -> int:
+    """Rows per chunk (a power of two) so that a ``[rows, vocab]`` buffer holds ~``budget`` elements."""
+    if budget is None:
+        budget = CHUNK_ELEMENTS_CUDA if device.type == "cuda" else CHUNK_ELEMENTS_CPU
     rows = max(1, budget // max(vocab, 1))
     rows = 1 << (rows.bit_length() - 1)  # a power of two
     return max(1, min(rows, n_rows))
