@@ -99,6 +99,20 @@ def test_vector_env_autoreset_loses_and_fakes_nothing(mode):
     env.close()
 
 
+def test_vector_env_all_done_at_once_is_not_reset_twice():
+    """SAME_STEP: when every sub-env ends on the same step, the wrapper must reuse the
+    observations Gymnasium already reset to (a second reset would shift the RNG streams)."""
+    torch.manual_seed(0)
+    env = GymEnv("CartPole-v1", num_envs=2, categorical_action_encoding=True,
+                 max_episode_steps=5)
+    env.set_seed(3)
+    r = env.rollout(12, policy=lambda td: td.set("action", torch.tensor([0, 1])),
+                    break_when_any_done=False)
+    assert r["next", "truncated"][:, 4].all()
+    for i in range(2):
+        _replay_sub_env(r[i], "CartPole-v1", 3 + i, max_episode_steps=5)
+
+
 def test_async_vector_env_and_gymwrapper():
     venv = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="async",
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP})

@@ -258,7 +258,9 @@ class GymWrapper(EnvBase):
     # ------------------------------------------------------------------ EnvBase
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get(RESET_KEY, None)
-        if mask is not None and self.is_vector and not bool(mask.all()):
+        if mask is not None and self.is_vector and self._pending_seed is None:
+            # A partial reset (or all sub-envs done at once): never reset twice a sub-env
+            # that Gymnasium already reset (SAME_STEP stash), so RNG streams stay aligned.
             mask_np = mask.reshape(self.batch_size).cpu().numpy().astype(np.bool_)
             stash = self._stash
             if stash is not None and bool(np.all(stash["mask"][mask_np])):
