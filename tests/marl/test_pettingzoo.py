@@ -115,6 +115,6 @@ def test_unknown_task_and_wrong_action_shape():
         PettingZooEnv("simple_sprad_v3")
     env = PettingZooEnv("simple_spread_v3", N=3, seed=0)
     td = env.reset()
-    td["agents", "action"] = torch.zeros(2, dtype=torch.long)
-    with pytest.raises(ValueError, match=r"group 'agents'.*\(2,\).*\(3,\)"):
+    td["agents", "action"] = torch.zeros(3, 5, dtype=torch.long)  # e.g. one-hot logits
+    with pytest.raises(ValueError, match=r"group 'agents'.*\(3, 5\).*\(3,\)"):
         env.step(td)
