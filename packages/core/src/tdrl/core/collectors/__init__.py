@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from .multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
+from .ray_collector import RayCollector
 from .single import Collector, as_interaction_type
 from .utils import MASK_KEY, split_trajectories
 
@@ -17,6 +18,7 @@ __all__ = [
     "MultiSyncCollector",
     "MultiAsyncCollector",
     "WorkerError",
+    "RayCollector",
     "as_interaction_type",
     "split_trajectories",
     "MASK_KEY",

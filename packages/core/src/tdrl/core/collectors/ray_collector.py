@@ -1,0 +1,245 @@
+"""A collector whose workers are Ray actors, so collection scales over a Ray cluster.
+
+Each actor runs a single-process :class:`~tdrl.core.collectors.Collector`. Batches come
+back through Ray's object store; policy weights are put there once per update
+(``ray.put``) and every actor copies them into its policy. ``sync=True`` returns one batch
+per actor, stacked ``(num_collectors, *env_batch, T)``; ``sync=False`` returns the first
+batch ready ``(*env_batch, T)``. Faults (an env that raises, an actor that dies, a timeout)
+surface as :class:`~tdrl.core.envs.WorkerError` carrying Ray's remote traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Callable, Iterator
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType
+
+from ..envs import EnvBase, WorkerError
+from .single import Collector
+from .utils import split_trajectories
+
+__all__ = ["RayCollector"]
+
+_log = logging.getLogger(__name__)
+
+
+def _require_ray():
+    if importlib.util.find_spec("ray") is None:
+        raise ImportError("RayCollector needs Ray: pip install 'tdrl-core[ray]' (or ray>=2.40).")
+    import ray
+
+    return ray
+
+
+class _CollectorActor:
+    """Body of a Ray actor: one single-process collector."""
+
+    def __init__(self, make_env, policy, kwargs: dict, idx: int, n: int) -> None:
+        torch.set_num_threads(1)
+        self.collector = Collector(make_env, policy, **kwargs)
+        self.collector._traj_stride, self.collector._traj_offset = n, idx
+
+    def next_batch(self) -> TensorDictBase:
+        return self.collector.rollout()
+
+    def update_weights(self, weights: TensorDictBase) -> bool:
+        TensorDict.from_module(self.collector.policy).data.update_(weights)
+        return True
+
+    def set_seed(self, seed: int) -> int:
+        return self.collector.set_seed(seed)
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def shutdown(self) -> bool:
+        self.collector.shutdown()
+        return True
+
+
+class RayCollector:
+    """Collectors as Ray actors.
+
+    Args:
+        create_env_fn: callable building the env inside each actor.
+        policy: as in :class:`~tdrl.core.collectors.Collector` (serialised to each actor).
+        num_collectors: number of actors.
+        frames_per_batch: frames per yielded batch (``sync``: over all actors, split
+            evenly; async: per actor batch).
+        total_frames: stop after this many frames; ``-1`` never stops.
+        sync: stack one batch from every actor (True) or return the first ready (False).
+        remote_config: options of the actors (``ray.remote(**remote_config)``), default
+            ``{"num_cpus": 1}``.
+        ray_init_config: arguments of ``ray.init`` if Ray is not initialised yet (then
+            :meth:`shutdown` also shuts Ray down).
+        timeout: seconds to wait for a batch or a weight update before failing
+            (``None``: no limit; actor deaths and errors are reported at once).
+        Other arguments: as in :class:`~tdrl.core.collectors.Collector` (``seed`` seeds
+        actor ``i`` with ``seed + 1000 * i``).
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Callable[[], EnvBase],
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        *,
+        num_collectors: int = 2,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        sync: bool = True,
+        init_random_frames: int = 0,
+        split_trajs: bool = False,
+        exploration_type: InteractionType | str = InteractionType.RANDOM,
+        device: torch.device | str | None = None,
+        max_frames_per_traj: int | None = None,
+        seed: int | None = None,
+        remote_config: dict | None = None,
+        ray_init_config: dict | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        ray = _require_ray()
+        self._ray = ray
+        self._owns_ray = False
+        if not ray.is_initialized():
+            ray.init(**(ray_init_config or {}))
+            self._owns_ray = True
+        if isinstance(create_env_fn, EnvBase):
+            raise TypeError("RayCollector needs a callable that builds the env in each actor.")
+        n = int(num_collectors)
+        if n < 1:
+            raise ValueError(f"num_collectors must be >= 1, got {num_collectors}.")
+        self.num_collectors = n
+        self.sync = sync
+        per_actor = -(-frames_per_batch // n) if sync else frames_per_batch
+        self.frames_per_batch = per_actor * n if sync else per_actor
+        self.total_frames = int(total_frames)
+        if self.total_frames > 0 and self.total_frames % self.frames_per_batch:
+            self.total_frames = -(-self.total_frames // self.frames_per_batch) * self.frames_per_batch
+        self.split_trajs = split_trajs
+        self.timeout = timeout
+        self.frames = 0
+        self._policy = policy
+        self._closed = False
+        kwargs = dict(frames_per_batch=per_actor, total_frames=-1,
+                      init_random_frames=-(-init_random_frames // n) if sync else init_random_frames,
+                      exploration_type=exploration_type, device=device,
+                      max_frames_per_traj=max_frames_per_traj)
+        actor_cls = ray.remote(**(remote_config or {"num_cpus": 1}))(_CollectorActor)
+        self._actors = [
+            actor_cls.remote(create_env_fn, policy,
+                             dict(kwargs, seed=None if seed is None else seed + 1000 * i), i, n)
+            for i in range(n)
+        ]
+        self._pending: dict = {}  # in-flight next_batch ref -> actor index (async)
+
+    # ------------------------------------------------------------------ helpers
+    def _get(self, refs: list, what: str):
+        ray = self._ray
+        try:
+            return ray.get(refs, timeout=self.timeout)
+        except ray.exceptions.GetTimeoutError:
+            self.shutdown()
+            raise WorkerError(f"Ray collectors did not {what} within {self.timeout} s.") from None
+        except ray.exceptions.RayActorError as err:
+            self.shutdown()
+            raise WorkerError(f"A Ray collector actor died; cannot {what}:\n{err}") from None
+        except ray.exceptions.RayTaskError as err:
+            self.shutdown()
+            raise WorkerError(f"A Ray collector raised while trying to {what}:\n{err}") from None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("This collector was shut down.")
+
+    # ------------------------------------------------------------------ API
+    def next_batch(self) -> TensorDictBase:
+        """One batch: stacked over actors (sync) or the first ready (async)."""
+        self._check_open()
+        if self.sync:
+            refs = [a.next_batch.remote() for a in self._actors]
+            out = torch.stack(self._get(refs, "collect a batch"), 0)
+        else:
+            for i, a in enumerate(self._actors):
+                if i not in self._pending.values():
+                    self._pending[a.next_batch.remote()] = i
+            ready, _ = self._ray.wait(list(self._pending), num_returns=1, timeout=self.timeout)
+            if not ready:
+                self.shutdown()
+                raise WorkerError(f"No Ray collector delivered a batch within {self.timeout} s.")
+            ref = ready[0]
+            i = self._pending.pop(ref)
+            out = self._get(ref, "collect a batch")
+            self._pending[self._actors[i].next_batch.remote()] = i
+        self.frames += self.frames_per_batch
+        return out
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        while self.total_frames < 0 or self.frames < self.total_frames:
+            batch = self.next_batch()
+            yield split_trajectories(batch) if self.split_trajs else batch
+
+    def __len__(self) -> int:
+        if self.total_frames < 0:
+            raise TypeError("A collector with total_frames=-1 has no length.")
+        return self.total_frames // self.frames_per_batch
+
+    def update_policy_weights_(self, weights=None) -> None:
+        """Broadcast new weights through the object store and wait until every actor has them.
+
+        Args:
+            weights: a module or a TensorDict of parameters; ``None`` reads the policy the
+                collector was built with.
+
+        Raises:
+            WorkerError: an actor is dead, raised, or did not answer within ``timeout``.
+        """
+        self._check_open()
+        src = self._policy if weights is None else weights
+        if isinstance(src, torch.nn.Module):
+            src = TensorDict.from_module(src)
+        if not isinstance(src, TensorDictBase):
+            raise TypeError("update_policy_weights_ needs a module or a TensorDict of parameters.")
+        ref = self._ray.put(src.data.detach().clone().cpu())
+        self._get([a.update_weights.remote(ref) for a in self._actors], "update the weights")
+
+    def set_seed(self, seed: int) -> int:
+        """Seed actor ``i``'s env with ``seed + 1000 * i``; returns the next free seed."""
+        self._check_open()
+        refs = [a.set_seed.remote(seed + 1000 * i) for i, a in enumerate(self._actors)]
+        return max(self._get(refs, "set the seed"))
+
+    @property
+    def actors(self) -> list:
+        return list(self._actors)
+
+    def shutdown(self) -> None:
+        """Kill the actors (and Ray itself if this collector started it); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for a in self._actors:
+            try:
+                self._ray.kill(a)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self._pending.clear()
+        if self._owns_ray:
+            self._ray.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:  # noqa: BLE001 - interpreter teardown
+            pass
