@@ -121,7 +121,9 @@ def load_model_and_tokenizer(path: str | os.PathLike, dtype=None):
     if os.path.exists(tok_cfg_path):
         with open(tok_cfg_path) as f:
             tok_cfg = json.load(f)
-    if tok_cfg.get("tokenizer_class") == "PreTrainedTokenizerFast":
+    # transformers 5 saves a plain `tokenizers` tokenizer as "TokenizersBackend", 4.x as
+    # "PreTrainedTokenizerFast"
+    if tok_cfg.get("tokenizer_class") in ("PreTrainedTokenizerFast", "TokenizersBackend"):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
     else:
         tokenizer = AutoTokenizer.from_pretrained(path)
