@@ -10,6 +10,8 @@ from tdrl.marl.objectives import (
 )
 from tdrl.marl.algorithms import ALGORITHMS, make_ippo, make_mappo, make_qmix, make_vdn
 from tdrl.marl.trainer import TrainConfig, evaluate, train_off_policy, train_on_policy
+from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_on_policy
+from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
 
 __all__: list[str] = [
     "VmasEnv",
@@ -39,4 +41,8 @@ __all__: list[str] = [
     "train_on_policy",
     "train_off_policy",
     "evaluate",
+    "SeedStackedModule",
+    "make_vectorised_on_policy",
+    "PettingZooEnv",
+    "pettingzoo_tasks",
 ]

@@ -22,7 +22,8 @@ from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 from .algorithms import OffPolicyParts, OnPolicyParts
 from .keys import DONE, GROUP, NEXT, REWARD, VALUE_TARGET
 
-__all__ = ["TrainConfig", "collect", "EpisodeReturns", "evaluate", "train_on_policy", "train_off_policy"]
+__all__ = ["TrainConfig", "collect", "EpisodeReturns", "evaluate", "evaluate_per_env", "train_on_policy",
+           "train_off_policy"]
 
 
 @dataclass
@@ -98,9 +99,14 @@ class EpisodeReturns:
         return finished
 
 
-@torch.no_grad()
 def evaluate(env, policy: Callable, max_steps: int, group: str = GROUP) -> float:
     """Mean return of one deterministic episode per sub-env of ``env`` (at most ``max_steps``)."""
+    return float(evaluate_per_env(env, policy, max_steps, group).mean())
+
+
+@torch.no_grad()
+def evaluate_per_env(env, policy: Callable, max_steps: int, group: str = GROUP) -> torch.Tensor:
+    """Return ``[*env.batch_size]`` of one deterministic episode in every sub-env."""
     with set_interaction_type(InteractionType.DETERMINISTIC):
         td = env.reset()
         total = torch.zeros(env.batch_size)
@@ -113,57 +119,79 @@ def evaluate(env, policy: Callable, max_steps: int, group: str = GROUP) -> float
             if not bool(alive.any()):
                 break
             td = td.get(NEXT).exclude((group, REWARD))
-    return float(total.mean())
+    return total
 
 
-def _record(it, frames, t0, returns, eval_env, policy, cfg, group, extra) -> dict:
+def _record(it, frames, t0, returns, eval_env, policy, cfg, group, extra, n_seeds=1) -> dict:
     rec = {"iter": it, "frames": frames, "time_s": time.perf_counter() - t0,
            "train_return": float(sum(returns) / len(returns)) if returns else float("nan"),
            "eval_return": float("nan")}
     last = it == cfg.n_iters - 1
     if eval_env is not None and cfg.eval_interval and ((it + 1) % cfg.eval_interval == 0 or last):
-        rec["eval_return"] = evaluate(eval_env, policy, cfg.max_steps, group)
+        per_env = evaluate_per_env(eval_env, policy, cfg.max_steps, group)
+        rec["eval_return"] = float(per_env.mean())
+        if n_seeds > 1:  # eval_env holds n_seeds blocks of sub-envs, seed-major
+            rec["eval_return_seeds"] = per_env.reshape(n_seeds, -1).mean(-1).tolist()
     rec.update(extra)
     return rec
 
 
+def _clip_per_seed(params: list[torch.Tensor], max_norm: float, n_seeds: int) -> None:
+    """Clip the gradient norm of each seed's slice (dim 0) of stacked parameters separately."""
+    grads = [p.grad for p in params if p.grad is not None]
+    sq = torch.stack([g.reshape(n_seeds, -1).pow(2).sum(-1) for g in grads]).sum(0)
+    scale = (max_norm / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(scale.reshape(n_seeds, *([1] * (g.ndim - 1))))
+
+
 def train_on_policy(env, parts: OnPolicyParts, cfg: TrainConfig, eval_env=None, group: str = GROUP,
-                    log: Callable[[dict], None] | None = None) -> list[dict]:
+                    log: Callable[[dict], None] | None = None, n_seeds: int = 1) -> list[dict]:
     """MAPPO / IPPO: collect ``frames_per_batch``, GAE, ``num_epochs`` x minibatches of PPO.
+
+    With ``n_seeds > 1`` the env's sub-envs are ``n_seeds`` seed-major blocks and every
+    parameter is stacked over seeds (see :mod:`tdrl.marl.vectorised`): each minibatch takes
+    ``minibatch_size`` frames from every seed, the loss is scaled so each seed gets its own
+    mean-loss gradient, and gradients are clipped per seed. ``frames_per_batch`` is per seed.
 
     Returns:
         One record per iteration: ``iter``, ``frames``, ``time_s``, ``train_return``,
         ``eval_return`` (NaN when not evaluated), ``loss``.
     """
-    n_envs = env.batch_size.numel()
+    n_envs = env.batch_size.numel() // n_seeds
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     params = [p for p in parts.loss.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=cfg.lr)
     value_norm = parts.loss.value_norm
+    if value_norm is not None and n_seeds > 1:
+        raise ValueError("value normalisation is not supported with n_seeds > 1 (its statistics would be shared).")
     td, tracker, history, frames = env.reset(), EpisodeReturns(group), [], 0
     t0 = time.perf_counter()
     for it in range(cfg.n_iters):
         batch, td = collect(env, parts.policy, td, n_steps)
-        frames += batch.numel()
+        frames += batch.numel() // n_seeds
         returns = tracker.update(batch)
         parts.estimator(batch)
         if value_norm is not None:
             value_norm.update(batch.get((group, VALUE_TARGET)))
-        flat = batch.reshape(-1)
-        n, mb = flat.shape[0], min(cfg.minibatch_size, flat.shape[0])
+        flat = batch.reshape(n_seeds, -1)  # seed-major blocks
+        n, mb = flat.shape[1], min(cfg.minibatch_size, flat.shape[1])
         losses = []
         for _ in range(cfg.num_epochs):
             perm = torch.randperm(n)
             for start in range(0, n - mb + 1, mb):
-                loss = total_loss(parts.loss(flat[perm[start:start + mb]]))
+                loss = total_loss(parts.loss(flat[:, perm[start:start + mb]].reshape(-1)))
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                (loss * n_seeds).backward()
                 if cfg.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                    if n_seeds > 1:
+                        _clip_per_seed(params, cfg.max_grad_norm, n_seeds)
+                    else:
+                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 opt.step()
                 losses.append(loss.detach())
         rec = _record(it, frames, t0, returns, eval_env, parts.policy, cfg, group,
-                      {"loss": float(torch.stack(losses).mean())})
+                      {"loss": float(torch.stack(losses).mean())}, n_seeds)
         history.append(rec)
         if log is not None:
             log(rec)

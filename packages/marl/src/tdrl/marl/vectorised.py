@@ -1,0 +1,102 @@
+"""Several seeds of one algorithm trained as one vectorised model.
+
+Each seed's networks are built (and initialised) separately, then their parameters are
+stacked along a new leading seed dim with ``torch.func.stack_module_state`` and evaluated
+with ``torch.func.vmap`` over ``functional_call``. The env holds ``n_seeds`` seed-major
+blocks of sub-envs, so one env step, one forward pass and one optimiser step serve every
+seed; Adam is element-wise and :func:`~tdrl.marl.trainer.train_on_policy` clips gradients
+per seed, so the seeds stay independent. Beyond the peers: BenchMARL runs seeds one after
+another.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+import torch
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
+from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from .algorithms import OnPolicyParts, make_ippo, make_mappo
+from .keys import GROUP
+from .objectives import MAPPOConfig
+
+__all__ = ["SeedStackedModule", "make_vectorised_on_policy"]
+
+
+class SeedStackedModule(nn.Module):
+    """``n_seeds`` copies of one architecture evaluated in one ``vmap``-ed call.
+
+    Args:
+        modules: one module per seed, same architecture (their current weights are stacked).
+
+    Shapes: input ``[n_seeds * N, ...]`` (seed-major) -> output ``[n_seeds * N, ...]``.
+    Parameters are ``[n_seeds, *shape]`` (``stacked_params``), so an optimiser over them
+    updates every seed at once.
+    """
+
+    def __init__(self, modules: Sequence[nn.Module]) -> None:
+        super().__init__()
+        self.n_seeds = len(modules)
+        params, buffers = stack_module_state(list(modules))
+        self._names = list(params)
+        self.stacked_params = nn.ParameterList([nn.Parameter(params[n].detach().clone()) for n in self._names])
+        self._buffer_names = list(buffers)
+        for i, n in enumerate(self._buffer_names):
+            self.register_buffer(f"_stacked_buffer_{i}", buffers[n].clone())
+        self._base = [copy.deepcopy(modules[0]).to("meta")]  # a list: not a registered submodule
+
+    def _state(self) -> tuple[dict, dict]:
+        params = dict(zip(self._names, self.stacked_params))
+        buffers = {n: getattr(self, f"_stacked_buffer_{i}") for i, n in enumerate(self._buffer_names)}
+        return params, buffers
+
+    def forward(self, *xs: Tensor):
+        s = self.n_seeds
+        if xs[0].shape[0] % s:
+            raise ValueError(f"SeedStackedModule: leading dim {xs[0].shape[0]} is not a multiple of n_seeds={s}.")
+        split = tuple(x.reshape(s, x.shape[0] // s, *x.shape[1:]) for x in xs)
+        base = self._base[0]
+
+        def one(params, buffers, *inp):
+            return functional_call(base, (params, buffers), inp)
+
+        params, buffers = self._state()
+        out = vmap(one)(params, buffers, *split)
+        merge = lambda y: y.reshape(s * y.shape[1], *y.shape[2:])  # noqa: E731
+        return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
+
+
+def _stack_tdmodule(mods: list[TensorDictModule]) -> TensorDictModule:
+    return TensorDictModule(SeedStackedModule([m.module for m in mods]),
+                            in_keys=list(mods[0].in_keys), out_keys=list(mods[0].out_keys))
+
+
+def make_vectorised_on_policy(env, seeds: Sequence[int], config: MAPPOConfig | None = None,
+                              algorithm: str = "mappo", group: str = GROUP,
+                              num_cells: Sequence[int] = (256, 256)) -> OnPolicyParts:
+    """MAPPO/IPPO parts whose actor and critic are stacked over ``seeds``.
+
+    Each seed's networks are initialised under ``torch.manual_seed(seed)``, exactly as a
+    single-seed run would build them. ``env`` must hold ``len(seeds)`` seed-major blocks of
+    sub-envs (e.g. ``VmasEnv(num_envs=len(seeds) * E)``); train with
+    ``train_on_policy(..., n_seeds=len(seeds))``.
+    """
+    builders: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo}
+    if algorithm not in builders:
+        raise ValueError(f"Vectorised seeds support {sorted(builders)}; got {algorithm!r}.")
+    if env.batch_size.numel() % len(seeds):
+        raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into {len(seeds)} seeds.")
+    per_seed = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        per_seed.append(builders[algorithm](env, config, group, num_cells))
+    first = per_seed[0]
+    actor_params = _stack_tdmodule([p.policy.module[0] for p in per_seed])
+    critic = _stack_tdmodule([p.critic for p in per_seed])
+    policy = ProbabilisticTensorDictSequential(actor_params, *list(first.policy.module[1:]))
+    loss = type(first.loss)(policy, critic, first.loss.config, group=group)
+    estimator = type(first.estimator)(first.estimator.gamma, first.estimator.lmbda, group, critic)
+    return OnPolicyParts(policy, critic, loss, estimator)
