@@ -34,8 +34,8 @@ class DTypeCastTransform(Transform):
         dtype_out: the dtype the user sees.
         in_keys: keys to cast in outputs (``None``: every observation and reward leaf of
             dtype ``dtype_in``, found from the specs).
-        in_keys_inv: input keys (actions) to cast from ``dtype_out`` back to ``dtype_in``
-            (``None``: every action leaf of dtype ``dtype_in``).
+        in_keys_inv: input keys (actions, state) to cast from ``dtype_out`` back to
+            ``dtype_in`` (``None``: every action and state leaf of dtype ``dtype_in``).
     """
 
     def __init__(
@@ -81,6 +81,11 @@ class DTypeCastTransform(Transform):
     def transform_action_spec(self, spec):
         return self._cast_spec(spec, "in_keys_inv", self._auto_keys_inv)
 
+    def transform_state_spec(self, spec):
+        # state inputs (e.g. a simulator state carried in the data) are cast for the user
+        # and cast back on their way into the base env, like actions
+        return self._cast_spec(spec, "in_keys_inv", self._auto_keys_inv)
+
     def extra_repr(self) -> str:
         return f"{self.dtype_in} -> {self.dtype_out}, in_keys={self.in_keys}"
 
@@ -114,7 +119,8 @@ class CatTensors(Transform):
     ) -> None:
         if dim >= 0:
             raise ValueError(f"CatTensors needs a negative dim (from the end), got {dim}.")
-        super().__init__(list(in_keys), [out_key])
+        super().__init__(list(in_keys))
+        self.out_keys = [out_key]
         self.out_key = out_key
         self.dim = dim
         self.del_keys = del_keys
