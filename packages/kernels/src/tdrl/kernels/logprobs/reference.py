@@ -113,7 +113,7 @@ def rows_backward(
     else:
         coeff = gl
     grad = out if out.dtype == cdt else torch.empty_like(z)
-    torch.sub(z, lse, out=grad).exp_().mul_(coeff).neg_()
+    torch.sub(z, lse, out=grad).exp_().mul_(coeff.neg())
     if grad_entropy is not None:
         grad.nan_to_num_(nan=0.0)  # p = 0 where a logit is -inf
     if grad_logp is not None:
