@@ -12,6 +12,7 @@ from tdrl.marl.algorithms import ALGORITHMS, make_ippo, make_mappo, make_qmix, m
 from tdrl.marl.trainer import TrainConfig, evaluate, train_off_policy, train_on_policy
 from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_on_policy
 from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
+from tdrl.marl.runner import TASKS, BenchConfig, run_benchmark
 
 __all__: list[str] = [
     "VmasEnv",
@@ -45,4 +46,7 @@ __all__: list[str] = [
     "make_vectorised_on_policy",
     "PettingZooEnv",
     "pettingzoo_tasks",
+    "TASKS",
+    "BenchConfig",
+    "run_benchmark",
 ]

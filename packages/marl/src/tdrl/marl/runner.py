@@ -1,0 +1,255 @@
+"""The benchmark runner: algorithms x tasks x seeds from one config.
+
+``run_benchmark(BenchConfig(...))`` trains every combination, evaluates the deterministic
+policy every ``eval_interval`` iterations and writes, under ``out_dir``:
+
+* ``results.md`` -- one row per (algorithm, task): mean and standard deviation over seeds of
+  the final evaluation return, frames/s and wall time (and, with ``compare_sequential``,
+  the speed-up of vectorised seeds over seeds run one after another);
+* ``evaluations.csv`` -- every evaluation (algorithm, task, seed, iteration, frames, time);
+* ``curves_<task>.png`` -- evaluation return against frames, one line per algorithm
+  (mean over seeds, min-max band).
+
+Tasks are VMAS scenarios with BenchMARL's agent counts and episode lengths; QMIX and VDN
+run their discrete-action variants.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .algorithms import ALGORITHMS
+from .envs import VmasEnv
+from .trainer import TrainConfig, train_off_policy, train_on_policy
+from .vectorised import make_vectorised_on_policy
+
+__all__ = ["TASKS", "BenchConfig", "run_benchmark", "write_results"]
+
+log = logging.getLogger(__name__)
+
+TASKS: dict[str, dict] = {
+    "balance": {"scenario": "balance", "max_steps": 100, "kwargs": {"n_agents": 4}},
+    "navigation": {"scenario": "navigation", "max_steps": 100, "kwargs": {"n_agents": 3}},
+    "transport": {"scenario": "transport", "max_steps": 500, "kwargs": {"n_agents": 4}},
+    "wheel": {"scenario": "wheel", "max_steps": 100, "kwargs": {"n_agents": 4}},
+    "sampling": {"scenario": "sampling", "max_steps": 100, "kwargs": {"n_agents": 3}},
+}
+"""Default VMAS tasks: ``name -> scenario, episode length, scenario kwargs``."""
+
+
+@dataclass
+class BenchConfig:
+    """One benchmark: every field can be overridden from the command line.
+
+    Args:
+        algorithms: names from :data:`tdrl.marl.algorithms.ALGORITHMS`.
+        tasks: names from :data:`TASKS`.
+        seeds: one training run per seed.
+        num_envs: vectorised envs per seed.
+        frames_per_batch, n_iters, num_epochs, minibatch_size, lr, max_grad_norm: on-policy
+            budget (frames per iteration, iterations, PPO epochs, minibatch, Adam).
+        off_policy_frames_per_batch, n_optimizer_steps, off_policy_batch_size, buffer_size:
+            QMIX/VDN budget per iteration.
+        num_cells: hidden sizes of every network.
+        gamma: discount.
+        eval_envs: evaluation episodes (one per eval sub-env); eval_interval: iterations.
+        max_steps: override every task's episode length (None: the task's).
+        vectorise_seeds: train the seeds of MAPPO/IPPO as one vmap-ed model.
+        compare_sequential: also run those seeds one after another and report the speed-up.
+        out_dir: where results go. tiny: a CI-sized budget (tens of seconds).
+    """
+
+    algorithms: tuple[str, ...] = ("mappo", "ippo", "qmix", "vdn")
+    tasks: tuple[str, ...] = ("balance", "navigation", "transport", "wheel", "sampling")
+    seeds: tuple[int, ...] = (0, 1, 2)
+    num_envs: int = 60
+    frames_per_batch: int = 6000
+    n_iters: int = 500
+    num_epochs: int = 45
+    minibatch_size: int = 400
+    lr: float = 5e-5
+    max_grad_norm: float = 5.0
+    off_policy_frames_per_batch: int = 6000
+    n_optimizer_steps: int = 1000
+    off_policy_batch_size: int = 128
+    buffer_size: int = 1_000_000
+    num_cells: tuple[int, ...] = (256, 256)
+    gamma: float = 0.99
+    eval_envs: int = 10
+    eval_interval: int = 20
+    max_steps: int | None = None
+    vectorise_seeds: bool = True
+    compare_sequential: bool = False
+    out_dir: str = "marl_bench_out"
+    tiny: bool = False
+
+    def __post_init__(self) -> None:
+        for name, valid in (("algorithms", ALGORITHMS), ("tasks", TASKS)):
+            bad = [x for x in getattr(self, name) if x not in valid]
+            if bad:
+                raise ValueError(f"Unknown {name} {bad}; valid {name}: {', '.join(sorted(valid))}.")
+        if not self.seeds:
+            raise ValueError("BenchConfig.seeds needs at least one seed.")
+        if self.tiny:
+            self.num_envs, self.frames_per_batch, self.n_iters = 8, 80, 2
+            self.num_epochs, self.minibatch_size, self.num_cells = 1, 40, (16,)
+            self.off_policy_frames_per_batch, self.n_optimizer_steps = 80, 2
+            self.off_policy_batch_size, self.eval_envs, self.eval_interval = 32, 2, 1
+            self.max_steps = self.max_steps or 10
+
+    def train_config(self, on_policy: bool, max_steps: int) -> TrainConfig:
+        return TrainConfig(
+            frames_per_batch=self.frames_per_batch if on_policy else self.off_policy_frames_per_batch,
+            n_iters=self.n_iters, num_epochs=self.num_epochs,
+            minibatch_size=self.minibatch_size if on_policy else self.off_policy_batch_size,
+            lr=self.lr, max_grad_norm=self.max_grad_norm, buffer_size=self.buffer_size,
+            n_optimizer_steps=self.n_optimizer_steps, eval_interval=self.eval_interval,
+            max_steps=max_steps,
+        )
+
+
+def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int) -> VmasEnv:
+    t = TASKS[task]
+    return VmasEnv(t["scenario"], num_envs=num_envs, continuous_actions=continuous, max_steps=max_steps,
+                   seed=seed, **t["kwargs"])
+
+
+def _algo_config(cfg: BenchConfig, algo: str):
+    conf_cls = ALGORITHMS[algo][1]
+    return conf_cls(gamma=cfg.gamma)
+
+
+def _rows(algo, task, seed, history, seed_index=None):
+    out = []
+    for rec in history:
+        ret = rec["eval_return"]
+        if seed_index is not None and "eval_return_seeds" in rec:
+            ret = rec["eval_return_seeds"][seed_index]
+        if not math.isnan(ret):
+            out.append({"algorithm": algo, "task": task, "seed": seed, "iter": rec["iter"],
+                        "frames": rec["frames"], "time_s": round(rec["time_s"], 3),
+                        "eval_return": ret, "train_return": rec["train_return"]})
+    return out
+
+
+def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool) -> tuple[list[dict], float, int]:
+    """Train every seed of (algo, task); returns (evaluation rows, wall seconds, frames)."""
+    builder, _, on_policy = ALGORITHMS[algo]
+    max_steps = cfg.max_steps or TASKS[task]["max_steps"]
+    tcfg = cfg.train_config(on_policy, max_steps)
+    conf = _algo_config(cfg, algo)
+    rows, frames = [], 0
+    t0 = time.perf_counter()
+    if vectorised and on_policy and len(cfg.seeds) > 1:
+        s = len(cfg.seeds)
+        env = _env(task, s * cfg.num_envs, True, cfg.seeds[0], max_steps)
+        eval_env = _env(task, s * cfg.eval_envs, True, 10_000 + cfg.seeds[0], max_steps)
+        parts = make_vectorised_on_policy(env, cfg.seeds, conf, algo, num_cells=cfg.num_cells)
+        hist = train_on_policy(env, parts, tcfg, eval_env=eval_env, n_seeds=s)
+        for i, seed in enumerate(cfg.seeds):
+            rows += _rows(algo, task, seed, hist, i)
+        frames = hist[-1]["frames"] * s
+    else:
+        for seed in cfg.seeds:
+            torch.manual_seed(seed)
+            env = _env(task, cfg.num_envs, on_policy, seed, max_steps)
+            eval_env = _env(task, cfg.eval_envs, on_policy, 10_000 + seed, max_steps)
+            parts = builder(env, conf, num_cells=cfg.num_cells)
+            train = train_on_policy if on_policy else train_off_policy
+            hist = train(env, parts, tcfg, eval_env=eval_env)
+            rows += _rows(algo, task, seed, hist)
+            frames += hist[-1]["frames"]
+    return rows, time.perf_counter() - t0, frames
+
+
+def run_benchmark(cfg: BenchConfig) -> dict:
+    """Train every (algorithm, task, seed); write the outputs; return the summary rows."""
+    torch.set_num_threads(1)
+    summary, evaluations, speedups = [], [], []
+    for task in cfg.tasks:
+        for algo in cfg.algorithms:
+            on_policy = ALGORITHMS[algo][2]
+            rows, wall, frames = _run_seeds(cfg, algo, task, cfg.vectorise_seeds)
+            evaluations += rows
+            finals = [max((r for r in rows if r["seed"] == s), key=lambda r: r["iter"])["eval_return"]
+                      for s in cfg.seeds if any(r["seed"] == s for r in rows)]
+            summary.append({
+                "algorithm": algo, "task": task, "seeds": len(cfg.seeds),
+                "final_return_mean": statistics.fmean(finals) if finals else float("nan"),
+                "final_return_std": statistics.pstdev(finals) if len(finals) > 1 else 0.0,
+                "frames_per_s": frames / wall, "wall_s": wall,
+                "vectorised": bool(cfg.vectorise_seeds and on_policy and len(cfg.seeds) > 1),
+            })
+            log.info("%s on %s: %s", algo, task, summary[-1])
+            if cfg.compare_sequential and summary[-1]["vectorised"]:
+                _, seq_wall, _ = _run_seeds(cfg, algo, task, vectorised=False)
+                speedups.append({"algorithm": algo, "task": task, "seeds": len(cfg.seeds),
+                                 "sequential_s": seq_wall, "vectorised_s": wall,
+                                 "speedup": seq_wall / wall})
+    result = {"summary": summary, "evaluations": evaluations, "speedups": speedups}
+    write_results(cfg, result)
+    return result
+
+
+def _markdown(cfg: BenchConfig, result: dict) -> str:
+    lines = ["# MARL benchmark", "",
+             f"Config: `{dataclasses.asdict(cfg)}`", "",
+             "| algorithm | task | seeds | final eval return (mean ± std) | frames/s | wall time (s) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in result["summary"]:
+        lines.append(f"| {r['algorithm']} | {r['task']} | {r['seeds']} | "
+                     f"{r['final_return_mean']:.3f} ± {r['final_return_std']:.3f} | "
+                     f"{r['frames_per_s']:.0f} | {r['wall_s']:.1f} |")
+    if result["speedups"]:
+        lines += ["", "Seeds as one vectorised model vs one after another:", "",
+                  "| algorithm | task | seeds | sequential (s) | vectorised (s) | speed-up |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for r in result["speedups"]:
+            lines.append(f"| {r['algorithm']} | {r['task']} | {r['seeds']} | {r['sequential_s']:.1f} | "
+                         f"{r['vectorised_s']:.1f} | {r['speedup']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(out: Path, task: str, evaluations: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for algo in sorted({r["algorithm"] for r in evaluations if r["task"] == task}):
+        rows = [r for r in evaluations if r["task"] == task and r["algorithm"] == algo]
+        frames = sorted({r["frames"] for r in rows})
+        vals = [[r["eval_return"] for r in rows if r["frames"] == f] for f in frames]
+        ax.plot(frames, [statistics.fmean(v) for v in vals], label=algo)
+        ax.fill_between(frames, [min(v) for v in vals], [max(v) for v in vals], alpha=0.2)
+    ax.set(title=f"VMAS {task}", xlabel="frames", ylabel="evaluation return")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / f"curves_{task}.png", dpi=100)
+    plt.close(fig)
+
+
+def write_results(cfg: BenchConfig, result: dict) -> Path:
+    """Write ``results.md``, ``evaluations.csv`` and ``curves_<task>.png`` to ``cfg.out_dir``."""
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.md").write_text(_markdown(cfg, result))
+    fields = ["algorithm", "task", "seed", "iter", "frames", "time_s", "eval_return", "train_return"]
+    with open(out / "evaluations.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(result["evaluations"])
+    for task in cfg.tasks:
+        if any(r["task"] == task for r in result["evaluations"]):
+            _plot(out, task, result["evaluations"])
+    return out
