@@ -35,7 +35,9 @@ class TrainConfig:
         n_iters: number of iterations.
         num_epochs: on-policy passes over each batch.
         minibatch_size: frames per gradient step (on-policy) / sampled transitions (off-policy).
-        lr: Adam learning rate. max_grad_norm: gradient clipping (None: off).
+        lr, adam_eps: Adam settings (BenchMARL's defaults).
+        max_grad_norm: gradient-norm clipping, applied to the actor and the critic
+            separately (as BenchMARL, which steps one optimiser per loss term); None: off.
         buffer_size: off-policy replay capacity (frames). n_optimizer_steps: off-policy
             gradient steps per iteration.
         eval_interval: evaluate every this many iterations (and after the last); 0: never.
@@ -47,6 +49,7 @@ class TrainConfig:
     num_epochs: int = 4
     minibatch_size: int = 400
     lr: float = 5e-5
+    adam_eps: float = 1e-6
     max_grad_norm: float | None = 5.0
     buffer_size: int = 1_000_000
     n_optimizer_steps: int = 100
@@ -161,7 +164,9 @@ def train_on_policy(env, parts: OnPolicyParts, cfg: TrainConfig, eval_env=None, 
     n_envs = env.batch_size.numel() // n_seeds
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     params = [p for p in parts.loss.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=cfg.lr)
+    critic_ids = {id(p) for p in parts.critic.parameters()}
+    clip_groups = [[p for p in params if id(p) not in critic_ids], [p for p in params if id(p) in critic_ids]]
+    opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
     value_norm = parts.loss.value_norm
     if value_norm is not None and n_seeds > 1:
         raise ValueError("value normalisation is not supported with n_seeds > 1 (its statistics would be shared).")
@@ -184,10 +189,11 @@ def train_on_policy(env, parts: OnPolicyParts, cfg: TrainConfig, eval_env=None, 
                 opt.zero_grad(set_to_none=True)
                 (loss * n_seeds).backward()
                 if cfg.max_grad_norm is not None:
-                    if n_seeds > 1:
-                        _clip_per_seed(params, cfg.max_grad_norm, n_seeds)
-                    else:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                    for group_params in clip_groups:
+                        if n_seeds > 1:
+                            _clip_per_seed(group_params, cfg.max_grad_norm, n_seeds)
+                        elif group_params:
+                            torch.nn.utils.clip_grad_norm_(group_params, cfg.max_grad_norm)
                 opt.step()
                 losses.append(loss.detach())
         rec = _record(it, frames, t0, returns, eval_env, parts.policy, cfg, group,
@@ -205,7 +211,7 @@ def train_off_policy(env, parts: OffPolicyParts, cfg: TrainConfig, eval_env=None
     n_envs = env.batch_size.numel()
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     params = [p for p in parts.loss.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=cfg.lr)
+    opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
     target = SoftUpdate(parts.loss, tau=parts.config.tau)
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(cfg.buffer_size))
     td, tracker, history, frames = env.reset(), EpisodeReturns(group), [], 0

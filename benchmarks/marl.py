@@ -1,0 +1,141 @@
+"""MAPPO training frames/s on VMAS navigation: tdrl.marl vs BenchMARL 1.5, in one run.
+
+Both sides train MAPPO (shared TanhNormal actor, centralised shared critic, MLP 256x256 Tanh,
+clip 0.2, lambda 0.9, gamma 0.99, Adam lr 5e-5 eps 1e-6, grad-norm clip 5) on VMAS
+navigation with BenchMARL's task settings (3 agents, 100 steps, lidar 0.35, collisions) and
+the same budget: ``--envs`` vectorised envs, ``--frames`` frames per batch, ``--epochs``
+passes over each batch in minibatches of ``--minibatch`` frames, ``--iters`` iterations.
+Frames/s = frames / wall time of the training loop (collection + advantage + updates; env
+and model construction excluded on both sides). The return is the mean episode return
+(sum over an episode of the agents' mean reward) of the episodes that end in the last batch.
+
+BenchMARL runs in its own venv (``bash benchmarks/setup_benchmarl.sh``) as a subprocess of
+this script (``--side benchmarl``), because it pins torchrl<0.12.
+
+    flock /tmp/tdrl-cpu.lock python benchmarks/marl.py            # both sides, median of --repeats
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARL_PY = ROOT / ".venv-benchmarl" / "bin" / "python"
+NAV_KWARGS = dict(n_agents=3, collisions=True, agents_with_same_goal=1, split_goals=False,
+                  observe_all_goals=False, shared_rew=False, lidar_range=0.35, agent_radius=0.1)
+
+
+def run_tdrl(args, seed: int) -> dict:
+    from tdrl.marl.algorithms import make_mappo
+    from tdrl.marl.envs import VmasEnv
+    from tdrl.marl.objectives import MAPPOConfig
+    from tdrl.marl.trainer import TrainConfig, train_on_policy
+
+    torch.manual_seed(seed)
+    env = VmasEnv("navigation", num_envs=args.envs, max_steps=100, seed=seed, **NAV_KWARGS)
+    parts = make_mappo(env, MAPPOConfig(gamma=0.99, lmbda=0.9), num_cells=(256, 256))
+    cfg = TrainConfig(frames_per_batch=args.frames, n_iters=args.iters, num_epochs=args.epochs,
+                      minibatch_size=args.minibatch, lr=5e-5, adam_eps=1e-6, max_grad_norm=5.0,
+                      eval_interval=0)
+    t0 = time.perf_counter()
+    hist = train_on_policy(env, parts, cfg)
+    wall = time.perf_counter() - t0
+    return {"frames": hist[-1]["frames"], "wall_s": wall, "return": hist[-1]["train_return"]}
+
+
+def run_benchmarl(args, seed: int) -> dict:
+    """Runs inside .venv-benchmarl: BenchMARL's Experiment with the same budget."""
+    from benchmarl.algorithms import MappoConfig
+    from benchmarl.environments import VmasTask
+    from benchmarl.experiment import Experiment, ExperimentConfig
+    from benchmarl.experiment.callback import Callback
+    from benchmarl.models.mlp import MlpConfig
+
+    class LastReturn(Callback):
+        value = float("nan")
+
+        def on_batch_collected(self, batch):
+            done = batch.get(("next", "done")).reshape(-1)
+            ep = batch.get(("next", "agents", "episode_reward")).mean(-2).reshape(-1)
+            if bool(done.any()):
+                LastReturn.value = float(ep[done].mean())
+
+    cfg = ExperimentConfig.get_from_yaml()
+    cfg.sampling_device = cfg.train_device = cfg.buffer_device = "cpu"
+    cfg.on_policy_collected_frames_per_batch = args.frames
+    cfg.on_policy_n_envs_per_worker = args.envs
+    cfg.on_policy_n_minibatch_iters = args.epochs
+    cfg.on_policy_minibatch_size = args.minibatch
+    cfg.max_n_iters, cfg.max_n_frames = args.iters, None
+    cfg.evaluation, cfg.render, cfg.loggers, cfg.create_json = False, False, [], False
+    cfg.checkpoint_interval, cfg.checkpoint_at_end = 0, False
+    cfg.save_folder = tempfile.mkdtemp(prefix="benchmarl_")
+    task = VmasTask.NAVIGATION.get_from_yaml()
+    task.config.update({"max_steps": 100, **NAV_KWARGS})
+    exp = Experiment(task=task, algorithm_config=MappoConfig.get_from_yaml(),
+                     model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
+                     seed=seed, config=cfg, callbacks=[LastReturn()])
+    t0 = time.perf_counter()
+    exp.run()
+    wall = time.perf_counter() - t0
+    return {"frames": exp.total_frames, "wall_s": wall, "return": LastReturn.value}
+
+
+def _benchmarl_subprocess(args, seed: int) -> dict:
+    cmd = [str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--seed", str(seed),
+           "--envs", str(args.envs), "--frames", str(args.frames), "--epochs", str(args.epochs),
+           "--minibatch", str(args.minibatch), "--iters", str(args.iters)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    if out.returncode != 0:
+        raise RuntimeError(f"BenchMARL side failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--side", choices=["both", "tdrl", "benchmarl"], default="both")
+    p.add_argument("--envs", type=int, default=600)
+    p.add_argument("--frames", type=int, default=60_000)
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--minibatch", type=int, default=6000)
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    if args.side == "benchmarl":
+        print(json.dumps(run_benchmarl(args, args.seed)))
+        return
+    if args.side == "tdrl":
+        print(json.dumps(run_tdrl(args, args.seed)))
+        return
+    if not BENCHMARL_PY.exists():
+        sys.exit(f"{BENCHMARL_PY} is missing: run `flock /tmp/tdrl-cpu.lock bash benchmarks/setup_benchmarl.sh`.")
+    ours, theirs = [], []
+    for r in range(args.repeats):  # interleave the sides so that load changes hit both
+        ours.append(run_tdrl(args, args.seed + r))
+        theirs.append(_benchmarl_subprocess(args, args.seed + r))
+        print(f"repeat {r}: tdrl {ours[-1]}  benchmarl {theirs[-1]}", flush=True)
+    fps = lambda runs: statistics.median(x["frames"] / x["wall_s"] for x in runs)  # noqa: E731
+    ret = lambda runs: statistics.median(x["return"] for x in runs)  # noqa: E731
+    print(f"\nMAPPO, VMAS navigation, {args.envs} envs x 3 agents, {args.frames} frames/batch, "
+          f"{args.epochs} epochs x minibatch {args.minibatch}, {args.iters} iters, median of {args.repeats}")
+    print(f"{'':12s}{'frames/s':>12s}{'return (last batch)':>22s}")
+    print(f"{'tdrl':12s}{fps(ours):12.0f}{ret(ours):22.3f}")
+    print(f"{'BenchMARL':12s}{fps(theirs):12.0f}{ret(theirs):22.3f}")
+    print(f"speed-up tdrl / BenchMARL: {fps(ours) / fps(theirs):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
