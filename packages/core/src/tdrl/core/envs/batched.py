@@ -71,9 +71,11 @@ class _BatchedEnv(EnvBase):
         for k in self._reset_keys:
             reset_spec[k] = (self.observation_spec.get(k) or self.full_done_spec.get(k)
                              or self.full_state_spec[k]).clone()
-        self._in_buf = in_spec.zero()
-        self._next_buf = next_spec.zero()
-        self._reset_buf = reset_spec.zero()
+        # Buffers live on the CPU (shared memory for ParallelEnv); outputs move to `device`.
+        self._in_buf = in_spec.to("cpu").zero()
+        self._next_buf = next_spec.to("cpu").zero()
+        self._reset_buf = reset_spec.to("cpu").zero()
+        self._on_cpu = self.device.type == "cpu"
 
     def _share_buffers(self) -> None:
         for buf in (self._in_buf, self._next_buf, self._reset_buf):
@@ -96,14 +98,16 @@ class _BatchedEnv(EnvBase):
                 if v is not None:
                     self._in_buf.get(k).copy_(v)
         self._run("reset", workers, None)
-        return self._reset_buf.clone()
+        out = self._reset_buf.clone()
+        return out if self._on_cpu else out.to(self.device)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         buf = self._in_buf
         for k in self._in_keys:
             buf.get(k).copy_(tensordict.get(k))
         self._run("step", list(range(self.batch_size[0])), None)
-        return self._next_buf.clone()
+        out = self._next_buf.clone()
+        return out if self._on_cpu else out.to(self.device)
 
     def _set_seed(self, seed: int) -> int:
         for i in range(self.batch_size[0]):

@@ -284,7 +284,13 @@ class EnvBase:
             ``tensordict`` itself, with ``tensordict["next"]`` = observations, ``reward``
             ``(*batch, 1)``, ``done``/``terminated``/``truncated`` ``(*batch, 1)`` bool.
         """
-        _set_unsafe(tensordict, NEXT, self._step_checked(tensordict))
+        if self.check_actions:
+            self._assert_actions(tensordict)
+        next_td = self._step(tensordict)
+        try:  # no re-validation of a TensorDict we just built with the right batch size
+            tensordict._set_str(NEXT, next_td, inplace=False, validated=True)
+        except (AttributeError, TypeError):
+            tensordict.set(NEXT, next_td)
         return tensordict
 
     def _step_checked(self, tensordict: TensorDictBase) -> TensorDictBase:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, OneHot, Unbounded
@@ -136,17 +136,22 @@ def _action_converter(spec) -> Callable:
         convs = {k: _action_converter(v) for k, v in spec.items()}
         return lambda td: {k: c(td.get(k)) for k, c in convs.items()}
     if isinstance(spec, OneHot):
-        return lambda a: a.detach().long().argmax(-1).cpu().numpy() if a.ndim > 1 else int(a.long().argmax())
-    if isinstance(spec, Categorical) and spec.ndim == 0:
-        return lambda a: int(a)
+        if spec.ndim > 1:  # vector env: (num_envs, n) -> (num_envs,)
+            return lambda a: _to_numpy(a).argmax(-1)
+        return lambda a: int(_to_numpy(a).argmax())
+    if isinstance(spec, Categorical):
+        if spec.ndim == 0:
+            return lambda a: int(a)
+        return _to_numpy
 
-    def conv(a):
-        try:
-            return a.numpy()  # CPU tensor without grad: a zero-copy view
-        except (RuntimeError, TypeError):  # requires grad, or not on the CPU
-            return a.detach().cpu().numpy()
+    return _to_numpy
 
-    return conv
+
+def _to_numpy(a: torch.Tensor) -> np.ndarray:
+    try:
+        return a.numpy()  # CPU tensor without grad: a zero-copy view
+    except (RuntimeError, TypeError):  # requires grad, or not on the CPU
+        return a.detach().cpu().numpy()
 
 
 class GymWrapper(EnvBase):
@@ -283,18 +288,21 @@ class GymWrapper(EnvBase):
             action = tensordict._tensordict[ACTION]
         except (AttributeError, KeyError):
             action = tensordict.get(ACTION)
-        action = self._act_conv(action)
-        obs, reward, terminated, truncated, info = self._env.step(action)
+        obs, reward, terminated, truncated, info = self._env.step(self._act_conv(action))
         if self.is_vector:
             return self._vector_next(obs, reward, terminated, truncated, info)
-        source = self._convert_obs(obs)
-        source[REWARD] = torch.from_numpy(np.array((reward,), dtype=np.float32))
         # Done flags of a single env come from a small cache of constant tensors (no
         # allocation per step); like every env output, treat them as read-only.
-        flags = self._flag_cache[bool(terminated), bool(truncated)]
-        source[DONE], source[TERMINATED], source[TRUNCATED] = flags
+        done, term, trunc = self._flag_cache[bool(terminated), bool(truncated)]
+        reward = torch.from_numpy(np.array((reward,), dtype=np.float32))
         if self._plain_cpu:
-            return _fast_td(source, self.batch_size, self.device)
+            return TensorDict._new_unsafe(
+                {OBSERVATION: self._obs_conv(obs), REWARD: reward, DONE: done,
+                 TERMINATED: term, TRUNCATED: trunc},
+                batch_size=self.batch_size, device=self.device, nested=False,
+            )
+        source = self._convert_obs(obs)
+        source.update({REWARD: reward, DONE: done, TERMINATED: term, TRUNCATED: trunc})
         return self._put(source)
 
     def _vector_next(self, obs, reward, terminated, truncated, info) -> TensorDictBase:

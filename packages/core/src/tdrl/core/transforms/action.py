@@ -54,7 +54,8 @@ class ActionScaling(Transform):
                 a = a.clamp(self.low, self.high)
             b_low, b_high = self._base[k_in]
             frac = (a - self.low) / (self.high - self.low)
-            td.set(k_in, b_low.to(a.dtype) + frac * (b_high - b_low).to(a.dtype))
+            b_low, b_high = b_low.to(a.device, a.dtype), b_high.to(a.device, a.dtype)
+            td.set(k_in, b_low + frac * (b_high - b_low))
         return td
 
     def transform_action_spec(self, spec: Composite) -> Composite:

@@ -78,7 +78,8 @@ class ObservationNorm(_ResizingBuffers, Transform):
     def _apply_transform(self, x: torch.Tensor) -> torch.Tensor:
         if not self.initialized:
             return x
-        loc, scale = self.loc.to(x.dtype), self.scale.to(x.dtype)
+        loc = self.loc.to(device=x.device, dtype=x.dtype)
+        scale = self.scale.to(device=x.device, dtype=x.dtype)
         if self.standard_normal:
             return (x - loc) / (scale + self.eps)
         return x * scale + loc
@@ -173,9 +174,11 @@ class VecNorm(_ResizingBuffers, Transform):
         m = flat.shape[0]
         if m == 0:
             return
+        mean, var, count = (getattr(self, f"{n}_{i}") for n in ("mean", "var", "count"))
+        if mean.numel() and mean.device != flat.device:
+            flat = flat.to(mean.device)
         b_mean = flat.mean(0)
         b_var = flat.var(0, unbiased=False)
-        mean, var, count = (getattr(self, f"{n}_{i}") for n in ("mean", "var", "count"))
         if mean.numel() == 0:
             new_mean, new_var, new_count = b_mean, b_var, torch.tensor(float(m), dtype=torch.float64)
         else:
@@ -184,15 +187,16 @@ class VecNorm(_ResizingBuffers, Transform):
             new_mean = mean + delta * (m / tot)
             new_var = (var * count + b_var * m + delta.pow(2) * count * m / tot) / tot
             new_count = tot
-        setattr(self, f"mean_{i}", new_mean.to(mean.device))
-        setattr(self, f"var_{i}", new_var.to(mean.device))
-        setattr(self, f"count_{i}", new_count.to(mean.device))
+        # statistics live where the data first came from (CPU or GPU)
+        setattr(self, f"mean_{i}", new_mean)
+        setattr(self, f"var_{i}", new_var)
+        setattr(self, f"count_{i}", new_count.to(new_mean.device))
 
     def _normalize(self, i: int, x: torch.Tensor) -> torch.Tensor:
         mean, var = getattr(self, f"mean_{i}"), getattr(self, f"var_{i}")
         if mean.numel() == 0:
             return x
-        out = (x - mean.to(x.dtype)) / (var + self.eps).sqrt().to(x.dtype)
+        out = (x - mean.to(x.device, x.dtype)) / (var + self.eps).sqrt().to(x.device, x.dtype)
         if self.clip is not None:
             out = out.clamp(-self.clip, self.clip)
         return out
@@ -258,7 +262,8 @@ class RewardScaling(Transform):
         self.standard_normal = standard_normal
 
     def _apply_transform(self, r: torch.Tensor) -> torch.Tensor:
-        loc, scale = self.loc.to(r.dtype), self.scale.to(r.dtype)
+        loc = self.loc.to(device=r.device, dtype=r.dtype)
+        scale = self.scale.to(device=r.device, dtype=r.dtype)
         if self.standard_normal:
             return (r - loc) / scale
         return r * scale + loc

@@ -1,0 +1,214 @@
+"""Environment benchmarks: tdrl vs raw Gymnasium vs TorchRL, side by side, in one run.
+
+1. Per-step cost of the Gymnasium wrapper (``GymEnv.step``) vs the same raw gymnasium env fed
+   the same actions, with TorchRL's ``GymEnv`` in the same run (HalfCheetah-v5, Pendulum-v1,
+   CartPole-v1). Target: tdrl under 1.3x raw on HalfCheetah-v5.
+2. ``ParallelEnv`` of 8 CPU envs: frames/s vs ``gymnasium.vector.AsyncVectorEnv`` (and
+   TorchRL's ``ParallelEnv`` when installed). Target: at least AsyncVectorEnv's.
+3. Batched torch ``PendulumEnv`` at batch 4096: env-steps/s vs the same env at batch 1
+   stepped 4096 times.
+
+Every figure is the median over ``--repeats`` interleaved blocks, one torch thread.
+Run (peers live in .venv-bench):
+
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/envs.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import time
+import warnings
+
+import numpy as np
+import torch
+
+warnings.filterwarnings("ignore")
+torch.set_num_threads(1)
+
+HAS_TORCHRL = importlib.util.find_spec("torchrl") is not None
+
+
+def _median_per_step(blocks: list[float], steps: int) -> float:
+    return statistics.median(blocks) / steps
+
+
+def _row(name: str, ours: float, peers: dict[str, float | None], unit: str = "us/step") -> None:
+    parts = [f"{name:<34} tdrl {ours:9.2f} {unit}"]
+    for peer, val in peers.items():
+        if val is None:
+            parts.append(f"{peer} n/a")
+        else:
+            parts.append(f"{peer} {val:9.2f} {unit} (tdrl/{peer} = {ours / val:5.2f}x)")
+    print(" | ".join(parts), flush=True)
+
+
+# ---------------------------------------------------------------------------- 1. wrapper
+def bench_wrapper(env_id: str, steps: int, repeats: int) -> None:
+    import gymnasium as gym
+    from tensordict import TensorDict
+
+    from tdrl.core import GymEnv
+
+    raw = gym.make(env_id)
+    ours = GymEnv(env_id, categorical_action_encoding=False)
+    trl = None
+    if HAS_TORCHRL:
+        from torchrl.envs import GymEnv as TorchRLGymEnv
+
+        trl = TorchRLGymEnv(env_id)
+    rng = np.random.default_rng(0)
+    space = raw.action_space
+    if isinstance(space, gym.spaces.Discrete):
+        idx = rng.integers(0, space.n, steps)
+        raw_actions = [int(i) for i in idx]
+        one_hot = torch.nn.functional.one_hot(torch.as_tensor(idx), space.n)
+        our_actions = [TensorDict({"action": a}, []) for a in one_hot]
+        trl_actions = [TensorDict({"action": a}, []) for a in one_hot]
+    else:
+        arr = rng.uniform(space.low, space.high, (steps, *space.shape)).astype(space.dtype)
+        raw_actions = list(arr)
+        our_actions = [TensorDict({"action": torch.from_numpy(a)}, []) for a in arr]
+        trl_actions = [TensorDict({"action": torch.from_numpy(a)}, []) for a in arr]
+
+    def run_raw() -> float:
+        raw.reset(seed=0)
+        t = time.perf_counter()
+        for a in raw_actions:
+            _, _, term, trunc, _ = raw.step(a)
+            if term or trunc:
+                raw.reset()
+        return time.perf_counter() - t
+
+    def run_env(env, actions) -> float:
+        env.reset()
+        t = time.perf_counter()
+        for td in actions:
+            env.step(td)
+            if td["next", "done"].item():
+                env.reset()
+        return time.perf_counter() - t
+
+    res = {"raw": [], "tdrl": [], "torchrl": []}
+    for _ in range(repeats):
+        res["raw"].append(run_raw())
+        res["tdrl"].append(run_env(ours, our_actions))
+        if trl is not None:
+            res["torchrl"].append(run_env(trl, trl_actions))
+    us = {k: _median_per_step(v, steps) * 1e6 if v else None for k, v in res.items()}
+    _row(f"GymEnv.step {env_id}", us["tdrl"], {"raw gymnasium": us["raw"], "TorchRL": us["torchrl"]})
+
+
+# ---------------------------------------------------------------------------- 2. parallel
+def _cheetah():
+    from tdrl.core import GymEnv
+
+    return GymEnv("HalfCheetah-v5")
+
+
+def _raw_cheetah():
+    import gymnasium as gym
+
+    return gym.make("HalfCheetah-v5")
+
+
+def bench_parallel(n: int, steps: int, repeats: int) -> None:
+    import gymnasium as gym
+
+    from tdrl.core import ParallelEnv
+
+    acts = np.random.default_rng(0).uniform(-1, 1, (steps, n, 6)).astype(np.float32)
+    tacts = torch.from_numpy(acts)
+    ours = ParallelEnv(n, _cheetah)
+    peer = gym.vector.AsyncVectorEnv([_raw_cheetah] * n)
+    trl = None
+    if HAS_TORCHRL:
+        from torchrl.envs import GymEnv as TorchRLGymEnv
+        from torchrl.envs import ParallelEnv as TorchRLParallelEnv
+
+        trl = TorchRLParallelEnv(n, lambda: TorchRLGymEnv("HalfCheetah-v5"))
+
+    def run_ours(env) -> float:
+        td = env.reset()
+        t = time.perf_counter()
+        for i in range(steps):
+            td["action"] = tacts[i]
+            _, td = env.step_and_maybe_reset(td)
+        return time.perf_counter() - t
+
+    def run_peer() -> float:
+        peer.reset(seed=0)
+        t = time.perf_counter()
+        for i in range(steps):
+            peer.step(acts[i])
+        return time.perf_counter() - t
+
+    res = {"tdrl": [], "async": [], "torchrl": []}
+    for _ in range(repeats):
+        res["tdrl"].append(run_ours(ours))
+        res["async"].append(run_peer())
+        if trl is not None:
+            res["torchrl"].append(run_ours(trl))
+    fps = {k: n * steps / statistics.median(v) if v else None for k, v in res.items()}
+    parts = [f"{'ParallelEnv x' + str(n) + ' HalfCheetah-v5':<34} tdrl {fps['tdrl']:9.0f} frames/s"]
+    parts.append(f"AsyncVectorEnv {fps['async']:9.0f} frames/s (tdrl/async = "
+                 f"{fps['tdrl'] / fps['async']:5.2f}x)")
+    if fps["torchrl"]:
+        parts.append(f"TorchRL ParallelEnv {fps['torchrl']:9.0f} frames/s (tdrl/TorchRL = "
+                     f"{fps['tdrl'] / fps['torchrl']:5.2f}x)")
+    print(" | ".join(parts), flush=True)
+    ours.close()
+    peer.close()
+    if trl is not None:
+        trl.close()
+
+
+# ---------------------------------------------------------------------------- 3. pendulum
+def bench_pendulum(batch: int, steps: int, single_steps: int, repeats: int) -> None:
+    from tdrl.core import PendulumEnv
+
+    big = PendulumEnv((batch,), max_episode_steps=None)
+    one = PendulumEnv((), max_episode_steps=None)
+
+    def run(env, n) -> float:
+        td = env.reset()
+        td["action"] = torch.zeros(*env.batch_size, 1)
+        t = time.perf_counter()
+        for _ in range(n):
+            td = env.step(td)["next"].exclude("reward")
+            td["action"] = torch.zeros(*env.batch_size, 1)
+        return time.perf_counter() - t
+
+    b_times, s_times = [], []
+    for _ in range(repeats):
+        b_times.append(run(big, steps))
+        s_times.append(run(one, single_steps))
+    batched = batch * steps / statistics.median(b_times)
+    single = single_steps / statistics.median(s_times)
+    print(f"{'PendulumEnv batch ' + str(batch):<34} tdrl {batched:12.0f} env-steps/s | "
+          f"batch 1 x {batch} loops {single:9.0f} env-steps/s (batched/looped = "
+          f"{batched / single:6.1f}x)", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--parallel-steps", type=int, default=300)
+    p.add_argument("--only", choices=["wrapper", "parallel", "pendulum"], default=None)
+    args = p.parse_args()
+    print(f"torch {torch.__version__}, 1 thread; TorchRL installed: {HAS_TORCHRL}; "
+          f"median of {args.repeats} interleaved repeats", flush=True)
+    if args.only in (None, "wrapper"):
+        for env_id in ["HalfCheetah-v5", "Pendulum-v1", "CartPole-v1"]:
+            bench_wrapper(env_id, args.steps, args.repeats)
+    if args.only in (None, "parallel"):
+        bench_parallel(8, args.parallel_steps, max(3, args.repeats // 2))
+    if args.only in (None, "pendulum"):
+        bench_pendulum(4096, 100, 2000, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
