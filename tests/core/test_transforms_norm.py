@@ -40,6 +40,7 @@ def test_observation_norm_golden_and_spec_bounds():
 def test_observation_norm_init_stats_standardises():
     torch.manual_seed(0)
     env = TransformedEnv(PendulumEnv((64,)), ObservationNorm(standard_normal=True))
+    env.set_seed(0)
     norm = env.transform[0]
     assert not norm.initialized
     norm.init_stats(num_iter=30)
