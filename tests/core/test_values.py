@@ -225,3 +225,28 @@ def test_bad_shapes_are_explained():
             torch.zeros(4, dtype=torch.bool), 0.9, 0.9)
     with pytest.raises(ValueError, match="must match"):
         gae(R, V[:3], NV, DONE, TERM, 0.9, 0.9)
+
+
+def test_gae_module_on_env_by_time_batch_and_differentiable_critic():
+    torch.manual_seed(4)
+    B, T = 3, 6
+    td = TensorDict(
+        {
+            "observation": torch.randn(B, T, 2),
+            "next": {
+                "observation": torch.randn(B, T, 2),
+                "reward": torch.randn(B, T, 1),
+                "done": torch.rand(B, T, 1) < 0.3,
+                "terminated": torch.zeros(B, T, 1, dtype=torch.bool),
+            },
+        },
+        batch_size=[B, T],
+    )
+    net = TensorDictModule(torch.nn.Linear(2, 1), in_keys=["observation"], out_keys=["state_value"])
+    est = GAE(0.9, 0.8, value_network=net, differentiable=True, average_advantage=True)
+    est(td)
+    adv = td["advantage"]
+    assert adv.shape == (B, T, 1)
+    torch.testing.assert_close(adv.mean(), torch.tensor(0.0), atol=1e-6, rtol=0)
+    td["value_target"].sum().backward()  # the graph reaches the critic
+    assert net.module.weight.grad is not None
