@@ -35,6 +35,24 @@ NAV_KWARGS = dict(n_agents=3, collisions=True, agents_with_same_goal=1, split_go
                   observe_all_goals=False, shared_rew=False, lidar_range=0.35, agent_radius=0.1)
 
 
+try:  # only inside .venv-benchmarl; module level so that BenchMARL can pickle it
+    from benchmarl.experiment.callback import Callback as _Callback
+except ImportError:
+    _Callback = object
+
+
+class _LastReturn(_Callback):
+    """BenchMARL callback: mean return of the episodes that end in the latest batch."""
+
+    value = float("nan")
+
+    def on_batch_collected(self, batch):
+        done = batch.get(("next", "done")).reshape(-1)
+        ep = batch.get(("next", "agents", "episode_reward")).mean(-2).reshape(-1)
+        if bool(done.any()):
+            _LastReturn.value = float(ep[done].mean())
+
+
 def run_tdrl(args, seed: int) -> dict:
     from tdrl.marl.algorithms import make_mappo
     from tdrl.marl.envs import VmasEnv
@@ -58,17 +76,7 @@ def run_benchmarl(args, seed: int) -> dict:
     from benchmarl.algorithms import MappoConfig
     from benchmarl.environments import VmasTask
     from benchmarl.experiment import Experiment, ExperimentConfig
-    from benchmarl.experiment.callback import Callback
     from benchmarl.models.mlp import MlpConfig
-
-    class LastReturn(Callback):
-        value = float("nan")
-
-        def on_batch_collected(self, batch):
-            done = batch.get(("next", "done")).reshape(-1)
-            ep = batch.get(("next", "agents", "episode_reward")).mean(-2).reshape(-1)
-            if bool(done.any()):
-                LastReturn.value = float(ep[done].mean())
 
     cfg = ExperimentConfig.get_from_yaml()
     cfg.sampling_device = cfg.train_device = cfg.buffer_device = "cpu"
@@ -84,11 +92,11 @@ def run_benchmarl(args, seed: int) -> dict:
     task.config.update({"max_steps": 100, **NAV_KWARGS})
     exp = Experiment(task=task, algorithm_config=MappoConfig.get_from_yaml(),
                      model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
-                     seed=seed, config=cfg, callbacks=[LastReturn()])
+                     seed=seed, config=cfg, callbacks=[_LastReturn()])
     t0 = time.perf_counter()
     exp.run()
     wall = time.perf_counter() - t0
-    return {"frames": exp.total_frames, "wall_s": wall, "return": LastReturn.value}
+    return {"frames": exp.total_frames, "wall_s": wall, "return": _LastReturn.value}
 
 
 def _benchmarl_subprocess(args, seed: int) -> dict:
