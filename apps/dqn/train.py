@@ -58,6 +58,8 @@ class Config:
     hidden: tuple[int, ...] = (128, 128)
     max_grad_norm: float = 10.0
     eval_episodes: int = 10
+    eval_every: int = 0  # frames between evaluations during training (0: only at the end)
+    stop_return: float = 0.0  # stop once an evaluation reaches this mean return (0: never)
     log_every: int = 2_000  # frames between CSV rows
     seed: int = 0
     device: str = "cpu"
@@ -138,7 +140,7 @@ def train(cfg: Config) -> dict:
     log = MetricsCSV(os.path.join(cfg.out, "metrics.csv"))
     td = env.reset()
     frames, updates, t0, recent, stats = 0, 0, time.perf_counter(), [], []
-    next_log, debt = cfg.log_every, 0.0
+    next_log, next_eval, debt = cfg.log_every, max(cfg.eval_every, cfg.learning_starts), 0.0
     while frames < cfg.total_frames:
         if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
             break
@@ -179,8 +181,16 @@ def train(cfg: Config) -> dict:
             print(f"[dqn] frames {frames:8d} return {row['train_return']:7.1f} "
                   f"eps {explore.eps:.3f} fps {row['fps']:6.0f}", flush=True)
             recent, stats = [], []
+        # 4. evaluate (greedy policy) and maybe stop
+        if cfg.eval_every and frames >= next_eval:
+            next_eval += cfg.eval_every
+            ret = evaluate(policy, cfg, cfg.eval_episodes, cfg.seed + 10_000)
+            log.log({"frames": frames, "updates": updates, "eval_return": ret})
+            print(f"[dqn] frames {frames:8d} eval return {ret:7.1f}", flush=True)
+            if cfg.stop_return and ret >= cfg.stop_return:
+                break
     env.close()
-    eval_return = evaluate(policy, cfg, cfg.eval_episodes, cfg.seed + 10_000)
+    eval_return = evaluate(policy, cfg, cfg.eval_episodes, cfg.seed + 20_000)
     log.log({"frames": frames, "updates": updates, "eval_return": eval_return})
     plot_curve(log.rows, os.path.join(cfg.out, "learning_curve.png"), f"DQN {cfg.env_id}")
     torch.save({"qnet": qnet.state_dict(), "config": dataclasses.asdict(cfg)},

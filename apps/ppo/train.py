@@ -67,6 +67,8 @@ class Config:
     norm_obs: bool | None = None
     norm_reward: bool | None = None
     eval_episodes: int = 10
+    eval_every: int = 0  # frames between evaluations during training (0: only at the end)
+    stop_return: float = 0.0  # stop once an evaluation reaches this mean return (0: never)
     seed: int = 0
     device: str = "cpu"
     time_limit_s: float = 0.0  # stop training after this many seconds (0: no limit)
@@ -283,12 +285,17 @@ def train(cfg: Config) -> dict:
             **{k: float(v) for k, v in stats.items()},
         }
         recent = []
+        if cfg.eval_every and frames // cfg.eval_every > (frames - frames_per_batch) // cfg.eval_every:
+            row["eval_return"] = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 10_000)
+            print(f"[ppo] frames {frames:8d} eval return {row['eval_return']:8.1f}", flush=True)
         log.log(row)
         if it % max(1, n_iters // 50) == 0 or it == n_iters - 1:
             print(f"[ppo] it {it:4d} frames {frames:8d} return {row['train_return']:8.1f} "
                   f"fps {row['fps']:7.0f}", flush=True)
+        if cfg.stop_return and row.get("eval_return", -math.inf) >= cfg.stop_return:
+            break
     env.close()
-    eval_return = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 10_000)
+    eval_return = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 20_000)
     log.log({"iteration": it + 1, "frames": frames, "eval_return": eval_return})
     plot_curve(log.rows, os.path.join(cfg.out, "learning_curve.png"), f"PPO {cfg.env_id}")
     torch.save(

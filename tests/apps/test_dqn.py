@@ -1,0 +1,57 @@
+"""apps/dqn: the --tiny run CI does (plain and dueling), config overrides, outputs."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_app(name: str):
+    """Import ``apps/<name>/train.py`` as a module (apps are scripts, not packages)."""
+    spec = importlib.util.spec_from_file_location(f"_tdrl_app_{name}", REPO / "apps" / name / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def dqn():
+    return load_app("dqn")
+
+
+def test_parse_config_overrides(dqn):
+    cfg = dqn.parse_config(dqn.Config, ["--dueling", "--no-double_dqn", "--hidden", "32", "32",
+                                        "--eps_end", "0.1", "--total_frames", "1000"])
+    assert cfg.dueling and not cfg.double_dqn and cfg.hidden == (32, 32)
+    assert cfg.eps_end == pytest.approx(0.1) and cfg.total_frames == 1000
+    with pytest.raises(ValueError, match="exploration_fraction"):
+        dqn.Config(exploration_fraction=0.0)
+
+
+@pytest.mark.parametrize("dueling", [False, True])
+def test_tiny_run_writes_outputs(dqn, tmp_path, dueling):
+    torch.manual_seed(0)
+    cfg = dqn.Config(tiny=True, dueling=dueling, out=str(tmp_path))
+    env = dqn.make_env(cfg, 1)
+    init = {k: v.clone() for k, v in dqn.make_qnet(env, cfg).state_dict().items()}
+    env.close()
+    summary = dqn.train(cfg)
+    with open(tmp_path / "metrics.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    train_rows = [r for r in rows if r.get("loss_qvalue")]
+    assert train_rows and all(math.isfinite(float(r["loss_qvalue"])) for r in train_rows)
+    assert float(rows[0]["epsilon"]) > float(rows[-2]["epsilon"])  # annealed
+    assert summary["frames"] == 400 and summary["updates"] == (400 - 100) // 4 + 1
+    assert (tmp_path / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    state = torch.load(tmp_path / "model.pt", weights_only=True)["qnet"]
+    assert state.keys() == init.keys()
+    assert any(not torch.equal(state[k], init[k]) for k in init)  # it trained
