@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import InteractionType, TensorDictModuleBase, interaction_type
+from tensordict.nn import InteractionType, TensorDictModuleBase
+from tensordict.nn.probabilistic import interaction_type
 from torch import Tensor
 
 from tdrl.core import keys as K
