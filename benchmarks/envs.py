@@ -84,6 +84,8 @@ def bench_wrapper(env_id: str, steps: int, repeats: int) -> None:
 
     def run_env(env, actions) -> float:
         env.reset()
+        for td in actions:  # fresh inputs: no "next" left from the previous repeat
+            td.pop("next", None)
         t = time.perf_counter()
         for td in actions:
             env.step(td)

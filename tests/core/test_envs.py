@@ -96,6 +96,15 @@ def test_partial_reset_only_touches_masked_envs():
     # env 0 was done and is reset; the others carry their next observation
     assert nxt["observation"].flatten().tolist() == [0.0, 1.0, 1.0]
     assert not nxt["done"].any() and "_reset" not in nxt.keys()
+    # what a recurrent policy writes for t+1 survives the step and the partial reset
+    td = env.reset()
+    td["observation"] = torch.tensor([[1.0], [0.0], [0.0]])
+    td["action"] = torch.zeros(3, 1)
+    td["next", "hidden"] = torch.arange(3.0).unsqueeze(-1)
+    td, nxt = env.step_and_maybe_reset(td)
+    assert td["next", "observation"].flatten().tolist() == [2.0, 1.0, 1.0]
+    assert nxt["hidden"].flatten().tolist() == [0.0, 1.0, 2.0]
+    assert nxt["observation"].flatten().tolist() == [0.0, 1.0, 1.0]
     # an all-False mask resets nothing and does not call _reset
     n = env.n_resets
     same = env.reset(nxt.clone().set("_reset", torch.zeros(3, 1, dtype=torch.bool)))

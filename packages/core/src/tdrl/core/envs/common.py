@@ -237,7 +237,8 @@ class EnvBase:
 
         Returns:
             A new TensorDict of batch size ``batch_size`` with the observation keys and the
-            done flags (all False for the envs that reset).
+            done flags (all False for the envs that reset). With a ``"_reset"`` mask, entries
+            of ``tensordict`` that the env does not produce are carried over.
         """
         self._assert_open()
         mask = None
@@ -246,8 +247,14 @@ class EnvBase:
         if mask is not None and not bool(mask.any()):
             return tensordict.exclude(RESET_KEY)
         out = self._reset_unmerged(tensordict, **kwargs)
-        if mask is not None and not bool(mask.all()):
-            out = self._merge_partial(out, tensordict, mask)
+        if mask is not None:
+            if not bool(mask.all()):
+                out = self._merge_partial(out, tensordict, mask)
+            # keys the env does not produce (e.g. a policy's recurrent state) are carried
+            # over, as TorchRL does; modules use "is_init" to know where an episode starts
+            for key in tensordict.keys(include_nested=True, leaves_only=True):
+                if key != RESET_KEY and out.get(key, None) is None:
+                    out.set(key, tensordict.get(key))
         return out
 
     def _reset_unmerged(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
@@ -283,10 +290,21 @@ class EnvBase:
         Returns:
             ``tensordict`` itself, with ``tensordict["next"]`` = observations, ``reward``
             ``(*batch, 1)``, ``done``/``terminated``/``truncated`` ``(*batch, 1)`` bool.
+            Entries already under ``"next"`` that the env does not produce (a recurrent
+            policy's next state) are kept, as in TorchRL.
         """
         if self.check_actions:
             self._assert_actions(tensordict)
         next_td = self._step(tensordict)
+        try:  # fast path for a plain TensorDict
+            preset = tensordict._tensordict.get(NEXT)
+        except AttributeError:
+            preset = tensordict.get(NEXT, None)
+        if preset is not None:
+            # entries a policy wrote for t+1 (e.g. ("next", "recurrent_state")) are kept
+            for key in preset.keys(include_nested=True, leaves_only=True):
+                if next_td.get(key, None) is None:
+                    next_td.set(key, preset.get(key))
         try:  # no re-validation of a TensorDict we just built with the right batch size
             tensordict._set_str(NEXT, next_td, inplace=False, validated=True)
         except (AttributeError, TypeError):
