@@ -122,6 +122,7 @@ class PPOLoss(LossModule):
         self.kl_target = kl_target
         if kl_target is not None and kl_coef == 0.0:
             self.kl_coef.fill_(1.0)
+        self._use_kl = kl_target is not None or kl_coef > 0.0  # no device sync per call
         self.entropy_coef, self.critic_coef = entropy_coef, critic_coef
         self.clip_value, self.normalize_advantage = clip_value, normalize_advantage
         self.loss_critic_type = loss_critic_type
@@ -144,18 +145,21 @@ class PPOLoss(LossModule):
             eps = self.clip_epsilon
             clipped = ratio.clamp(1.0 - eps, 1.0 + eps) * adv
             surrogate = torch.minimum(surrogate, clipped)
-            terms["clip_fraction"] = ((ratio - 1.0).abs() > eps).float().mean()
         terms["loss_objective"] = -surrogate.mean()
-        kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator of KL(old || new), >= 0
-        if self.kl_target is not None or float(self.kl_coef) > 0.0:
+        use_kl = self._use_kl
+        with torch.set_grad_enabled(use_kl and torch.is_grad_enabled()):
+            kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator of KL(old || new), >= 0
+        if use_kl:
             terms["loss_kl"] = self.kl_coef * kl
             terms["kl_coef"] = self.kl_coef.clone()
             if self.kl_target is not None and self.training:
                 self._adapt_kl(kl.detach())
-        terms["kl_approx"] = kl
-        terms["ratio_mean"] = ratio.mean()
         with torch.no_grad():
             w = ratio.detach()
+            if self.clip_epsilon is not None:
+                terms["clip_fraction"] = ((w - 1.0).abs() > self.clip_epsilon).float().mean()
+            terms["kl_approx"] = kl.detach()
+            terms["ratio_mean"] = w.mean()
             terms["ess"] = w.sum().pow(2) / w.pow(2).sum().clamp_min(1e-12) / w.numel()
         if self.entropy_coef:
             entropy = entropy_estimate(dist).mean()
