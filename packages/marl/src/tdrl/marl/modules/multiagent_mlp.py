@@ -100,8 +100,8 @@ class MultiAgentMLP(nn.Module):
         h = x.flatten(-2) if self.centralised else x
         shared_input = self.centralised  # h has no agent dim yet: [*B, n * in]
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            if self.share_params:
-                h = torch.matmul(h, w[0]) + b[0]
+            if self.share_params:  # one fused GEMM + bias over every row
+                h = torch.addmm(b[0], h.reshape(-1, h.shape[-1]), w[0]).reshape(*h.shape[:-1], w.shape[-1])
             elif shared_input:
                 h = torch.einsum("...i,nio->...no", h, w) + b
                 shared_input = False
