@@ -26,6 +26,9 @@ def parse_config(cls, argv: list[str] | None = None):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
         elif isinstance(default, tuple):
             parser.add_argument(flag, type=type(default[0]), nargs="+", default=default)
+        elif default is None:  # optional field: the type named in the annotation
+            kind = next((t for t in (int, float) if t.__name__ in str(f.type)), str)
+            parser.add_argument(flag, type=kind, default=None)
         else:
             parser.add_argument(flag, type=type(default), default=default)
     args = vars(parser.parse_args(argv))

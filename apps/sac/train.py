@@ -55,6 +55,8 @@ class Config:
     alpha_init: float = 1.0
     hidden: tuple[int, ...] = (256, 256)
     eval_episodes: int = 5
+    eval_every: int = 0  # frames between evaluations during training (0: only at the end)
+    stop_return: float | None = None  # stop once an evaluation reaches this mean return
     log_every: int = 1_000  # frames between CSV rows
     seed: int = 0
     device: str = "cpu"
@@ -141,7 +143,7 @@ def train(cfg: Config) -> dict:
     log = MetricsCSV(os.path.join(cfg.out, "metrics.csv"))
     td = env.reset()
     frames, updates, t0, recent, stats = 0, 0, time.perf_counter(), [], []
-    next_log, debt = cfg.log_every, 0.0
+    next_log, next_eval, debt = cfg.log_every, max(cfg.eval_every, cfg.learning_starts), 0.0
     while frames < cfg.total_frames:
         if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
             break
@@ -180,8 +182,16 @@ def train(cfg: Config) -> dict:
             print(f"[sac] frames {frames:8d} return {row['train_return']:9.1f} "
                   f"fps {row['fps']:6.0f}", flush=True)
             recent, stats = [], []
+        # 4. evaluate (deterministic policy) and maybe stop
+        if cfg.eval_every and frames >= next_eval:
+            next_eval += cfg.eval_every
+            ret = evaluate(actor, cfg, cfg.eval_episodes, cfg.seed + 10_000)
+            log.log({"frames": frames, "updates": updates, "eval_return": ret})
+            print(f"[sac] frames {frames:8d} eval return {ret:9.1f}", flush=True)
+            if cfg.stop_return is not None and ret >= cfg.stop_return:
+                break
     env.close()
-    eval_return = evaluate(actor, cfg, cfg.eval_episodes, cfg.seed + 10_000)
+    eval_return = evaluate(actor, cfg, cfg.eval_episodes, cfg.seed + 20_000)
     log.log({"frames": frames, "updates": updates, "eval_return": eval_return})
     plot_curve(log.rows, os.path.join(cfg.out, "learning_curve.png"), f"SAC {cfg.env_id}")
     torch.save({"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict(),
