@@ -69,14 +69,15 @@ class Config:
     sft_batch: int = 64
     sft_lr: float = 3e-3
     # GRPO
-    steps: int = 60
-    prompts_per_step: int = 16
+    steps: int = 80
+    prompts_per_step: int = 32
     group_size: int = 8
     max_new_tokens: int = 4
     temperature: float = 1.0
-    lr: float = 1e-3
+    lr: float = 3e-4
+    warmup: int = 10
     epochs: int = 1
-    minibatch_size: int = 0  # 0: the whole rollout
+    minibatch_size: int = 128  # 0: the whole rollout
     grad_accum: int = 1
     loss: str = "grpo"  # grpo | dapo | dr_grpo | gspo
     beta: float = 0.0
@@ -93,7 +94,7 @@ class Config:
             self.hidden_size, self.num_layers = 32, 1
             self.n_train, self.n_test = 256, 32
             self.sft_steps, self.sft_batch = 20, 32
-            self.steps, self.prompts_per_step, self.group_size = 4, 4, 4
+            self.steps, self.prompts_per_step, self.group_size, self.minibatch_size = 4, 4, 4, 0
 
 
 def parse_args(argv=None) -> Config:
@@ -171,7 +172,7 @@ def main(argv=None) -> dict:
         steps=cfg.steps, prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, lr=cfg.lr, epochs=cfg.epochs,
         minibatch_size=cfg.minibatch_size or None, grad_accum=cfg.grad_accum, loss=loss_cfg,
-        seed=cfg.seed, warmup_steps=0, metrics_path=os.path.join(cfg.out, "grpo_metrics.csv"),
+        seed=cfg.seed, warmup_steps=cfg.warmup, metrics_path=os.path.join(cfg.out, "grpo_metrics.csv"),
         checkpoint_path=os.path.join(cfg.out, "checkpoint.pt"), checkpoint_every=every,
     ))
     grpo.train()
