@@ -118,3 +118,12 @@ def test_unknown_task_and_wrong_action_shape():
     td["agents", "action"] = torch.zeros(3, 5, dtype=torch.long)  # e.g. one-hot logits
     with pytest.raises(ValueError, match=r"group 'agents'.*\(3, 5\).*\(3,\)"):
         env.step(td)
+
+
+def test_batched_with_serial_env():
+    from tdrl.core.envs import SerialEnv
+
+    env = SerialEnv(2, lambda: PettingZooEnv("simple_spread_v3", N=3, max_cycles=4))
+    td = env.rollout(6, break_when_any_done=False)
+    assert td["next", "agents", "reward"].shape == (2, 6, 3, 1)
+    assert td["next", "done"][..., 0].tolist() == [[False, False, False, True, False, False]] * 2
