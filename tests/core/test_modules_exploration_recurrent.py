@@ -110,3 +110,32 @@ def test_gru_reset_equals_fresh_start_and_keys():
     lstm = LSTMModule(2, 4)
     assert ("next", "recurrent_state_c") in lstm.out_keys
     assert set(lstm.initial_state((5,))) == {"recurrent_state_h", "recurrent_state_c"}
+
+
+def test_gru_policy_in_a_collector_carries_state_and_replays_exactly():
+    """Collection in step mode == training replay in recurrent mode, across episode resets
+    inside a batch and across batches (the state travels under "next")."""
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+    from torch import nn
+
+    from tdrl.core import InitTracker, PendulumEnv, TransformedEnv
+    from tdrl.core.collectors import Collector
+
+    torch.manual_seed(0)
+    env = TransformedEnv(PendulumEnv(batch_size=[2]), InitTracker())
+    gru = GRUModule(4, 8)
+    policy = TensorDictSequential(
+        TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["embed"]),
+        gru,
+        TensorDictModule(nn.Sequential(nn.Linear(8, 1), nn.Tanh()), in_keys=["features"],
+                         out_keys=["action"]),
+    )
+    collector = Collector(env, policy, frames_per_batch=20, total_frames=40, max_frames_per_traj=4)
+    first, second = [batch.clone() for batch in collector]
+    assert second["is_init"][:, 1:].any()  # episodes restart inside the batch
+    torch.testing.assert_close(second["recurrent_state"][:, 0], first["next", "recurrent_state"][:, -1])
+    with torch.no_grad():
+        replay = gru.set_recurrent_mode(True)(
+            second.select("embed", "is_init", "recurrent_state").clone()
+        )
+    torch.testing.assert_close(replay["features"], second["features"])

@@ -12,6 +12,8 @@ Two modes, as in TorchRL:
   to zero wherever ``is_init[..., t]`` is True, so several episodes can share a row.
 
 In both modes the state is zeroed where ``is_init`` is True before the step is taken.
+In step mode a missing state is taken as zeros and written at the root, so that all steps
+of a collected batch carry the same keys (no ``TensorDictPrimer`` transform is needed).
 """
 
 from __future__ import annotations
@@ -80,6 +82,10 @@ class _RecurrentModule(TensorDictModuleBase):
             s = td.get(key, None)
             if s is None:
                 s0 = torch.zeros(N, L, H, dtype=x.dtype, device=x.device)
+                if not self.recurrent_mode:
+                    # the first step of a rollout: record the (zero) state at the root so
+                    # that every step of a batch has the same keys (no primer needed)
+                    td.set(key, s0.reshape(*batch, L, H))
             else:
                 s0 = (s[..., 0, :, :] if self.recurrent_mode else s).reshape(N, L, H)
             states.append(s0.transpose(0, 1).contiguous())  # [L, N, H]
