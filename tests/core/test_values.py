@@ -250,3 +250,25 @@ def test_gae_module_on_env_by_time_batch_and_differentiable_critic():
     torch.testing.assert_close(adv.mean(), torch.tensor(0.0), atol=1e-6, rtol=0)
     td["value_target"].sum().backward()  # the graph reaches the critic
     assert net.module.weight.grad is not None
+
+
+def test_vtrace_module_with_actor_network_computes_log_rho():
+    from tdrl.core.modules import MaskedCategorical, ProbabilisticActor
+
+    logits = torch.nn.Linear(1, 3)
+    actor = ProbabilisticActor(
+        TensorDictModule(logits, in_keys=["observation"], out_keys=["logits"]),
+        MaskedCategorical, in_keys=["logits"],
+    )
+    td = _rollout()
+    td["action"] = torch.tensor([0, 1, 2, 1])
+    td["action_log_prob"] = torch.log(torch.full((4,), 0.5))
+    VTrace(G, actor_network=actor, rho_bar=1.0, c_bar=1.0)(td)
+    with torch.no_grad():
+        target_lp = torch.log_softmax(logits(td["observation"]), -1).gather(
+            -1, td["action"].unsqueeze(-1)
+        )
+    log_rho = target_lp - torch.log(torch.tensor(0.5))
+    adv, vs = vtrace(R, V, NV, DONE, TERM, log_rho, G)
+    torch.testing.assert_close(td["value_target"], vs)
+    torch.testing.assert_close(td["advantage"], adv)
