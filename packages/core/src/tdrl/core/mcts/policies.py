@@ -199,7 +199,7 @@ def gumbel_muzero_policy(
     completed_q = qtransform(tree.node_stats(root_index))
     tree_logits = tree.children_prior_logits[:, ROOT_INDEX]
     # The final action: the best of the actions that received the most visits.
-    most = visits.max(-1).values
+    most = visits.amax(-1)
     action = masked_argmax(gumbel_score(most, gumbel, tree_logits, completed_q, visits), invalid)
     target = torch.softmax(mask_invalid_logits(tree_logits + completed_q, invalid), -1)
     out = _output(tree, action, target)

@@ -36,8 +36,8 @@ def qtransform_by_parent_and_siblings(stats: NodeStats, *, epsilon: float = 1e-8
     qvalues, visited = stats.qvalues, stats.visits > 0
     node_value = stats.node_value[:, None]
     safe_q = torch.where(visited, qvalues, node_value)
-    low = torch.minimum(node_value, safe_q.min(-1, keepdim=True).values)
-    high = torch.maximum(node_value, safe_q.max(-1, keepdim=True).values)
+    low = torch.minimum(node_value, safe_q.amin(-1, keepdim=True))
+    high = torch.maximum(node_value, safe_q.amax(-1, keepdim=True))
     completed = torch.where(visited, qvalues, low)
     return (completed - low) / (high - low).clamp(min=epsilon)
 
@@ -108,8 +108,8 @@ def qtransform_completed_by_mix_value(
         value = stats.node_value
     completed = torch.where(visit_counts > 0, qvalues, value[:, None])
     if rescale_values:
-        low = completed.min(-1, keepdim=True).values
-        high = completed.max(-1, keepdim=True).values
+        low = completed.amin(-1, keepdim=True)
+        high = completed.amax(-1, keepdim=True)
         completed = (completed - low) / (high - low).clamp(min=epsilon)
-    max_visit = visit_counts.max(-1, keepdim=True).values.to(completed.dtype)
+    max_visit = visit_counts.amax(-1, keepdim=True).to(completed.dtype)
     return (maxvisit_init + max_visit) * value_scale * completed

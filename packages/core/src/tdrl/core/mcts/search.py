@@ -215,7 +215,7 @@ def _expand(
     edge_rows[:, 2:4].index_copy_(0, flat_edge, torch.stack([reward, discount], -1))
     tree.parents.view(-1).index_copy_(0, flat_leaf, parent)
     tree.action_from_parent.view(-1).index_copy_(0, flat_leaf, action)
-    tree.node_data.view(-1, 3)[:, 2].index_copy_(0, flat_leaf, value)  # raw value
+    tree.node_data.view(-1, tree.node_data.shape[-1])[:, 2].index_copy_(0, flat_leaf, value)  # raw
     priors = torch.stack([logits, torch.softmax(logits, -1)], -1)  # channels 4, 5
     tree.edge_data.view(-1, num_actions, num_fields)[:, :, 4:6].index_copy_(0, flat_leaf, priors)
     tree.invalid_actions.view(-1, num_actions).index_copy_(0, flat_leaf, invalid)
@@ -245,7 +245,7 @@ def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> None:
     tree did not take add zero.
     """
     flat_leaf = offsets + leaf
-    node_rows = tree.node_data.view(-1, 3)  # visits, value sums, raw values
+    node_rows = tree.node_data.view(-1, tree.node_data.shape[-1])  # visits, sums, raw, mean
     edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # visits, sums, r, discount
     value = leaf_value = node_rows[:, 2].index_select(0, flat_leaf)
     edges = path.edges.reshape(-1)
@@ -261,11 +261,18 @@ def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> None:
     mask = path.active.to(value.dtype)  # [B, D]
     child_values = torch.stack(child_values[::-1], 1) * mask
     node_values = torch.stack(node_values[::-1], 1) * mask
-    # One index_add per storage: the leaf (+1 visit, + its value) and every level taken.
+    # One index_add per storage: the leaf (+1 visit, + its value) and every level taken;
+    # levels a tree did not take add zero.
     node_index = torch.cat([flat_leaf, path.nodes.reshape(-1)])
     node_update = torch.stack(
         [torch.cat([torch.ones_like(leaf_value), mask.reshape(-1)]),
          torch.cat([leaf_value, node_values.reshape(-1)])], -1,
     )  # fmt: skip
     node_rows[:, 0:2].index_add_(0, node_index, node_update)
-    edge_rows[:, 0:2].index_add_(0, edges, torch.stack([mask.reshape(-1), child_values.reshape(-1)], -1))
+    edge_update = torch.stack([mask.reshape(-1), child_values.reshape(-1)], -1)
+    edge_rows[:, 0:2].index_add_(0, edges, edge_update)
+    # Refresh the derived channels of what changed: node means and edge Q-values.
+    visits, sums = node_rows[:, 0:2].index_select(0, node_index).unbind(-1)
+    node_rows[:, 3].index_copy_(0, node_index, sums / visits.clamp(min=1))
+    visits, sums, rewards, discounts = edge_rows[:, 0:4].index_select(0, edges).unbind(-1)
+    edge_rows[:, 6].index_copy_(0, edges, rewards + discounts * (sums / visits.clamp(min=1)))

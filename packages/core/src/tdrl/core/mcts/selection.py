@@ -184,7 +184,7 @@ def gumbel_score(
     """
     if considered_visit.dim() == 1:
         considered_visit = considered_visit[:, None]
-    logits = logits - logits.max(-1, keepdim=True).values
+    logits = logits - logits.amax(-1, keepdim=True)
     score = (gumbel + logits + normalized_qvalues).clamp(min=-1e9)
     return score.masked_fill(visit_counts != considered_visit, -torch.inf)
 
@@ -328,7 +328,7 @@ def sample_from_visits(
     if temperature == 0:
         return masked_argmax(counts, invalid_actions)
     logits = counts.log() / temperature  # -inf for unvisited actions
-    top = logits.max(-1, keepdim=True).values
+    top = logits.amax(-1, keepdim=True)
     visited = torch.isfinite(top)  # rows with no visit at all: uniform over valid actions
     probs = torch.where(visited, (logits - torch.where(visited, top, 0.0)).exp(), valid.double())
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -101,10 +101,10 @@ class NodeStats(NamedTuple):
 
 
 # Channels of the packed float storages (one index_select fetches a node's whole row).
-_NODE_FIELDS = ("node_visits", "value_sums", "raw_values")
+_NODE_FIELDS = ("node_visits", "value_sums", "raw_values", "node_values")
 _EDGE_FIELDS = (
     "children_visits", "children_value_sums", "children_rewards", "children_discounts",
-    "children_prior_logits", "children_prior_probs",
+    "children_prior_logits", "children_prior_probs", "children_qvalues",
 )  # fmt: skip
 
 
@@ -118,10 +118,11 @@ class Tree:
     are how to read them. Visit counts are floats there (exact below ``2**24``).
 
     Attributes:
-        node_data: ``[B, N, 3]`` packed ``node_visits``, ``value_sums``, ``raw_values``.
-        edge_data: ``[B, N, A, 6]`` packed ``children_visits``, ``children_value_sums``,
+        node_data: ``[B, N, 4]`` packed ``node_visits``, ``value_sums``, ``raw_values``,
+            ``node_values`` (= sums / visits, kept up to date by the backup).
+        edge_data: ``[B, N, A, 7]`` packed ``children_visits``, ``children_value_sums``,
             ``children_rewards``, ``children_discounts``, ``children_prior_logits``,
-            ``children_prior_probs``.
+            ``children_prior_probs``, ``children_qvalues`` (= r + discount * child value).
         parents: ``[B, N]`` int64 parent index (``NO_PARENT`` for the root / unused slots).
         action_from_parent: ``[B, N]`` int64 action leading from the parent to the node.
         children_index: ``[B, N, A]`` int64 node index of each child (``UNVISITED`` if none).
@@ -134,7 +135,8 @@ class Tree:
     backed up through the node), ``raw_values`` (the model's value at expansion),
     ``node_values`` (mean), ``children_visits``, ``children_value_sums``,
     ``children_values`` (mean), ``children_rewards``, ``children_discounts`` (negated for
-    two players), ``children_prior_logits`` (invalid actions masked), ``children_prior_probs``.
+    two players), ``children_prior_logits`` (invalid actions masked), ``children_prior_probs``,
+    ``children_qvalues``.
     """
 
     node_data: Tensor
@@ -175,11 +177,6 @@ class Tree:
         """``[B, N, A]`` mean value of each child (0 for unvisited children)."""
         return self.children_value_sums / self.children_visits.clamp(min=1)
 
-    @property
-    def node_values(self) -> Tensor:
-        """``[B, N]`` mean value of each node (``0`` for unused slots)."""
-        return self.value_sums / self.node_visits.clamp(min=1)
-
     def flat_index(self, node_index: Tensor) -> Tensor:
         """Row of ``(b, node_index[b])`` in the ``[B * N, ...]`` flattening, shape ``[B]``."""
         return self._offsets + node_index
@@ -197,17 +194,18 @@ class Tree:
         flat = self.flat_index(node_index) if flat is None else flat
         batch, num_actions = self.batch_size, self.num_actions
         edges = self.edge_data.view(batch * self.num_nodes, -1).index_select(0, flat)
-        visits, sums, rewards, discounts, logits, probs = edges.view(batch, num_actions, -1).unbind(-1)
-        node_visit, node_sum, raw_value = self.node_data.view(-1, 3).index_select(0, flat).unbind(-1)
+        visits, _, _, _, logits, probs, qvalues = edges.view(batch, num_actions, -1).unbind(-1)
+        nodes = self.node_data.view(batch * self.num_nodes, -1).index_select(0, flat)
+        node_visit, _, raw_value, node_value = nodes.unbind(-1)
         invalid = self.invalid_actions.view(-1, num_actions).index_select(0, flat)
         return NodeStats(
             visits=visits,
-            qvalues=rewards + discounts * (sums / visits.clamp(min=1)),
+            qvalues=qvalues,
             prior_logits=logits,
             prior_probs=probs,
             invalid=invalid,
             node_visit=node_visit,
-            node_value=node_sum / node_visit.clamp(min=1),
+            node_value=node_value,
             raw_value=raw_value,
         )
 
@@ -226,9 +224,7 @@ class Tree:
             ``[B]`` (mean root value after the search), ``"q_values"`` ``[B, A]``.
         """
         visits = self.children_visits[:, ROOT_INDEX]
-        qvalues = self.children_rewards[:, ROOT_INDEX] + (
-            self.children_discounts[:, ROOT_INDEX] * self.children_values[:, ROOT_INDEX]
-        )
+        qvalues = self.children_qvalues[:, ROOT_INDEX]
         return TensorDict(
             {
                 "visit_counts": visits.round().long(),
@@ -259,11 +255,11 @@ def mask_invalid_logits(logits: Tensor, invalid_actions: Tensor | None) -> Tenso
         ``[..., A]`` logits, shifted so that the largest valid one is 0.
     """
     if invalid_actions is None:
-        return logits - logits.max(-1, keepdim=True).values
+        return logits - logits.amax(-1, keepdim=True)
     invalid = invalid_actions & ~invalid_actions.all(-1, keepdim=True)
     low = torch.finfo(logits.dtype).min
     masked = logits.masked_fill(invalid, low)
-    return (masked - masked.max(-1, keepdim=True).values).clamp(min=low)
+    return (masked - masked.amax(-1, keepdim=True)).clamp(min=low)
 
 
 def init_tree(
@@ -314,7 +310,7 @@ def init_tree(
         extra=extra if extra is not None else TensorDict({}, batch_size=[batch], device=device),
     )
     logits = mask_invalid_logits(logits.to(dtype), invalid)
-    tree.node_data[:, ROOT_INDEX] = torch.stack([torch.ones_like(value), value, value], -1)
+    tree.node_data[:, ROOT_INDEX] = torch.stack([torch.ones_like(value), value, value, value], -1)
     tree.edge_data[:, ROOT_INDEX, :, 4] = logits
     tree.edge_data[:, ROOT_INDEX, :, 5] = torch.softmax(logits, -1)
     tree.invalid_actions[:, ROOT_INDEX] = invalid & ~invalid.all(-1, keepdim=True)
