@@ -8,6 +8,8 @@ anneals the noise level linearly over ``annealing_num_steps`` frames.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase
@@ -52,7 +54,7 @@ class EGreedyModule(_Annealed):
     """Epsilon-greedy over discrete actions, epsilon annealed linearly.
 
     Args:
-        n_actions: number of actions.
+        n_actions: number of actions, or a ``Categorical`` / ``OneHot`` spec (its ``n``).
         eps_init, eps_end, annealing_num_steps: schedule.
         action_key: the action to perturb: int64 ``[*B]`` or one-hot ``[*B, n]``.
         action_mask_key: optional ``[*B, n]`` bool; random actions are drawn uniformly
@@ -62,7 +64,7 @@ class EGreedyModule(_Annealed):
 
     def __init__(
         self,
-        n_actions: int,
+        n_actions: int | Any,
         eps_init: float = 1.0,
         eps_end: float = 0.05,
         annealing_num_steps: int = 10_000,
@@ -71,6 +73,8 @@ class EGreedyModule(_Annealed):
         one_hot: bool = False,
     ) -> None:
         super().__init__(eps_init, eps_end, annealing_num_steps)
+        if not isinstance(n_actions, int):
+            n_actions = getattr(n_actions, "n", n_actions)
         self.n_actions, self.action_key = int(n_actions), action_key
         self.mask_key, self.one_hot = action_mask_key, one_hot
         self.in_keys = [action_key] + ([action_mask_key] if action_mask_key else [])
