@@ -194,14 +194,10 @@ class GymWrapper(EnvBase):
         else:
             self.action_spec = act_spec
         self._obs_is_dict = isinstance(obs_spec, Composite)
-        full_obs = self.observation_spec
         self._obs_conv = _obs_converter(obs_spec, len(batch))
-        self._single_obs_conv = None
+        self._single_obs_conv = None  # one sub-env's observation (SAME_STEP final obs)
         if self.is_vector:
-            self._single_obs_conv = _obs_converter(
-                obs_spec.expand(*obs_spec.shape[1:]) if False else self._single_spec(obs_spec), 0
-            )
-        self._obs_keys = [OBSERVATION] if not self._obs_is_dict else list(full_obs.keys())
+            self._single_obs_conv = _obs_converter(self._single_spec(obs_spec), 0)
         self._act_conv = _action_converter(self.action_spec if not isinstance(act_spec, Composite)
                                            else act_spec)
         if isinstance(act_space, gym.spaces.Box) and act_space.shape == ():

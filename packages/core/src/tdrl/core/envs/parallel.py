@@ -98,6 +98,8 @@ def _shutdown(procs: list, conns: list, timeout: float = 2.0) -> None:
             pass
         proc.join(timeout)
         if proc.is_alive():
+            _log.warning("ParallelEnv worker pid %s did not exit in %.1f s; terminating it.",
+                         proc.pid, timeout)
             proc.terminate()
             proc.join(timeout)
         if proc.is_alive():
