@@ -1,8 +1,10 @@
 """Batched tree search: simulate (select down the tree), expand (one model call), back up.
 
 ``B`` trees are searched at once. The only Python loops are over simulations and, inside a
-simulation, over depth (selection walks down, backup walks up, all trees in lockstep; a tree
-that has stopped just idles). Follows mctx's ``search`` (Danihelka et al., 2022).
+simulation, over depth: selection walks down all trees in lockstep (a tree that has reached
+its leaf idles until the deepest one arrives), the backup computes the path values level by
+level and adds every statistic with one ``index_add_``. Follows mctx's ``search``
+(Danihelka et al., 2022).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def search(
         raise ValueError(f"max_depth must be >= 1, got {max_depth}")
     tree, wrapped = init_tree(root, num_simulations + 1, extra)
     store = _EmbeddingStore(tree.embeddings, wrapped)
-    offsets = torch.arange(tree.batch_size, device=tree.node_visits.device) * tree.num_nodes
+    offsets = tree.flat_index(torch.zeros(tree.batch_size, dtype=torch.int64, device=tree.node_data.device))
     for sim in range(num_simulations):
         path = _simulate(
             tree, offsets, root_action_selection_fn, interior_action_selection_fn, max_depth
