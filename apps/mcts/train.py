@@ -23,7 +23,6 @@ import argparse
 import csv
 import dataclasses
 import json
-import math
 import os
 import time
 from dataclasses import dataclass

@@ -19,7 +19,6 @@ from torch import Tensor
 
 from .selection import SelectionFn
 from .tree import (
-    EMBEDDING_KEY,
     ROOT_INDEX,
     UNVISITED,
     RecurrentOutput,
