@@ -14,6 +14,7 @@ engine on a GPU.
 from __future__ import annotations
 
 import abc
+import inspect
 
 import torch
 from tensordict import TensorDict
@@ -81,58 +82,122 @@ class Generator(abc.ABC):
         """Receive the trainer's weights after an optimiser step (no-op when shared)."""
 
 
+def _cache_of(out):
+    cache = out.get("cache", None)
+    return cache if cache is not None else out.get("past_key_values", None)
+
+
+def _filter_top_k_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus to -inf (``[N, V]``)."""
+    if top_k and 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=True, dim=-1)
+        probs = torch.softmax(sorted_scores, dim=-1)
+        # drop tokens whose preceding cumulative mass already reaches top_p (keep at least one)
+        drop = (probs.cumsum(-1) - probs) >= top_p
+        scores = scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return scores
+
+
 class HFGenerator(Generator):
-    """Generation with ``transformers``' ``model.generate`` on the trainer's own model.
+    """Generation with a ``transformers`` causal LM, sharing the trainer's model.
+
+    By default a lean sampling loop over the model's forward with its KV cache (one forward per
+    new token, no logits-processor machinery, stops when every row has emitted EOS); the
+    sampled token's log-prob is read from the same tempered, filtered distribution it was drawn
+    from. ``use_generate=True`` calls ``model.generate`` instead (for models that need its
+    special cases), reading log-probs from ``output_scores``.
 
     Args:
         model: a causal LM (possibly DDP- or peft-wrapped); weights are shared with training.
         tokenizer: its tokenizer (supplies pad/eos ids).
         max_new_tokens: completion length cap.
         temperature: sampling temperature.
-        top_p, top_k: nucleus / top-k filtering (``1.0`` / ``0`` disable them). The returned
-            log-probs are those of the filtered distribution the tokens were drawn from.
+        top_p, top_k: nucleus / top-k filtering (``1.0`` / ``0`` disable them).
+        use_generate: go through ``model.generate``.
     """
 
-    def __init__(self, model, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0):
+    def __init__(self, model, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, use_generate: bool = False):
         if temperature <= 0:
             raise ValueError(f"HFGenerator: temperature must be > 0, got {temperature}; use greedy=True for greedy decoding")
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_p, self.top_k = max_new_tokens, temperature, top_p, top_k
+        self.use_generate = use_generate
+
+    def _ids(self, model):
+        eos = model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = eos[0] if isinstance(eos, list) else eos
+        return eos, pad
 
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, greedy: bool = False) -> TensorDict:
         model = unwrap_model(self.model)
         was_training = model.training
         model.eval()
-        eos = model.generation_config.eos_token_id
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
-        sampling = {} if greedy else {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
         try:
-            out = model.generate(
-                input_ids=prompt_ids,
-                attention_mask=prompt_mask,
-                do_sample=not greedy,
-                max_new_tokens=self.max_new_tokens,
-                output_scores=True,
-                return_dict_in_generate=True,
-                pad_token_id=pad,
-                eos_token_id=eos,
-                **sampling,
-            )
+            run = self._generate_hf if self.use_generate else self._generate_loop
+            ids, logp = run(model, prompt_ids, prompt_mask, greedy)
         finally:
             model.train(was_training)
-        ids = out.sequences[:, prompt_ids.shape[1] :]
-        logps = [
-            torch.log_softmax(s.float(), dim=-1).gather(-1, ids[:, t : t + 1]).squeeze(-1)
-            for t, s in enumerate(out.scores)
-        ]
-        logp = torch.stack(logps, dim=1) if logps else ids.new_zeros(ids.shape, dtype=torch.float32)
-        mask = completion_mask_from_eos(ids, eos)
+        mask = completion_mask_from_eos(ids, self._ids(model)[0])
         logp = torch.where(mask, logp, torch.zeros_like(logp))
         return TensorDict(
             {K.COMPLETION_IDS: ids, K.COMPLETION_MASK: mask, K.SAMPLE_LOG_PROB: logp},
             batch_size=[ids.shape[0]],
             device=ids.device,
         )
+
+    def _generate_loop(self, model, prompt_ids, prompt_mask, greedy):
+        eos, pad = self._ids(model)
+        eos_ids = torch.as_tensor(eos if eos is not None else [], device=prompt_ids.device).reshape(-1)
+        n = prompt_ids.shape[0]
+        attn = prompt_mask.long()
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        # transformers >= 5.2x names the KV cache `cache`, older releases `past_key_values`
+        cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
+        cache, logits = _cache_of(out), out.logits[:, -1]
+        next_pos = pos[:, -1:] + 1
+        done = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)
+        ids, logps = [], []
+        for t in range(self.max_new_tokens):
+            scores = logits.float()
+            if not greedy:
+                scores = _filter_top_k_top_p(scores / self.temperature, self.top_k, self.top_p)
+            lp_all = torch.log_softmax(scores, dim=-1)
+            tok = lp_all.argmax(-1) if greedy else torch.multinomial(lp_all.exp(), 1).squeeze(-1)
+            tok = torch.where(done, torch.full_like(tok, pad), tok)
+            ids.append(tok)
+            logps.append(lp_all.gather(-1, tok[:, None]).squeeze(-1))
+            done = done | torch.isin(tok, eos_ids)
+            if bool(done.all()) or t == self.max_new_tokens - 1:
+                break
+            attn = torch.cat([attn, attn.new_ones(n, 1)], dim=-1)
+            out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos, use_cache=True, **{cache_kw: cache})
+            cache, logits = _cache_of(out), out.logits[:, -1]
+            next_pos = next_pos + 1
+        return torch.stack(ids, 1), torch.stack(logps, 1)
+
+    def _generate_hf(self, model, prompt_ids, prompt_mask, greedy):
+        eos, pad = self._ids(model)
+        sampling = {} if greedy else {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+        out = model.generate(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            do_sample=not greedy,
+            max_new_tokens=self.max_new_tokens,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            **sampling,
+        )
+        ids = out.sequences[:, prompt_ids.shape[1] :]
+        logps = [torch.log_softmax(s.float(), dim=-1).gather(-1, ids[:, t : t + 1]).squeeze(-1) for t, s in enumerate(out.scores)]
+        return ids, torch.stack(logps, dim=1)

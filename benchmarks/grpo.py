@@ -1,0 +1,166 @@
+"""GRPO: tdrl.llm vs TRL's GRPOTrainer on the same tiny model, data, group size, lengths, steps.
+
+Both sides start from the same SFT-warmed tiny Qwen2 (built and saved once), train on the same
+synthetic arithmetic prompts with the same verifier reward, group size, completion length,
+learning rate, clip range, loss aggregation (per-sequence mean, TRL ``loss_type="grpo"``),
+one torch thread, in separate processes (so peak RSS is per side). Reported: median seconds
+per step (first step excluded), tokens/s (prompt + completion tokens processed per second),
+peak RSS, and the reward curve (mean reward of the first and last 5 steps).
+
+    .venv-bench/bin/python benchmarks/grpo.py              # needs trl (benchmarks/setup_peers.sh)
+    .venv-bench/bin/python benchmarks/grpo.py --steps 30 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _data(n_train: int, seed: int):
+    from tdrl.llm import ArithmeticTask
+
+    return ArithmeticTask(max_value=19).splits(n_train, 64, seed=seed)
+
+
+def prepare(folder: str, sft_steps: int, seed: int) -> None:
+    """Build the tiny model + tokenizer, warm it up with SFT, save it to ``folder``."""
+    import torch
+
+    from tdrl.llm import ArithmeticTask, SFTConfig, SFTTrainer, make_tiny_lm
+
+    torch.set_num_threads(1)
+    train, _ = _data(2000, seed)
+    model, tok = make_tiny_lm(os.path.join(folder, "init"), ArithmeticTask(max_value=19).corpus(), hidden_size=96, num_layers=2, intermediate_size=288, seed=seed)
+    SFTTrainer(model, tok, train, SFTConfig(steps=sft_steps, batch_size=64, lr=3e-3, warmup_steps=10, progress=False, seed=seed)).train()
+    model.save_pretrained(os.path.join(folder, "sft"))
+    tok.save_pretrained(os.path.join(folder, "sft"))
+
+
+def run_tdrl(a) -> dict:
+    import torch
+
+    from tdrl.llm import GRPOConfig, GRPOTrainer, load_model_and_tokenizer, math_answer_reward
+
+    model, tok = load_model_and_tokenizer(a.model)
+    train, _ = _data(2000, a.seed)
+    cfg = GRPOConfig(steps=a.steps, prompts_per_step=a.prompts, group_size=a.group, max_new_tokens=a.max_new_tokens,
+                     lr=a.lr, warmup_steps=0, seed=a.seed, progress=False)
+    trainer = GRPOTrainer(model, tok, [math_answer_reward], train, cfg)
+    times, rewards, tokens = [], [], []
+    for _ in range(a.steps):
+        t = time.perf_counter()
+        m = trainer.step()
+        times.append(time.perf_counter() - t)
+        rewards.append(m["reward"])
+        tokens.append(m["tokens_per_s"] * m["step_time"])
+    del torch
+    return {"times": times, "rewards": rewards, "tokens": tokens}
+
+
+def run_trl(a) -> dict:
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tdrl.llm import load_model_and_tokenizer, math_answer_reward
+
+    model, tok = load_model_and_tokenizer(a.model)
+    train, _ = _data(2000, a.seed)
+    train = train.remove_columns("completion")
+    times, logs = [], []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - self.t)
+
+        def on_log(self, args, state, control, logs_=None, **kw):
+            logs.append(dict(kw.get("logs", {}) or logs_ or {}))
+
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out, per_device_train_batch_size=a.prompts * a.group, num_generations=a.group,
+            max_completion_length=a.max_new_tokens, learning_rate=a.lr, max_steps=a.steps, logging_steps=1,
+            beta=0.0, epsilon=0.2, temperature=1.0, top_k=0, top_p=1.0, loss_type="grpo", num_iterations=1,
+            gradient_accumulation_steps=1, lr_scheduler_type="cosine", warmup_steps=0, adam_beta2=0.99,
+            max_grad_norm=1.0, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+            seed=a.seed, disable_tqdm=True, dataloader_num_workers=0,
+        )
+        trainer = GRPOTrainer(model=model, reward_funcs=[math_answer_reward], args=args, train_dataset=train, processing_class=tok, callbacks=[Timer()])
+        trainer.train()
+    logs = [l for l in logs if "reward" in l]
+    cum = [l.get("num_tokens", 0.0) for l in logs]
+    tokens = [c - p for c, p in zip(cum, [0.0] + cum[:-1])]
+    return {"times": times, "rewards": [l["reward"] for l in logs], "tokens": tokens}
+
+
+def worker(a) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+    res = run_tdrl(a) if a.worker == "tdrl" else run_trl(a)
+    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open(a.out, "w") as f:
+        json.dump(res, f)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--group", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--sft-steps", type=int, default=150)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--worker", choices=["tdrl", "trl"], default=None)
+    p.add_argument("--model", default=None)
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+    if a.worker:
+        return worker(a)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare(tmp, a.sft_steps, a.seed)
+        results: dict[str, list[dict]] = {"tdrl": [], "trl": []}
+        for r in range(a.repeats):
+            for side in ("tdrl", "trl"):
+                out = os.path.join(tmp, f"{side}{r}.json")
+                cmd = [sys.executable, __file__, "--worker", side, "--model", os.path.join(tmp, "sft"), "--out", out,
+                       "--steps", str(a.steps), "--prompts", str(a.prompts), "--group", str(a.group),
+                       "--max-new-tokens", str(a.max_new_tokens), "--lr", str(a.lr), "--seed", str(a.seed + r)]
+                subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+                with open(out) as f:
+                    results[side].append(json.load(f))
+
+    def summary(rs: list[dict]) -> dict:
+        s_step = statistics.median(statistics.median(x["times"][1:]) for x in rs)
+        tok_s = statistics.median(sum(x["tokens"][1:]) / sum(x["times"][1:]) for x in rs)
+        rss = statistics.median(x["peak_rss_mb"] for x in rs)
+        first = statistics.mean(statistics.mean(x["rewards"][:5]) for x in rs)
+        last = statistics.mean(statistics.mean(x["rewards"][-5:]) for x in rs)
+        return {"s/step": s_step, "tokens/s": tok_s, "peak RSS MB": rss, "reward first5": first, "reward last5": last}
+
+    ours, theirs = summary(results["tdrl"]), summary(results["trl"])
+    print(f"GRPO, {a.prompts} prompts x {a.group} completions, <= {a.max_new_tokens} new tokens, {a.steps} steps, "
+          f"{a.repeats} repeats (median), 1 torch thread")
+    print(f"{'metric':<16}{'tdrl':>12}{'TRL':>12}{'tdrl/TRL':>10}")
+    for k in ours:
+        ratio = ours[k] / theirs[k] if theirs[k] else float("nan")
+        print(f"{k:<16}{ours[k]:>12.4f}{theirs[k]:>12.4f}{ratio:>10.2f}")
+    print("speed-up (TRL s/step / tdrl s/step):", f"{theirs['s/step'] / ours['s/step']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
