@@ -119,3 +119,21 @@ def test_errors_name_the_problem():
         token_logprobs(logits, targets, temperature=0.0)
     with pytest.raises(TypeError, match="integer"):
         token_logprobs(logits, targets.float())
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy in the interpreter
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_masked_vocabulary_with_minus_inf_logits(backend):
+    """Logits set to -inf (banned tokens) must not turn the entropy or gradients into NaN."""
+    logits, targets = make(2, 3, 20, ignore=False)
+    masked = logits.detach().clone()
+    masked[..., 10:] = float("-inf")
+    masked.requires_grad_(True)
+    t = targets % 10
+    with use_backend(backend):
+        logp, ent = token_logprobs(masked, t, return_entropy=True)
+        grad = grads(logp, ent, masked)
+    logp_n, ent_n = naive(logits.detach()[..., :10], t)
+    torch.testing.assert_close(logp, logp_n, **TOL[torch.float32])
+    torch.testing.assert_close(ent, ent_n, **TOL[torch.float32])
+    assert torch.isfinite(grad).all() and torch.all(grad[..., 10:] == 0)

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import torch
 
-from ..logprobs.reference import compute_dtype, default_chunk_rows, rows_backward, rows_forward
+from ..logprobs.reference import (
+    _torch_workspace,
+    compute_dtype,
+    default_chunk_rows,
+    rows_backward,
+    rows_forward,
+)
 
 
 def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -34,10 +40,11 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
         logp = torch.empty(n, dtype=dtype, device=hidden.device)
         lse = torch.empty_like(logp)
         entropy = torch.empty_like(logp) if need_entropy else None
+        ws = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             logits = _logits(hidden[s:e], weight, bias)
-            lp, ls, en = rows_fwd(logits, targets[s:e], temperature, need_entropy)
+            lp, ls, en = rows_fwd(logits, targets[s:e], temperature, need_entropy, workspace=ws)
             logp[s:e], lse[s:e] = lp, ls
             if need_entropy:
                 entropy[s:e] = en
@@ -57,6 +64,7 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
         grad_weight = torch.zeros_like(weight) if need_w else None
         grad_bias = torch.zeros_like(bias) if (need_b and bias is not None) else None
         n = hidden.shape[0]
+        ws = _torch_workspace(rows_bwd, min(chunk, n), weight.shape[0], weight)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             h = hidden[s:e]
@@ -67,6 +75,7 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
                 None if grad_logp is None else grad_logp[s:e].contiguous(),
                 None if grad_entropy is None else grad_entropy[s:e].contiguous(),
                 logits,
+                workspace=ws,
             )
             if grad_hidden is not None:
                 torch.mm(g, weight, out=grad_hidden[s:e])

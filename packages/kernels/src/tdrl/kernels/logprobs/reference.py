@@ -41,15 +41,36 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    z = logits.to(compute_dtype(logits.dtype))
-    if temperature != 1.0:
-        z = z / temperature
-    return z
+def make_workspace(chunk: int, vocab: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Two ``[chunk, vocab]`` compute-dtype buffers reused by every chunk of the torch rows
+    (fresh multi-MB allocations page-fault on every chunk otherwise)."""
+    return torch.empty(2, chunk, vocab, dtype=compute_dtype(dtype), device=device)
+
+
+def _buffers(workspace: torch.Tensor | None, rows: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    if workspace is None:
+        return None, None
+    return workspace[0, :rows], workspace[1, :rows]
+
+
+def _scaled(logits: torch.Tensor, temperature: float, buf: torch.Tensor | None = None) -> torch.Tensor:
+    """``logits / temperature`` in the compute dtype (``logits`` itself when nothing changes)."""
+    cdt = compute_dtype(logits.dtype)
+    if logits.dtype == cdt and temperature == 1.0:
+        return logits
+    if buf is None:
+        z = logits.to(cdt)
+        return z / temperature if temperature != 1.0 else z
+    buf.copy_(logits)  # upcast first: dividing in bfloat16 would lose precision
+    return buf.div_(temperature) if temperature != 1.0 else buf
 
 
 def rows_forward(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, need_entropy: bool
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    need_entropy: bool,
+    workspace: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Log-prob of the target, logsumexp and (optionally) entropy of each row.
 
@@ -58,20 +79,25 @@ def rows_forward(
         targets: ``[C]`` int64 target ids (negative = ignored: log-prob 0).
         temperature: logits are divided by it.
         need_entropy: also return the entropy.
+        workspace: optional :func:`make_workspace` buffers with at least ``C`` rows.
 
     Returns:
         ``(logp, lse, entropy)``, each ``[C]`` float32 (float64 for float64 logits);
         ``entropy`` is ``None`` unless requested. ``lse`` is of the scaled logits.
     """
-    z = _scaled(logits, temperature)
-    lse = torch.logsumexp(z, dim=-1)
+    buf_z, buf_e = _buffers(workspace, logits.shape[0])
+    z = _scaled(logits, temperature, buf_z)
+    m = z.amax(dim=-1, keepdim=True).nan_to_num_(neginf=0.0)  # a row of -inf: shift by 0
+    e = torch.sub(z, m, out=buf_e).exp_() if buf_e is not None else (z - m).exp_()
+    total = e.sum(-1)
+    lse = m.squeeze(1) + total.log()
     valid = targets >= 0
     picked = z.gather(1, targets.clamp(min=0).unsqueeze(1)).squeeze(1)
     logp = torch.where(valid, picked - lse, torch.zeros_like(lse))
     entropy = None
     if need_entropy:
-        pz = torch.sub(z, lse.unsqueeze(1)).exp_().mul_(z).nan_to_num_(nan=0.0)  # p * z, 0 where p = 0
-        entropy = lse - pz.sum(-1)
+        ez = e.mul_(z).nan_to_num_(nan=0.0)  # exp(z - m) * z, 0 where the probability is 0
+        entropy = lse - ez.sum(-1) / total
     return logp, lse, entropy
 
 
@@ -84,6 +110,7 @@ def rows_backward(
     grad_logp: torch.Tensor | None,
     grad_entropy: torch.Tensor | None,
     out: torch.Tensor,
+    workspace: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Gradient with respect to the raw logits of one chunk of rows, written into ``out``.
 
@@ -96,11 +123,13 @@ def rows_backward(
         grad_logp: ``[C]`` upstream gradient of the log-probs, or ``None``.
         grad_entropy: ``[C]`` upstream gradient of the entropy, or ``None``.
         out: ``[C, V]`` buffer that receives the gradient (its dtype is kept).
+        workspace: optional :func:`make_workspace` buffers with at least ``C`` rows.
 
     Returns:
         ``out``.
     """
-    z = _scaled(logits, temperature)
+    buf_z, buf_g = _buffers(workspace, logits.shape[0])
+    z = _scaled(logits, temperature, buf_z)
     cdt = z.dtype
     lse = lse.to(cdt).unsqueeze(1)
     gl = torch.zeros_like(lse)
@@ -112,7 +141,10 @@ def rows_backward(
         coeff.mul_(grad_entropy.to(cdt).unsqueeze(1)).add_(gl)
     else:
         coeff = gl
-    grad = out if out.dtype == cdt else torch.empty_like(z)
+    if out.dtype == cdt:
+        grad = out
+    else:
+        grad = buf_g if buf_g is not None else torch.empty_like(z)
     torch.sub(z, lse, out=grad).exp_().mul_(coeff.neg())
     if grad_entropy is not None:
         grad.nan_to_num_(nan=0.0)  # p = 0 where a logit is -inf
@@ -123,6 +155,13 @@ def rows_backward(
     if grad is not out:
         out.copy_(grad)
     return out
+
+
+def _torch_workspace(row_fn, rows: int, vocab: int, like: torch.Tensor) -> torch.Tensor | None:
+    """Workspace for the torch row functions (the Triton ones need none)."""
+    if row_fn not in (rows_forward, rows_backward) or rows == 0:
+        return None
+    return make_workspace(rows, vocab, like.dtype, like.device)
 
 
 class TokenLogprobsFunction(torch.autograd.Function):
@@ -139,9 +178,10 @@ class TokenLogprobsFunction(torch.autograd.Function):
         logp = torch.empty(n, dtype=dtype, device=logits.device)
         lse = torch.empty_like(logp)
         entropy = torch.empty_like(logp) if need_entropy else None
+        ws = _torch_workspace(rows_fwd, min(chunk, n), logits.shape[-1], logits)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
-            lp, ls, en = rows_fwd(logits[s:e], targets[s:e], temperature, need_entropy)
+            lp, ls, en = rows_fwd(logits[s:e], targets[s:e], temperature, need_entropy, workspace=ws)
             logp[s:e], lse[s:e] = lp, ls
             if need_entropy:
                 entropy[s:e] = en
@@ -157,6 +197,7 @@ class TokenLogprobsFunction(torch.autograd.Function):
         temperature, chunk, rows_bwd = ctx.config
         grad_logits = torch.empty_like(logits)
         n = logits.shape[0]
+        ws = _torch_workspace(rows_bwd, min(chunk, n), logits.shape[-1], logits)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             rows_bwd(
@@ -165,6 +206,7 @@ class TokenLogprobsFunction(torch.autograd.Function):
                 None if grad_logp is None else grad_logp[s:e].contiguous(),
                 None if grad_entropy is None else grad_entropy[s:e].contiguous(),
                 grad_logits[s:e],
+                workspace=ws,
             )
         return grad_logits, None, None, None, None, None, None
 

@@ -88,9 +88,14 @@ def _launch_opts() -> dict:
 
 
 def rows_forward_triton(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, need_entropy: bool
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    need_entropy: bool,
+    workspace: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Triton :func:`tdrl.kernels.logprobs.reference.rows_forward` (float32 results)."""
+    """Triton :func:`tdrl.kernels.logprobs.reference.rows_forward` (float32 results;
+    ``workspace`` is accepted for the same signature and unused)."""
     n, vocab = logits.shape
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
@@ -118,8 +123,10 @@ def rows_backward_triton(
     grad_logp: torch.Tensor | None,
     grad_entropy: torch.Tensor | None,
     out: torch.Tensor,
+    workspace: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Triton :func:`tdrl.kernels.logprobs.reference.rows_backward`; ``out`` may alias logits."""
+    """Triton :func:`tdrl.kernels.logprobs.reference.rows_backward`; ``out`` may alias logits
+    (``workspace`` is unused)."""
     n, vocab = logits.shape
     if n == 0:
         return out
