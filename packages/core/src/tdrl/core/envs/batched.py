@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 import torch
 from tensordict import TensorDictBase
 
-from ..keys import NEXT
 from ..specs import Composite
 from .common import RESET_KEY, EnvBase, make_done_spec
 
@@ -118,16 +117,6 @@ class _BatchedEnv(EnvBase):
         raise NotImplementedError
 
 
-def _worker_views(in_buf, next_buf, reset_buf, i: int):
-    """Row ``i`` of each buffer, as TensorDicts of views."""
-    return in_buf[i], next_buf[i], reset_buf[i]
-
-
-def _copy_into(dst: TensorDictBase, src: TensorDictBase, keys: Sequence) -> None:
-    for k in keys:
-        dst.get(k).copy_(src.get(k))
-
-
 def _env_meta(env: EnvBase) -> dict:
     return {
         "batch_size": tuple(env.batch_size),
@@ -139,23 +128,38 @@ def _env_meta(env: EnvBase) -> dict:
     }
 
 
-def _exec(env: EnvBase, cmd: str, arg, views, keys) -> object:
-    """Run one command on one sub-env using its buffer views (shared by Serial and Parallel)."""
-    in_v, next_v, reset_v = views
-    in_keys, next_keys, reset_keys = keys
-    if cmd == "step":
-        td = in_v.select(*in_keys)
-        out = env.step(td).get(NEXT)
-        _copy_into(next_v, out, next_keys)
-        return None
-    if cmd == "reset":
-        td = in_v.select(*in_keys, RESET_KEY)
-        out = env.reset(td)
-        _copy_into(reset_v, out, reset_keys)
-        return None
-    if cmd == "seed":
-        return env.set_seed(arg)
-    raise ValueError(f"Unknown command {cmd!r}.")
+class _Runner:
+    """One sub-env bound to its row of the buffers (in-process for SerialEnv, inside a
+    worker for ParallelEnv). Views and destination tensors are looked up once."""
+
+    def __init__(self, env: EnvBase, bufs: tuple, keys: tuple, i: int) -> None:
+        in_buf, next_buf, reset_buf = bufs
+        in_keys, next_keys, reset_keys = keys
+        in_v, next_v, reset_v = in_buf[i], next_buf[i], reset_buf[i]
+        self.env = env
+        self.step_in = in_v.select(*in_keys)
+        self.reset_in = in_v.select(*in_keys, RESET_KEY)
+        self.next_pairs = [(k, next_v.get(k)) for k in next_keys]
+        self.reset_pairs = [(k, reset_v.get(k)) for k in reset_keys]
+
+    def step(self) -> None:
+        out = self.env._step_checked(self.step_in)
+        for k, dst in self.next_pairs:
+            dst.copy_(out.get(k))
+
+    def reset(self) -> None:
+        out = self.env.reset(self.reset_in)
+        for k, dst in self.reset_pairs:
+            dst.copy_(out.get(k))
+
+    def run(self, cmd: str, arg):
+        if cmd == "step":
+            return self.step()
+        if cmd == "reset":
+            return self.reset()
+        if cmd == "seed":
+            return self.env.set_seed(arg)
+        raise ValueError(f"Unknown command {cmd!r}.")
 
 
 class SerialEnv(_BatchedEnv):
@@ -184,16 +188,16 @@ class SerialEnv(_BatchedEnv):
         fns, kwargs = _per_worker(num_workers, create_env_fn, create_env_kwargs)
         self._envs = [fn(**kw) for fn, kw in zip(fns, kwargs, strict=True)]
         self._setup(_env_meta(self._envs[0]), num_workers, device)
-        self._views = [_worker_views(self._in_buf, self._next_buf, self._reset_buf, i)
-                       for i in range(num_workers)]
-        self._keys = (self._in_keys, self._next_keys, self._reset_keys)
+        bufs = (self._in_buf, self._next_buf, self._reset_buf)
+        keys = (self._in_keys, self._next_keys, self._reset_keys)
+        self._runners = [_Runner(env, bufs, keys, i) for i, env in enumerate(self._envs)]
 
     @property
     def envs(self) -> list[EnvBase]:
         return self._envs
 
     def _run(self, cmd: str, workers: Sequence[int], arg) -> list:
-        return [_exec(self._envs[i], cmd, arg, self._views[i], self._keys) for i in workers]
+        return [self._runners[i].run(cmd, arg) for i in workers]
 
     def _close(self) -> None:
         for env in self._envs:

@@ -17,11 +17,12 @@ import multiprocessing as mp
 import pickle
 import traceback
 import weakref
+from multiprocessing.reduction import ForkingPickler as _ForkingPickler
 from collections.abc import Callable, Sequence
 
 import torch
 
-from .batched import _BatchedEnv, _env_meta, _exec, _per_worker, _worker_views
+from .batched import _BatchedEnv, _env_meta, _per_worker, _Runner
 from .common import EnvBase
 
 __all__ = ["ParallelEnv", "WorkerError"]
@@ -41,6 +42,11 @@ def _dumps(obj) -> bytes:
     return pickle.dumps(obj)
 
 
+# Wire protocol: a step is the single byte b"s" and its success answer b"k" (no pickling on
+# the hot path); anything else is a pickled (command, argument) / (status, result) pair.
+_STEP, _OK = b"s", b"k"
+
+
 def _worker_main(idx: int, conn, parent_conn, payload: bytes) -> None:
     """Body of a worker process: build the env, then serve commands until ``close``."""
     if parent_conn is not None:
@@ -51,26 +57,29 @@ def _worker_main(idx: int, conn, parent_conn, payload: bytes) -> None:
         fn, kwargs = pickle.loads(payload)
         env = fn(**kwargs)
         conn.send(("ok", _env_meta(env)))
-        msg, bufs = conn.recv()  # the shared buffers
-        views = _worker_views(*bufs[:3], idx)
-        keys = bufs[3]
+        _, (bufs, keys) = conn.recv()  # the shared-memory buffers
+        runner = _Runner(env, bufs, keys, idx)
     except BaseException:  # noqa: BLE001 - everything goes back to the parent
         _safe_send(conn, ("error", traceback.format_exc()))
         return
     while True:
         try:
-            cmd, arg = conn.recv()
+            msg = conn.recv_bytes()
         except (EOFError, OSError, KeyboardInterrupt):
             break  # parent gone
-        if cmd == "close":
-            try:
-                env.close()
-            finally:
-                _safe_send(conn, ("ok", None))
-            break
         try:
-            result = _exec(env, cmd, arg, views, keys)
-            conn.send(("ok", result))
+            if msg == _STEP:
+                runner.step()
+                conn.send_bytes(_OK)
+                continue
+            cmd, arg = pickle.loads(msg)
+            if cmd == "close":
+                try:
+                    env.close()
+                finally:
+                    _safe_send(conn, ("ok", None))
+                break
+            conn.send(("ok", runner.run(cmd, arg)))
         except BaseException:  # noqa: BLE001
             _safe_send(conn, ("error", traceback.format_exc()))
 
@@ -87,13 +96,13 @@ def _shutdown(procs: list, conns: list, timeout: float = 2.0) -> None:
     for conn, proc in zip(conns, procs, strict=False):
         if proc.is_alive():
             try:
-                conn.send(("close", None))
+                conn.send_bytes(pickle.dumps(("close", None)))
             except (OSError, BrokenPipeError, ValueError):
                 pass
     for conn, proc in zip(conns, procs, strict=False):
         try:
             if proc.is_alive() and conn.poll(timeout):
-                conn.recv()
+                conn.recv_bytes()
         except (EOFError, OSError):
             pass
         proc.join(timeout)
@@ -171,10 +180,10 @@ class ParallelEnv(_BatchedEnv):
             metas = self._collect(list(range(num_workers)))
             self._setup(metas[0], num_workers, device)
             self._share_buffers()
-            bufs = (self._in_buf, self._next_buf, self._reset_buf,
-                    (self._in_keys, self._next_keys, self._reset_keys))
+            bufs = (self._in_buf, self._next_buf, self._reset_buf)
+            keys = (self._in_keys, self._next_keys, self._reset_keys)
             for conn in self._conns:
-                conn.send(("buffers", bufs))
+                conn.send(("buffers", (bufs, keys)))
         except BaseException:
             self._finalizer()
             self.is_closed = True
@@ -197,9 +206,10 @@ class ParallelEnv(_BatchedEnv):
                         f"ParallelEnv worker {i} did not answer within {self.timeout} s."
                     ))
             try:
-                status, result = conn.recv()
+                data = conn.recv_bytes()
             except (EOFError, OSError) as err:
                 self._fail(RuntimeError(f"ParallelEnv worker {i} closed its pipe: {err!r}."))
+            status, result = ("ok", None) if data == _OK else _ForkingPickler.loads(data)
             if status == "error" and first_error is None:
                 first_error = WorkerError(f"ParallelEnv worker {i} raised:\n{result}")
             results.append(result)
@@ -214,10 +224,10 @@ class ParallelEnv(_BatchedEnv):
 
     def _run(self, cmd: str, workers: Sequence[int], arg) -> list:
         self._assert_open()
-        msg = (cmd, arg)
+        msg = _STEP if cmd == "step" else pickle.dumps((cmd, arg))
         for i in workers:
             try:
-                self._conns[i].send(msg)
+                self._conns[i].send_bytes(msg)
             except (OSError, ValueError) as err:
                 proc = self._procs[i]
                 self._fail(RuntimeError(
