@@ -83,8 +83,27 @@ def test_generator_logprobs_match_trainer(tiny):
     assert mask.any(1).all() and (td[K.SAMPLE_LOG_PROB][~mask] == 0).all()
     logp = completion_logprobs(model, td, temperature=0.7)
     torch.testing.assert_close(logp, td[K.SAMPLE_LOG_PROB], rtol=1e-4, atol=1e-4)
-    greedy = HFGenerator(model, tok, max_new_tokens=5).generate(td[K.PROMPT_IDS], td[K.PROMPT_MASK], greedy=True)
-    assert greedy[K.COMPLETION_IDS].shape[0] == 12
+    # the lean sampling loop and model.generate agree token for token in greedy mode
+    a = HFGenerator(model, tok, max_new_tokens=5).generate(td[K.PROMPT_IDS], td[K.PROMPT_MASK], greedy=True)
+    b = HFGenerator(model, tok, max_new_tokens=5, use_generate=True).generate(td[K.PROMPT_IDS], td[K.PROMPT_MASK], greedy=True)
+    C = min(a[K.COMPLETION_IDS].shape[1], b[K.COMPLETION_IDS].shape[1])
+    assert torch.equal(a[K.COMPLETION_IDS][:, :C] * a[K.COMPLETION_MASK][:, :C], b[K.COMPLETION_IDS][:, :C] * b[K.COMPLETION_MASK][:, :C])
+    torch.testing.assert_close(a[K.SAMPLE_LOG_PROB][:, :C], b[K.SAMPLE_LOG_PROB][:, :C], rtol=1e-4, atol=1e-4)
+    # model.generate's sampled log-probs also match the trainer's
+    torch.manual_seed(1)
+    s = HFGenerator(model, tok, max_new_tokens=5, temperature=0.7, use_generate=True).generate(td[K.PROMPT_IDS], td[K.PROMPT_MASK])
+    td2 = TensorDict({K.PROMPT_IDS: td[K.PROMPT_IDS], K.PROMPT_MASK: td[K.PROMPT_MASK], **s.to_dict()}, batch_size=[12])
+    torch.testing.assert_close(completion_logprobs(model, td2, temperature=0.7), s[K.SAMPLE_LOG_PROB], rtol=1e-4, atol=1e-4)
+
+
+def test_top_k_top_p_filtering():
+    from tdrl.llm.generation import _filter_top_k_top_p
+
+    x = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(_filter_top_k_top_p(x, 2, 1.0)).tolist() == [[False, False, True, True]]
+    # nucleus 0.7: 0.5 then 0.8 >= 0.7 -> keep the first two
+    assert torch.isinf(_filter_top_k_top_p(x, 0, 0.7)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(_filter_top_k_top_p(x, 0, 0.4)).tolist() == [[False, True, True, True]]
 
 
 def test_fused_path_equals_logits_path(tiny):
