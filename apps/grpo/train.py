@@ -85,6 +85,7 @@ class Config:
     lora: bool = False
     lora_rank: int = 8
     checkpoint_every: int = 0  # 0: only at the end
+    eval_every: int = 25  # held-out accuracy every N GRPO rounds (0: only at the end)
     tiny: bool = False  # seconds-long smoke settings (CI)
 
     def __post_init__(self):
@@ -109,8 +110,8 @@ def parse_args(argv=None) -> Config:
     return Config(**vars(p.parse_args(argv)))
 
 
-def plot_rewards(rows: list[dict], path: str, sft_acc: float, final_acc: float) -> None:
-    """Reward per GRPO round (and a moving average) with the held-out accuracies marked."""
+def plot_rewards(rows: list[dict], path: str, curve: list[tuple[int, float]]) -> None:
+    """Train reward per GRPO round (and a moving average) and the held-out accuracy curve."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,10 +124,10 @@ def plot_rewards(rows: list[dict], path: str, sft_acc: float, final_acc: float) 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, reward, alpha=0.35, label="train reward")
     ax.plot(steps, smooth, label=f"moving average ({k})")
-    ax.axhline(sft_acc, ls="--", c="gray", label=f"held-out acc after SFT {sft_acc:.2f}")
-    ax.axhline(final_acc, ls=":", c="green", label=f"held-out acc after GRPO {final_acc:.2f}")
+    ax.plot([c[0] for c in curve], [c[1] for c in curve], "o-", c="green",
+            label=f"held-out accuracy (greedy): {curve[0][1]:.2f} -> {curve[-1][1]:.2f}")
     ax.set_xlabel("GRPO round")
-    ax.set_ylabel("reward")
+    ax.set_ylabel("reward / accuracy")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -175,16 +176,25 @@ def main(argv=None) -> dict:
         seed=cfg.seed, warmup_steps=cfg.warmup, metrics_path=os.path.join(cfg.out, "grpo_metrics.csv"),
         checkpoint_path=os.path.join(cfg.out, "checkpoint.pt"), checkpoint_every=every,
     ))
+    curve: list[tuple[int, float]] = [(0, acc_sft)]
+
+    def on_round(trainer, metrics):
+        if cfg.eval_every and trainer.step_count % cfg.eval_every == 0 and trainer.step_count < cfg.steps:
+            curve.append((trainer.step_count, accuracy()))
+
+    grpo.callback = on_round
     grpo.train()
     acc_grpo = accuracy()
+    curve.append((grpo.step_count, acc_grpo))
     grpo.save_pretrained(os.path.join(cfg.out, "final"))
-    plot_rewards(grpo.metrics.rows, os.path.join(cfg.out, "reward_curve.png"), acc_sft, acc_grpo)
+    plot_rewards(grpo.metrics.rows, os.path.join(cfg.out, "reward_curve.png"), curve)
     rows = grpo.metrics.rows
     summary = {
         "params": n_params,
         "accuracy_start": acc0,
         "accuracy_after_sft": acc_sft,
         "accuracy_after_grpo": acc_grpo,
+        "heldout_accuracy_curve": curve,
         "train_reward_first": rows[0]["reward"] if rows else None,
         "train_reward_last10": sum(r["reward"] for r in rows[-10:]) / max(1, len(rows[-10:])),
         "wall_s": time.time() - t_start,

@@ -195,11 +195,13 @@ class GRPOTrainer:
         r = rewards.reshape(-1, G)
         stats.update(
             reward=rewards.mean().item(),
+            # the first reward function is taken as the verifier: a score >= 1 is a correct answer
+            accuracy=(per_fn[:, 0] >= 1.0).float().mean().item() if per_fn.shape[1] else 0.0,
             reward_std=r.std(dim=1).mean().item(),
             frac_zero_std=(r.max(1).values == r.min(1).values).float().mean().item(),
             completion_len=gen[K.COMPLETION_MASK].sum(-1).float().mean().item(),
         )
-        self._last_texts = texts
+        self.last_completions = texts
         return td, stats
 
     @torch.no_grad()
@@ -298,7 +300,7 @@ class GRPOTrainer:
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(
-                    reward=f"{m['reward']:.3f}", kl=f"{m.get('kl', 0.0):.4f}",
+                    reward=f"{m['reward']:.3f}", acc=f"{m['accuracy']:.3f}", kl=f"{m.get('kl', 0.0):.4f}",
                     clip=f"{m.get('clip_frac', 0.0):.3f}", tok_s=f"{m['tokens_per_s']:.0f}",
                 )
         if bar is not None:
