@@ -78,6 +78,34 @@ def _fast_call(policy):
     return call
 
 
+def _stack_steps(steps: list, dim: int) -> TensorDictBase:
+    """``torch.stack(steps, dim)`` for TensorDicts that all share one key structure.
+
+    Reads the leaves straight from each TensorDict, which is several times cheaper per
+    step than the generic stack; any mismatch (other keys, lazy TensorDicts) falls back
+    to ``torch.stack``.
+    """
+    first = steps[0]
+    try:
+        if type(first) is not TensorDict or any(type(td) is not TensorDict for td in steps):
+            raise TypeError
+        n = len(first._tensordict)
+        if any(len(td._tensordict) != n for td in steps):
+            raise KeyError
+        source = {}
+        for key, value in first._tensordict.items():
+            values = [td._tensordict[key] for td in steps]
+            if isinstance(value, torch.Tensor):
+                source[key] = torch.stack(values, dim)
+            else:
+                source[key] = _stack_steps(values, dim)
+        bs = list(first.batch_size)
+        bs.insert(dim, len(steps))
+        return TensorDict._new_unsafe(source, batch_size=torch.Size(bs), device=first.device)
+    except (AttributeError, KeyError, TypeError, RuntimeError):
+        return torch.stack(steps, dim)
+
+
 def _policy_device(policy) -> torch.device | None:
     if isinstance(policy, torch.nn.Module):
         for p in policy.parameters():
@@ -264,7 +292,7 @@ class Collector:
                 ids.append(self._traj_ids)
                 td = self._next_root(td)
         self._td = td
-        out = torch.stack(steps, nb)
+        out = _stack_steps(steps, nb)
         out.set(TRAJ_ID, torch.stack(ids, nb) * self._traj_stride + self._traj_offset)
         if self.storing_device != out.device:
             out = out.to(self.storing_device)
