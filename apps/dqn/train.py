@@ -3,8 +3,8 @@ by default and an optional dueling head (Wang et al., 2016).
 
 A linear CleanRL-style script built from tdrl parts: a vectorised :class:`GymEnv`, a
 :class:`QValueActor` followed by an annealed :class:`EGreedyModule`, a :class:`ReplayBuffer`
-over a :class:`LazyTensorStorage`, :class:`DQNLoss` and :class:`HardUpdate` of the target
-network. Each step: act epsilon-greedily in every sub-env, store the transitions, then
+over a :class:`LazyTensorStorage`, :class:`DQNLoss` and :class:`HardUpdate` (or :class:`SoftUpdate`) of the
+target network. Each step: act epsilon-greedily in every sub-env, store the transitions, then
 ``utd_ratio`` gradient steps per collected frame.
 
     python apps/dqn/train.py                          # CartPole-v1
@@ -32,7 +32,7 @@ from ppo.app_utils import MetricsCSV, parse_config, plot_curve  # noqa: E402
 
 from tdrl.core import Compose, GymEnv, RewardSum, TransformedEnv, step_mdp
 from tdrl.core.modules import MLP, DuelingHead, EGreedyModule, QValueActor
-from tdrl.core.objectives import DQNLoss, HardUpdate, total_loss
+from tdrl.core.objectives import DQNLoss, HardUpdate, SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
 
 
@@ -50,6 +50,7 @@ class Config:
     lr: float = 1e-3
     gamma: float = 0.99
     target_update_interval: int = 250  # gradient steps between hard target updates
+    tau: float = 0.0  # > 0: Polyak (soft) target update after every gradient step instead
     eps_init: float = 1.0
     eps_end: float = 0.02
     exploration_fraction: float = 0.3  # fraction of total_frames over which eps anneals
@@ -131,7 +132,8 @@ def train(cfg: Config) -> dict:
     policy = TensorDictSequential(qnet, explore)
     loss_fn = DQNLoss(qnet, gamma=cfg.gamma, double_dqn=cfg.double_dqn).to(device)
     optim = torch.optim.Adam(qnet.parameters(), lr=cfg.lr)
-    updater = HardUpdate(loss_fn, update_interval=cfg.target_update_interval)
+    updater = (SoftUpdate(loss_fn, tau=cfg.tau) if cfg.tau > 0
+               else HardUpdate(loss_fn, update_interval=cfg.target_update_interval))
     buffer = ReplayBuffer(storage=LazyTensorStorage(cfg.buffer_size, device=device),
                           batch_size=cfg.batch_size)
     keep = ["observation", "action", ("next", "observation"), ("next", "reward"),

@@ -27,6 +27,7 @@ def load_app(name: str):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # about a minute of CPU; allow for a loaded shared machine
 def test_ppo_solves_cartpole(tmp_path):
     ppo = load_app("ppo")
     cfg = ppo.Config(  # the app's defaults (RL Zoo CartPole settings), capped budget

@@ -26,6 +26,7 @@ def load_app(name: str):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # minutes of CPU; allow for a loaded shared machine
 def test_sac_solves_pendulum(tmp_path):
     sac = load_app("sac")
     cfg = sac.Config(
