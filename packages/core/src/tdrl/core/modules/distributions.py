@@ -23,8 +23,14 @@ class IndependentNormal(D.Independent):
         event_dims: number of trailing dims summed in ``log_prob`` (default 1).
     """
 
-    def __init__(self, loc: Tensor, scale: Tensor, event_dims: int = 1) -> None:
-        super().__init__(D.Normal(loc, scale), event_dims)
+    def __init__(
+        self, loc: Tensor, scale: Tensor, event_dims: int = 1, validate_args: bool | None = False
+    ) -> None:
+        # no argument validation by default: it costs a device sync per call
+        super().__init__(
+            D.Normal(loc, scale, validate_args=validate_args), event_dims,
+            validate_args=validate_args,
+        )
 
     @property
     def deterministic_sample(self) -> Tensor:
