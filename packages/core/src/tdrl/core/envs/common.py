@@ -370,7 +370,11 @@ class EnvBase:
         steps = []
         done_key = self.done_key
         for _ in range(max_steps):
-            td = policy(td) if policy is not None else self.rand_action(td)
+            if policy is None:
+                td = self.rand_action(td)
+            else:
+                out = policy(td)
+                td = td if out is None else out  # a policy may write in place and return None
             if break_when_any_done:
                 td = self.step(td)
                 steps.append(td)
