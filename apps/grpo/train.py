@@ -69,15 +69,15 @@ class Config:
     sft_batch: int = 64
     sft_lr: float = 3e-3
     # GRPO
-    steps: int = 80
-    prompts_per_step: int = 32
+    steps: int = 250
+    prompts_per_step: int = 64
     group_size: int = 8
     max_new_tokens: int = 4
     temperature: float = 1.0
-    lr: float = 3e-4
-    warmup: int = 10
+    lr: float = 2e-4
+    warmup: int = 20  # a fresh Adam without warm-up kicks every weight by ~lr and undoes SFT
     epochs: int = 1
-    minibatch_size: int = 128  # 0: the whole rollout
+    minibatch_size: int = 256  # 0: the whole rollout
     grad_accum: int = 1
     loss: str = "grpo"  # grpo | dapo | dr_grpo | gspo
     beta: float = 0.0
