@@ -8,7 +8,7 @@ from typing import Mapping
 import torch
 import torch.distributions as D
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import Tensor, nn
 from torch.func import functional_call
 
@@ -42,6 +42,16 @@ def run_module(
     overhead); anything else is called on a shallow copy of ``td``.
     """
     overrides = overrides or {}
+    if isinstance(module, TensorDictSequential) and len(module.module) > 1:
+        # e.g. QValueActor = [network -> action_value, greedy head]: only the network is
+        # needed when its output is what we want
+        first, rest = module.module[0], module.module[1:]
+        if (
+            _is_plain_tdmodule(first)
+            and list(first.out_keys) == [out_key]
+            and all(out_key not in getattr(m, "out_keys", [out_key]) for m in rest)
+        ):
+            return run_module(first, td, out_key, owner, overrides, detach_params)
     if _is_plain_tdmodule(module) and list(module.out_keys) == [out_key]:
         args = tuple(
             overrides[k] if k in overrides else require(td, k, owner) for k in module.in_keys
