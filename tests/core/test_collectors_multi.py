@@ -112,6 +112,20 @@ def test_env_exception_surfaces_with_worker_traceback():
     assert _children_alive(pids) == []  # the collector stopped every worker before raising
 
 
+def _broken_env():
+    raise RuntimeError("cannot build this env")
+
+
+def test_env_constructor_error_keeps_the_traceback():
+    col = MultiSyncCollector(_broken_env, _policy(), num_workers=1, frames_per_batch=4,
+                             timeout=120)
+    pids = _worker_pids(col)
+    col._procs[0].join(30)  # the worker reports, then exits
+    with pytest.raises(WorkerError, match="cannot build this env"):
+        col.next_batch()
+    assert _children_alive(pids) == []
+
+
 @pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
 def test_killed_worker_is_reported_and_weight_update_raises(cls):
     col = cls(_make_env, _policy(), num_workers=2, frames_per_batch=20, timeout=120)
@@ -120,7 +134,7 @@ def test_killed_worker_is_reported_and_weight_update_raises(cls):
     os.kill(pids[1], signal.SIGKILL)
     col._procs[1].join(10)
     t0 = time.monotonic()
-    with pytest.raises(WorkerError, match="worker 1"):
+    with pytest.raises(WorkerError, match="worker 1 is dead"):
         for _ in range(10):  # the async collector may first hand out worker 0's batch
             col.next_batch()
     assert time.monotonic() - t0 < 30

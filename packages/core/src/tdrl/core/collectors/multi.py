@@ -213,8 +213,7 @@ class _MultiCollector:
 
     def _request(self, i: int, cmd: str, arg=None) -> None:
         if not self._procs[i].is_alive():
-            self._fail(f"Collector worker {i} is dead (exit code {self._procs[i].exitcode}); "
-                       f"cannot send it {cmd!r}.")
+            self._report_death(i, f"cannot send it {cmd!r}")
         try:
             self._conns[i].send((cmd, arg))
         except (BrokenPipeError, OSError) as err:
@@ -252,7 +251,7 @@ class _MultiCollector:
                         continue  # async acks are only bookkeeping
                 return i, kind, payload
 
-    def _report_death(self, i: int):
+    def _report_death(self, i: int, context: str = "without reporting an error"):
         """Raise for a dead worker, with its last error message if it sent one."""
         conn, last_error = self._conns[i], None
         try:
@@ -265,8 +264,8 @@ class _MultiCollector:
         if last_error is not None:
             self._fail(f"Collector worker {i} raised:\n{last_error}")
         self._procs[i].join(0.5)
-        self._fail(f"Collector worker {i} died (exit code {self._procs[i].exitcode}) "
-                   "without reporting an error.")
+        self._fail(f"Collector worker {i} is dead (exit code {self._procs[i].exitcode}); "
+                   f"{context}.")
 
     def _take(self, i: int, payload) -> None:
         if payload is not None:
