@@ -22,7 +22,7 @@ WORKER = textwrap.dedent(
         return [sum(ch.isdigit() for ch in c) / 4.0 for c in completions]
 
     model, tok = load_model_and_tokenizer(folder)
-    train, _ = ArithmeticTask(max_value=9).splits(64, 8, seed=0)
+    train = ArithmeticTask(max_value=9).rows(64, seed=0)  # plain rows: no `datasets` import
     cfg = GRPOConfig(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=4, lr=1e-2,
                      minibatch_size=8, grad_accum=2, progress=False, seed=0)
     trainer = GRPOTrainer(model, tok, [reward], train, cfg)
