@@ -179,3 +179,19 @@ def test_env_built_from_callable_is_owned_and_closed():
     assert col.env.is_closed
     with pytest.raises(RuntimeError, match="shut down"):
         col.rollout()
+
+
+def test_collector_batches_feed_a_slice_sampler_without_crossing_episodes():
+    from tdrl.core.replay import ReplayBuffer, SliceSampler, TensorStorage
+
+    torch.manual_seed(0)
+    col = Collector(PendulumEnv(batch_size=(3,), max_episode_steps=6), None,
+                    frames_per_batch=30, total_frames=90)
+    rb = ReplayBuffer(TensorStorage(64), SliceSampler(slice_len=4), batch_size=200)
+    for batch in col:
+        rb.extend(batch)  # (3, 10) -> 30 items, each env's steps consecutive; ring wraps
+    out = rb.sample()
+    assert out.batch_size == (50, 4)
+    assert (out[TRAJ_ID] == out[TRAJ_ID][:, :1]).all()
+    assert (out["step_count"].squeeze(-1).diff(dim=-1) == 1).all()
+    assert torch.equal(out["observation"][:, 1:], out["next", "observation"][:, :-1])
