@@ -41,15 +41,15 @@ class Config:
     """Every knob of the app; each field is a ``--flag``. Defaults solve CartPole-v1."""
 
     env_id: str = "CartPole-v1"
-    total_frames: int = 50_000
+    total_frames: int = 40_000
     num_envs: int = 4
     learning_starts: int = 1_000
     buffer_size: int = 50_000
     batch_size: int = 128
-    utd_ratio: float = 0.25  # gradient steps per collected frame
-    lr: float = 1e-3
-    gamma: float = 0.99
-    target_update_interval: int = 250  # gradient steps between hard target updates
+    utd_ratio: float = 0.5  # gradient steps per collected frame
+    lr: float = 5e-4
+    gamma: float = 0.98  # a shorter horizon: Q converges in fewer target updates
+    target_update_interval: int = 50  # gradient steps between hard target updates
     tau: float = 0.0  # > 0: Polyak (soft) target update after every gradient step instead
     eps_init: float = 1.0
     eps_end: float = 0.02

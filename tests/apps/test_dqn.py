@@ -50,7 +50,9 @@ def test_tiny_run_writes_outputs(dqn, tmp_path, dueling):
     train_rows = [r for r in rows if r.get("loss_qvalue")]
     assert train_rows and all(math.isfinite(float(r["loss_qvalue"])) for r in train_rows)
     assert float(rows[0]["epsilon"]) > float(rows[-2]["epsilon"])  # annealed
-    assert summary["frames"] == 400 and summary["updates"] == (400 - 100) // 4 + 1
+    steps_learning = (400 - 100) // cfg.num_envs + 1  # vector steps from learning_starts on
+    assert summary["frames"] == 400
+    assert summary["updates"] == int(cfg.utd_ratio * cfg.num_envs) * steps_learning
     assert (tmp_path / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     state = torch.load(tmp_path / "model.pt", weights_only=True)["qnet"]
     assert state.keys() == init.keys()
