@@ -191,7 +191,7 @@ def bench_memory_case(case: str, size: dict, repeats: int, title: str) -> None:
              for impl in ("tdrl", "naive")}
     mem = {impl: measure_memory(case, impl, size) for impl in ("tdrl", "naive")}
     print(f"\n### {title} (forward + backward; max |diff| {err:.1e})\n")
-    print("| implementation | median ms | ratio | peak extra RSS MB | ratio |")
+    print("| implementation | median ms | ratio | peak extra RSS MiB | ratio |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for impl, name in (("tdrl", f"tdrl.kernels ({case})"), ("naive", "naive log_softmax + gather")):
         print(f"| {name} | {times[impl]:.0f} | {times[impl] / times['tdrl']:.2f}x | "
