@@ -166,7 +166,7 @@ def fwd_bwd(case: str, impl: str, inputs, params) -> None:
 
 
 def memory_child(case: str, impl: str, size: dict) -> None:
-    """Runs in a fresh process: prints the extra peak RSS (MB) of one forward + backward."""
+    """Runs in a fresh process: prints the extra peak RSS (MiB) of one forward + backward."""
     torch.set_num_threads(1)
     inputs, params = make_case(case, size)
     reset_peak_rss()
