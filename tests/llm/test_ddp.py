@@ -22,7 +22,8 @@ WORKER = textwrap.dedent(
         return [sum(ch.isdigit() for ch in c) / 4.0 for c in completions]
 
     model, tok = load_model_and_tokenizer(folder)
-    train = ArithmeticTask(max_value=9).rows(64, seed=0)  # plain rows: no `datasets` import
+    # plain rows (no `datasets` import), one per distinct prompt
+    train = list({r["prompt"]: r for r in ArithmeticTask(max_value=9).rows(200, seed=0)}.values())
     cfg = GRPOConfig(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=4, lr=1e-2,
                      minibatch_size=8, grad_accum=2, progress=False, seed=0)
     trainer = GRPOTrainer(model, tok, [reward], train, cfg)
