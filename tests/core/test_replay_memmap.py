@@ -12,7 +12,7 @@ import time
 import torch
 from tensordict import TensorDict
 
-from tdrl.core.replay import MemmapStorage, ReplayBuffer
+from tdrl.core.replay import MemmapStorage, PrioritizedReplayBuffer, ReplayBuffer
 
 WIDTH = 4096  # large rows so that the kill often lands in the middle of a write
 
@@ -91,6 +91,10 @@ def test_reopen_after_clean_exit_restores_cursor(tmp_path):
     st = MemmapStorage(10, scratch_dir=tmp_path)
     assert len(st) == 10 and st.cursor == 2
     assert _assert_consistent(st) == set(range(2, 12))
+    # a prioritized buffer over the reopened storage gives its items the max priority
+    prb = PrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=st, batch_size=4)
+    assert torch.allclose(prb.sampler.priority(torch.arange(10)), torch.ones(10, dtype=torch.float64))
+    assert prb.sample()["obs"].shape == (4, WIDTH)
 
 
 def test_reopen_drops_slots_that_were_mid_overwrite(tmp_path):

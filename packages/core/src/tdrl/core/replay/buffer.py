@@ -70,6 +70,8 @@ class ReplayBuffer:
         self.transform = transform
         self.collate_fn = collate_fn or _default_collate
         self.priority_key = priority_key
+        if len(self.storage):  # e.g. a reopened MemmapStorage: the sampler learns its items
+            self.sampler.mark_update(torch.arange(len(self.storage)), self.storage)
 
     def __len__(self) -> int:
         return len(self.storage)
