@@ -47,10 +47,13 @@ def make_workspace(chunk: int, vocab: int, dtype: torch.dtype, device: torch.dev
     return torch.empty(2, chunk, vocab, dtype=compute_dtype(dtype), device=device)
 
 
-def _buffers(workspace: torch.Tensor | None, rows: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    if workspace is None:
+def _buffers(
+    workspace: torch.Tensor | None, rows: int, vocab: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``[rows, vocab]`` views of the two workspace buffers (none if it is too small)."""
+    if workspace is None or workspace.shape[1] < rows or workspace.shape[2] < vocab:
         return None, None
-    return workspace[0, :rows], workspace[1, :rows]
+    return workspace[0, :rows, :vocab], workspace[1, :rows, :vocab]
 
 
 def _scaled(logits: torch.Tensor, temperature: float, buf: torch.Tensor | None = None) -> torch.Tensor:
@@ -85,7 +88,7 @@ def rows_forward(
         ``(logp, lse, entropy)``, each ``[C]`` float32 (float64 for float64 logits);
         ``entropy`` is ``None`` unless requested. ``lse`` is of the scaled logits.
     """
-    buf_z, buf_e = _buffers(workspace, logits.shape[0])
+    buf_z, buf_e = _buffers(workspace, *logits.shape)
     z = _scaled(logits, temperature, buf_z)
     m = z.amax(dim=-1, keepdim=True).nan_to_num_(neginf=0.0)  # a row of -inf: shift by 0
     e = torch.sub(z, m, out=buf_e).exp_() if buf_e is not None else (z - m).exp_()
@@ -128,7 +131,7 @@ def rows_backward(
     Returns:
         ``out``.
     """
-    buf_z, buf_g = _buffers(workspace, logits.shape[0])
+    buf_z, buf_g = _buffers(workspace, *logits.shape)
     z = _scaled(logits, temperature, buf_z)
     cdt = z.dtype
     lse = lse.to(cdt).unsqueeze(1)
