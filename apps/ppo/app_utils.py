@@ -1,5 +1,5 @@
 """Helpers shared by the single-agent apps (ppo, dqn, sac): command-line overrides of a
-config dataclass, a metrics CSV and a learning-curve PNG. Apps import it as
+config dataclass, greedy evaluation episodes, a metrics CSV and a learning-curve PNG. Apps import it as
 ``ppo.app_utils`` with ``apps/`` on ``sys.path``."""
 
 from __future__ import annotations
@@ -10,7 +10,45 @@ import dataclasses
 import math
 import os
 
-__all__ = ["parse_config", "MetricsCSV", "plot_curve"]
+import torch
+from tensordict.nn import InteractionType, set_interaction_type
+
+from tdrl.core import step_mdp
+
+__all__ = ["parse_config", "evaluate_episodes", "MetricsCSV", "plot_curve"]
+
+
+@torch.no_grad()
+def evaluate_episodes(env, policy, episodes: int, seed: int) -> float:
+    """Mean return of one deterministic-policy episode per sub-env of ``env``.
+
+    Args:
+        env: a batched env of batch size ``(episodes,)`` with a ``RewardSum`` transform
+            (``("next", "episode_reward")``); it is closed at the end.
+        policy: a TensorDict policy.
+        episodes: number of sub-envs (= episodes).
+        seed: seed of the evaluation envs.
+
+    Returns:
+        The mean of the first finished episode's return of each sub-env.
+    """
+    env.set_seed(seed)
+    td = env.reset()
+    finished = torch.zeros(episodes, dtype=torch.bool)
+    returns = torch.zeros(episodes)
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        while not bool(finished.all()):
+            td = env.step(policy(td))
+            done = td["next", "done"].squeeze(-1)
+            first = done & ~finished
+            returns[first] = td["next", "episode_reward"].squeeze(-1)[first]
+            finished |= done
+            td = step_mdp(td)
+            if bool(done.any()):
+                td["_reset"] = done.unsqueeze(-1)
+                td = env.reset(td).exclude("_reset")
+    env.close()
+    return float(returns.mean())
 
 
 def parse_config(cls, argv: list[str] | None = None):

@@ -30,9 +30,9 @@ from tensordict.nn import InteractionType, TensorDictModule, set_interaction_typ
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ppo.app_utils import MetricsCSV, parse_config, plot_curve  # noqa: E402
+from ppo.app_utils import MetricsCSV, evaluate_episodes, parse_config, plot_curve  # noqa: E402
 
-from tdrl.core import Compose, DoubleToFloat, GymEnv, RewardSum, TransformedEnv, VecNorm, step_mdp
+from tdrl.core import Compose, DoubleToFloat, GymEnv, RewardSum, TransformedEnv, VecNorm
 from tdrl.core.modules import MLP, IndependentNormal, MaskedCategorical, ProbabilisticActor, ValueOperator
 from tdrl.core.objectives import PPOLoss, total_loss
 from tdrl.core.specs import Categorical, OneHot
@@ -196,24 +196,7 @@ def evaluate(actor, cfg: Config, obs_norm: VecNorm | None, episodes: int, seed: 
         eval_norm.load_state_dict(obs_norm.state_dict())
         eval_norm.freeze()
     env = make_env(cfg, episodes, eval_norm)
-    env.set_seed(seed)
-    td = env.reset()
-    finished = torch.zeros(episodes, dtype=torch.bool)
-    returns = torch.zeros(episodes)
-    with set_interaction_type(InteractionType.DETERMINISTIC):
-        while not bool(finished.all()):
-            td = env.step(actor(td))
-            done = td["next", "done"].squeeze(-1)
-            first = done & ~finished
-            returns[first] = td["next", "episode_reward"].squeeze(-1)[first]
-            finished |= done
-            td = step_mdp(td)
-            if bool(done.any()):
-                td["_reset"] = done.unsqueeze(-1)
-                td = env.reset(td)
-                td = td.exclude("_reset")
-    env.close()
-    return float(returns.mean())
+    return evaluate_episodes(env, actor, episodes, seed)
 
 
 # ---------------------------------------------------------------------------- training

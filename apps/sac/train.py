@@ -28,9 +28,9 @@ from tensordict.nn import InteractionType, TensorDictModule, set_interaction_typ
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ppo.app_utils import MetricsCSV, parse_config, plot_curve  # noqa: E402
+from ppo.app_utils import MetricsCSV, evaluate_episodes, parse_config, plot_curve  # noqa: E402
 
-from tdrl.core import Compose, DoubleToFloat, GymEnv, RewardSum, TransformedEnv, step_mdp
+from tdrl.core import Compose, DoubleToFloat, GymEnv, RewardSum, TransformedEnv
 from tdrl.core.modules import MLP, NormalParamExtractor, ProbabilisticActor, TanhNormal, ValueOperator
 from tdrl.core.objectives import SACLoss, SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
@@ -101,23 +101,7 @@ def make_actor_critic(env, cfg: Config):
 def evaluate(actor, cfg: Config, episodes: int, seed: int) -> float:
     """Mean return of ``episodes`` episodes of the deterministic policy (one per sub-env)."""
     env = make_env(cfg, episodes)
-    env.set_seed(seed)
-    td = env.reset()
-    finished = torch.zeros(episodes, dtype=torch.bool)
-    returns = torch.zeros(episodes)
-    with set_interaction_type(InteractionType.DETERMINISTIC):
-        while not bool(finished.all()):
-            td = env.step(actor(td))
-            done = td["next", "done"].squeeze(-1)
-            first = done & ~finished
-            returns[first] = td["next", "episode_reward"].squeeze(-1)[first]
-            finished |= done
-            td = step_mdp(td)
-            if bool(done.any()):
-                td["_reset"] = done.unsqueeze(-1)
-                td = env.reset(td).exclude("_reset")
-    env.close()
-    return float(returns.mean())
+    return evaluate_episodes(env, actor, episodes, seed)
 
 
 def train(cfg: Config) -> dict:
