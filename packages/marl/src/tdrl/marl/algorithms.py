@@ -92,7 +92,8 @@ def _ppo(env, config: MAPPOConfig, loss_cls, group: str, num_cells: Sequence[int
     critic_net = MultiAgentMLP(d, 1, n, config.centralised_critic, config.share_param_critic, num_cells)
     critic = TensorDictModule(critic_net, in_keys=[(group, OBSERVATION)], out_keys=[(group, STATE_VALUE)])
     loss = loss_cls(policy, critic, config, group=group, value_norm=value_norm)
-    estimator = MultiAgentGAE(config.gamma, config.lmbda, group, critic, value_norm=value_norm)
+    estimator = MultiAgentGAE(config.gamma, config.lmbda, group, critic, value_norm=value_norm,
+                              reuse_values=True)
     return OnPolicyParts(policy, critic, loss, estimator)
 
 

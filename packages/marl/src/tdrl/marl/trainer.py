@@ -179,7 +179,8 @@ def train_on_policy(env, parts: OnPolicyParts, cfg: TrainConfig, eval_env=None, 
         parts.estimator(batch)
         if value_norm is not None:
             value_norm.update(batch.get((group, VALUE_TARGET)))
-        flat = batch.reshape(n_seeds, -1)  # seed-major blocks
+        # the loss reads the root only: drop "next" so each minibatch gathers half the data
+        flat = batch.exclude(NEXT).reshape(n_seeds, -1)  # seed-major blocks
         n, mb = flat.shape[1], min(cfg.minibatch_size, flat.shape[1])
         losses = []
         for _ in range(cfg.num_epochs):

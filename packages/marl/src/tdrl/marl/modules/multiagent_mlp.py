@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from ._linear import linear_io
+
 __all__ = ["MultiAgentMLP"]
 
 
@@ -101,7 +103,7 @@ class MultiAgentMLP(nn.Module):
         shared_input = self.centralised  # h has no agent dim yet: [*B, n * in]
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             if self.share_params:  # one fused GEMM + bias over every row
-                h = torch.addmm(b[0], h.reshape(-1, h.shape[-1]), w[0]).reshape(*h.shape[:-1], w.shape[-1])
+                h = linear_io(h.reshape(-1, h.shape[-1]), w[0], b[0]).reshape(*h.shape[:-1], w.shape[-1])
             elif shared_input:
                 h = torch.einsum("...i,nio->...no", h, w) + b
                 shared_input = False

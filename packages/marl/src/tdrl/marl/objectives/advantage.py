@@ -119,6 +119,13 @@ class MultiAgentGAE(nn.Module):
         value_norm: optional :class:`~tdrl.marl.objectives.ValueNorm` or ``PopArt``: the
             critic outputs normalised values, which are de-normalised before GAE.
         average_advantage: standardise the advantage over the whole batch.
+        reuse_values: compute ``value_network`` once per distinct input: for a rollout
+            whose step ``t+1`` root continues step ``t``'s ``"next"`` (what a collector
+            returns), ``V(next_t)`` is ``V(root_{t+1})`` except where the episode ended or
+            at the last step, so only those ``"next"`` rows are evaluated (about half the
+            critic work). The inputs are compared, so any batch stays correct; results equal
+            two full passes up to float rounding. Needs a value network that accepts any
+            batch shape (not a seed-stacked one).
     """
 
     def __init__(
@@ -129,11 +136,13 @@ class MultiAgentGAE(nn.Module):
         value_network: Callable[[TensorDictBase], TensorDictBase] | None = None,
         value_norm: nn.Module | None = None,
         average_advantage: bool = False,
+        reuse_values: bool = False,
     ) -> None:
         super().__init__()
         self.gamma, self.lmbda, self.group = float(gamma), float(lmbda), group
         self.value_network, self.value_norm = value_network, value_norm
         self.average_advantage = average_advantage
+        self.reuse_values = reuse_values
 
     def _flag(self, td: TensorDictBase, name: str) -> Tensor:
         for key in ((NEXT, self.group, name), (NEXT, name)):
@@ -142,13 +151,39 @@ class MultiAgentGAE(nn.Module):
                 return v
         raise KeyError(f"MultiAgentGAE needs ('next', {self.group!r}, {name!r}) or ('next', {name!r}).")
 
+    def _next_values_reusing(self, td: TensorDictBase) -> None:
+        """Write ``("next", group, "state_value")`` from the root values where the inputs match."""
+        in_keys = getattr(self.value_network, "in_keys", None)
+        out_key = (self.group, STATE_VALUE)
+        nxt, nb = td.get(NEXT), td.ndim
+        if not in_keys or any(nxt.get(k, None) is None for k in in_keys):
+            self.value_network(nxt)
+            return
+        same = torch.ones(td.shape[:-1] + (td.shape[-1] - 1,), dtype=torch.bool, device=td.device)
+        for key in in_keys:
+            a = nxt.get(key).narrow(nb - 1, 0, td.shape[-1] - 1)
+            b = td.get(key).narrow(nb - 1, 1, td.shape[-1] - 1)
+            same &= (a == b).reshape(*same.shape, -1).all(-1)
+        value = td.get(out_key)
+        next_value = torch.empty_like(value)
+        shifted = value.narrow(nb - 1, 1, td.shape[-1] - 1)
+        next_value.narrow(nb - 1, 0, td.shape[-1] - 1).copy_(shifted)
+        need = torch.cat([~same, torch.ones_like(same.narrow(nb - 1, 0, 1))], dim=nb - 1)
+        sub = nxt.select(*in_keys)[need]
+        self.value_network(sub)
+        next_value[need] = sub.get(out_key)
+        nxt.set(out_key, next_value)
+
     @torch.no_grad()
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         """Compute and write the advantage and value target; returns ``td``."""
         g = self.group
         if self.value_network is not None:
             self.value_network(td)
-            self.value_network(td.get(NEXT))
+            if self.reuse_values and td.ndim >= 1 and td.shape[-1] > 1:
+                self._next_values_reusing(td)
+            else:
+                self.value_network(td.get(NEXT))
         value = td.get((g, STATE_VALUE), None)
         next_value = td.get((NEXT, g, STATE_VALUE), None)
         if value is None or next_value is None:
