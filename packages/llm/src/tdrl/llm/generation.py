@@ -21,7 +21,7 @@ from tensordict import TensorDict
 
 from tdrl.llm import keys as K
 
-__all__ = ["Generator", "HFGenerator", "completion_mask_from_eos", "unwrap_model"]
+__all__ = ["Generator", "HFGenerator", "cache_kwarg", "completion_mask_from_eos", "unique_prompts", "unwrap_model"]
 
 
 def unwrap_model(model):
@@ -31,6 +31,36 @@ def unwrap_model(model):
         if inner is None:
             return model
         model = inner
+
+
+def cache_kwarg(module) -> str:
+    """Name of the KV-cache argument of ``module.forward``.
+
+    transformers >= 5.2x names it ``cache``, older releases ``past_key_values``.
+    """
+    if hasattr(module, "get_base_model"):  # peft forwards **kwargs to the transformers model
+        module = module.get_base_model()
+    params = inspect.signature(module.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def unique_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The distinct rows of a left-padded prompt batch, or ``None`` when all rows differ.
+
+    Args:
+        prompt_ids: ``[N, P]`` ids.
+        prompt_mask: ``[N, P]`` attention mask.
+
+    Returns:
+        ``(ids [U, P], mask [U, P], inverse [N])`` with ``ids[inverse] == prompt_ids``, or
+        ``None`` when ``U == N`` (nothing to share).
+    """
+    P = prompt_ids.shape[1]
+    rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=-1)
+    uniq, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    if uniq.shape[0] == rows.shape[0]:
+        return None
+    return uniq[:, :P], uniq[:, P:].to(prompt_mask.dtype), inverse
 
 
 def completion_mask_from_eos(completion_ids: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
@@ -105,9 +135,11 @@ class HFGenerator(Generator):
     """Generation with a ``transformers`` causal LM, sharing the trainer's model.
 
     By default a lean sampling loop over the model's forward with its KV cache (one forward per
-    new token, no logits-processor machinery, stops when every row has emitted EOS); the
-    sampled token's log-prob is read from the same tempered, filtered distribution it was drawn
-    from. ``use_generate=True`` calls ``model.generate`` instead (for models that need its
+    new token, no logits-processor machinery, stops when every row has emitted EOS), under
+    ``torch.inference_mode``; a prompt repeated across rows (a GRPO group) is prefilled once
+    and its KV cache shared. Tokens are drawn by an exponential race (``argmax p / E``, one
+    op, exact sampling) and the sampled token's log-prob is read from the same tempered,
+    filtered distribution it was drawn from. ``use_generate=True`` calls ``model.generate`` instead (for models that need its
     special cases), reading log-probs from ``output_scores``.
 
     Args:
@@ -117,14 +149,18 @@ class HFGenerator(Generator):
         temperature: sampling temperature.
         top_p, top_k: nucleus / top-k filtering (``1.0`` / ``0`` disable them).
         use_generate: go through ``model.generate``.
+        share_prefix: prefill each distinct prompt once and copy its KV cache to the rows
+            that repeat it (a GRPO group); falls back to a full prefill when the model's cache
+            cannot be re-indexed.
     """
 
-    def __init__(self, model, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, use_generate: bool = False):
+    def __init__(self, model, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, use_generate: bool = False, share_prefix: bool = True):
         if temperature <= 0:
             raise ValueError(f"HFGenerator: temperature must be > 0, got {temperature}; use greedy=True for greedy decoding")
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_p, self.top_k = max_new_tokens, temperature, top_p, top_k
         self.use_generate = use_generate
+        self.share_prefix = share_prefix
 
     def _ids(self, model):
         eos = model.generation_config.eos_token_id
@@ -135,16 +171,18 @@ class HFGenerator(Generator):
             pad = eos[0] if isinstance(eos, list) else eos
         return eos, pad
 
-    @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, greedy: bool = False) -> TensorDict:
         model = unwrap_model(self.model)
         was_training = model.training
         model.eval()
         try:
             run = self._generate_hf if self.use_generate else self._generate_loop
-            ids, logp = run(model, prompt_ids, prompt_mask, greedy)
+            with torch.inference_mode():
+                ids, logp = run(model, prompt_ids, prompt_mask, greedy)
         finally:
             model.train(was_training)
+        # inference tensors cannot be saved for backward (the trainer embeds these ids)
+        ids, logp = ids.clone(), logp.clone()
         mask = completion_mask_from_eos(ids, self._ids(model)[0])
         logp = torch.where(mask, logp, torch.zeros_like(logp))
         return TensorDict(
@@ -155,34 +193,56 @@ class HFGenerator(Generator):
 
     def _generate_loop(self, model, prompt_ids, prompt_mask, greedy):
         eos, pad = self._ids(model)
-        eos_ids = torch.as_tensor(eos if eos is not None else [], device=prompt_ids.device).reshape(-1)
-        n = prompt_ids.shape[0]
-        attn = prompt_mask.long()
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        # transformers >= 5.2x names the KV cache `cache`, older releases `past_key_values`
-        cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-        out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
-        cache, logits = _cache_of(out), out.logits[:, -1]
+        device = prompt_ids.device
+        eos_ids = torch.as_tensor(eos if eos is not None else [], device=device).reshape(-1)
+        n, P = prompt_ids.shape
+        C = self.max_new_tokens
+        # one preallocated mask for prompt + completion; step t reads its first P + t + 1 columns
+        attn = torch.ones(n, P + C, dtype=torch.long, device=device)
+        attn[:, :P] = prompt_mask
+        pos = (attn[:, :P].cumsum(-1) - 1).clamp(min=0)
+        cache_kw = cache_kwarg(model)
+        # prefill each distinct prompt once (a GRPO group repeats its prompt G times), then
+        # give every row its prompt's cache
+        uniq = unique_prompts(prompt_ids, prompt_mask) if self.share_prefix else None
+        cache = None
+        if uniq is not None:
+            u_ids, u_mask, inv = uniq
+            u_pos = (u_mask.cumsum(-1) - 1).clamp(min=0)
+            out = model(input_ids=u_ids, attention_mask=u_mask, position_ids=u_pos, use_cache=True, logits_to_keep=1)
+            cache = _cache_of(out)
+            if hasattr(cache, "batch_select_indices"):
+                cache.batch_select_indices(inv)
+                logits = out.logits[:, -1][inv]
+            else:  # a legacy tuple cache: prefill every row instead
+                cache = None
+        if cache is None:
+            out = model(input_ids=prompt_ids, attention_mask=attn[:, :P], position_ids=pos, use_cache=True, logits_to_keep=1)
+            cache, logits = _cache_of(out), out.logits[:, -1]
         next_pos = pos[:, -1:] + 1
-        done = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)
-        ids, logps = [], []
-        for t in range(self.max_new_tokens):
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        ids = torch.full((n, C), pad, dtype=torch.long, device=device)
+        logps = torch.zeros(n, C, dtype=torch.float32, device=device)
+        for t in range(C):
             scores = logits.float()
             if not greedy:
                 scores = _filter_top_k_top_p(scores / self.temperature, self.top_k, self.top_p)
             lp_all = torch.log_softmax(scores, dim=-1)
-            tok = lp_all.argmax(-1) if greedy else torch.multinomial(lp_all.exp(), 1).squeeze(-1)
-            tok = torch.where(done, torch.full_like(tok, pad), tok)
-            ids.append(tok)
-            logps.append(lp_all.gather(-1, tok[:, None]).squeeze(-1))
+            if greedy:
+                tok = lp_all.argmax(-1)
+            else:
+                # exponential race: argmax(p / E), E ~ Exp(1), draws tok with probability p
+                tok = (lp_all.exp() / torch.empty_like(lp_all).exponential_()).argmax(-1)
+            tok = tok.masked_fill(done, pad)
+            ids[:, t] = tok
+            logps[:, t] = lp_all.gather(-1, tok[:, None]).squeeze(-1)
             done = done | torch.isin(tok, eos_ids)
-            if bool(done.all()) or t == self.max_new_tokens - 1:
+            if t == C - 1 or bool(done.all()):
                 break
-            attn = torch.cat([attn, attn.new_ones(n, 1)], dim=-1)
-            out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos, use_cache=True, **{cache_kw: cache})
+            out = model(input_ids=tok[:, None], attention_mask=attn[:, : P + t + 1], position_ids=next_pos, use_cache=True, **{cache_kw: cache})
             cache, logits = _cache_of(out), out.logits[:, -1]
             next_pos = next_pos + 1
-        return torch.stack(ids, 1), torch.stack(logps, 1)
+        return ids[:, : t + 1], logps[:, : t + 1]
 
     def _generate_hf(self, model, prompt_ids, prompt_mask, greedy):
         eos, pad = self._ids(model)

@@ -1,11 +1,23 @@
 """Per-token log-probs of completions from a causal LM, through the fused LM-head kernel.
 
-The model runs once over ``prompt + completion``; the last hidden state at the positions that
-predict completion tokens is fed, masked rows only, to
-:func:`tdrl.kernels.fused_linear_logprobs` together with the LM-head weight, so the
-``[tokens, vocab]`` log-softmax is never materialised (memory O(chunk x vocab)).
+The fast path (``fused=True``) runs only the model's decoder (no LM head, no per-layer hidden
+states) and feeds its final normed hidden state at the positions that predict completion
+tokens, masked rows only, to :func:`tdrl.kernels.fused_linear_logprobs` together with the
+LM-head weight, so the ``[tokens, vocab]`` log-softmax is never materialised (memory
+O(chunk x vocab)). On the way it
+
+- trims the batch: leading prompt columns that are padding in every row and trailing
+  completion columns past every row's end are dropped, and the last completion token (which
+  predicts nothing) is not fed;
+- shares prompts (``share_prefix=True``): a prompt repeated across rows (a GRPO group) runs
+  through the decoder once, its KV cache is indexed out to the rows that repeat it
+  (differentiably: gradients of all rows flow back into the one prompt pass), and only the
+  completions run per row. The result equals the per-row computation up to float rounding.
+
 Models whose last hidden state is not the LM-head input can use ``fused=False``, which
-computes logits and calls :func:`tdrl.kernels.token_logprobs`.
+computes logits with the full model and calls :func:`tdrl.kernels.token_logprobs`; a
+``DistributedDataParallel`` wrapper is called as a whole (its forward does the gradient
+bookkeeping) and returns the last hidden state through ``output_hidden_states``.
 """
 
 from __future__ import annotations
@@ -14,10 +26,9 @@ import torch
 from tensordict import TensorDict
 
 from tdrl.llm import keys as K
-from tdrl.llm.data import concat_prompt_completion
-from tdrl.llm.generation import unwrap_model
+from tdrl.llm.generation import _cache_of, cache_kwarg, unique_prompts, unwrap_model
 
-__all__ = ["completion_logprobs", "fused_path_matches"]
+__all__ = ["completion_logprobs", "completion_hidden", "fused_path_matches"]
 
 
 def _head(model):
@@ -30,12 +41,95 @@ def _head(model):
     return head
 
 
+def _decoder(model):
+    """The transformer under the LM head (``model.base_model``), or ``None`` when it must not or
+    cannot be called alone (a DDP wrapper, a model without a separate decoder)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        return None
+    base = unwrap_model(model)
+    if hasattr(base, "get_base_model"):  # peft: the transformers model with adapters injected
+        base = base.get_base_model()
+    dec = getattr(base, "base_model", None)
+    if not isinstance(dec, torch.nn.Module) or dec is base:
+        return None
+    return dec
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _trim(td: TensorDict):
+    """``(prompt_ids, prompt_mask, completion_ids, completion_mask, width)`` without all-padding
+    prompt columns on the left and completion columns on the right; ``width`` is the kept
+    completion width (0: no completion token at all)."""
+    pids, pmask = td[K.PROMPT_IDS], td[K.PROMPT_MASK].long()
+    cids, cmask = td[K.COMPLETION_IDS], td[K.COMPLETION_MASK].bool()
+    cols = cmask.any(0).nonzero()
+    width = int(cols.max()) + 1 if cols.numel() else 0
+    start = pmask.bool().any(0).nonzero()
+    start = int(start.min()) if start.numel() else 0
+    start = min(start, pids.shape[1] - 1)  # keep at least the last prompt column
+    return pids[:, start:], pmask[:, start:], cids[:, :width], cmask[:, :width], width
+
+
+def completion_hidden(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    share_prefix: bool = True,
+) -> torch.Tensor:
+    """Final hidden states (the LM head's input) at the positions predicting each completion token.
+
+    Args:
+        model: a Hugging Face causal LM (plain, peft- or DDP-wrapped).
+        prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
+        completion_ids, completion_mask: ``[N, C]`` completions (``C >= 1``).
+        share_prefix: run each distinct prompt once and share its KV cache.
+
+    Returns:
+        ``[N, C, H]``: row ``t`` is the hidden state that predicts ``completion_ids[:, t]``.
+    """
+    P, C = prompt_ids.shape[1], completion_ids.shape[1]
+    mask = torch.cat([prompt_mask.long(), completion_mask.long()], dim=-1)[:, : P + C - 1]
+    ids = torch.cat([prompt_ids, completion_ids[:, : C - 1]], dim=-1)
+    pos = _positions(mask)
+    decoder = _decoder(model)
+    if decoder is None:
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True, use_cache=False, logits_to_keep=1)
+        return out.hidden_states[-1][:, P - 1 :]
+    uniq = None
+    if share_prefix and not getattr(decoder, "gradient_checkpointing", False):
+        uniq = unique_prompts(prompt_ids, prompt_mask)
+    if uniq is not None:
+        u_ids, u_mask, inv = uniq
+        out = decoder(input_ids=u_ids, attention_mask=u_mask.long(), position_ids=_positions(u_mask.long()), use_cache=True)
+        cache = _cache_of(out)
+        if cache is not None and hasattr(cache, "batch_select_indices"):
+            last = out.last_hidden_state[:, -1:].index_select(0, inv)  # [N, 1, H]
+            if C == 1:
+                return last
+            cache.batch_select_indices(inv)
+            rest = decoder(
+                input_ids=ids[:, P:], attention_mask=mask, position_ids=pos[:, P:], use_cache=True,
+                **{cache_kwarg(decoder): cache},
+            ).last_hidden_state
+            return torch.cat([last, rest], dim=1)
+    out = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+    return out.last_hidden_state[:, P - 1 :]
+
+
 def completion_logprobs(
     model,
     td: TensorDict,
     temperature: float = 1.0,
     return_entropy: bool = False,
     fused: bool = True,
+    share_prefix: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of the completion tokens under ``model``.
 
@@ -45,45 +139,53 @@ def completion_logprobs(
             ``COMPLETION_MASK`` ``[N, C]``.
         temperature: logits are divided by it (use the sampling temperature).
         return_entropy: also return the per-token entropy of the tempered distribution.
-        fused: use the fused hidden-state x LM-head kernel (default); ``False`` goes through
-            full logits.
+        fused: decoder hidden states x LM head through the fused kernel (default); ``False``
+            goes through the full model's logits.
+        share_prefix: with ``fused``, run each distinct prompt once (see the module doc).
 
     Returns:
         ``logp`` ``[N, C]`` (0 where the completion mask is False), or ``(logp, entropy)``.
     """
     from tdrl import kernels
 
-    ids, mask, pos = concat_prompt_completion(td)
-    P = td[K.PROMPT_IDS].shape[1]
-    cmask = td[K.COMPLETION_MASK].bool()
-    targets = td[K.COMPLETION_IDS][cmask]  # [n_tok]
+    full_mask = td[K.COMPLETION_MASK].bool()
+    pids, pmask, cids, cmask, width = _trim(td)
+    P = pids.shape[1]
+    if width == 0:
+        zero = torch.zeros(full_mask.shape, device=full_mask.device)
+        return (zero, zero.clone()) if return_entropy else zero
+    targets = cids[cmask]  # [n_tok]
     if fused:
         head = _head(model)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True, use_cache=False, logits_to_keep=1)
-        hidden = out.hidden_states[-1][:, P - 1 : -1]  # [N, C, H]: position t predicts token t+1
+        hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=share_prefix)
         res = kernels.fused_linear_logprobs(
             hidden[cmask], head.weight, targets, bias=head.bias, temperature=temperature, return_entropy=return_entropy
         )
     else:
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
-        logits = out.logits[:, P - 1 : -1][cmask]  # [n_tok, V]
+        ids = torch.cat([pids, cids[:, :-1]], dim=-1)
+        mask = torch.cat([pmask, cmask.long()], dim=-1)[:, :-1]
+        out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False)
+        logits = out.logits[:, P - 1 :][cmask]  # [n_tok, V]
         res = kernels.token_logprobs(logits[None], targets[None], temperature=temperature, return_entropy=return_entropy)
         res = tuple(r[0] for r in res) if return_entropy else res[0]
     parts = res if return_entropy else (res,)
-    full = tuple(torch.zeros(cmask.shape, dtype=p.dtype, device=p.device).masked_scatter(cmask, p) for p in parts)
+    # columns past `width` hold no True, so the full mask orders tokens as the trimmed one does
+    full = tuple(torch.zeros(full_mask.shape, dtype=p.dtype, device=p.device).masked_scatter(full_mask, p) for p in parts)
     return full if return_entropy else full[0]
 
 
 @torch.no_grad()
-def fused_path_matches(model, td: TensorDict, atol: float = 1e-3) -> bool:
-    """Whether the fused path (last hidden state x LM head) reproduces the model's logits.
+def fused_path_matches(model, td: TensorDict, atol: float = 1e-3, share_prefix: bool = False) -> bool:
+    """Whether the fused path (decoder hidden state x LM head) reproduces the model's logits.
 
     Architectures that post-process logits (soft-capping, scaling) fail this check and should
-    use ``fused=False``.
+    use ``fused=False``; ``share_prefix=True`` also checks the shared-prompt KV-cache path
+    (models whose cache cannot be re-indexed fall back inside it; a model that mishandles it
+    fails the check).
     """
     try:
-        a = completion_logprobs(model, td, fused=True)
-    except (TypeError, ValueError):
+        a = completion_logprobs(model, td, fused=True, share_prefix=share_prefix)
+    except (TypeError, ValueError, AttributeError, RuntimeError, IndexError):
         return False
     b = completion_logprobs(model, td, fused=False)
     return bool(torch.allclose(a.float(), b.float(), atol=atol))

@@ -249,12 +249,14 @@ class GRPOLoss(torch.nn.Module):
         config: a :class:`GRPOLossConfig`.
         temperature: the sampling temperature (log-probs are computed at it).
         fused: compute log-probs with the fused LM-head kernel.
+        share_prefix: run each distinct prompt of a batch once (fused path only; see
+            :mod:`tdrl.llm.logprobs`).
     """
 
-    def __init__(self, config: GRPOLossConfig | None = None, temperature: float = 1.0, fused: bool = True):
+    def __init__(self, config: GRPOLossConfig | None = None, temperature: float = 1.0, fused: bool = True, share_prefix: bool = True):
         super().__init__()
         self.config = config or GRPOLossConfig()
-        self.temperature, self.fused = temperature, fused
+        self.temperature, self.fused, self.share_prefix = temperature, fused, share_prefix
         self.keys = _Keys()
 
     def set_keys(self, **kw) -> GRPOLoss:
@@ -267,7 +269,9 @@ class GRPOLoss(torch.nn.Module):
     def forward(self, model, td: TensorDict) -> TensorDict:
         k = self.keys
         mask = td[k.completion_mask].bool()
-        logp, entropy = completion_logprobs(model, td, self.temperature, return_entropy=True, fused=self.fused)
+        logp, entropy = completion_logprobs(
+            model, td, self.temperature, return_entropy=True, fused=self.fused, share_prefix=self.share_prefix
+        )
         old = td.get(k.old_log_prob, None)
         old = logp.detach() if old is None else old
         ref = td.get(k.ref_log_prob, None) if self.config.beta > 0 else None
@@ -294,7 +298,7 @@ class SFTLoss(torch.nn.Module):
 
     def forward(self, model, td: TensorDict) -> TensorDict:
         mask = td[K.COMPLETION_MASK].bool()
-        logp = completion_logprobs(model, td, 1.0, fused=self.fused)
+        logp = completion_logprobs(model, td, 1.0, fused=self.fused, share_prefix=False)
         loss = -masked_reduce(logp, mask, "token")
         n = mask.sum().detach().float()
         return TensorDict({"loss_sft": loss, "num_tokens": n, "mean_logp": -loss.detach()}, batch_size=[])

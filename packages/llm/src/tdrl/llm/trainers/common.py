@@ -36,11 +36,16 @@ def set_seed(seed: int) -> None:
 
 
 def make_optimizer(model, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.99)) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters (LoRA adapters only when peft froze the base)."""
+    """AdamW over the trainable parameters (LoRA adapters only when peft froze the base).
+
+    The fused implementation (one kernel over all parameters) is used where torch has it for
+    the parameters' device and dtype; otherwise the multi-tensor (``foreach``) one.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("make_optimizer: the model has no trainable parameters")
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, fused=fused or None, foreach=None if fused else True)
 
 
 def warmup_cosine(optimizer, warmup_steps: int, total_steps: int, min_ratio: float = 0.1):

@@ -61,6 +61,8 @@ class GRPOConfig:
         reward_weights: one weight per reward function (default all 1).
         fused_logprobs: use the fused LM-head kernel; ``None`` checks once that it matches the
             model's logits and falls back to logits otherwise.
+        share_prefix: generate and score each group's prompt once and share its KV cache
+            (fused path only); ``None`` checks once that it matches the plain path.
         seed: base seed (rank ``r`` samples with ``seed + r``).
         checkpoint_path: file for resumable checkpoints (``None``: none).
         checkpoint_every: rounds between checkpoints.
@@ -85,6 +87,7 @@ class GRPOConfig:
     loss: GRPOLossConfig = field(default_factory=GRPOLossConfig)
     reward_weights: Sequence[float] | None = None
     fused_logprobs: bool | None = None
+    share_prefix: bool | None = None
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 50
@@ -142,7 +145,9 @@ class GRPOTrainer:
         self.model = model
         self.ddp_model = wrap_ddp(model)
         self.device = next(model.parameters()).device
-        self.generator = generator or HFGenerator(model, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k)
+        self.generator = generator or HFGenerator(
+            model, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, share_prefix=cfg.share_prefix is not False
+        )
         self.ref_model = ref_model
         if cfg.loss.beta > 0 and ref_model is None and not _is_peft(model):
             import copy
@@ -151,8 +156,10 @@ class GRPOTrainer:
         self.sampler = PromptSampler(train_dataset, cfg.prompts_per_step, cfg.seed, self.rank, self.world_size)
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
-        self.loss_fn = GRPOLoss(cfg.loss, temperature=cfg.temperature, fused=cfg.fused_logprobs is not False)
-        self._fused_checked = cfg.fused_logprobs is not None
+        self.loss_fn = GRPOLoss(
+            cfg.loss, temperature=cfg.temperature, fused=cfg.fused_logprobs is not False, share_prefix=cfg.share_prefix is not False
+        )
+        self._fast_path_checked = cfg.fused_logprobs is not None and cfg.share_prefix is not None
         self.metrics = CSVMetrics(cfg.metrics_path if self.rank == 0 else None)
         self.callback = callback
         self.step_count = 0
@@ -175,7 +182,9 @@ class GRPOTrainer:
         G = cfg.group_size
         prompts = [p for p in batch["prompt"] for _ in range(G)]
         columns = {k: [v for v in vals for _ in range(G)] for k, vals in batch.items() if k != "prompt"}
-        ids, mask = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, prompts), self.device)
+        # tokenise each prompt once, then repeat its row for the group
+        ids, mask = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, batch["prompt"]), self.device)
+        ids, mask = ids.repeat_interleave(G, dim=0), mask.repeat_interleave(G, dim=0)
         gen = self.generator.generate(ids, mask)
         texts = completion_texts(self.tokenizer, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
         rewards, per_fn, stats = compute_rewards(self.reward_fns, prompts, texts, columns, cfg.reward_weights)
@@ -215,16 +224,34 @@ class GRPOTrainer:
         olds, refs = [], []
         for chunk in td.split(mb):
             if need_old:
-                olds.append(completion_logprobs(self.model, chunk, cfg.temperature, fused=self.loss_fn.fused))
+                olds.append(self._logprobs(self.model, chunk))
             if need_ref:
                 ctx = unwrap_model(self.model).disable_adapter() if self.ref_model is None else nullcontext()
                 with ctx:
                     ref = self.ref_model if self.ref_model is not None else self.model
-                    refs.append(completion_logprobs(ref, chunk, cfg.temperature, fused=self.loss_fn.fused))
+                    refs.append(self._logprobs(ref, chunk))
         if need_old:
             td[K.OLD_LOG_PROB] = torch.cat(olds)
         if need_ref:
             td[K.REF_LOG_PROB] = torch.cat(refs)
+
+    def _logprobs(self, model, td: TensorDict) -> torch.Tensor:
+        fused, share = self.loss_fn.fused, self.loss_fn.share_prefix
+        return completion_logprobs(model, td, self.config.temperature, fused=fused, share_prefix=share)
+
+    @torch.no_grad()
+    def _check_fast_path(self, td: TensorDict) -> None:
+        """Once, on a few rows of the first rollout: keep the fused LM-head path and prompt sharing
+        only where they reproduce the model's own logits."""
+        cfg = self.config
+        if cfg.fused_logprobs is None and not fused_path_matches(self.model, td):
+            log.warning("the fused LM-head path does not reproduce this model's logits; using logits")
+            self.loss_fn.fused = False
+        if cfg.share_prefix is None and self.loss_fn.fused and not fused_path_matches(self.model, td, share_prefix=True):
+            log.warning("sharing the prompt's KV cache does not reproduce this model's log-probs; not sharing")
+            self.loss_fn.share_prefix = False
+            if isinstance(self.generator, HFGenerator):
+                self.generator.share_prefix = False
 
     def _micro_size(self) -> int:
         cfg = self.config
@@ -236,11 +263,9 @@ class GRPOTrainer:
         cfg = self.config
         t0 = time.perf_counter()
         td, stats = self.rollout(next(self.sampler))
-        if not self._fused_checked:
-            self._fused_checked = True
-            if not fused_path_matches(self.model, td[: min(8, td.shape[0])]):
-                log.warning("the fused LM-head path does not reproduce this model's logits; using logits")
-                self.loss_fn.fused = False
+        if not self._fast_path_checked:
+            self._fast_path_checked = True
+            self._check_fast_path(td[: min(2 * cfg.group_size, td.shape[0])])
         t_gen = time.perf_counter() - t0
         self._add_logprobs(td)
         mb_size = cfg.minibatch_size or cfg.rollout_size
