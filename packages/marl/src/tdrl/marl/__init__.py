@@ -8,8 +8,8 @@ from tdrl.marl.objectives import (
     IPPOConfig, IPPOLoss, MAPPOConfig, MAPPOLoss, MultiAgentGAE, PopArt, QMIXConfig, QMIXLoss,
     ValueNorm, VDNConfig, VDNLoss, multi_agent_gae,
 )
-from tdrl.marl.algorithms import ALGORITHMS, make_ippo, make_mappo, make_qmix, make_vdn
-from tdrl.marl.trainer import TrainConfig, evaluate, train_off_policy, train_on_policy
+from tdrl.marl.algorithms import ALGORITHMS, make_groups, make_ippo, make_mappo, make_qmix, make_vdn
+from tdrl.marl.trainer import GroupPolicies, TrainConfig, evaluate, train_off_policy, train_on_policy
 from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_on_policy
 from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
 from tdrl.marl.runner import TASKS, BenchConfig, run_benchmark
@@ -38,6 +38,8 @@ __all__: list[str] = [
     "make_ippo",
     "make_qmix",
     "make_vdn",
+    "make_groups",
+    "GroupPolicies",
     "TrainConfig",
     "train_on_policy",
     "train_off_policy",

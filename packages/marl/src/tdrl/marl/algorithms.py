@@ -3,18 +3,22 @@
 One small function per algorithm (BenchMARL's ``Algorithm`` classes do the same work): it
 reads the group's observation and action specs and returns an :class:`OnPolicyParts` or
 :class:`OffPolicyParts` bundle that the training loops of :mod:`tdrl.marl.trainer` consume.
+:func:`make_groups` builds one bundle per group of a multi-group env (e.g. PettingZoo's
+``group_map="prefix"``); the loops accept that mapping. Observations with several trailing
+dims (``[*B, n_agents, *obs_shape]``) are flattened per agent in front of the networks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
 
 from tdrl.core.modules import EGreedyModule, MaskedCategorical, ProbabilisticActor, QValueModule, TanhNormal
-from tdrl.core.specs import Bounded, Categorical
+from tdrl.core.specs import Bounded, Categorical, Composite
 
 from .keys import ACTION, ACTION_MASK, ACTION_VALUE, GROUP, OBSERVATION, STATE_VALUE
 from .modules import MultiAgentMLP, QMixer
@@ -24,7 +28,7 @@ from .objectives import (
 )
 
 __all__ = ["OnPolicyParts", "OffPolicyParts", "make_mappo", "make_ippo", "make_qmix", "make_vdn",
-           "group_dims", "ALGORITHMS"]
+           "make_groups", "env_groups", "group_dims", "ALGORITHMS"]
 
 
 @dataclass
@@ -49,15 +53,43 @@ class OffPolicyParts:
     config: QMIXConfig
 
 
-def group_dims(env, group: str = GROUP) -> tuple[int, int, object]:
-    """``(n_agents, obs_dim, action_spec)`` of ``group`` in ``env``; errors name the groups."""
+def env_groups(env) -> list[str]:
+    """The agent groups of ``env``: top-level observation entries holding an ``"observation"``."""
+    groups = getattr(env, "groups", None)
+    if groups:
+        return list(groups)
+    spec = env.observation_spec
+    return [k for k in spec.keys() if isinstance(k, str) and isinstance(spec[k], Composite)
+            and OBSERVATION in spec[k].keys()]
+
+
+def _obs_shape(env, group: str) -> tuple[int, tuple[int, ...]]:
+    """``(n_agents, per-agent observation shape)`` of ``group``; errors name the groups."""
     if group not in env.observation_spec.keys():
-        raise KeyError(f"The env has no group {group!r}; its groups are {list(env.observation_spec.keys())}.")
+        raise KeyError(f"The env has no group {group!r}; its groups are {env_groups(env)}.")
     obs = env.observation_spec[group, OBSERVATION]
-    if obs.ndim != len(env.batch_size) + 2:
-        raise ValueError(f"({group!r}, 'observation') must be [*batch, n_agents, obs_dim], got {tuple(obs.shape)}.")
-    n_agents, obs_dim = obs.shape[-2], obs.shape[-1]
-    return n_agents, obs_dim, env.full_action_spec[group, ACTION]
+    nb = len(env.batch_size)
+    if obs.ndim < nb + 2:
+        raise ValueError(
+            f"({group!r}, 'observation') must be [*batch, n_agents, *obs_shape] with batch "
+            f"{tuple(env.batch_size)}, got {tuple(obs.shape)}."
+        )
+    return obs.shape[nb], tuple(obs.shape[nb + 1:])
+
+
+def group_dims(env, group: str = GROUP) -> tuple[int, int, object]:
+    """``(n_agents, obs_dim, action_spec)`` of ``group`` in ``env``; errors name the groups.
+
+    ``obs_dim`` is the flattened size of one agent's observation (``prod(obs_shape)``).
+    """
+    n_agents, shape = _obs_shape(env, group)
+    return n_agents, math.prod(shape), env.full_action_spec[group, ACTION]
+
+
+def _agent_net(env, group: str, mlp: nn.Module) -> nn.Module:
+    """``mlp`` preceded by a per-agent flatten when the group's observations are multi-dim."""
+    k = len(_obs_shape(env, group)[1])
+    return mlp if k == 1 else nn.Sequential(nn.Flatten(-k, -1), mlp)
 
 
 def _mask_key(env, group: str):
@@ -69,14 +101,15 @@ def _actor(env, group: str, share: bool, num_cells: Sequence[int]) -> nn.Module:
     n, d, spec = group_dims(env, group)
     if isinstance(spec, Bounded):
         act = spec.shape[-1]
-        net = nn.Sequential(MultiAgentMLP(d, 2 * act, n, False, share, num_cells), NormalParamExtractor())
+        net = nn.Sequential(_agent_net(env, group, MultiAgentMLP(d, 2 * act, n, False, share, num_cells)),
+                            NormalParamExtractor())
         params = TensorDictModule(net, in_keys=[(group, OBSERVATION)], out_keys=[(group, "loc"), (group, "scale")])
         low = spec.low.reshape(-1, *spec.shape[-2:])[0]
         high = spec.high.reshape(-1, *spec.shape[-2:])[0]
         return ProbabilisticActor(params, TanhNormal, in_keys={"loc": (group, "loc"), "scale": (group, "scale")},
                                   distribution_kwargs={"low": low, "high": high}, out_keys=[(group, ACTION)])
     if isinstance(spec, Categorical):
-        net = MultiAgentMLP(d, spec.n, n, False, share, num_cells)
+        net = _agent_net(env, group, MultiAgentMLP(d, spec.n, n, False, share, num_cells))
         params = TensorDictModule(net, in_keys=[(group, OBSERVATION)], out_keys=[(group, "logits")])
         in_keys = {"logits": (group, "logits")}
         mask = _mask_key(env, group)
@@ -89,7 +122,8 @@ def _actor(env, group: str, share: bool, num_cells: Sequence[int]) -> nn.Module:
 def _ppo(env, config: MAPPOConfig, loss_cls, group: str, num_cells: Sequence[int], value_norm) -> OnPolicyParts:
     n, d, _ = group_dims(env, group)
     policy = _actor(env, group, config.share_param_actor, num_cells)
-    critic_net = MultiAgentMLP(d, 1, n, config.centralised_critic, config.share_param_critic, num_cells)
+    critic_net = _agent_net(env, group, MultiAgentMLP(d, 1, n, config.centralised_critic,
+                                                      config.share_param_critic, num_cells))
     critic = TensorDictModule(critic_net, in_keys=[(group, OBSERVATION)], out_keys=[(group, STATE_VALUE)])
     loss = loss_cls(policy, critic, config, group=group, value_norm=value_norm)
     estimator = MultiAgentGAE(config.gamma, config.lmbda, group, critic, value_norm=value_norm,
@@ -117,7 +151,7 @@ def _q_parts(env, config: QMIXConfig, group: str, num_cells: Sequence[int]):
             f"QMIX/VDN need discrete actions; group {group!r} has {type(spec).__name__}. "
             "Build the env with continuous_actions=False."
         )
-    qnet = TensorDictModule(MultiAgentMLP(d, spec.n, n, False, config.share_params, num_cells),
+    qnet = TensorDictModule(_agent_net(env, group, MultiAgentMLP(d, spec.n, n, False, config.share_params, num_cells)),
                             in_keys=[(group, OBSERVATION)], out_keys=[(group, ACTION_VALUE)])
     mask = _mask_key(env, group)
     greedy = QValueModule(action_value_key=(group, ACTION_VALUE), action_key=(group, ACTION),
@@ -133,7 +167,8 @@ def make_qmix(env, config: QMIXConfig | None = None, group: str = GROUP,
     """QMIX with a :class:`QMixer` on all agents' observations (the VMAS tasks have no state)."""
     config = config or QMIXConfig()
     n, d, qnet, greedy, explore = _q_parts(env, config, group, num_cells)
-    loss = QMIXLoss(qnet, QMixer((n, d), n, config.mixing_embed_dim), config)
+    loss = QMIXLoss(qnet, QMixer((n, *_obs_shape(env, group)[1]), n, config.mixing_embed_dim), config,
+                    group=group)
     return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
 
 
@@ -142,7 +177,7 @@ def make_vdn(env, config: VDNConfig | None = None, group: str = GROUP,
     """VDN: per-agent Q networks summed into the team value."""
     config = config or VDNConfig()
     n, d, qnet, greedy, explore = _q_parts(env, config, group, num_cells)
-    loss = VDNLoss(qnet, n, config)
+    loss = VDNLoss(qnet, n, config, group=group)
     return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
 
 
@@ -153,3 +188,28 @@ ALGORITHMS = {
     "vdn": (make_vdn, VDNConfig, False),
 }
 """``name -> (builder, config class, on_policy)``."""
+
+
+def make_groups(algorithm: str | Callable, env, config=None, groups: Sequence[str] | None = None,
+                **kwargs) -> dict[str, OnPolicyParts | OffPolicyParts]:
+    """One bundle per agent group: ``{group: make_<algorithm>(env, config, group, **kwargs)}``.
+
+    Args:
+        algorithm: a name from :data:`ALGORITHMS` or a builder such as :func:`make_mappo`.
+        env: a multi-agent env (``VmasEnv``/``PettingZooEnv``, optionally batched).
+        config: the algorithm's config, shared by the groups (None: its defaults).
+        groups: which groups (default: all of :func:`env_groups`).
+        **kwargs: passed to the builder (``num_cells``, ...).
+
+    Returns:
+        ``{group: parts}``, to pass to ``train_on_policy`` / ``train_off_policy``. Each group
+        has its own networks (groups may differ in agents, observations and actions).
+    """
+    if isinstance(algorithm, str):
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"Unknown algorithm {algorithm!r}; valid: {', '.join(sorted(ALGORITHMS))}.")
+        algorithm = ALGORITHMS[algorithm][0]
+    groups = list(groups) if groups is not None else env_groups(env)
+    if not groups:
+        raise ValueError("The env has no agent group (no top-level entry with an 'observation').")
+    return {g: algorithm(env, config, g, **kwargs) for g in groups}

@@ -9,12 +9,13 @@ Episode returns are the sum over the episode of the agents' mean reward (BenchMA
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
+from torch import nn
 
 from tdrl.core.objectives import SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
@@ -22,8 +23,8 @@ from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 from .algorithms import OffPolicyParts, OnPolicyParts
 from .keys import DONE, GROUP, NEXT, REWARD, VALUE_TARGET
 
-__all__ = ["TrainConfig", "collect", "EpisodeReturns", "evaluate", "evaluate_per_env", "train_on_policy",
-           "train_off_policy"]
+__all__ = ["TrainConfig", "collect", "EpisodeReturns", "evaluate", "evaluate_per_env", "evaluate_groups",
+           "GroupPolicies", "train_on_policy", "train_off_policy"]
 
 
 @dataclass
@@ -102,37 +103,95 @@ class EpisodeReturns:
         return finished
 
 
-def evaluate(env, policy: Callable, max_steps: int, group: str = GROUP) -> float:
+def evaluate(env, policy: Callable, max_steps: int, group: str | Sequence[str] = GROUP) -> float:
     """Mean return of one deterministic episode per sub-env of ``env`` (at most ``max_steps``)."""
     return float(evaluate_per_env(env, policy, max_steps, group).mean())
 
 
+def evaluate_per_env(env, policy: Callable, max_steps: int, group: str | Sequence[str] = GROUP) -> torch.Tensor:
+    """Return ``[*env.batch_size]`` of one deterministic episode in every sub-env.
+
+    With several groups, the return is the mean over groups of each group's return (the
+    sum over the episode of the mean reward of its agents); :func:`evaluate_groups` gives
+    them one by one.
+    """
+    per_group = evaluate_groups(env, policy, max_steps, [group] if isinstance(group, str) else group)
+    return torch.stack(list(per_group.values())).mean(0)
+
+
 @torch.no_grad()
-def evaluate_per_env(env, policy: Callable, max_steps: int, group: str = GROUP) -> torch.Tensor:
-    """Return ``[*env.batch_size]`` of one deterministic episode in every sub-env."""
+def evaluate_groups(env, policy: Callable, max_steps: int, groups: Sequence[str]) -> dict[str, torch.Tensor]:
+    """``{group: [*env.batch_size] returns}`` of one deterministic episode in every sub-env."""
     with set_interaction_type(InteractionType.DETERMINISTIC):
         td = env.reset()
-        total = torch.zeros(env.batch_size)
+        totals = {g: torch.zeros(env.batch_size) for g in groups}
         alive = torch.ones(env.batch_size, dtype=torch.bool)
         for _ in range(max_steps):
             td = env.step(policy(td))
-            r = td.get((NEXT, group, REWARD)).reshape(*env.batch_size, -1).mean(-1)
-            total += r * alive
+            for g in groups:
+                r = td.get((NEXT, g, REWARD)).reshape(*env.batch_size, -1).mean(-1)
+                totals[g] += r * alive
             alive &= ~td.get((NEXT, DONE)).reshape(env.batch_size)
             if not bool(alive.any()):
                 break
-            td = td.get(NEXT).exclude((group, REWARD))
-    return total
+            td = td.get(NEXT).exclude(*[(g, REWARD) for g in groups])
+    return totals
 
 
-def _record(it, frames, t0, returns, eval_env, policy, cfg, group, extra, n_seeds=1) -> dict:
+class GroupPolicies(nn.Module):
+    """The policies of several agent groups applied in turn: one collection policy.
+
+    Args:
+        policies: ``{group: policy}``; each reads and writes its own group's keys.
+    """
+
+    def __init__(self, policies: Mapping[str, nn.Module]) -> None:
+        super().__init__()
+        self.policies = nn.ModuleDict(dict(policies))
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        for policy in self.policies.values():
+            td = policy(td)
+        return td
+
+
+def _as_groups(parts, group: str) -> dict:
+    """``{group: parts}`` from one bundle or a mapping of bundles (``make_groups``)."""
+    if isinstance(parts, Mapping):
+        if not parts:
+            raise ValueError("parts is an empty mapping; pass one bundle or {group: bundle}.")
+        return dict(parts)
+    return {group: parts}
+
+
+def _joint_policy(groups: dict) -> Callable:
+    if len(groups) == 1:
+        return next(iter(groups.values())).policy
+    return GroupPolicies({g: p.policy for g, p in groups.items()})
+
+
+def _returns(trackers: dict, batch: TensorDictBase) -> tuple[list[float], dict]:
+    """Episode returns of the batch: the mean over groups, and ``train_return/<group>`` entries."""
+    per_group = {g: t.update(batch) for g, t in trackers.items()}
+    if len(per_group) == 1:
+        return next(iter(per_group.values())), {}
+    extra = {f"train_return/{g}": float(sum(r) / len(r)) if r else float("nan") for g, r in per_group.items()}
+    counts = {len(r) for r in per_group.values()}
+    mean = [sum(x) / len(x) for x in zip(*per_group.values())] if len(counts) == 1 else []
+    return mean, extra
+
+
+def _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds=1) -> dict:
     rec = {"iter": it, "frames": frames, "time_s": time.perf_counter() - t0,
            "train_return": float(sum(returns) / len(returns)) if returns else float("nan"),
            "eval_return": float("nan")}
     last = it == cfg.n_iters - 1
     if eval_env is not None and cfg.eval_interval and ((it + 1) % cfg.eval_interval == 0 or last):
-        per_env = evaluate_per_env(eval_env, policy, cfg.max_steps, group)
+        per_group = evaluate_groups(eval_env, policy, cfg.max_steps, list(groups))
+        per_env = torch.stack(list(per_group.values())).mean(0)
         rec["eval_return"] = float(per_env.mean())
+        if len(per_group) > 1:
+            rec.update({f"eval_return/{g}": float(v.mean()) for g, v in per_group.items()})
         if n_seeds > 1:  # eval_env holds n_seeds blocks of sub-envs, seed-major
             rec["eval_return_seeds"] = per_env.reshape(n_seeds, -1).mean(-1).tolist()
     rec.update(extra)
@@ -148,45 +207,64 @@ def _clip_per_seed(params: list[torch.Tensor], max_norm: float, n_seeds: int) ->
         g.mul_(scale.reshape(n_seeds, *([1] * (g.ndim - 1))))
 
 
-def train_on_policy(env, parts: OnPolicyParts, cfg: TrainConfig, eval_env=None, group: str = GROUP,
-                    log: Callable[[dict], None] | None = None, n_seeds: int = 1) -> list[dict]:
+def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg: TrainConfig, eval_env=None,
+                    group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1) -> list[dict]:
     """MAPPO / IPPO: collect ``frames_per_batch``, GAE, ``num_epochs`` x minibatches of PPO.
 
-    With ``n_seeds > 1`` the env's sub-envs are ``n_seeds`` seed-major blocks and every
-    parameter is stacked over seeds (see :mod:`tdrl.marl.vectorised`): each minibatch takes
-    ``minibatch_size`` frames from every seed, the loss is scaled so each seed gets its own
-    mean-loss gradient, and gradients are clipped per seed. ``frames_per_batch`` is per seed.
+    ``parts`` is one group's bundle (trained on ``group``) or ``{group: bundle}`` from
+    :func:`~tdrl.marl.algorithms.make_groups`: the groups' policies act together, each group
+    gets its own advantage and loss, one optimiser steps the sum of the losses on the same
+    minibatch, and gradients are clipped per group and per actor / critic (as BenchMARL,
+    which has one optimiser per group and loss term).
+
+    With ``n_seeds > 1`` (one group only) the env's sub-envs are ``n_seeds`` seed-major
+    blocks and every parameter is stacked over seeds (see :mod:`tdrl.marl.vectorised`): each
+    minibatch takes ``minibatch_size`` frames from every seed, the loss is scaled so each
+    seed gets its own mean-loss gradient, and gradients are clipped per seed.
+    ``frames_per_batch`` is per seed.
 
     Returns:
         One record per iteration: ``iter``, ``frames``, ``time_s``, ``train_return``,
-        ``eval_return`` (NaN when not evaluated), ``loss``.
+        ``eval_return`` (NaN when not evaluated), ``loss``; with several groups also
+        ``train_return/<group>`` and ``eval_return/<group>`` (the plain entries are the mean
+        over groups).
     """
+    groups = _as_groups(parts, group)
+    if n_seeds > 1 and len(groups) > 1:
+        raise ValueError(f"n_seeds > 1 supports one group; got groups {list(groups)}.")
     n_envs = env.batch_size.numel() // n_seeds
     n_steps = max(1, cfg.frames_per_batch // n_envs)
-    params = [p for p in parts.loss.parameters() if p.requires_grad]
-    critic_ids = {id(p) for p in parts.critic.parameters()}
-    clip_groups = [[p for p in params if id(p) not in critic_ids], [p for p in params if id(p) in critic_ids]]
+    policy = _joint_policy(groups)
+    params, clip_groups = [], []
+    for p in groups.values():
+        own = [q for q in p.loss.parameters() if q.requires_grad and all(q is not r for r in params)]
+        critic_ids = {id(q) for q in p.critic.parameters()}
+        params += own
+        clip_groups += [[q for q in own if id(q) not in critic_ids], [q for q in own if id(q) in critic_ids]]
     opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
-    value_norm = parts.loss.value_norm
-    if value_norm is not None and n_seeds > 1:
+    norms = {g: p.loss.value_norm for g, p in groups.items() if p.loss.value_norm is not None}
+    if norms and n_seeds > 1:
         raise ValueError("value normalisation is not supported with n_seeds > 1 (its statistics would be shared).")
-    td, tracker, history, frames = env.reset(), EpisodeReturns(group), [], 0
+    td, history, frames = env.reset(), [], 0
+    trackers = {g: EpisodeReturns(g) for g in groups}
     t0 = time.perf_counter()
     for it in range(cfg.n_iters):
-        batch, td = collect(env, parts.policy, td, n_steps)
+        batch, td = collect(env, policy, td, n_steps)
         frames += batch.numel() // n_seeds
-        returns = tracker.update(batch)
-        parts.estimator(batch)
-        if value_norm is not None:
-            value_norm.update(batch.get((group, VALUE_TARGET)))
-        # the loss reads the root only: drop "next" so each minibatch gathers half the data
+        returns, extra = _returns(trackers, batch)
+        for g, p in groups.items():
+            p.estimator(batch)
+            if g in norms:
+                norms[g].update(batch.get((g, VALUE_TARGET)))
+        # the losses read the root only: drop "next" so each minibatch gathers half the data
         flat = batch.exclude(NEXT).reshape(n_seeds, -1)  # seed-major blocks
         n, mb = flat.shape[1], min(cfg.minibatch_size, flat.shape[1])
         losses = []
         for _ in range(cfg.num_epochs):
             perm = torch.randperm(n)
             for start in range(0, n - mb + 1, mb):
-                loss = total_loss(parts.loss(flat[:, perm[start:start + mb]].reshape(-1)))
+                sub = flat[:, perm[start:start + mb]].reshape(-1)
+                loss = sum(total_loss(p.loss(sub)) for p in groups.values())
                 opt.zero_grad(set_to_none=True)
                 (loss * n_seeds).backward()
                 if cfg.max_grad_norm is not None:
@@ -197,44 +275,56 @@ def train_on_policy(env, parts: OnPolicyParts, cfg: TrainConfig, eval_env=None, 
                             torch.nn.utils.clip_grad_norm_(group_params, cfg.max_grad_norm)
                 opt.step()
                 losses.append(loss.detach())
-        rec = _record(it, frames, t0, returns, eval_env, parts.policy, cfg, group,
-                      {"loss": float(torch.stack(losses).mean())}, n_seeds)
+        extra["loss"] = float(torch.stack(losses).mean())
+        rec = _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
         history.append(rec)
         if log is not None:
             log(rec)
     return history
 
 
-def train_off_policy(env, parts: OffPolicyParts, cfg: TrainConfig, eval_env=None, group: str = GROUP,
-                     log: Callable[[dict], None] | None = None) -> list[dict]:
+def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], cfg: TrainConfig, eval_env=None,
+                     group: str = GROUP, log: Callable[[dict], None] | None = None) -> list[dict]:
     """QMIX / VDN: collect with epsilon-greedy, store, ``n_optimizer_steps`` sampled TD updates
-    with a soft target update after each."""
+    with a soft target update after each.
+
+    ``parts`` is one group's bundle or ``{group: bundle}`` (one mixer per group, the sum of
+    the groups' losses on the same sampled transitions, gradients clipped per group).
+    """
+    groups = _as_groups(parts, group)
     n_envs = env.batch_size.numel()
     n_steps = max(1, cfg.frames_per_batch // n_envs)
-    params = [p for p in parts.loss.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
-    target = SoftUpdate(parts.loss, tau=parts.config.tau)
+    policy = _joint_policy(groups)
+    group_params = {g: [q for q in p.loss.parameters() if q.requires_grad] for g, p in groups.items()}
+    opt = torch.optim.Adam([q for ps in group_params.values() for q in ps], lr=cfg.lr, eps=cfg.adam_eps)
+    targets = [SoftUpdate(p.loss, tau=p.config.tau) for p in groups.values()]
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(cfg.buffer_size))
-    td, tracker, history, frames = env.reset(), EpisodeReturns(group), [], 0
+    td, history, frames = env.reset(), [], 0
+    trackers = {g: EpisodeReturns(g) for g in groups}
     t0 = time.perf_counter()
     for it in range(cfg.n_iters):
-        batch, td = collect(env, parts.policy, td, n_steps)
+        batch, td = collect(env, policy, td, n_steps)
         frames += batch.numel()
-        parts.explore.step(batch.numel())
-        returns = tracker.update(batch)
+        for p in groups.values():
+            p.explore.step(batch.numel())
+        returns, extra = _returns(trackers, batch)
         buffer.extend(batch.reshape(-1))
         losses = []
         for _ in range(cfg.n_optimizer_steps):
-            loss = total_loss(parts.loss(buffer.sample(cfg.minibatch_size)))
+            sample = buffer.sample(cfg.minibatch_size)
+            loss = sum(total_loss(p.loss(sample)) for p in groups.values())
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                for ps in group_params.values():
+                    torch.nn.utils.clip_grad_norm_(ps, cfg.max_grad_norm)
             opt.step()
-            target.step()
+            for target in targets:
+                target.step()
             losses.append(loss.detach())
-        rec = _record(it, frames, t0, returns, eval_env, parts.policy, cfg, group,
-                      {"loss": float(torch.stack(losses).mean()), "eps": parts.explore.eps})
+        extra.update({"loss": float(torch.stack(losses).mean()),
+                      "eps": next(iter(groups.values())).explore.eps})
+        rec = _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra)
         history.append(rec)
         if log is not None:
             log(rec)

@@ -84,10 +84,14 @@ class _ValueDecompositionLoss(LossModule):
     Keys = ValueDecompositionKeys
     config_class: type = QMIXConfig
 
-    def __init__(self, local_value_network, mixer: nn.Module, config=None, *,
+    def __init__(self, local_value_network, mixer: nn.Module, config=None, *, group: str = GROUP,
                  check_finite: bool = False) -> None:
         super().__init__(check_finite)
         self.config = config if config is not None else self.config_class()
+        if group != GROUP:  # every per-agent key moves under the group
+            self.set_keys(**{f: (group, k[-1]) for f, k in vars(ValueDecompositionKeys()).items()
+                             if isinstance(k, tuple) and k[0] == GROUP})
+        self.group = group
         self.local_value_network, self.mixer = local_value_network, mixer
         self._add_target("local_value_network", local_value_network)
         self._add_target("mixer", mixer)
@@ -151,6 +155,8 @@ class QMIXLoss(_ValueDecompositionLoss):
             ``[*B, n_agents, n_actions]`` (e.g. a :class:`~tdrl.marl.modules.MultiAgentMLP`).
         mixer: a :class:`~tdrl.marl.modules.QMixer` (``(q [*B, n, 1], state) -> [*B, 1]``).
         config: :class:`QMIXConfig`.
+        group: the group key; every per-agent key (action, action_value, action_mask,
+            observation, reward) is read under it.
     """
 
     config_class = QMIXConfig
