@@ -93,6 +93,7 @@ def run_trl(a) -> dict:
             beta=0.0, epsilon=0.2, temperature=1.0, top_k=0, top_p=1.0, loss_type="grpo", num_iterations=1,
             gradient_accumulation_steps=1, lr_scheduler_type="cosine", warmup_steps=0, adam_beta2=0.99,
             max_grad_norm=1.0, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+            gradient_checkpointing=False,  # TRL defaults to True; tdrl does not recompute activations
             seed=a.seed, disable_tqdm=True, dataloader_num_workers=0,
         )
         trainer = GRPOTrainer(model=model, reward_funcs=[math_answer_reward], args=args, train_dataset=train, processing_class=tok, callbacks=[Timer()])

@@ -9,7 +9,7 @@ GRPO. ``--model PATH`` starts from any local Hugging Face causal LM instead.
     python apps/grpo/train.py --tiny          # a seconds-long smoke run (CI)
     python apps/grpo/train.py --loss dapo --beta 0.02 --lora
 
-Outputs in ``--out``: ``sft_metrics.csv``, ``grpo_metrics.csv``, ``reward_curve.png``,
+Outputs in ``--out``: ``sft/metrics.csv``, ``grpo/metrics.csv`` (with ``hparams.json``), ``reward_curve.png``,
 ``summary.json``, the tiny model folder and the final model (``final/``).
 """
 
@@ -161,7 +161,7 @@ def main(argv=None) -> dict:
     acc0 = accuracy()
     sft = SFTTrainer(model, tokenizer, train_ds, SFTConfig(
         steps=cfg.sft_steps, batch_size=cfg.sft_batch, lr=cfg.sft_lr, warmup_steps=10, seed=cfg.seed,
-        metrics_path=os.path.join(cfg.out, "sft_metrics.csv"),
+        log_dir=os.path.join(cfg.out, "sft"),
     ))
     sft.train()
     acc_sft = accuracy()
@@ -173,7 +173,7 @@ def main(argv=None) -> dict:
         steps=cfg.steps, prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, lr=cfg.lr, epochs=cfg.epochs,
         minibatch_size=cfg.minibatch_size or None, grad_accum=cfg.grad_accum, loss=loss_cfg,
-        seed=cfg.seed, warmup_steps=cfg.warmup, metrics_path=os.path.join(cfg.out, "grpo_metrics.csv"),
+        seed=cfg.seed, warmup_steps=cfg.warmup, log_dir=os.path.join(cfg.out, "grpo"),
         checkpoint_path=os.path.join(cfg.out, "checkpoint.pt"), checkpoint_every=every,
     ))
     curve: list[tuple[int, float]] = [(0, acc_sft)]

@@ -90,7 +90,7 @@ def main(argv=None) -> dict:
         model = apply_lora(model)
     trainer = SFTTrainer(model, tok, train, SFTConfig(
         steps=cfg.steps, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, lr=cfg.lr, warmup_steps=cfg.warmup,
-        seed=cfg.seed, metrics_path=os.path.join(cfg.out, "sft_metrics.csv"),
+        seed=cfg.seed, log_dir=os.path.join(cfg.out, "sft"),
     ))
     hist = trainer.train()
     summary = {"final_loss": hist[-1]["loss"] if hist else None}

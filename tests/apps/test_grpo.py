@@ -26,9 +26,9 @@ def test_grpo_app_tiny(tmp_path):
     app = _load_app()
     out = tmp_path / "run"
     summary = app.main(["--tiny", "--out", str(out), "--threads", "1"])
-    for name in ("sft_metrics.csv", "grpo_metrics.csv", "reward_curve.png", "summary.json"):
+    for name in ("sft/metrics.csv", "grpo/metrics.csv", "grpo/hparams.json", "reward_curve.png", "summary.json"):
         assert (out / name).stat().st_size > 0, name
-    rows = list(csv.DictReader(open(out / "grpo_metrics.csv")))
+    rows = list(csv.DictReader(open(out / "grpo" / "metrics.csv")))
     assert len(rows) == 4 and {"reward", "kl", "clip_frac", "tokens_per_s", "step"} <= set(rows[0])
     saved = json.loads((out / "summary.json").read_text())
     assert saved["accuracy_after_sft"] == summary["accuracy_after_sft"]

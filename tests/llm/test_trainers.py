@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tdrl.core.train import CSVLogger
 from tdrl.llm import (
     GRPOConfig,
     GRPOLossConfig,
@@ -97,10 +98,13 @@ def test_lora_trains_adapters_only(tiny, data, tmp_path):
 def test_sft_learns_and_evaluates(tiny, data, tmp_path):
     _, model, tok = tiny
     train, test = data
-    trainer = SFTTrainer(model, tok, train, SFTConfig(steps=30, batch_size=32, grad_accum=2, lr=1e-2, progress=False, metrics_path=str(tmp_path / "m.csv")))
+    trainer = SFTTrainer(model, tok, train, SFTConfig(steps=30, batch_size=32, grad_accum=2, lr=1e-2, progress=False, log_dir=str(tmp_path / "sft")))
     hist = trainer.train()
     assert hist[-1]["loss"] < 0.6 * hist[0]["loss"]
-    assert (tmp_path / "m.csv").read_text().startswith("loss,")
+    logged = CSVLogger(tmp_path, "sft").read()  # written through tdrl.core.train.CSVLogger
+    assert logged["step"] == [float(i) for i in range(1, 31)]
+    assert logged["loss"] == pytest.approx([m["loss"] for m in hist])
+    assert (tmp_path / "sft" / "hparams.json").exists()
     acc = evaluate(model, tok, test, math_answer_reward, max_new_tokens=4)
     assert 0.0 <= acc <= 1.0
     # the model learnt the answer format: greedy completions are numbers

@@ -9,6 +9,7 @@ from tdrl.core.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from tdrl.core.train.history import MetricHistory, truncate_csv
 from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbLogger
 from tdrl.core.train.progress import ProgressBar
 
@@ -23,4 +24,6 @@ __all__ = [
     "load_checkpoint",
     "rng_state",
     "set_rng_state",
+    "MetricHistory",
+    "truncate_csv",
 ]

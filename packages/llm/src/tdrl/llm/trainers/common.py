@@ -1,16 +1,19 @@
-"""Pieces shared by the trainers: optimiser and schedule, data parallelism, checkpoints, logs."""
+"""Pieces shared by the LLM trainers: optimiser and schedule, data parallelism, and the glue
+to :mod:`tdrl.core.train` (atomic checkpoints, metric history, CSV logs)."""
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from tdrl.core.train import CSVLogger, Logger, MetricHistory, load_checkpoint, truncate_csv
 
 __all__ = [
     "make_optimizer",
@@ -18,12 +21,10 @@ __all__ = [
     "dist_info",
     "wrap_ddp",
     "all_reduce_mean",
-    "save_checkpoint",
-    "load_checkpoint",
-    "CSVMetrics",
+    "checkpoint_file",
+    "load_if_exists",
+    "metric_history",
     "set_seed",
-    "rng_state",
-    "set_rng_state",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,62 +89,33 @@ def all_reduce_mean(values: Mapping[str, float]) -> dict[str, float]:
     return dict(zip(keys, t.tolist()))
 
 
-def save_checkpoint(path: str, state: dict) -> None:
-    """Write ``state`` with ``torch.save`` atomically (temporary file + rename)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+def checkpoint_file(path: str | os.PathLike, rank: int, world_size: int) -> str:
+    """The checkpoint file of this rank: ``path``, or ``path.rank<r>`` under data parallelism."""
+    path = os.fspath(path)
+    return f"{path}.rank{rank}" if world_size > 1 else path
 
 
-def load_checkpoint(path: str) -> dict | None:
-    """The state saved at ``path``, or ``None`` when there is none."""
-    if not os.path.exists(path):
-        return None
-    return torch.load(path, map_location="cpu", weights_only=False)
+def load_if_exists(path: str | os.PathLike) -> dict | None:
+    """The checkpoint at ``path`` (:func:`tdrl.core.train.load_checkpoint`), or ``None``."""
+    return load_checkpoint(path) if os.path.exists(path) else None
 
 
-def rng_state() -> dict:
-    return {"python": random.getstate(), "torch": torch.get_rng_state()}
+def metric_history(log_dir: str | os.PathLike | None, step: int, rank: int, loggers: Sequence[Logger] = (), hparams: Mapping | None = None) -> MetricHistory:
+    """The trainer's :class:`tdrl.core.train.MetricHistory`.
 
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-
-
-class CSVMetrics:
-    """Append rows of scalar metrics to a CSV file; the header grows when new keys appear.
-
-    Args:
-        path: the CSV file; ``None`` keeps rows in memory only.
+    On rank 0 it forwards rows to ``loggers`` and, with ``log_dir``, to a
+    :class:`tdrl.core.train.CSVLogger` writing ``<log_dir>/metrics.csv`` (and ``hparams.json``);
+    rows after ``step`` (the resumed step; 0 for a fresh run) are first dropped from that file.
+    Other ranks keep rows in memory only.
     """
-
-    def __init__(self, path: str | None = None):
-        self.path, self.rows = path, []
-        if path and os.path.exists(path):
-            with open(path, newline="") as f:
-                self.rows = [{k: float(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
-
-    def log(self, row: Mapping[str, float]) -> None:
-        self.rows.append({k: float(v) for k, v in row.items()})
-        if self.path:
-            self._write()
-
-    def truncate(self, step: int) -> None:
-        """Drop rows logged after ``step`` (a resumed run rewrites them)."""
-        self.rows = [r for r in self.rows if r.get("step", 0) <= step]
-        if self.path:
-            self._write()
-
-    def _write(self) -> None:
-        cols: list[str] = []
-        for r in self.rows:
-            cols += [k for k in r if k not in cols]
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            w.writerows(self.rows)
-        os.replace(tmp, self.path)
+    if rank != 0:
+        return MetricHistory()
+    loggers = list(loggers)
+    if log_dir is not None:
+        log_dir = Path(log_dir)
+        truncate_csv(log_dir / "metrics.csv", step)
+        csv_logger = CSVLogger(log_dir.parent, log_dir.name)
+        if hparams is not None:
+            csv_logger.log_hparams(hparams)
+        loggers.insert(0, csv_logger)
+    return MetricHistory(loggers)

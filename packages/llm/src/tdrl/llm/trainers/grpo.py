@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from tensordict import TensorDict
@@ -25,15 +25,14 @@ from tdrl.llm.generation import Generator, HFGenerator, unwrap_model
 from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
 from tdrl.llm.losses import GRPOLoss, GRPOLossConfig
 from tdrl.llm.rewards.compute import compute_rewards
+from tdrl.core.train import Logger, MetricHistory, ProgressBar, rng_state, save_checkpoint, set_rng_state
 from tdrl.llm.trainers.common import (
-    CSVMetrics,
     all_reduce_mean,
+    checkpoint_file,
     dist_info,
-    load_checkpoint,
+    load_if_exists,
     make_optimizer,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
+    metric_history,
     warmup_cosine,
     wrap_ddp,
 )
@@ -66,8 +65,9 @@ class GRPOConfig:
         seed: base seed (rank ``r`` samples with ``seed + r``).
         checkpoint_path: file for resumable checkpoints (``None``: none).
         checkpoint_every: rounds between checkpoints.
-        metrics_path: CSV file of per-round metrics (``None``: in memory only).
-        progress: show a tqdm progress bar on rank 0.
+        log_dir: folder of the per-round metrics, ``<log_dir>/metrics.csv`` written by
+            :class:`tdrl.core.train.CSVLogger` with ``hparams.json`` (``None``: in memory only).
+        progress: show a progress bar on rank 0.
     """
 
     steps: int = 100
@@ -91,7 +91,7 @@ class GRPOConfig:
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 50
-    metrics_path: str | None = None
+    log_dir: str | None = None
     progress: bool = True
 
     def __post_init__(self):
@@ -125,6 +125,10 @@ class GRPOTrainer:
             ``config.loss.beta > 0``; for a peft model, the base with adapters disabled).
         generator: a :class:`tdrl.llm.generation.Generator` (default: :class:`HFGenerator`).
         callback: called as ``callback(trainer, metrics)`` after each round.
+        loggers: extra :class:`tdrl.core.train.Logger` s (TensorBoard, wandb) fed on rank 0.
+
+    Attributes:
+        metrics: a :class:`tdrl.core.train.MetricHistory` of one row per round.
     """
 
     def __init__(
@@ -137,6 +141,7 @@ class GRPOTrainer:
         ref_model=None,
         generator: Generator | None = None,
         callback: Callable | None = None,
+        loggers: Sequence[Logger] = (),
     ):
         self.config = cfg = config or GRPOConfig()
         self.rank, self.world_size = dist_info()
@@ -160,11 +165,14 @@ class GRPOTrainer:
             cfg.loss, temperature=cfg.temperature, fused=cfg.fused_logprobs is not False, share_prefix=cfg.share_prefix is not False
         )
         self._fast_path_checked = cfg.fused_logprobs is not None and cfg.share_prefix is not None
-        self.metrics = CSVMetrics(cfg.metrics_path if self.rank == 0 else None)
         self.callback = callback
         self.step_count = 0
+        self.metrics = MetricHistory()
         torch.manual_seed(cfg.seed + self.rank)
         self.maybe_resume()
+        # the rows restored by a resume move into the history that also feeds the loggers
+        rows, self.metrics = self.metrics.rows, metric_history(cfg.log_dir, self.step_count, self.rank, loggers, asdict(cfg))
+        self.metrics.rows = rows
 
     # ----------------------------------------------------------------------------- rollout
     @torch.no_grad()
@@ -302,8 +310,8 @@ class GRPOTrainer:
         metrics.update(stats)
         metrics.update(step_time=dt, gen_time=t_gen, tokens_per_s=n_tokens / dt, lr=self.scheduler.get_last_lr()[0])
         metrics = all_reduce_mean(metrics)
+        self.metrics.log(metrics, self.step_count)
         metrics["step"] = float(self.step_count)
-        self.metrics.log(metrics)
         if cfg.checkpoint_path and self.step_count % cfg.checkpoint_every == 0:
             self.save_checkpoint()
         if self.callback is not None:
@@ -313,23 +321,16 @@ class GRPOTrainer:
     def train(self, steps: int | None = None) -> list[dict[str, float]]:
         """Run rounds until ``steps`` (default ``config.steps``) have been done in total."""
         steps = self.config.steps if steps is None else steps
-        bar = None
-        if self.config.progress and self.rank == 0:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=steps, initial=self.step_count, desc="grpo", dynamic_ncols=True)
+        disable = not self.config.progress or self.rank != 0
         history = []
-        while self.step_count < steps:
-            m = self.step()
-            history.append(m)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(
-                    reward=f"{m['reward']:.3f}", acc=f"{m['accuracy']:.3f}", kl=f"{m.get('kl', 0.0):.4f}",
-                    clip=f"{m.get('clip_frac', 0.0):.3f}", tok_s=f"{m['tokens_per_s']:.0f}",
+        with ProgressBar(total=steps, desc="grpo", disable=disable, initial=self.step_count) as bar:
+            while self.step_count < steps:
+                m = self.step()
+                history.append(m)
+                bar.update(
+                    1, reward=m["reward"], acc=m["accuracy"], kl=m.get("kl", 0.0),
+                    clip=m.get("clip_frac", 0.0), tok_s=round(m["tokens_per_s"]),
                 )
-        if bar is not None:
-            bar.close()
         if self.config.checkpoint_path:
             self.save_checkpoint()
         return history
@@ -343,6 +344,7 @@ class GRPOTrainer:
             "sampler": self.sampler.state_dict(),
             "step": self.step_count,
             "rng": rng_state(),
+            "metrics": self.metrics.state_dict(),
         }
 
     def save_checkpoint(self, path: str | None = None) -> None:
@@ -350,19 +352,14 @@ class GRPOTrainer:
         path = path or self.config.checkpoint_path
         if path is None:
             raise ValueError("GRPOTrainer.save_checkpoint: no path given and config.checkpoint_path is None")
-        state = self.state_dict()
-        if self.world_size > 1:
-            path = f"{path}.rank{self.rank}"
-        save_checkpoint(path, state)
+        save_checkpoint(checkpoint_file(path, self.rank, self.world_size), self.state_dict())
 
     def maybe_resume(self) -> bool:
         """Load ``config.checkpoint_path`` when it exists; returns whether it did."""
         path = self.config.checkpoint_path
         if path is None:
             return False
-        if self.world_size > 1:
-            path = f"{path}.rank{self.rank}"
-        state = load_checkpoint(path)
+        state = load_if_exists(checkpoint_file(path, self.rank, self.world_size))
         if state is None:
             return False
         unwrap_model(self.model).load_state_dict(state["model"])
@@ -371,7 +368,7 @@ class GRPOTrainer:
         self.sampler.load_state_dict(state["sampler"])
         self.step_count = state["step"]
         set_rng_state(state["rng"])
-        self.metrics.truncate(self.step_count)
+        self.metrics.load_state_dict(state["metrics"])
         log.info("resumed GRPO from %s at step %d", os.fspath(path), self.step_count)
         return True
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -13,15 +14,14 @@ from tdrl.llm import keys as K
 from tdrl.llm.data import PromptSampler, render_prompts, tokenize_sft
 from tdrl.llm.generation import unwrap_model
 from tdrl.llm.losses import SFTLoss
+from tdrl.core.train import Logger, MetricHistory, ProgressBar, rng_state, save_checkpoint, set_rng_state
 from tdrl.llm.trainers.common import (
-    CSVMetrics,
     all_reduce_mean,
+    checkpoint_file,
     dist_info,
-    load_checkpoint,
+    load_if_exists,
     make_optimizer,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
+    metric_history,
     warmup_cosine,
     wrap_ddp,
 )
@@ -44,8 +44,9 @@ class SFTConfig:
         fused_logprobs: use the fused LM-head kernel.
         seed: data-order seed.
         checkpoint_path, checkpoint_every: resumable checkpoints (``None``: none).
-        metrics_path: CSV file of per-step metrics.
-        progress: tqdm bar on rank 0.
+        log_dir: folder of the per-step metrics (``<log_dir>/metrics.csv``, a
+            :class:`tdrl.core.train.CSVLogger`, and ``hparams.json``); ``None``: in memory only.
+        progress: progress bar on rank 0.
     """
 
     steps: int = 200
@@ -60,7 +61,7 @@ class SFTConfig:
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 100
-    metrics_path: str | None = None
+    log_dir: str | None = None
     progress: bool = True
 
     def __post_init__(self):
@@ -76,9 +77,13 @@ class SFTTrainer:
         tokenizer: its tokenizer.
         train_dataset: rows with ``"prompt"`` and ``config.completion_column``.
         config: an :class:`SFTConfig`.
+        loggers: extra :class:`tdrl.core.train.Logger` s (TensorBoard, wandb) fed on rank 0.
+
+    Attributes:
+        metrics: a :class:`tdrl.core.train.MetricHistory` of one row per step.
     """
 
-    def __init__(self, model, tokenizer, train_dataset, config: SFTConfig | None = None):
+    def __init__(self, model, tokenizer, train_dataset, config: SFTConfig | None = None, loggers: Sequence[Logger] = ()):
         self.config = cfg = config or SFTConfig()
         if cfg.completion_column not in train_dataset.column_names:
             raise KeyError(f"SFTTrainer: dataset has no {cfg.completion_column!r} column; columns are {train_dataset.column_names}")
@@ -90,9 +95,11 @@ class SFTTrainer:
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
         self.loss_fn = SFTLoss(fused=cfg.fused_logprobs)
-        self.metrics = CSVMetrics(cfg.metrics_path if self.rank == 0 else None)
         self.step_count = 0
+        self.metrics = MetricHistory()
         self.maybe_resume()
+        rows, self.metrics = self.metrics.rows, metric_history(cfg.log_dir, self.step_count, self.rank, loggers, asdict(cfg))
+        self.metrics.rows = rows
 
     def step(self) -> dict[str, float]:
         """One optimiser step on one batch. Returns its metrics."""
@@ -120,8 +127,8 @@ class SFTTrainer:
         dt = time.perf_counter() - t0
         n_all = int(td[K.COMPLETION_MASK].sum()) + int(td[K.PROMPT_MASK].sum())
         metrics = all_reduce_mean({"loss": loss_sum, "grad_norm": float(gn), "tokens_per_s": n_all / dt, "lr": self.scheduler.get_last_lr()[0]})
+        self.metrics.log(metrics, self.step_count)
         metrics["step"] = float(self.step_count)
-        self.metrics.log(metrics)
         if cfg.checkpoint_path and self.step_count % cfg.checkpoint_every == 0:
             self.save_checkpoint()
         return metrics
@@ -129,20 +136,13 @@ class SFTTrainer:
     def train(self, steps: int | None = None) -> list[dict[str, float]]:
         """Run until ``steps`` (default ``config.steps``) optimiser steps have been done."""
         steps = self.config.steps if steps is None else steps
-        bar = None
-        if self.config.progress and self.rank == 0:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=steps, initial=self.step_count, desc="sft", dynamic_ncols=True)
+        disable = not self.config.progress or self.rank != 0
         history = []
-        while self.step_count < steps:
-            m = self.step()
-            history.append(m)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{m['loss']:.4f}", tok_s=f"{m['tokens_per_s']:.0f}")
-        if bar is not None:
-            bar.close()
+        with ProgressBar(total=steps, desc="sft", disable=disable, initial=self.step_count) as bar:
+            while self.step_count < steps:
+                m = self.step()
+                history.append(m)
+                bar.update(1, loss=m["loss"], tok_s=round(m["tokens_per_s"]))
         if self.config.checkpoint_path:
             self.save_checkpoint()
         return history
@@ -155,19 +155,20 @@ class SFTTrainer:
             "sampler": self.sampler.state_dict(),
             "step": self.step_count,
             "rng": rng_state(),
+            "metrics": self.metrics.state_dict(),
         }
 
     def save_checkpoint(self, path: str | None = None) -> None:
         path = path or self.config.checkpoint_path
         if path is None:
             raise ValueError("SFTTrainer.save_checkpoint: no path given and config.checkpoint_path is None")
-        save_checkpoint(f"{path}.rank{self.rank}" if self.world_size > 1 else path, self.state_dict())
+        save_checkpoint(checkpoint_file(path, self.rank, self.world_size), self.state_dict())
 
     def maybe_resume(self) -> bool:
         path = self.config.checkpoint_path
         if path is None:
             return False
-        state = load_checkpoint(f"{path}.rank{self.rank}" if self.world_size > 1 else path)
+        state = load_if_exists(checkpoint_file(path, self.rank, self.world_size))
         if state is None:
             return False
         unwrap_model(self.model).load_state_dict(state["model"])
@@ -176,7 +177,7 @@ class SFTTrainer:
         self.sampler.load_state_dict(state["sampler"])
         self.step_count = state["step"]
         set_rng_state(state["rng"])
-        self.metrics.truncate(self.step_count)
+        self.metrics.load_state_dict(state["metrics"])
         log.info("resumed SFT at step %d", self.step_count)
         return True
 
