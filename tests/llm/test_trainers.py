@@ -66,16 +66,21 @@ def test_checkpoint_resume_is_exact(tiny, data, tmp_path):
     model_b = copy.deepcopy(model)
     straight = _grpo(model, tok, data[0], steps=3, epochs=2, minibatch_size=32)
     straight.train()
-    ckpt = str(tmp_path / "ckpt.pt")
-    first = _grpo(model_b, tok, data[0], steps=3, epochs=2, minibatch_size=32, checkpoint_path=ckpt, checkpoint_every=2)
+    ckpt, logs = str(tmp_path / "ckpt.pt"), str(tmp_path / "grpo")
+    first = _grpo(model_b, tok, data[0], steps=3, epochs=2, minibatch_size=32, checkpoint_path=ckpt, checkpoint_every=2, log_dir=logs)
     first.train(2)
     fresh = copy.deepcopy(model_b)
+    first.step()  # a step past the checkpoint (then a "crash"): logged, not saved
     with torch.no_grad():
         for p in fresh.parameters():
             p.add_(1.0)  # garbage: the checkpoint must overwrite it
-    resumed = _grpo(fresh, tok, data[0], steps=3, epochs=2, minibatch_size=32, checkpoint_path=ckpt, checkpoint_every=2)
-    assert resumed.step_count == 2
+    resumed = _grpo(fresh, tok, data[0], steps=3, epochs=2, minibatch_size=32, checkpoint_path=ckpt, checkpoint_every=2, log_dir=logs)
+    assert resumed.step_count == 2 and [r["step"] for r in resumed.metrics.rows] == [1.0, 2.0]
     resumed.train()
+    # the CSV holds every round once, and the rewritten round 3 is the resumed run's
+    logged = CSVLogger(tmp_path, "grpo").read()
+    assert logged["step"] == [1.0, 2.0, 3.0]
+    assert logged["reward"] == pytest.approx([m["reward"] for m in straight.metrics.rows])
     for (k, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
         torch.testing.assert_close(a, b, msg=f"parameter {k} differs after resume")
 
