@@ -1,27 +1,32 @@
 """PPO (Schulman et al., 2017) on Gymnasium classic-control and MuJoCo tasks.
 
-A linear CleanRL-style script built from tdrl parts: a vectorised :class:`GymEnv` (with
-observation normalisation for MuJoCo), a :class:`ProbabilisticActor` and a value head,
-:class:`GAE`, :class:`PPOLoss`. Each iteration collects ``num_envs x num_steps`` frames,
-computes advantages, runs ``epochs`` passes over shuffled minibatches and logs.
+A linear TorchRL-style script built from tdrl parts: a vectorised :class:`GymEnv` (with
+observation normalisation for MuJoCo), a :class:`ProbabilisticActor` and a value head, a
+:class:`Collector`, :func:`gae`, :class:`PPOLoss`, and ``tdrl.core.train`` for the metrics
+(CSV, TensorBoard with ``--tensorboard``), the progress bar and atomic checkpoints. Each
+iteration collects ``num_envs x num_steps`` frames, computes advantages, runs ``epochs``
+passes over shuffled minibatches, logs, and checkpoints every ``checkpoint_every`` frames.
 
     python apps/ppo/train.py                                  # CartPole-v1 (about a minute)
     python apps/ppo/train.py --env_id HalfCheetah-v5 --total_frames 1000000 --num_envs 8 \
         --num_steps 256 --minibatch_size 64 --epochs 10 --lr 3e-4 --gamma 0.99 --lmbda 0.95
     python apps/ppo/train.py --tiny                           # a seconds-long smoke run (CI)
+    python apps/ppo/train.py ... --resume                     # continue from the last checkpoint
 
-Outputs in ``--out``: ``metrics.csv`` (one row per iteration), ``learning_curve.png``,
-``summary.json`` and ``model.pt`` (actor, critic and observation-normalisation state).
+Outputs in ``--out``: ``metrics.csv`` (one row per iteration, ``step`` = frames),
+``learning_curve.png``, ``summary.json``, ``model.pt`` (actor, critic and
+observation-normalisation state), ``checkpoints/step_<frames>.pt`` (model, optimiser,
+collector, normalisers, metric history, RNG states) and ``tensorboard/`` when asked.
+A resumed run restores all of that; the Gymnasium simulators themselves cannot be
+checkpointed, so every sub-env starts a fresh episode (seeded from the frame count).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass
 
 import torch
@@ -30,9 +35,10 @@ from tensordict.nn import InteractionType, TensorDictModule, set_interaction_typ
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ppo.app_utils import MetricsCSV, evaluate_episodes, parse_config, plot_curve  # noqa: E402
+from ppo.app_utils import AppRun, episode_returns, evaluate_episodes, parse_config  # noqa: E402
 
 from tdrl.core import Compose, DoubleToFloat, GymEnv, RewardSum, TransformedEnv, VecNorm
+from tdrl.core.collectors import Collector
 from tdrl.core.modules import MLP, IndependentNormal, MaskedCategorical, ProbabilisticActor, ValueOperator
 from tdrl.core.objectives import PPOLoss, total_loss
 from tdrl.core.specs import Categorical, OneHot
@@ -79,6 +85,10 @@ class Config:
     seed: int = 0
     device: str = "cpu"
     time_limit_s: float = 0.0  # stop training after this many seconds (0: no limit)
+    checkpoint_every: int = 100_000  # frames between checkpoints (0: only at the end)
+    resume: bool = False  # continue from the latest checkpoint in out/checkpoints
+    tensorboard: bool = False  # also log to TensorBoard (out/tensorboard)
+    progress: bool = True  # a progress bar with live metrics (stderr)
     out: str = "runs/ppo"
     tiny: bool = False
 
@@ -87,6 +97,7 @@ class Config:
             self.total_frames = min(self.total_frames, 2 * self.num_envs * 16)
             self.num_steps = min(self.num_steps, 16)
             self.eval_episodes = min(self.eval_episodes, 2)
+            self.checkpoint_every = min(self.checkpoint_every, self.num_envs * self.num_steps)
         if self.total_frames < self.num_envs * self.num_steps:
             raise ValueError(
                 f"total_frames={self.total_frames} is less than one batch "
@@ -158,6 +169,13 @@ class ReturnScaler:
         self.gamma, self.clip = gamma, clip
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4
 
+    def state_dict(self) -> dict:
+        return {"ret": self.ret.clone(), "mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ret = state["ret"].clone()
+        self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
+
     def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         self.ret = self.ret * self.gamma + reward.double()
         b_mean, b_var, m = self.ret.mean().item(), self.ret.var(unbiased=False).item(), reward.numel()
@@ -202,7 +220,7 @@ def evaluate(actor, cfg: Config, obs_norm: VecNorm | None, episodes: int, seed: 
 # ---------------------------------------------------------------------------- training
 def train(cfg: Config) -> dict:
     """Run PPO with ``cfg``; returns a summary dict (also written to ``summary.json``)."""
-    os.makedirs(cfg.out, exist_ok=True)
+    run = AppRun(cfg, "ppo")
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
     probe_env = make_env(cfg, 1, None)
@@ -212,7 +230,6 @@ def train(cfg: Config) -> dict:
     norm_reward = continuous if cfg.norm_reward is None else cfg.norm_reward
     obs_norm = VecNorm(clip=10.0) if norm_obs else None
     env = make_env(cfg, cfg.num_envs, obs_norm)
-    env.set_seed(cfg.seed)
     scaler = ReturnScaler(cfg.num_envs, cfg.gamma) if norm_reward else None
 
     actor, critic = make_actor_critic(env, cfg)
@@ -223,31 +240,34 @@ def train(cfg: Config) -> dict:
         normalize_advantage=cfg.normalize_advantage,
     )
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, eps=1e-5)
-
     frames_per_batch = cfg.num_envs * cfg.num_steps
     n_iters = cfg.total_frames // frames_per_batch
-    log = MetricsCSV(os.path.join(cfg.out, "metrics.csv"))
-    td = env.reset()
-    frames, t0, recent = 0, time.perf_counter(), []
-    for it in range(n_iters):
-        if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
-            break
+    collector = Collector(env, actor, frames_per_batch=frames_per_batch,
+                          total_frames=n_iters * frames_per_batch, device=device, seed=cfg.seed)
+
+    # everything a checkpoint holds (the RNG states and the metric history are added)
+    state = {"actor": actor, "critic": critic, "optim": optim, "collector": collector}
+    if obs_norm is not None:
+        state["obs_norm"] = obs_norm
+    if scaler is not None:
+        state["scaler"] = scaler
+    resumed = run.maybe_resume(**state)
+    it = 0
+    if resumed is not None:  # the simulators restart: new episodes, seeded from the frame count
+        it = int(resumed["iteration"])
+        collector.reset()
+        collector.set_seed(cfg.seed + collector.frames)
+
+    for batch in collector:
         if cfg.anneal_lr:
             for g in optim.param_groups:
                 g["lr"] = cfg.lr * (1.0 - it / n_iters)
-        # 1. collect num_steps x num_envs transitions with the stochastic policy
-        steps = []
-        with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
-            for _ in range(cfg.num_steps):
-                td, next_td = env.step_and_maybe_reset(actor(td.to(device)))
-                steps.append(td)
-                td = next_td
-        batch: TensorDictBase = torch.stack(steps, dim=1).to(device)  # [num_envs, num_steps]
-        frames += frames_per_batch
-        done = batch["next", "done"]
-        recent += batch["next", "episode_reward"][done].tolist()
+        # 1. the batch [num_envs, num_steps] came from the stochastic policy
+        batch = batch.to(device)
+        returns = episode_returns(batch)
         if scaler is not None:
-            scaled = [scaler(batch["next", "reward"][:, t], done[:, t]) for t in range(cfg.num_steps)]
+            done = batch["next", "done"]
+            scaled = [scaler(batch["next", "reward"][:, t], done[:, t]) for t in range(batch.shape[1])]
             batch["next", "reward"] = torch.stack(scaled, 1).float()
         # 2. advantages (terminated stops bootstrapping, truncated bootstraps)
         compute_advantage(batch, critic, cfg)
@@ -264,40 +284,33 @@ def train(cfg: Config) -> dict:
                 nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
                 optim.step()
                 stats.append(out.detach())
-        stats = torch.stack(stats).mean()
-        # 4. log
-        elapsed = time.perf_counter() - t0
-        row = {
-            "iteration": it, "frames": frames, "time_s": round(elapsed, 2),
-            "fps": round(frames / elapsed, 1),
-            "train_return": sum(recent) / len(recent) if recent else float("nan"),
-            "episodes": len(recent), "lr": optim.param_groups[0]["lr"],
-            **{k: float(v) for k, v in stats.items()},
-        }
-        recent = []
+        it += 1
+        # 4. log, evaluate, checkpoint
+        frames = collector.frames
+        row = {"iteration": it, "fps": frames / run.elapsed,
+               "train_return": run.record_episodes(returns), "episodes": len(returns),
+               "lr": optim.param_groups[0]["lr"],
+               **{k: float(v) for k, v in torch.stack(stats).mean().items()}}
         if cfg.eval_every and frames // cfg.eval_every > (frames - frames_per_batch) // cfg.eval_every:
             row["eval_return"] = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 10_000)
-            print(f"[ppo] frames {frames:8d} eval return {row['eval_return']:8.1f}", flush=True)
-        log.log(row)
-        if it % max(1, n_iters // 50) == 0 or it == n_iters - 1:
-            print(f"[ppo] it {it:4d} frames {frames:8d} return {row['train_return']:8.1f} "
-                  f"fps {row['fps']:7.0f}", flush=True)
+        run.log(frames, row, show=("train_return", "eval_return", "fps"))
+        run.maybe_checkpoint(frames, extra={"iteration": it}, **state)
         if cfg.stop_return and row.get("eval_return", -math.inf) >= cfg.stop_return:
             break
+        if cfg.time_limit_s and run.elapsed > cfg.time_limit_s:
+            break
+    frames = collector.frames
+    run.checkpoint(frames, extra={"iteration": it}, **state)
+    collector.shutdown()
     env.close()
     eval_return = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 20_000)
-    log.log({"iteration": it + 1, "frames": frames, "eval_return": eval_return})
-    plot_curve(log.rows, os.path.join(cfg.out, "learning_curve.png"), f"PPO {cfg.env_id}")
     torch.save(
         {"actor": actor.state_dict(), "critic": critic.state_dict(),
          "obs_norm": obs_norm.state_dict() if obs_norm is not None else None,
          "config": dataclasses.asdict(cfg)},
         os.path.join(cfg.out, "model.pt"),
     )
-    summary = {"env_id": cfg.env_id, "frames": frames, "eval_return": eval_return,
-               "eval_episodes": cfg.eval_episodes, "time_s": time.perf_counter() - t0}
-    with open(os.path.join(cfg.out, "summary.json"), "w") as fh:
-        json.dump(summary, fh, indent=2)
+    summary = run.finish(frames, eval_return, f"PPO {cfg.env_id}", iterations=it)
     print(f"[ppo] {cfg.env_id}: eval return {eval_return:.1f} over {cfg.eval_episodes} "
           f"episodes after {frames} frames ({summary['time_s']:.0f} s)", flush=True)
     return summary

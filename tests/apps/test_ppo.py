@@ -74,7 +74,7 @@ def test_tiny_run_writes_outputs(ppo, tmp_path, env_id):
     summary = ppo.train(cfg)
     rows = read_rows(tmp_path / "metrics.csv")
     train_rows = [r for r in rows if r["loss_objective"]]
-    assert len(train_rows) == 2 and int(rows[-1]["frames"]) == summary["frames"] == 256
+    assert len(train_rows) == 2 and int(float(rows[-1]["frames"])) == summary["frames"] == 256
     for key in ("loss_objective", "loss_critic", "kl_approx", "clip_fraction", "explained_variance"):
         assert all(math.isfinite(float(r[key])) for r in train_rows), key
     assert math.isfinite(float(rows[-1]["eval_return"]))
