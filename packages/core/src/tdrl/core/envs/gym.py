@@ -21,15 +21,26 @@ Vector-env autoreset (Gymnasium 1.x) is handled so that no transition is lost or
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
-from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, OneHot, Unbounded
+from ..specs import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    OneHot,
+    TensorSpec,
+    Unbounded,
+)
+from ._fastpath import RowSlab, plain_td_maker
 from .common import RESET_KEY, EnvBase, _fast_td
+from .gym_info import InfoReader
 
 __all__ = ["GymWrapper", "GymEnv", "gym_space_to_spec"]
 
@@ -162,7 +173,14 @@ class GymWrapper(EnvBase):
         categorical_action_encoding: ``Discrete`` spaces become ``Categorical`` (int index)
             instead of ``OneHot`` (TorchRL's default).
         device: device of the TensorDicts (the env itself runs on the CPU).
-        check_actions: check actions against the spec at every step.
+        check_actions: check actions against the spec at every step (shape, dtype,
+            bounds; the error names the key, the spec and the value). Off by default.
+        info_keys: numeric ``info`` entries to write into the TensorDicts: names (scalar
+            float32 specs) or ``{name: TensorSpec}``; see :meth:`set_info_keys`.
+
+    Step outputs are fresh tensors each step (rows of preallocated slabs for array
+    observations, see :mod:`._fastpath`): a step's tensors never change when a later step
+    runs. A single env's done flags are shared constant tensors: treat outputs as read-only.
 
     Example:
         >>> env = GymWrapper(gymnasium.make("Pendulum-v1"))
@@ -178,6 +196,7 @@ class GymWrapper(EnvBase):
         categorical_action_encoding: bool = False,
         device: torch.device | str = "cpu",
         check_actions: bool = False,
+        info_keys: Sequence[str] | Mapping[str, TensorSpec] | None = None,
     ) -> None:
         gym = _require_gymnasium()
         self._env = env
@@ -217,6 +236,59 @@ class GymWrapper(EnvBase):
             (te, tr): (true if te or tr else false, true if te else false, true if tr else false)
             for te in (False, True) for tr in (False, True)
         }
+        self._make_td = plain_td_maker(self.batch_size, self.device)
+        self._gym_obs_spec = obs_spec
+        self._info_reader: InfoReader | None = None
+        self._slab: RowSlab | None = None
+        self._build_fast_path()
+        if info_keys:
+            self.set_info_keys(info_keys)
+
+    def _build_fast_path(self) -> None:
+        """Pick the step implementation: row slabs for array observations on the CPU."""
+        spec = self._gym_obs_spec
+        n = self.batch_size
+        if not self._plain_cpu or isinstance(spec, OneHot):
+            self._slab = None
+            self._step_impl = self._step_vector_generic if self.is_vector else self._step_generic
+            return
+        shapes = {OBSERVATION: tuple(spec.shape), REWARD: (*n, 1)}
+        dtypes = {OBSERVATION: spec.dtype, REWARD: torch.float32}
+        if self.is_vector:  # a single env's done flags come from _flag_cache instead
+            for key in (DONE, TERMINATED, TRUNCATED):
+                shapes[key], dtypes[key] = (*n, 1), torch.bool
+        self._slab = RowSlab(shapes, dtypes)
+        self._step_impl = self._step_vector_slab if self.is_vector else self._step_slab
+
+    def set_info_keys(self, info_keys: Sequence[str] | Mapping[str, TensorSpec] | None) -> None:
+        """Write chosen numeric ``info`` entries into the TensorDicts (see :mod:`.gym_info`).
+
+        Args:
+            info_keys: names (each a scalar float32 per env, as TorchRL's default info
+                reader) or a mapping ``{name: TensorSpec}``; ``None`` or empty removes them.
+                The entries join ``observation_spec`` and are written at the root by
+                ``reset`` and under ``"next"`` by ``step``; missing entries are zeros.
+        """
+        old = self._info_reader
+        if old is not None:
+            for key in old.specs:
+                del self._observation_spec[key]
+        self._info_reader = None
+        if not info_keys:
+            return
+        reader = InfoReader(info_keys, self.batch_size, self.device, self.is_vector)
+        clash = [k for k in reader.specs if k in self._observation_spec.keys()]
+        if clash or any(k in (REWARD, DONE, TERMINATED, TRUNCATED, ACTION) for k in reader.specs):
+            raise ValueError(f"info_keys {sorted(reader.specs)} collide with existing keys "
+                             f"{clash or [REWARD, DONE, TERMINATED, TRUNCATED, ACTION]}.")
+        for key, spec in reader.specs.items():
+            self._observation_spec[key] = spec
+        self._info_reader = reader
+
+    @property
+    def info_keys(self) -> list[str]:
+        """The ``info`` entries written into the TensorDicts (``set_info_keys``)."""
+        return [] if self._info_reader is None else list(self._info_reader.specs)
 
     @staticmethod
     def _single_spec(spec):
@@ -265,58 +337,120 @@ class GymWrapper(EnvBase):
             mask_np = mask.reshape(self.batch_size).cpu().numpy().astype(np.bool_)
             stash = self._stash
             if stash is not None and bool(np.all(stash["mask"][mask_np])):
-                obs = {k: v.clone() for k, v in stash["obs"].items()}
+                obs = {k: _clone_nested(v) for k, v in stash["obs"].items()}
                 stash["mask"] = stash["mask"] & ~mask_np
                 if not stash["mask"].any():
                     self._stash = None
                 return self._put(obs)
-            obs, _ = self._env.reset(options={"reset_mask": mask_np})
+            obs, info = self._env.reset(options={"reset_mask": mask_np})
             if self._stash is not None:
                 self._stash["mask"] = self._stash["mask"] & ~mask_np
-            return self._put(self._convert_obs(obs))
+            return self._put(self._with_info(self._convert_obs(obs), info))
         seed, self._pending_seed = self._pending_seed, None
-        obs, _ = self._env.reset(seed=seed, **kwargs)
+        obs, info = self._env.reset(seed=seed, **kwargs)
         self._stash = None
-        return self._put(self._convert_obs(obs))
+        return self._put(self._with_info(self._convert_obs(obs), info))
+
+    def _with_info(self, source: dict, info, done=None) -> dict:
+        if self._info_reader is not None:
+            self._info_reader.read(info, source, done)
+        return source
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         try:  # fast path: a plain TensorDict holds its entries in a dict
             action = tensordict._tensordict[ACTION]
         except (AttributeError, KeyError):
             action = tensordict.get(ACTION)
-        obs, reward, terminated, truncated, info = self._env.step(self._act_conv(action))
-        if self.is_vector:
-            return self._vector_next(obs, reward, terminated, truncated, info)
+        return self._step_impl(self._env.step(self._act_conv(action)))
+
+    def _step_slab(self, out: tuple) -> TensorDictBase:
+        """Single env, array observation, CPU: outputs written into slab rows."""
+        obs, reward, terminated, truncated, info = out
+        slab = self._slab
+        i = slab.take()
+        arrays, views = slab.np, slab.views
+        try:
+            arrays[OBSERVATION][i] = obs
+            arrays[REWARD][i] = reward
+        except (ValueError, TypeError) as err:
+            raise self._output_error(obs, reward, err) from None
         # Done flags of a single env come from a small cache of constant tensors (no
         # allocation per step); like every env output, treat them as read-only.
         done, term, trunc = self._flag_cache[bool(terminated), bool(truncated)]
-        reward = torch.from_numpy(np.array((reward,), dtype=np.float32))
-        if self._plain_cpu:
-            return TensorDict._new_unsafe(
-                {OBSERVATION: self._obs_conv(obs), REWARD: reward, DONE: done,
-                 TERMINATED: term, TRUNCATED: trunc},
-                batch_size=self.batch_size, device=self.device, nested=False,
-            )
+        source = {OBSERVATION: views[OBSERVATION][i], REWARD: views[REWARD][i], DONE: done,
+                  TERMINATED: term, TRUNCATED: trunc}
+        if self._info_reader is not None:
+            self._info_reader.read(info, source)
+        return self._make_td(source)
+
+    def _step_vector_slab(self, out: tuple) -> TensorDictBase:
+        """Vector env, array observation, CPU: outputs written into slab rows."""
+        obs, reward, terminated, truncated, info = out
+        slab = self._slab
+        i = slab.take()
+        arrays, views = slab.np, slab.views
+        term = np.asarray(terminated, dtype=np.bool_)
+        trunc = np.asarray(truncated, dtype=np.bool_)
+        done = term | trunc
+        try:
+            arrays[OBSERVATION][i] = obs
+            arrays[REWARD][i, :, 0] = reward
+        except (ValueError, TypeError) as err:
+            raise self._output_error(obs, reward, err) from None
+        arrays[DONE][i, :, 0] = done
+        arrays[TERMINATED][i, :, 0] = term
+        arrays[TRUNCATED][i, :, 0] = trunc
+        source = {OBSERVATION: views[OBSERVATION][i], REWARD: views[REWARD][i],
+                  DONE: views[DONE][i], TERMINATED: views[TERMINATED][i],
+                  TRUNCATED: views[TRUNCATED][i]}
+        return self._vector_finish(source, info, done)
+
+    def _step_generic(self, out: tuple) -> TensorDictBase:
+        """Single env with dict / one-hot observations, or a non-CPU device."""
+        obs, reward, terminated, truncated, info = out
+        done, term, trunc = self._flag_cache[bool(terminated), bool(truncated)]
         source = self._convert_obs(obs)
-        source.update({REWARD: reward, DONE: done, TERMINATED: term, TRUNCATED: trunc})
+        source.update({REWARD: torch.from_numpy(np.array((reward,), dtype=np.float32)),
+                       DONE: done, TERMINATED: term, TRUNCATED: trunc})
+        return self._put(self._with_info(source, info))
+
+    def _step_vector_generic(self, out: tuple) -> TensorDictBase:
+        obs, reward, terminated, truncated, info = out
+        term = np.asarray(terminated, dtype=np.bool_)
+        trunc = np.asarray(truncated, dtype=np.bool_)
+        done = term | trunc
+        source = self._convert_obs(obs)
+        source[REWARD] = torch.from_numpy(np.asarray(reward, dtype=np.float32).reshape(-1, 1))
+        source[DONE] = torch.from_numpy(done.reshape(-1, 1))
+        source[TERMINATED] = torch.from_numpy(term.reshape(-1, 1).copy())
+        source[TRUNCATED] = torch.from_numpy(trunc.reshape(-1, 1).copy())
+        return self._vector_finish(source, info, done)
+
+    def _vector_finish(self, source: dict, info: dict, done: np.ndarray) -> TensorDictBase:
+        any_done = bool(done.any())
+        if self._same_step and any_done:
+            source = self._swap_final_obs(source, info, done)
+        if self._info_reader is not None:
+            self._info_reader.read(info, source, done if any_done else None)
+        if self._slab is not None:
+            return self._make_td(source)
         return self._put(source)
 
-    def _vector_next(self, obs, reward, terminated, truncated, info) -> TensorDictBase:
-        source = self._convert_obs(obs)
-        term = torch.from_numpy(np.asarray(terminated, dtype=np.bool_)).unsqueeze(-1)
-        trunc = torch.from_numpy(np.asarray(truncated, dtype=np.bool_)).unsqueeze(-1)
-        done = term | trunc
-        if self._same_step and bool(done.any()):
-            source = self._swap_final_obs(source, info, done.squeeze(-1).numpy())
-        source[REWARD] = torch.from_numpy(np.asarray(reward)).to(torch.float32).unsqueeze(-1)
-        source[DONE] = done
-        source[TERMINATED] = term
-        source[TRUNCATED] = trunc
-        return self._put(source)
+    def _output_error(self, obs, reward, err: Exception) -> Exception:
+        spec = self._gym_obs_spec
+        return ValueError(
+            f"{self!r}: the Gymnasium env returned an observation of shape "
+            f"{np.shape(obs)} (dtype {getattr(obs, 'dtype', type(obs).__name__)}) and a reward "
+            f"of shape {np.shape(reward)}; the observation spec {spec!r} expects shape "
+            f"{tuple(spec.shape)} and the reward one float per env ({err})."
+        )
 
     def _swap_final_obs(self, source: dict, info: dict, done: np.ndarray) -> dict:
         """SAME_STEP: put the final obs of finished sub-envs under next, stash the reset obs."""
-        self._stash = {"obs": {k: _clone_nested(v) for k, v in source.items()}, "mask": done.copy()}
+        stash_obs = {k: _clone_nested(v) for k, v in source.items() if k not in _NEXT_ONLY}
+        if self._info_reader is not None:  # values of the reset Gymnasium already did
+            self._info_reader.read(info, stash_obs)
+        self._stash = {"obs": stash_obs, "mask": done.copy()}
         final, has_final = info.get("final_obs"), info.get("_final_obs")
         if final is None:
             raise RuntimeError("SAME_STEP vector env did not return info['final_obs'].")
@@ -338,6 +472,9 @@ class GymWrapper(EnvBase):
 
     def _close(self) -> None:
         self._env.close()
+
+
+_NEXT_ONLY = (REWARD, DONE, TERMINATED, TRUNCATED)
 
 
 def _clone_nested(v):
@@ -362,7 +499,8 @@ class GymEnv(GymWrapper):
         vectorization_mode: ``"sync"`` or ``"async"`` (vector envs only).
         autoreset_mode: Gymnasium autoreset mode of the vector env (default ``"SameStep"``;
             all modes are handled correctly).
-        categorical_action_encoding, device, check_actions: see :class:`GymWrapper`.
+        categorical_action_encoding, device, check_actions, info_keys: see
+            :class:`GymWrapper` (e.g. ``info_keys=("x_position",)`` on MuJoCo tasks).
         **kwargs: passed to ``gymnasium.make`` / ``gymnasium.make_vec``.
     """
 
@@ -376,6 +514,7 @@ class GymEnv(GymWrapper):
         categorical_action_encoding: bool = False,
         device: torch.device | str = "cpu",
         check_actions: bool = False,
+        info_keys: Sequence[str] | Mapping[str, TensorSpec] | None = None,
         **kwargs,
     ) -> None:
         gym = _require_gymnasium()
@@ -395,6 +534,7 @@ class GymEnv(GymWrapper):
             categorical_action_encoding=categorical_action_encoding,
             device=device,
             check_actions=check_actions,
+            info_keys=info_keys,
         )
 
     def __repr__(self) -> str:
