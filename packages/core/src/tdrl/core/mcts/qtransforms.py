@@ -18,9 +18,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .tree import NodeStats
+from .tree import NodeStats, node_batched
 
 
+@node_batched
 def qtransform_by_parent_and_siblings(stats: NodeStats, *, epsilon: float = 1e-8) -> Tensor:
     """Min-max normalise the Q-values by the node's value and its visited children.
 
@@ -34,7 +35,7 @@ def qtransform_by_parent_and_siblings(stats: NodeStats, *, epsilon: float = 1e-8
         ``[B, A]`` Q-values in ``[0, 1]``.
     """
     qvalues, visited = stats.qvalues, stats.visits > 0
-    node_value = stats.node_value[:, None]
+    node_value = stats.node_value[..., None]
     safe_q = torch.where(visited, qvalues, node_value)
     low = torch.minimum(node_value, safe_q.amin(-1, keepdim=True))
     high = torch.maximum(node_value, safe_q.amax(-1, keepdim=True))
@@ -42,6 +43,7 @@ def qtransform_by_parent_and_siblings(stats: NodeStats, *, epsilon: float = 1e-8
     return (completed - low) / (high - low).clamp(min=epsilon)
 
 
+@node_batched
 def qtransform_by_min_max(stats: NodeStats, *, min_value: float, max_value: float) -> Tensor:
     """Normalise the Q-values by fixed bounds; unvisited children score 0 (``min_value``).
 
@@ -79,6 +81,7 @@ def _mixed_value(
     return (raw_value + total_visits * weighted_q) / (total_visits + 1)
 
 
+@node_batched
 def qtransform_completed_by_mix_value(
     stats: NodeStats,
     *,
@@ -106,7 +109,7 @@ def qtransform_completed_by_mix_value(
         value = _mixed_value(stats.raw_value, qvalues, visit_counts, stats.prior_probs)
     else:
         value = stats.node_value
-    completed = torch.where(visit_counts > 0, qvalues, value[:, None])
+    completed = torch.where(visit_counts > 0, qvalues, value[..., None])
     if rescale_values:
         low = completed.amin(-1, keepdim=True)
         high = completed.amax(-1, keepdim=True)

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from .selection import SelectionFn
 from .tree import (
+    supports_node_batches,
     ROOT_INDEX,
     UNVISITED,
     RecurrentOutput,
@@ -72,12 +73,25 @@ def search(
     tree, wrapped = init_tree(root, num_simulations + 1, extra)
     store = _EmbeddingStore(tree.embeddings, wrapped)
     offsets = tree.flat_index(torch.zeros(tree.batch_size, dtype=torch.int64, device=tree.node_data.device))
+    if not supports_node_batches(interior_action_selection_fn):
+        for sim in range(num_simulations):
+            path = _simulate(
+                tree, offsets, root_action_selection_fn, interior_action_selection_fn, max_depth
+            )
+            leaf = _expand(tree, store, offsets, recurrent_fn, path, sim + 1, two_player)
+            _backward(tree, offsets, path, leaf)
+        return tree
+    # Cached selection: ``best[b * N + n]`` is the interior rule's action at node n, rescored
+    # after each simulation for the nodes whose statistics it changed (its path and leaf).
+    best = torch.zeros(offsets.numel() * tree.num_nodes, dtype=torch.int64, device=offsets.device)
+    root_index = torch.full_like(offsets, ROOT_INDEX)
     for sim in range(num_simulations):
-        path = _simulate(
-            tree, offsets, root_action_selection_fn, interior_action_selection_fn, max_depth
-        )
+        root_action = root_action_selection_fn(tree, root_index, 0)
+        path = _simulate_cached(tree, offsets, root_action, best, max_depth)
         leaf = _expand(tree, store, offsets, recurrent_fn, path, sim + 1, two_player)
         _backward(tree, offsets, path, leaf)
+        if sim + 1 < num_simulations:
+            _rescore(tree, offsets, interior_action_selection_fn, path, leaf, best)
     return tree
 
 
@@ -128,6 +142,52 @@ def _simulate(
     last = actives.sum(1, keepdim=True) - 1  # the deepest level each tree took
     parent = nodes.gather(1, last).squeeze(1) - offsets
     return _Path(edges, nodes, actives, parent, actions.gather(1, last).squeeze(1))
+
+
+def _simulate_cached(
+    tree: Tree, offsets: Tensor, root_action: Tensor, best: Tensor, max_depth: int
+) -> _Path:
+    """Walk down every tree along the cached actions ``best`` ``[B * N]`` (in lockstep).
+
+    The same walk as :func:`_simulate` for a node-batched interior rule, at a few gathers of
+    ``[B]`` indices per level instead of scoring every node on the way.
+    """
+    num_actions = tree.num_actions
+    children = tree.children_index.view(-1)
+    flat_node, action = offsets, root_action
+    active = torch.ones_like(offsets, dtype=torch.bool)
+    edges, nodes, actions, actives = [], [], [], []
+    depth = 0
+    while True:
+        flat_edge = flat_node * num_actions + action
+        edges.append(flat_edge)
+        nodes.append(flat_node)
+        actions.append(action)
+        actives.append(active)
+        child = children.index_select(0, flat_edge)
+        depth += 1
+        active = active & (child >= 0)  # child != UNVISITED
+        if depth >= max_depth or not bool(active.any()):
+            break
+        flat_node = torch.where(active, offsets + child, flat_node)
+        action = best.index_select(0, flat_node)
+    stack = partial(torch.stack, dim=1)
+    edges, nodes, actions, actives = stack(edges), stack(nodes), stack(actions), stack(actives)
+    last = actives.sum(1, keepdim=True) - 1  # the deepest level each tree took
+    parent = nodes.gather(1, last).squeeze(1) - offsets
+    return _Path(edges, nodes, actives, parent, actions.gather(1, last).squeeze(1))
+
+
+def _rescore(
+    tree: Tree, offsets: Tensor, interior_fn: SelectionFn, path: _Path, leaf: Tensor, best: Tensor
+) -> None:
+    """Refresh ``best`` for the nodes the last simulation changed: its path below the root
+    and its leaf (levels a tree did not take rescore the leaf again)."""
+    leaf = leaf[:, None]
+    below_root = path.nodes[:, 1:] - offsets[:, None]
+    nodes = torch.cat([torch.where(path.active[:, 1:], below_root, leaf), leaf], 1)  # [B, D]
+    action = interior_fn(tree, nodes, 1)
+    best.index_copy_(0, tree.flat_index(nodes).view(-1), action.view(-1))
 
 
 class _EmbeddingStore:

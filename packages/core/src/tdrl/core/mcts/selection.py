@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from .qtransforms import qtransform_by_parent_and_siblings, qtransform_completed_by_mix_value
-from .tree import NodeStats, Tree
+from .tree import NodeStats, Tree, node_batched
 
 QTransform = Callable[[NodeStats], Tensor]
 SelectionFn = Callable[[Tree, Tensor, int], Tensor]
@@ -64,12 +64,13 @@ def puct_scores(
 
     ``N`` is the node's own visit count (which includes its expansion), as in mctx.
     """
-    node_visit = stats.node_visit[:, None]
+    node_visit = stats.node_visit[..., None]
     pb_c = pb_c_init + torch.log((node_visit + (pb_c_base + 1.0)) / pb_c_base)
     policy_score = (node_visit.sqrt() * pb_c) * stats.prior_probs / (stats.visits + 1)
     return qtransform(stats) + policy_score
 
 
+@node_batched
 def puct_selection(
     tree: Tree,
     node_index: Tensor,
@@ -93,11 +94,12 @@ def ucb1_scores(
 ) -> Tensor:
     """UCB1 scores ``[B, A]``: ``Q + c * sqrt(log N / N(a))``; unvisited children get ``+inf``."""
     visit_counts = stats.visits
-    bonus = exploration * torch.sqrt(stats.node_visit.log()[:, None] / visit_counts.clamp(min=1))
+    bonus = exploration * torch.sqrt(stats.node_visit.log()[..., None] / visit_counts.clamp(min=1))
     scores = qtransform(stats) + bonus
     return scores.masked_fill(visit_counts == 0, torch.inf)
 
 
+@node_batched
 def ucb1_selection(
     tree: Tree,
     node_index: Tensor,
@@ -224,6 +226,7 @@ def gumbel_root_selection(
     return _argmax_valid(scores, invalid)
 
 
+@node_batched
 def gumbel_interior_selection(
     tree: Tree,
     node_index: Tensor,

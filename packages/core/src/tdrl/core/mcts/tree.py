@@ -18,8 +18,10 @@ Conventions:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from functools import partial
+from typing import NamedTuple, TypeVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -100,6 +102,39 @@ class NodeStats(NamedTuple):
     raw_value: Tensor
 
 
+_F = TypeVar("_F", bound=Callable)
+
+
+def node_batched(fn: _F) -> _F:
+    """Declare that a selection function (or Q-transform) scores a batch of nodes per tree.
+
+    A function so marked must accept ``node_index`` of any shape ``[B, *K]`` (returning
+    ``[B, *K]`` actions, or ``[B, *K, A]`` Q-values) and depend only on the tree's statistics
+    of the scored node and its edges, never on the search depth (below the root) or on
+    random draws. :func:`~tdrl.core.mcts.search` then caches each node's chosen action and
+    rescores only the nodes a simulation changed, so that walking down a tree costs a few
+    gathers per level. Unmarked interior selection functions are called level by level.
+
+    Returns:
+        ``fn`` itself, marked.
+    """
+    fn.batched_nodes = True
+    return fn
+
+
+def supports_node_batches(fn: Callable) -> bool:
+    """Whether ``fn`` (or the function under its ``functools.partial``) is :func:`node_batched`.
+
+    A ``qtransform`` bound into a partial must be node-batched too.
+    """
+    while isinstance(fn, partial):
+        qtransform = fn.keywords.get("qtransform")
+        if qtransform is not None and not supports_node_batches(qtransform):
+            return False
+        fn = fn.func
+    return bool(getattr(fn, "batched_nodes", False))
+
+
 # Channels of the packed float storages (one index_select fetches a node's whole row).
 _NODE_FIELDS = ("node_visits", "value_sums", "raw_values", "node_values")
 _EDGE_FIELDS = (
@@ -178,26 +213,38 @@ class Tree:
         return self.children_value_sums / self.children_visits.clamp(min=1)
 
     def flat_index(self, node_index: Tensor) -> Tensor:
-        """Row of ``(b, node_index[b])`` in the ``[B * N, ...]`` flattening, shape ``[B]``."""
-        return self._offsets + node_index
+        """Row of ``(b, node_index[b, ...])`` in the ``[B * N, ...]`` flattening.
+
+        Args:
+            node_index: ``[B]`` or ``[B, *K]`` int64.
+
+        Returns:
+            int64 of the shape of ``node_index``.
+        """
+        offsets = self._offsets
+        if node_index.dim() > 1:
+            offsets = offsets.view(-1, *([1] * (node_index.dim() - 1)))
+        return offsets + node_index
 
     def node_stats(self, node_index: Tensor, flat: Tensor | None = None) -> NodeStats:
         """Gather what a selection rule needs about node ``node_index[b]`` of each tree.
 
         Args:
-            node_index: ``[B]`` int64.
+            node_index: ``[B]`` int64, or ``[B, *K]`` for several nodes per tree.
             flat: optional precomputed ``flat_index(node_index)``.
 
         Returns:
-            :class:`NodeStats` with ``[B, A]`` / ``[B]`` tensors.
+            :class:`NodeStats` with ``[B, *K, A]`` / ``[B, *K]`` tensors.
         """
         flat = self.flat_index(node_index) if flat is None else flat
-        batch, num_actions = self.batch_size, self.num_actions
-        edges = self.edge_data.view(batch * self.num_nodes, -1).index_select(0, flat)
-        visits, _, _, _, logits, probs, qvalues = edges.view(batch, num_actions, -1).unbind(-1)
-        nodes = self.node_data.view(batch * self.num_nodes, -1).index_select(0, flat)
-        node_visit, _, raw_value, node_value = nodes.unbind(-1)
-        invalid = self.invalid_actions.view(-1, num_actions).index_select(0, flat)
+        shape, rows = flat.shape, flat.reshape(-1)
+        num_rows, num_actions = self.batch_size * self.num_nodes, self.num_actions
+        edges = self.edge_data.view(num_rows, -1).index_select(0, rows)
+        visits, _, _, _, logits, probs, qvalues = edges.view(*shape, num_actions, -1).unbind(-1)
+        nodes = self.node_data.view(num_rows, -1).index_select(0, rows)
+        node_visit, _, raw_value, node_value = nodes.view(*shape, -1).unbind(-1)
+        invalid = self.invalid_actions.view(-1, num_actions).index_select(0, rows)
+        invalid = invalid.view(*shape, num_actions)
         return NodeStats(
             visits=visits,
             qvalues=qvalues,
