@@ -13,16 +13,20 @@ BenchMARL runs in its own venv (``bash benchmarks/setup_benchmarl.sh``) as a sub
 this script (``--side benchmarl``), because it pins torchrl<0.12.
 
     flock /tmp/tdrl-cpu.lock python benchmarks/marl.py            # both sides, median of --repeats
+    flock /tmp/tdrl-cpu.lock python benchmarks/marl.py --profile --frames 12000 --iters 1
+                                   # where the time goes, per phase, both sides (cProfile)
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import statistics
 import subprocess
 import sys
+import pstats
 import tempfile
 import time
 from pathlib import Path
@@ -53,6 +57,41 @@ class _LastReturn(_Callback):
             _LastReturn.value = float(ep[done].mean())
 
 
+# phase -> (file suffix, function) pairs whose cumulative cProfile time makes it up
+_PHASES = {
+    "tdrl": {
+        "total (training loop)": [("tdrl/marl/trainer.py", "train_on_policy")],
+        "collection": [("tdrl/marl/trainer.py", "collect")],
+        "  VMAS simulator step": [("vmas/simulator/environment/environment.py", "step")],
+        "GAE (+ critic values)": [("objectives/advantage.py", "forward")],
+        "loss forward (actor + critic)": [("tdrl/marl/objectives/ppo.py", "forward")],
+        "backward": [("torch/_tensor.py", "backward")],
+        "grad clip + Adam": [("torch/optim/adam.py", "step"), ("torch/nn/utils/clip_grad.py", "clip_grad_norm_")],
+    },
+    "benchmarl": {
+        "total (training loop)": [("benchmarl/experiment/experiment.py", "_collection_loop")],
+        "collection": [("torchrl/collectors/_single.py", "rollout")],
+        "  VMAS simulator step": [("vmas/simulator/environment/environment.py", "step")],
+        "GAE (+ critic values)": [("benchmarl/algorithms/mappo.py", "process_batch")],
+        "loss forward (actor + critic)": [("torchrl/objectives/ppo.py", "forward")],
+        "backward": [("torch/_tensor.py", "backward")],
+        "grad clip + Adam": [("torch/optim/adam.py", "step"), ("torch/nn/utils/clip_grad.py", "clip_grad_norm_")],
+    },
+}
+
+
+def _phases(prof: cProfile.Profile, side: str) -> dict:
+    """Seconds per phase from a cProfile run (max over matching entries, summed over pairs)."""
+    stats = pstats.Stats(prof).stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
+    out = {}
+    for phase, pairs in _PHASES[side].items():
+        out[phase] = sum(max((v[3] for (f, _, fn), v in stats.items() if f.endswith(suffix) and fn == func),
+                             default=0.0) for suffix, func in pairs)
+    named = sum(v for k, v in out.items() if not k.startswith(("total", "  ")))
+    out["other (bookkeeping, logging, stacking)"] = out["total (training loop)"] - named
+    return out
+
+
 def run_tdrl(args, seed: int) -> dict:
     from tdrl.marl.algorithms import make_mappo
     from tdrl.marl.envs import VmasEnv
@@ -65,10 +104,17 @@ def run_tdrl(args, seed: int) -> dict:
     cfg = TrainConfig(frames_per_batch=args.frames, n_iters=args.iters, num_epochs=args.epochs,
                       minibatch_size=args.minibatch, lr=5e-5, adam_eps=1e-6, max_grad_norm=5.0,
                       eval_interval=0)
+    prof = cProfile.Profile() if args.profile else None
     t0 = time.perf_counter()
+    if prof is not None:
+        prof.enable()
     hist = train_on_policy(env, parts, cfg)
     wall = time.perf_counter() - t0
-    return {"frames": hist[-1]["frames"], "wall_s": wall, "return": hist[-1]["train_return"]}
+    out = {"frames": hist[-1]["frames"], "wall_s": wall, "return": hist[-1]["train_return"]}
+    if prof is not None:
+        prof.disable()
+        out["phases"] = _phases(prof, "tdrl")
+    return out
 
 
 def run_benchmarl(args, seed: int) -> dict:
@@ -93,16 +139,23 @@ def run_benchmarl(args, seed: int) -> dict:
     exp = Experiment(task=task, algorithm_config=MappoConfig.get_from_yaml(),
                      model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
                      seed=seed, config=cfg, callbacks=[_LastReturn()])
+    prof = cProfile.Profile() if args.profile else None
     t0 = time.perf_counter()
+    if prof is not None:
+        prof.enable()
     exp.run()
     wall = time.perf_counter() - t0
-    return {"frames": exp.total_frames, "wall_s": wall, "return": _LastReturn.value}
+    out = {"frames": exp.total_frames, "wall_s": wall, "return": _LastReturn.value}
+    if prof is not None:
+        prof.disable()
+        out["phases"] = _phases(prof, "benchmarl")
+    return out
 
 
 def _benchmarl_subprocess(args, seed: int) -> dict:
     cmd = [str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--seed", str(seed),
            "--envs", str(args.envs), "--frames", str(args.frames), "--epochs", str(args.epochs),
-           "--minibatch", str(args.minibatch), "--iters", str(args.iters)]
+           "--minibatch", str(args.minibatch), "--iters", str(args.iters)] + (["--profile"] if args.profile else [])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
     if out.returncode != 0:
@@ -120,6 +173,7 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true", help="one run per side under cProfile: time per phase")
     args = p.parse_args()
     torch.set_num_threads(1)
     if args.side == "benchmarl":
@@ -130,6 +184,9 @@ def main() -> None:
         return
     if not BENCHMARL_PY.exists():
         sys.exit(f"{BENCHMARL_PY} is missing: run `flock /tmp/tdrl-cpu.lock bash benchmarks/setup_benchmarl.sh`.")
+    if args.profile:
+        _print_profile(args)
+        return
     ours, theirs = [], []
     for r in range(args.repeats):  # interleave the sides so that load changes hit both
         ours.append(run_tdrl(args, args.seed + r))
@@ -143,6 +200,19 @@ def main() -> None:
     print(f"{'tdrl':12s}{fps(ours):12.0f}{ret(ours):22.3f}")
     print(f"{'BenchMARL':12s}{fps(theirs):12.0f}{ret(theirs):22.3f}")
     print(f"speed-up tdrl / BenchMARL: {fps(ours) / fps(theirs):.2f}x")
+
+
+def _print_profile(args) -> None:
+    run_tdrl(args, args.seed)  # warm-up (first-call costs), not profiled
+    ours = run_tdrl(args, args.seed)
+    theirs = _benchmarl_subprocess(args, args.seed)
+    mb = args.frames // args.minibatch * args.epochs * args.iters
+    print(f"\nPer-phase seconds (cProfile cumulative), {args.envs} envs, {args.frames} frames/batch, "
+          f"{args.iters} iter(s), {mb} minibatches of {args.minibatch} frames")
+    print(f"{'phase':40s}{'tdrl':>10s}{'BenchMARL':>12s}")
+    for k in ours["phases"]:
+        print(f"{k:40s}{ours['phases'][k]:10.3f}{theirs['phases'][k]:12.3f}")
+    print(f"{'wall (unprofiled clock, same run)':40s}{ours['wall_s']:10.3f}{theirs['wall_s']:12.3f}")
 
 
 if __name__ == "__main__":
