@@ -158,7 +158,8 @@ def completion_texts(tokenizer, completion_ids: torch.Tensor, completion_mask: t
     Returns:
         ``N`` strings.
     """
-    rows = [ids[m.bool()].tolist() for ids, m in zip(completion_ids, completion_mask)]
+    # two bulk copies to Python lists instead of a tensor op per row
+    rows = [[t for t, m in zip(r, mr) if m] for r, mr in zip(completion_ids.tolist(), completion_mask.bool().tolist())]
     return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
