@@ -1,36 +1,42 @@
 """Deep Q-learning (Mnih et al., 2015) on CartPole-v1, double DQN (van Hasselt et al., 2016)
 by default and an optional dueling head (Wang et al., 2016).
 
-A linear CleanRL-style script built from tdrl parts: a vectorised :class:`GymEnv`, a
-:class:`QValueActor` followed by an annealed :class:`EGreedyModule`, a :class:`ReplayBuffer`
-over a :class:`LazyTensorStorage`, :class:`DQNLoss` and :class:`HardUpdate` (or :class:`SoftUpdate`) of the
-target network. Each step: act epsilon-greedily in every sub-env, store the transitions, then
-``utd_ratio`` gradient steps per collected frame.
+A linear TorchRL-style script built from tdrl parts: a vectorised :class:`GymEnv`, a
+:class:`QValueActor` followed by an annealed :class:`EGreedyModule`, a :class:`Collector`
+(uniformly random actions for the first ``learning_starts`` frames), a :class:`ReplayBuffer`
+over a :class:`LazyTensorStorage`, :class:`DQNLoss` and :class:`HardUpdate` (or
+:class:`SoftUpdate`) of the target network, and ``tdrl.core.train`` for the metrics (CSV,
+TensorBoard with ``--tensorboard``), the progress bar and atomic checkpoints. Each collected
+batch is one step of every sub-env; then ``utd_ratio`` gradient steps per collected frame.
 
     python apps/dqn/train.py                          # CartPole-v1
     python apps/dqn/train.py --dueling --total_frames 100000
     python apps/dqn/train.py --tiny                   # a seconds-long smoke run (CI)
+    python apps/dqn/train.py ... --resume             # continue from the last checkpoint
 
-Outputs in ``--out``: ``metrics.csv``, ``learning_curve.png``, ``summary.json``, ``model.pt``.
+Outputs in ``--out``: ``metrics.csv`` (``step`` = frames), ``learning_curve.png``,
+``summary.json``, ``model.pt``, ``checkpoints/step_<frames>.pt`` (Q network and target,
+optimiser, replay buffer, collector, exploration schedule, metric history, RNG states) and
+``tensorboard/`` when asked. On ``--resume`` the Gymnasium simulators (which cannot be
+checkpointed) start fresh episodes, seeded from the frame count.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
-import time
 from dataclasses import dataclass
 
 import torch
-from tensordict.nn import InteractionType, TensorDictSequential, set_interaction_type
+from tensordict.nn import TensorDictSequential
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ppo.app_utils import MetricsCSV, evaluate_episodes, parse_config, plot_curve  # noqa: E402
+from ppo.app_utils import AppRun, episode_returns, evaluate_episodes, parse_config  # noqa: E402
 
 from tdrl.core import Compose, GymEnv, RewardSum, TransformedEnv
+from tdrl.core.collectors import Collector
 from tdrl.core.modules import MLP, DuelingHead, EGreedyModule, QValueActor
 from tdrl.core.objectives import DQNLoss, HardUpdate, SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
@@ -65,6 +71,10 @@ class Config:
     seed: int = 0
     device: str = "cpu"
     time_limit_s: float = 0.0  # stop training after this many seconds (0: no limit)
+    checkpoint_every: int = 10_000  # frames between checkpoints (0: only at the end)
+    resume: bool = False  # continue from the latest checkpoint in out/checkpoints
+    tensorboard: bool = False  # also log to TensorBoard (out/tensorboard)
+    progress: bool = True  # a progress bar with live metrics (stderr)
     out: str = "runs/dqn"
     tiny: bool = False
 
@@ -74,6 +84,7 @@ class Config:
             self.learning_starts = min(self.learning_starts, 100)
             self.log_every = min(self.log_every, 100)
             self.eval_episodes = min(self.eval_episodes, 2)
+            self.checkpoint_every = min(self.checkpoint_every, 200)
         if not 0.0 < self.exploration_fraction <= 1.0:
             raise ValueError(f"exploration_fraction must be in (0, 1], got {self.exploration_fraction}.")
 
@@ -105,11 +116,10 @@ def evaluate(policy, cfg: Config, episodes: int, seed: int) -> float:
 
 def train(cfg: Config) -> dict:
     """Run DQN with ``cfg``; returns a summary dict (also written to ``summary.json``)."""
-    os.makedirs(cfg.out, exist_ok=True)
+    run = AppRun(cfg, "dqn")
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
     env = make_env(cfg, cfg.num_envs)
-    env.set_seed(cfg.seed)
     qnet = make_qnet(env, cfg).to(device)
     explore = EGreedyModule(env.action_spec.n, cfg.eps_init, cfg.eps_end,
                             int(cfg.exploration_fraction * cfg.total_frames))
@@ -120,72 +130,72 @@ def train(cfg: Config) -> dict:
                else HardUpdate(loss_fn, update_interval=cfg.target_update_interval))
     buffer = ReplayBuffer(storage=LazyTensorStorage(cfg.buffer_size, device=device),
                           batch_size=cfg.batch_size)
+    collector = Collector(env, policy, frames_per_batch=cfg.num_envs, total_frames=cfg.total_frames,
+                          init_random_frames=cfg.learning_starts, device=device, seed=cfg.seed)
     keep = ["observation", "action", ("next", "observation"), ("next", "reward"),
             ("next", "terminated")]
 
-    log = MetricsCSV(os.path.join(cfg.out, "metrics.csv"))
-    td = env.reset()
-    frames, updates, t0, recent, stats = 0, 0, time.perf_counter(), [], []
-    next_log, next_eval, debt = cfg.log_every, max(cfg.eval_every, cfg.learning_starts), 0.0
-    while frames < cfg.total_frames:
-        if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
-            break
-        # 1. act epsilon-greedily and store
-        with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
-            td = policy(td.to(device))
-        td, next_td = env.step_and_maybe_reset(td)
-        buffer.extend(td.select(*keep).to(device))
-        done = td["next", "done"].squeeze(-1)
-        recent += td["next", "episode_reward"].squeeze(-1)[done].tolist()
-        td = next_td
-        frames += cfg.num_envs
-        explore.step(cfg.num_envs)
+    # everything a checkpoint holds (the RNG states and the metric history are added)
+    state = {"loss": loss_fn, "optim": optim, "buffer": buffer, "collector": collector,
+             "explore": explore}
+    if hasattr(updater, "state_dict"):
+        state["updater"] = updater
+    loop = {"updates": 0, "debt": 0.0, "next_log": cfg.log_every,
+            "next_eval": max(cfg.eval_every, cfg.learning_starts)}
+    resumed = run.maybe_resume(**state)
+    if resumed is not None:  # the simulators restart: new episodes, seeded from the frame count
+        loop.update({k: resumed[k] for k in loop})
+        collector.reset()
+        collector.set_seed(cfg.seed + collector.frames)
+
+    returns, stats = [], []
+    for batch in collector:
+        # 1. one epsilon-greedy step of every sub-env (random actions before learning_starts)
+        frames = collector.frames
+        buffer.extend(batch.reshape(-1).select(*keep).to(device))
+        returns += episode_returns(batch)
+        explore.step(batch.numel())
         # 2. gradient steps
         if frames >= cfg.learning_starts:
-            debt += cfg.utd_ratio * cfg.num_envs
-            while debt >= 1.0:
-                debt -= 1.0
+            loop["debt"] += cfg.utd_ratio * batch.numel()
+            while loop["debt"] >= 1.0:
+                loop["debt"] -= 1.0
                 out = loss_fn(buffer.sample())
                 optim.zero_grad(set_to_none=True)
                 total_loss(out).backward()
                 nn.utils.clip_grad_norm_(qnet.parameters(), cfg.max_grad_norm)
                 optim.step()
                 updater.step()
-                updates += 1
+                loop["updates"] += 1
                 stats.append(out.detach())
-        # 3. log
-        if frames >= next_log:
-            next_log += cfg.log_every
-            elapsed = time.perf_counter() - t0
-            row = {"frames": frames, "updates": updates, "time_s": round(elapsed, 2),
-                   "fps": round(frames / elapsed, 1), "epsilon": explore.eps,
-                   "train_return": sum(recent) / len(recent) if recent else float("nan"),
-                   "episodes": len(recent)}
+        # 3. log, evaluate (greedy policy), checkpoint
+        row = {}
+        if frames >= loop["next_log"]:
+            loop["next_log"] += cfg.log_every
+            row = {"updates": loop["updates"], "fps": frames / run.elapsed, "epsilon": explore.eps,
+                   "train_return": run.record_episodes(returns), "episodes": len(returns)}
             if stats:
                 row.update({k: float(v) for k, v in torch.stack(stats).mean().items()})
-            log.log(row)
-            print(f"[dqn] frames {frames:8d} return {row['train_return']:7.1f} "
-                  f"eps {explore.eps:.3f} fps {row['fps']:6.0f}", flush=True)
-            recent, stats = [], []
-        # 4. evaluate (greedy policy) and maybe stop
-        if cfg.eval_every and frames >= next_eval:
-            next_eval += cfg.eval_every
-            ret = evaluate(policy, cfg, cfg.eval_episodes, cfg.seed + 10_000)
-            log.log({"frames": frames, "updates": updates, "eval_return": ret})
-            print(f"[dqn] frames {frames:8d} eval return {ret:7.1f}", flush=True)
-            if cfg.stop_return and ret >= cfg.stop_return:
-                break
+            returns, stats = [], []
+        if cfg.eval_every and frames >= loop["next_eval"]:
+            loop["next_eval"] += cfg.eval_every
+            row["updates"] = loop["updates"]
+            row["eval_return"] = evaluate(policy, cfg, cfg.eval_episodes, cfg.seed + 10_000)
+        if row:
+            run.log(frames, row, show=("train_return", "eval_return", "epsilon"))
+        run.maybe_checkpoint(frames, extra=dict(loop), **state)
+        if cfg.stop_return and row.get("eval_return", -float("inf")) >= cfg.stop_return:
+            break
+        if cfg.time_limit_s and run.elapsed > cfg.time_limit_s:
+            break
+    frames = collector.frames
+    run.checkpoint(frames, extra=dict(loop), **state)
+    collector.shutdown()
     env.close()
     eval_return = evaluate(policy, cfg, cfg.eval_episodes, cfg.seed + 20_000)
-    log.log({"frames": frames, "updates": updates, "eval_return": eval_return})
-    plot_curve(log.rows, os.path.join(cfg.out, "learning_curve.png"), f"DQN {cfg.env_id}")
     torch.save({"qnet": qnet.state_dict(), "config": dataclasses.asdict(cfg)},
                os.path.join(cfg.out, "model.pt"))
-    summary = {"env_id": cfg.env_id, "frames": frames, "updates": updates,
-               "eval_return": eval_return, "eval_episodes": cfg.eval_episodes,
-               "time_s": time.perf_counter() - t0}
-    with open(os.path.join(cfg.out, "summary.json"), "w") as fh:
-        json.dump(summary, fh, indent=2)
+    summary = run.finish(frames, eval_return, f"DQN {cfg.env_id}", updates=loop["updates"])
     print(f"[dqn] {cfg.env_id}: eval return {eval_return:.1f} over {cfg.eval_episodes} "
           f"episodes after {frames} frames ({summary['time_s']:.0f} s)", flush=True)
     return summary
