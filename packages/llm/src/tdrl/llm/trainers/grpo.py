@@ -278,7 +278,7 @@ class GRPOTrainer:
         self._add_logprobs(td)
         mb_size = cfg.minibatch_size or cfg.rollout_size
         micro = self._micro_size()
-        sums: dict[str, float] = {}
+        sums: dict[str, torch.Tensor] = {}  # detached tensors: no host sync inside the loop
         n_micro = 0
         self.ddp_model.train()
         for _ in range(cfg.epochs):
@@ -294,19 +294,21 @@ class GRPOTrainer:
                         loss = sum(v for k, v in out.items() if k.startswith("loss_"))
                         (loss / len(chunks)).backward()
                     for k, v in out.items():
-                        sums[k] = sums.get(k, 0.0) + float(v.detach())
+                        sums[k] = sums[k] + v.detach() if k in sums else v.detach().float()
                     n_micro += 1
                 gn = torch.nn.utils.clip_grad_norm_(
                     [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
                 )
-                sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(gn) * len(chunks)
+                gn = gn.detach().float() * len(chunks)
+                sums["grad_norm"] = sums["grad_norm"] + gn if "grad_norm" in sums else gn
                 self.optimizer.step()
                 self.generator.update_weights(self.model)
         self.scheduler.step()
         self.step_count += 1
         dt = time.perf_counter() - t0
         n_tokens = int(td[K.COMPLETION_MASK].sum()) + int(td[K.PROMPT_MASK].sum())
-        metrics = {k: v / max(1, n_micro) for k, v in sums.items()}
+        values = torch.stack(list(sums.values())).div(max(1, n_micro)).tolist() if sums else []
+        metrics = dict(zip(sums, values))
         metrics.update(stats)
         metrics.update(step_time=dt, gen_time=t_gen, tokens_per_s=n_tokens / dt, lr=self.scheduler.get_last_lr()[0])
         metrics = all_reduce_mean(metrics)
