@@ -232,7 +232,9 @@ class HFGenerator(Generator):
                 tok = lp_all.argmax(-1)
             else:
                 # exponential race: argmax(p / E), E ~ Exp(1), draws tok with probability p
-                tok = (lp_all.exp() / torch.empty_like(lp_all).exponential_()).argmax(-1)
+                # (E is kept off 0 so a filtered token, p = 0, can never win with 0 / 0)
+                race = torch.empty_like(lp_all).exponential_().clamp_(min=1e-30)
+                tok = (lp_all.exp() / race).argmax(-1)
             tok = tok.masked_fill(done, pad)
             ids[:, t] = tok
             logps[:, t] = lp_all.gather(-1, tok[:, None]).squeeze(-1)
