@@ -17,7 +17,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
-from ..envs import EnvBase
+from ..envs import EnvBase, GymWrapper
+from ..envs._fastpath import plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
 from .utils import split_trajectories
 
@@ -65,8 +66,32 @@ def _fast_call(policy):
         return policy
     single = len(out_keys) == 1
     key0 = out_keys[0]
+    flat = all(isinstance(k, str) for k in in_keys + out_keys)
 
     def call(td: TensorDictBase) -> TensorDictBase:
+        if flat and type(td) is TensorDict:
+            # plain keys of a plain TensorDict: read and write its dict directly; the
+            # output's leading dims are checked against the batch size (cheap)
+            entries = td._tensordict
+            try:
+                args = [entries[k] for k in in_keys]
+            except KeyError:
+                args = None  # the generic path below raises the usual error
+            if args is not None:
+                out = module(*args)
+                if single:
+                    out = out[0] if isinstance(out, tuple) else out
+                    if (isinstance(out, torch.Tensor) and not td.is_locked
+                            and out.shape[: td.batch_dims] == td.batch_size
+                            and (td.device is None or out.device == td.device)
+                            and not hasattr(td, "_consolidated")):
+                        entries[key0] = out
+                        return td
+                    td.set(key0, out)
+                else:
+                    for k, v in zip(out_keys, out):
+                        td.set(k, v)
+                return td
         out = module(*[td.get(k) for k in in_keys])
         if single:
             td.set(key0, out[0] if isinstance(out, tuple) else out)
@@ -104,6 +129,13 @@ def _stack_steps(steps: list, dim: int) -> TensorDictBase:
         return TensorDict._new_unsafe(source, batch_size=torch.Size(bs), device=first.device)
     except (AttributeError, KeyError, TypeError, RuntimeError):
         return torch.stack(steps, dim)
+
+
+def _get_str(td: TensorDictBase, key: str):
+    """``td.get(key, None)`` for a plain string key, reading a plain TensorDict's dict."""
+    if type(td) is TensorDict:
+        return td._tensordict.get(key)
+    return td.get(key, None)
 
 
 def _policy_device(policy) -> torch.device | None:
@@ -187,6 +219,8 @@ class Collector:
         self._traj_stride, self._traj_offset = 1, 0  # disjoint id ranges across workers
         self._step_count = torch.zeros((*shape, 1), dtype=torch.long)
         self._reward_keys = set(self.env.reward_keys)
+        self._make_root = plain_td_maker(self.env.batch_size, self.env.device)
+        self._gym_hint = isinstance(self.env, GymWrapper)
         self._closed = False
 
     # ------------------------------------------------------------------ policy
@@ -275,22 +309,24 @@ class Collector:
                     td = out.to(env_dev)
                 else:
                     td = policy(td)
-                preset = td.get(NEXT, None)  # e.g. a recurrent state the policy wrote
+                preset = _get_str(td, NEXT)  # e.g. a recurrent state the policy wrote
                 td = env.step(td)
-                nxt = td.get(NEXT)
+                nxt = _get_str(td, NEXT)
                 if preset is not None:
                     for key, value in preset.items():
                         if key not in nxt.keys():
                             nxt.set(key, value)
+                cut = False
                 if max_steps is not None:
                     self._step_count += 1
-                    cut = self._step_count >= max_steps
-                    if bool(cut.any()):
-                        nxt.set(TRUNCATED, nxt.get(TRUNCATED) | cut)
-                        nxt.set(DONE, nxt.get(DONE) | cut)
+                    over = self._step_count >= max_steps
+                    if bool(over.any()):
+                        nxt.set(TRUNCATED, nxt.get(TRUNCATED) | over)
+                        nxt.set(DONE, nxt.get(DONE) | over)
+                        cut = True
                 steps.append(td)
                 ids.append(self._traj_ids)
-                td = self._next_root(td)
+                td = self._next_root(nxt, cut)
         self._td = td
         out = _stack_steps(steps, nb)
         out.set(TRAJ_ID, torch.stack(ids, nb) * self._traj_stride + self._traj_offset)
@@ -299,13 +335,27 @@ class Collector:
         self.frames += self.frames_per_batch
         return out
 
-    def _next_root(self, td: TensorDictBase) -> TensorDictBase:
-        nxt = td.get(NEXT)
+    def _next_root(self, nxt: TensorDictBase, cut: bool = False) -> TensorDictBase:
+        """The root of the next step: ``nxt`` without rewards; done sub-envs are reset.
+
+        Args:
+            nxt: the ``"next"`` TensorDict of the step just taken.
+            cut: the collector changed the done flags (``max_frames_per_traj``), so the
+                env's own "any done" answer does not hold.
+        """
         rk = self._reward_keys
-        root = TensorDict._new_unsafe({k: v for k, v in nxt.items() if k not in rk},
-                                      batch_size=nxt.batch_size, device=nxt.device)
-        done = nxt.get(DONE)
-        if (done.item() if done.numel() == 1 else bool(done.any())):
+        if type(nxt) is TensorDict:  # plain TensorDict: copy its dict, no checks
+            root = self._make_root({k: v for k, v in nxt._tensordict.items() if k not in rk})
+        else:
+            root = TensorDict._new_unsafe({k: v for k, v in nxt.items() if k not in rk},
+                                          batch_size=nxt.batch_size, device=nxt.device)
+        done = root.get(DONE)
+        # a GymWrapper stepped directly knows whether any sub-env is done (a Python bool,
+        # no tensor op); wrappers (transforms) may change the flags, so only then
+        hint = None if cut or not self._gym_hint else self.env._last_any_done
+        if hint is None:
+            hint = done.item() if done.numel() == 1 else bool(done.any())
+        if hint:
             root.set(_RESET, done)
             reset = self.env.reset(root)
             # keep what the reset did not produce (e.g. recurrent states under "next")

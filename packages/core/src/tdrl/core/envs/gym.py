@@ -240,6 +240,9 @@ class GymWrapper(EnvBase):
         self._gym_obs_spec = obs_spec
         self._info_reader: InfoReader | None = None
         self._slab: RowSlab | None = None
+        # whether any sub-env was done at the last step (read by the Collector: a Python
+        # bool saves it a tensor reduction per step)
+        self._last_any_done: bool | None = None
         self._build_fast_path()
         if info_keys:
             self.set_info_keys(info_keys)
@@ -376,7 +379,9 @@ class GymWrapper(EnvBase):
             raise self._output_error(obs, reward, err) from None
         # Done flags of a single env come from a small cache of constant tensors (no
         # allocation per step); like every env output, treat them as read-only.
-        done, term, trunc = self._flag_cache[bool(terminated), bool(truncated)]
+        terminated, truncated = bool(terminated), bool(truncated)
+        self._last_any_done = terminated or truncated
+        done, term, trunc = self._flag_cache[terminated, truncated]
         source = {OBSERVATION: views[OBSERVATION][i], REWARD: views[REWARD][i], DONE: done,
                   TERMINATED: term, TRUNCATED: trunc}
         if self._info_reader is not None:
@@ -408,7 +413,9 @@ class GymWrapper(EnvBase):
     def _step_generic(self, out: tuple) -> TensorDictBase:
         """Single env with dict / one-hot observations, or a non-CPU device."""
         obs, reward, terminated, truncated, info = out
-        done, term, trunc = self._flag_cache[bool(terminated), bool(truncated)]
+        terminated, truncated = bool(terminated), bool(truncated)
+        self._last_any_done = terminated or truncated
+        done, term, trunc = self._flag_cache[terminated, truncated]
         source = self._convert_obs(obs)
         source.update({REWARD: torch.from_numpy(np.array((reward,), dtype=np.float32)),
                        DONE: done, TERMINATED: term, TRUNCATED: trunc})
@@ -427,7 +434,7 @@ class GymWrapper(EnvBase):
         return self._vector_finish(source, info, done)
 
     def _vector_finish(self, source: dict, info: dict, done: np.ndarray) -> TensorDictBase:
-        any_done = bool(done.any())
+        any_done = self._last_any_done = bool(done.any())
         if self._same_step and any_done:
             source = self._swap_final_obs(source, info, done)
         if self._info_reader is not None:
