@@ -123,6 +123,9 @@ def test_exponential_race_samples_the_distribution(tiny):
     torch.testing.assert_close(out[K.SAMPLE_LOG_PROB][:, 0], probs.log()[first].float(), rtol=1e-4, atol=1e-5)
     sigma = (probs * (1 - probs) / n).sqrt().double()
     assert ((freq - probs.double()).abs() <= 4.5 * sigma + 1e-4).all(), (freq, probs)
+    # filtered tokens (probability 0) are never drawn
+    top2 = HFGenerator(model, tok, max_new_tokens=1, temperature=1.3, top_k=2).generate(ids, mask)[K.COMPLETION_IDS][:, 0]
+    assert set(top2.unique().tolist()) == set(probs.topk(2).indices.tolist())
 
 
 def test_trainer_falls_back_when_logits_are_post_processed(_tiny, task):
