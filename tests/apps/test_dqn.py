@@ -57,3 +57,24 @@ def test_tiny_run_writes_outputs(dqn, tmp_path, dueling):
     state = torch.load(tmp_path / "model.pt", weights_only=True)["qnet"]
     assert state.keys() == init.keys()
     assert any(not torch.equal(state[k], init[k]) for k in init)  # it trained
+
+
+def test_resume_restores_buffer_and_schedules(dqn, tmp_path):
+    """Resuming from the step-200 checkpoint restores the replay buffer, the epsilon
+    schedule, the target-update counter and the loop counters, and ends where an
+    uninterrupted run ends."""
+    from tdrl.core.train import load_checkpoint
+
+    kw = dict(tiny=True, progress=False, out=str(tmp_path))
+    full = dqn.train(dqn.Config(**kw))
+    state = load_checkpoint(tmp_path / "checkpoints" / "step_200.pt")
+    assert {"loss", "optim", "buffer", "collector", "explore", "updater", "history"} <= set(state["objects"])
+    assert int(state["objects"]["explore"]["frames"]) == 200
+    assert state["extra"]["updates"] == int(0.5 * 4) * ((200 - 100) // 4 + 1)
+    (tmp_path / "checkpoints" / "step_400.pt").unlink()
+    resumed = dqn.train(dqn.Config(resume=True, **kw))
+    assert resumed["frames"] == full["frames"] == 400
+    assert resumed["updates"] == full["updates"]
+    with open(tmp_path / "metrics.csv", newline="") as fh:
+        steps = [float(r["step"]) for r in csv.DictReader(fh)]
+    assert steps == sorted(steps) and len(steps) == len(set(steps)) + 1  # + final evaluation

@@ -95,3 +95,29 @@ def test_command_line_tiny(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "eval return" in proc.stdout
     assert (tmp_path / "metrics.csv").exists() and (tmp_path / "learning_curve.png").exists()
+
+
+def test_resume_continues_from_the_last_checkpoint(ppo, tmp_path):
+    """A run interrupted after its first checkpoint resumes there: the checkpoint holds the
+    model, optimiser, collector, normalisers, history and RNG; the CSV keeps each step once;
+    TensorBoard events are written when asked."""
+    from tdrl.core.train import load_checkpoint
+
+    kw = dict(env_id="Pendulum-v1", tiny=True, gae_backend="torch", progress=False,
+              tensorboard=True, out=str(tmp_path))
+    ppo.train(ppo.Config(**kw))
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "step_128.pt")
+    assert set(ckpt["objects"]) == {"actor", "critic", "optim", "collector", "obs_norm",
+                                    "scaler", "history"}
+    assert ckpt["extra"]["frames"] == ckpt["objects"]["collector"]["frames"] == 128
+    assert ckpt["extra"]["iteration"] == 1 and "torch" in ckpt["rng"]
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    (tmp_path / "checkpoints" / "step_256.pt").unlink()  # "interrupted" after step 128
+    summary = ppo.train(ppo.Config(resume=True, **kw))
+    assert summary["frames"] == 256 and summary["iterations"] == 2
+    rows = read_rows(tmp_path / "metrics.csv")
+    assert [r["step"] for r in rows] == ["128", "256", "256"]  # 2 iterations + final eval
+    assert [float(r["iteration"]) for r in rows[:2]] == [1.0, 2.0]
+    # a fresh run (no --resume) starts over and clears the old checkpoints
+    ppo.train(ppo.Config(**{**kw, "total_frames": 128}))
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_128.pt"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import json
 import importlib.util
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -65,3 +67,41 @@ def test_tiny_run_writes_outputs(sac, tmp_path, env_id):
     assert (tmp_path / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     state = torch.load(tmp_path / "model.pt", weights_only=True)
     assert state["config"]["env_id"] == env_id
+
+
+def _losses(path: Path) -> dict[float, tuple]:
+    """``step -> (loss_actor, loss_qvalue, alpha)`` of the training rows of a metrics CSV."""
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("loss_qvalue")]
+    return {float(r["step"]): (r["loss_actor"], r["loss_qvalue"], r["alpha"]) for r in rows}
+
+
+def test_resumed_run_is_bit_identical(sac, tmp_path):
+    """Interrupt a run after its step-200 checkpoint and resume it: the losses after the
+    checkpoint, the CSV and the final weights match the uninterrupted run exactly (the torch
+    Pendulum keeps its whole state in the TensorDict; the buffer, collector, optimiser,
+    temperature and RNG states come from the checkpoint)."""
+    kw = dict(env_id="tdrl/Pendulum", total_frames=300, learning_starts=100, hidden=(16, 16),
+              batch_size=64, eval_episodes=2, log_every=20, checkpoint_every=100,
+              progress=False, seed=5)
+    full = tmp_path / "full"
+    sac.train(sac.Config(out=str(full), **kw))
+    ckpts = sorted(p.name for p in (full / "checkpoints").iterdir())
+    assert ckpts == ["step_200.pt", "step_300.pt"]  # the last two are kept
+    # "interrupted" after step 200: its checkpoint and a CSV with rows past it
+    part = tmp_path / "part"
+    (part / "checkpoints").mkdir(parents=True)
+    shutil.copy(full / "checkpoints" / "step_200.pt", part / "checkpoints")
+    shutil.copy(full / "metrics.csv", part / "metrics.csv")
+    summary = sac.train(sac.Config(out=str(part), resume=True, **kw))
+    assert summary["frames"] == 300 and summary["updates"] == 201
+    a, b = _losses(full / "metrics.csv"), _losses(part / "metrics.csv")
+    assert a == b and max(a) == 300 and any(step > 200 for step in a)
+    with open(part / "metrics.csv", newline="") as fh:
+        steps = [float(r["step"]) for r in csv.DictReader(fh)]
+    assert len(steps) == len(set(steps)) + 1  # each step once (+ the final evaluation row)
+    wa = torch.load(full / "model.pt", weights_only=True)
+    wb = torch.load(part / "model.pt", weights_only=True)
+    for key in ("actor", "qvalue"):
+        assert all(torch.equal(wa[key][k], wb[key][k]) for k in wa[key]), key
+    assert summary["eval_return"] == json.loads((full / "summary.json").read_text())["eval_return"]
