@@ -9,7 +9,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import shutil
 import time
 from pathlib import Path
