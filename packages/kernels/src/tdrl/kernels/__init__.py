@@ -9,7 +9,12 @@ signatures, under ``*_reference`` names.
 from __future__ import annotations
 
 from ._dispatch import current_backend, triton_available, use_backend
-from .fused_linear import fused_linear_logprobs, fused_linear_logprobs_reference
+from .fused_linear import (
+    fused_linear_logprobs,
+    fused_linear_logprobs_reference,
+    fused_linear_pg_loss,
+    fused_linear_pg_loss_reference,
+)
 from .logprobs import token_logprobs, token_logprobs_reference
 from .pg_loss import pg_token_loss, pg_token_loss_reference
 from .scan import discounted_cumsum, discounted_cumsum_reference, gae, gae_reference
@@ -20,6 +25,8 @@ __all__ = [
     "discounted_cumsum_reference",
     "fused_linear_logprobs",
     "fused_linear_logprobs_reference",
+    "fused_linear_pg_loss",
+    "fused_linear_pg_loss_reference",
     "gae",
     "gae_reference",
     "pg_token_loss",

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from .api import fused_linear_logprobs
+from .api import fused_linear_logprobs, fused_linear_pg_loss
+from .pg_loss import fused_linear_pg_loss_reference
 from .reference import fused_linear_logprobs_reference
 
-__all__ = ["fused_linear_logprobs", "fused_linear_logprobs_reference"]
+__all__ = [
+    "fused_linear_logprobs",
+    "fused_linear_logprobs_reference",
+    "fused_linear_pg_loss",
+    "fused_linear_pg_loss_reference",
+]

@@ -6,6 +6,7 @@ import torch
 
 from .._dispatch import use_triton
 from ..logprobs.reference import default_chunk_rows, rows_backward, rows_forward
+from .pg_loss import fused_linear_pg_loss_impl
 from .reference import fused_linear_logprobs_impl
 
 #: logits elements per chunk on the Triton path (2048 rows at V = 152k: ~0.6 GB in bf16).
@@ -57,4 +58,69 @@ def fused_linear_logprobs(
         fwd, bwd = rows_forward, rows_backward
     return fused_linear_logprobs_impl(
         hidden, weight, targets, bias, temperature, chunk_size, return_entropy, fwd, bwd
+    )
+
+
+def fused_linear_pg_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logp: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    beta: float = 0.0,
+    reduction: str = "token",
+    max_len: int | None = None,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO / GRPO token loss straight from hidden states and the LM head, in 3 matmuls.
+
+    Equal to ``pg_token_loss(fused_linear_logprobs(hidden, weight, targets, bias,
+    temperature), old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction,
+    max_len)`` (same loss, same statistics, same gradients), but the gradients to
+    ``hidden``, ``weight`` and ``bias`` are computed chunk by chunk during the forward, where
+    the per-token ``d loss / d logp`` is already known; the backward only scales them by the
+    upstream scalar gradient. So no chunk's logits are recomputed (three matmuls instead of
+    four) and peak extra memory stays ``O(chunk_size x V)``
+    (see :mod:`tdrl.kernels.fused_linear.pg_loss`). On CUDA the softmax rows run in Triton.
+
+    Args:
+        hidden: ``[B, T, H]`` final hidden states (the positions that predict ``targets``).
+        weight: ``[V, H]`` LM head weight (same dtype as ``hidden``).
+        targets: ``[B, T]`` sampled token ids (negative ids: log-prob 0, no gradient).
+        old_logp: ``[B, T]`` log-probs under the sampling policy (constants).
+        advantages: ``[B]`` or ``[B, T]`` advantages (constants).
+        mask: ``[B, T]`` bool/float mask of the tokens that count.
+        ref_logp: optional ``[B, T]`` reference-model log-probs for the k3 KL term.
+        bias: optional ``[V]`` LM head bias.
+        temperature: logits are divided by it, > 0.
+        eps_low, eps_high: clip range ``[1 - eps_low, 1 + eps_high]`` of the ratio.
+        beta: weight of the KL penalty.
+        reduction: ``"token"``, ``"sequence"`` or ``"constant"``, as in
+            :func:`tdrl.kernels.pg_token_loss`.
+        max_len: the constant length of ``"constant"``; defaults to ``T``.
+        chunk_size: rows (tokens) per chunk; defaults as in :func:`fused_linear_logprobs`.
+
+    Returns:
+        ``(loss, stats)``: a float32 (float64 for float64 ``hidden``) scalar with gradients
+        to ``hidden``, ``weight`` and ``bias``, and detached scalars ``clip_frac``, ``kl``,
+        ``ratio_mean`` (as :func:`tdrl.kernels.pg_token_loss`).
+    """
+    if use_triton(hidden, weight, targets, bias, old_logp, advantages, mask, ref_logp):
+        from ..logprobs.triton import rows_backward_triton, rows_forward_triton
+
+        fwd, bwd = rows_forward_triton, rows_backward_triton
+        if chunk_size is None and hidden.is_cuda:
+            n_rows = hidden.numel() // max(hidden.shape[-1], 1)
+            chunk_size = default_chunk_rows(n_rows, weight.shape[0], hidden.device, TRITON_CHUNK_ELEMENTS)
+    else:
+        fwd, bwd = rows_forward, rows_backward
+    return fused_linear_pg_loss_impl(
+        hidden, weight, targets, old_logp, advantages, mask, ref_logp, bias, temperature,
+        eps_low, eps_high, beta, reduction, max_len, chunk_size, fwd, bwd,
     )

@@ -1,0 +1,209 @@
+"""Fused LM head + log-probs + policy-gradient token loss, gradients computed in the forward.
+
+``fused_linear_logprobs`` cannot know the gradient that will reach its log-probs, so its
+backward recomputes every chunk's logits: four matmuls in all (logits in the forward,
+logits again, ``d hidden`` and ``d weight`` in the backward). When the log-probs feed the
+PPO / GRPO token loss of :mod:`tdrl.kernels.pg_loss`, the per-token ``d loss / d logp`` is
+known as soon as a chunk's log-probs are, so each chunk does, in the forward::
+
+    logits = hidden[c] @ W.T + b                          (matmul 1)
+    logp, lse = rows_forward(logits)                      (softmax statistics)
+    g_t = d loss / d logp_t                               (elementwise, [chunk])
+    d logits = rows_backward(logits, g)   (in place)
+    d hidden[c] = d logits @ W                            (matmul 2)
+    d W += d logits.T @ hidden[c];  d b += sum(d logits)  (matmul 3)
+
+and the backward only scales the stored gradients by the scalar upstream gradient: three
+matmuls and ``O(chunk x V)`` extra memory (as Liger-Kernel's fused linear losses do).
+
+The reductions need per-sequence token counts before the first chunk: they come from the
+mask, so every token's weight in the loss (``mask * row_scale[b]``) is known up front.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..logprobs.reference import (
+    _torch_workspace,
+    compute_dtype,
+    default_chunk_rows,
+    rows_backward,
+    rows_forward,
+)
+from ..pg_loss.reference import check_pg_inputs, expand_advantages
+from .reference import _logits, check_fused_inputs
+
+
+def row_scales(mask: torch.Tensor, reduction: str, max_len: int | None) -> torch.Tensor:
+    """Weight of one unit of masked per-token loss in the reduced loss, per sequence.
+
+    Args:
+        mask: ``[B, T]`` float mask (compute dtype).
+        reduction: ``"token"``, ``"sequence"`` or ``"constant"``.
+        max_len: the constant length of ``"constant"`` (``None``: ``T``).
+
+    Returns:
+        ``[B]`` scales: ``1 / max(sum(mask), 1)`` for ``"token"``,
+        ``1 / (B * max(sum_t mask[b], 1))`` for ``"sequence"``, ``1 / (B * max_len)`` for
+        ``"constant"``.
+    """
+    b, t_len = mask.shape
+    if reduction == "token":
+        return (1.0 / mask.sum().clamp(min=1.0)).expand(b)
+    if reduction == "sequence":
+        return 1.0 / (mask.sum(-1).clamp(min=1.0) * max(b, 1))
+    return torch.full((b,), 1.0 / (max(b, 1) * (max_len or t_len)), dtype=mask.dtype, device=mask.device)
+
+
+def pg_terms(
+    lp: torch.Tensor,
+    old: torch.Tensor,
+    adv: torch.Tensor,
+    m: torch.Tensor,
+    ref: torch.Tensor | None,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+) -> tuple[torch.Tensor, ...]:
+    """Per-token clipped surrogate + k3 KL, its derivative and the statistics' terms.
+
+    Args:
+        lp, old, adv, m: ``[C]`` log-probs, old log-probs, advantages and float mask.
+        ref: ``[C]`` reference log-probs or ``None``.
+        eps_low, eps_high, beta: as in :func:`tdrl.kernels.pg_token_loss`.
+
+    Returns:
+        ``(loss_t, dloss_t, clipped_t, kl_t, ratio_t)``, each ``[C]``: the masked
+        (``* mask``) loss term and its derivative with respect to ``lp``, and the kept-token
+        indicators / values whose sums give ``clip_frac``, ``kl`` and ``ratio_mean``.
+    """
+    keep = m > 0
+    zero = torch.zeros((), dtype=lp.dtype, device=lp.device)
+    ratio = torch.where(keep, lp - old, zero).exp_()
+    lo, hi = 1.0 - eps_low, 1.0 + eps_high
+    clipped_ratio = ratio.clamp(lo, hi)
+    loss = -torch.minimum(ratio * adv, clipped_ratio * adv)
+    clipped = ((ratio < lo) & (adv < 0)) | ((ratio > hi) & (adv > 0))
+    dloss = torch.where(clipped, zero, -adv * ratio)
+    kl = torch.zeros_like(lp)
+    if ref is not None:
+        diff = torch.where(keep, ref - lp, zero)
+        e = diff.exp()
+        kl = e - diff - 1.0
+        if beta != 0.0:
+            loss = loss + beta * kl
+            dloss = dloss + beta * (1.0 - e)
+    loss = torch.where(keep, loss * m, zero)
+    dloss = torch.where(keep, dloss * m, zero)
+    return loss, dloss, (keep & clipped).to(lp.dtype), torch.where(keep, kl, zero), torch.where(keep, ratio, zero)
+
+
+class FusedLinearPGLossFunction(torch.autograd.Function):
+    """Chunked LM head + log-probs + PG loss with the gradients computed in the forward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, old, adv, mask, ref, scale, config):
+        temperature, eps_low, eps_high, beta, chunk, need_grad, rows_fwd, rows_bwd = config
+        n = hidden.shape[0]
+        cdt = compute_dtype(hidden.dtype)
+        need_h, need_w, need_b = (need_grad and f for f in ctx.needs_input_grad[:3])
+        need_b = need_b and bias is not None
+        grad_hidden = torch.empty_like(hidden) if need_h else None
+        grad_weight = torch.zeros_like(weight) if need_w else None
+        grad_bias = torch.zeros_like(bias) if need_b else None
+        backprop = need_h or need_w or need_b
+        sums = torch.zeros(4, dtype=cdt, device=hidden.device)  # loss, clipped, kl, ratio
+        ws_fwd = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
+        ws_bwd = _torch_workspace(rows_bwd, min(chunk, n), weight.shape[0], weight) if backprop else None
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            h, tgt = hidden[s:e], targets[s:e]
+            logits = _logits(h, weight, bias)
+            lp, lse, _ = rows_fwd(logits, tgt, temperature, False, workspace=ws_fwd)
+            loss_t, dloss_t, clip_t, kl_t, ratio_t = pg_terms(
+                lp, old[s:e], adv[s:e], mask[s:e], None if ref is None else ref[s:e],
+                eps_low, eps_high, beta,
+            )
+            sc = scale[s:e]
+            sums += torch.stack([(loss_t * sc).sum(), clip_t.sum(), kl_t.sum(), ratio_t.sum()])
+            if backprop:
+                g = rows_bwd(logits, tgt, temperature, lse, None, (dloss_t * sc).contiguous(), None,
+                             logits, workspace=ws_bwd)
+                if need_h:
+                    torch.mm(g, weight, out=grad_hidden[s:e])
+                if need_w:
+                    grad_weight.addmm_(g.t(), h)
+                if need_b:
+                    grad_bias += g.sum(0).to(grad_bias.dtype)
+                del g
+            del logits
+        count = mask.sum().clamp(min=1.0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        loss = sums[0]
+        stats = sums[1] / count, sums[2] / count, sums[3] / count
+        ctx.mark_non_differentiable(*stats)
+        return (loss, *stats)
+
+    @staticmethod
+    def backward(ctx, grad_loss, *_):
+        grads = []
+        for g in ctx.saved_tensors:
+            grads.append(None if g is None else g * grad_loss.to(g.dtype))
+        return (*grads, None, None, None, None, None, None, None)
+
+
+def fused_linear_pg_loss_impl(
+    hidden, weight, targets, old_logp, advantages, mask, ref_logp, bias, temperature, eps_low,
+    eps_high, beta, reduction, max_len, chunk_size, rows_fwd, rows_bwd,
+):
+    """Shared body of :func:`tdrl.kernels.fused_linear_pg_loss` for a pair of row functions."""
+    if targets.dim() != 2:
+        raise ValueError(
+            f"fused_linear_pg_loss expects hidden [B, T, H] and targets [B, T]; got hidden "
+            f"{tuple(hidden.shape)} and targets {tuple(targets.shape)}."
+        )
+    check_fused_inputs(hidden, weight, targets, bias, temperature)
+    check_pg_inputs(targets, old_logp, advantages, mask, ref_logp, reduction, max_len)
+    cdt = compute_dtype(hidden.dtype)
+    h = hidden.reshape(-1, hidden.shape[-1])
+    n = h.shape[0]
+    m = mask.detach().to(cdt)
+    scale = row_scales(m, reduction, max_len).unsqueeze(1).expand(targets.shape).reshape(n)
+    adv = expand_advantages(advantages.detach().to(cdt), targets.shape).reshape(n)
+    old = old_logp.detach().to(cdt).reshape(n)
+    ref = None if ref_logp is None else ref_logp.detach().to(cdt).reshape(n)
+    chunk = chunk_size or default_chunk_rows(n, weight.shape[0], hidden.device)
+    need_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (hidden, weight, bias)
+    )
+    config = (float(temperature), float(eps_low), float(eps_high), float(beta), max(1, int(chunk)),
+              need_grad, rows_fwd, rows_bwd)
+    loss, clip_frac, kl, ratio_mean = FusedLinearPGLossFunction.apply(
+        h, weight, bias, targets.reshape(n).long(), old, adv, m.reshape(n), ref, scale, config
+    )
+    return loss, {"clip_frac": clip_frac, "kl": kl, "ratio_mean": ratio_mean}
+
+
+def fused_linear_pg_loss_reference(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logp: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    beta: float = 0.0,
+    reduction: str = "token",
+    max_len: int | None = None,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Pure-torch :func:`tdrl.kernels.fused_linear_pg_loss` (same signature and result)."""
+    return fused_linear_pg_loss_impl(
+        hidden, weight, targets, old_logp, advantages, mask, ref_logp, bias, temperature,
+        eps_low, eps_high, beta, reduction, max_len, chunk_size, rows_forward, rows_backward,
+    )
