@@ -58,7 +58,7 @@ class Config:
     hidden_size: int = 96
     num_layers: int = 2
     seed: int = 0
-    threads: int = 2
+    threads: int = 1  # torch threads; more than 1 on a shared 2-core machine is 10x slower under load
     # task
     max_value: int = 19
     ops: str = "+"

@@ -50,7 +50,7 @@ class Config:
     warmup: int = 10
     lora: bool = False
     seed: int = 0
-    threads: int = 2
+    threads: int = 1  # torch threads; more than 1 on a shared 2-core machine is 10x slower under load
     max_new_tokens: int = 4
     tiny: bool = False
 
