@@ -217,6 +217,57 @@ def correctness() -> None:
                       list(zip(names, tri, ref, strict=True)), 1e-4 if dtype == torch.float32 else 1e-2)
 
 
+def correctness_fused_pg() -> None:
+    """fused_linear_pg_loss: Triton rows vs torch rows, and vs the composed ops, on CUDA."""
+    from tdrl.kernels import fused_linear_logprobs, fused_linear_pg_loss, pg_token_loss
+
+    dev = DEV
+    big_v = 5000 if DRY else 152064
+    tol = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+    for dtype in pick((torch.float32, torch.bfloat16)):
+        for b, t, h, v, chunk, p_mask in pick(((1, 1, 64, 37, None, 1.0), (3, 5, 64, 4099, 4, 0.0),
+                                              (4, 75, 256, big_v, 128, 0.7))):
+            for reduction in ("token", "sequence", "constant"):
+                g = torch.Generator(device="cpu").manual_seed(4)
+                h0 = torch.randn(b, t, h, generator=g)
+                w0 = torch.randn(v, h, generator=g) / h**0.5
+                b0 = 0.1 * torch.randn(v, generator=g)
+                t0 = torch.randint(0, v, (b, t), generator=g)
+                with torch.no_grad():
+                    lp0 = torch.log_softmax(h0 @ w0.t() + b0, -1).gather(-1, t0.unsqueeze(-1)).squeeze(-1)
+                old0 = lp0 + 0.3 * torch.randn(b, t, generator=g)
+                ref0 = lp0 + 0.2 * torch.randn(b, t, generator=g)
+                adv0 = torch.randn(b, generator=g)
+                m0 = torch.rand(b, t, generator=g) < p_mask
+
+                def inputs(h0=h0, w0=w0, b0=b0, t0=t0, old0=old0, ref0=ref0, adv0=adv0, m0=m0, dtype=dtype):
+                    return (h0.to(dev, dtype).requires_grad_(True), w0.to(dev, dtype).requires_grad_(True),
+                            b0.to(dev, dtype).requires_grad_(True), t0.to(dev), old0.to(dev),
+                            adv0.to(dev), m0.to(dev), ref0.to(dev))
+
+                def run(hid, wt, bias, tgt, old, adv, m, rf, reduction=reduction, chunk=chunk):
+                    loss, st = fused_linear_pg_loss(hid, wt, tgt, old, adv, m, rf, bias=bias, temperature=1.1,
+                                                    eps_high=0.28, beta=0.05, reduction=reduction,
+                                                    chunk_size=chunk)
+                    grads = torch.autograd.grad(loss, (hid, wt, bias))
+                    return loss, st["clip_frac"], st["kl"], st["ratio_mean"], *grads
+
+                def run_composed(hid, wt, bias, tgt, old, adv, m, rf, reduction=reduction, chunk=chunk):
+                    logp = fused_linear_logprobs(hid, wt, tgt, bias=bias, temperature=1.1, chunk_size=chunk)
+                    loss, st = pg_token_loss(logp, old, adv, m, rf, 0.2, 0.28, 0.05, reduction)
+                    grads = torch.autograd.grad(loss, (hid, wt, bias))
+                    return loss, st["clip_frac"], st["kl"], st["ratio_mean"], *grads
+
+                ref, tri = run_both(run, inputs)
+                names = ("loss", "clip_frac", "kl", "ratio_mean", "d_hidden", "d_weight", "d_bias")
+                label = f"B={b} T={t} H={h} V={v} mask={p_mask} {reduction} {dtype}"
+                check(f"fused_linear_pg_loss triton vs torch {label}",
+                      list(zip(names, tri, ref, strict=True)), 5 * tol[dtype])
+                comp = run_composed(*inputs())
+                check(f"fused_linear_pg_loss vs composed ops {label}",
+                      list(zip(names, tri, comp, strict=True)), 5 * tol[dtype])
+
+
 # --------------------------------------------------------------------------- benchmarks
 def do_bench_ms(fn) -> float:
     try:
@@ -396,6 +447,51 @@ def bench_fused_linear() -> None:
     ], "naive matmul+log_softmax+gather")
 
 
+def bench_fused_pg_loss() -> None:
+    """GRPO-style loss from hidden states: naive full logits vs the two fused variants."""
+    from tdrl.kernels import fused_linear_logprobs, fused_linear_pg_loss, pg_token_loss, use_backend
+
+    b, t, h, v = (2, 4, 32, 5000) if DRY else (16, 1024, 3584, 152064)
+    g = torch.Generator(device=DEV).manual_seed(0)
+    hidden = torch.randn(b, t, h, device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    weight = (torch.randn(v, h, device=DEV, generator=g) / h**0.5).to(torch.bfloat16).requires_grad_(True)
+    tgt = torch.randint(0, v, (b, t), device=DEV, generator=g)
+    with torch.no_grad():
+        lp0 = fused_linear_logprobs(hidden, weight, tgt)
+    old = lp0 + 0.3 * torch.randn(b, t, device=DEV, generator=g)
+    ref = lp0 + 0.2 * torch.randn(b, t, device=DEV, generator=g)
+    adv = torch.randn(b, device=DEV, generator=g)
+    mask = torch.rand(b, t, device=DEV, generator=g) < 0.9
+    kw = dict(eps_low=0.2, eps_high=0.28, beta=0.04, reduction="token")
+
+    def naive(x, w, y):
+        return torch.log_softmax((x @ w.t()).float(), -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+    comp = compiled(naive)
+
+    def run_logp(f, backend="auto"):
+        def go():
+            with use_backend(backend):
+                loss, _ = pg_token_loss(f(hidden, weight, tgt), old, adv, mask, ref, **kw)
+            torch.autograd.grad(loss, (hidden, weight))
+        return go
+
+    def run_fused(backend):
+        def go():
+            with use_backend(backend):
+                loss, _ = fused_linear_pg_loss(hidden, weight, tgt, old, adv, mask, ref, **kw)
+            torch.autograd.grad(loss, (hidden, weight))
+        return go
+
+    bench_table(f"PG loss from hidden states fwd+bwd, B={b}, T={t}, H={h}, V={v}, bfloat16, KL", [
+        ("naive matmul+log_softmax+gather -> pg_token_loss", run_logp(naive)),
+        ("fused_linear_logprobs (triton) -> pg_token_loss", run_logp(fused_linear_logprobs, "triton")),
+        ("fused_linear_pg_loss (triton, grads in forward)", run_fused("triton")),
+        ("fused_linear_pg_loss (torch rows)", run_fused("torch")),
+        ("torch.compile(naive) -> pg_token_loss", run_logp(comp)),
+    ], "naive matmul+log_softmax+gather -> pg_token_loss")
+
+
 def bench_gae() -> None:
     from tdrl.kernels import gae_reference
     from tdrl.kernels.scan.reference import gae_impl
@@ -434,9 +530,11 @@ def main() -> int:
     emit(f"device: {device_name}, torch {torch.__version__}, triton {triton.__version__}; "
          f"command: python benchmarks/kernels_gpu.py")
     guarded("correctness", correctness)
+    guarded("correctness fused_linear_pg_loss", correctness_fused_pg)
     emit("\n## Benchmarks (median of triton.testing.do_bench; peak = max_memory_allocated above inputs)")
     guarded("pg_token_loss", bench_pg_loss)
     guarded("token_logprobs", bench_token_logprobs)
+    guarded("fused_linear_pg_loss", bench_fused_pg_loss)
     guarded("fused_linear_logprobs", bench_fused_linear)
     guarded("gae", bench_gae)
     guarded("torch.compile variants", run_deferred)
