@@ -35,7 +35,8 @@ TERM = col(False, False, False, True, dtype=torch.bool)
 G, L = 0.5, 0.5
 
 
-def test_gae_hand_computed_truncated_bootstraps_terminated_does_not():
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_gae_hand_computed_truncated_bootstraps_terminated_does_not(backend):
     # deltas: r + g * (1 - term) * nv - v
     d0 = 1 + 0.5 * 1.0 - 0.5  # 1.0
     d1 = 2 + 0.5 * 10.0 - 1.0  # 6.0  truncated: bootstraps from NV[1]
@@ -45,7 +46,7 @@ def test_gae_hand_computed_truncated_bootstraps_terminated_does_not():
     a2 = d2 + 0.25 * a3  # 3.0
     a1 = d1  # done at 1: trace stops
     a0 = d0 + 0.25 * a1  # 2.5
-    adv, target = gae(R, V, NV, DONE, TERM, G, L)
+    adv, target = gae(R, V, NV, DONE, TERM, G, L, backend=backend)
     torch.testing.assert_close(adv, col(a0, a1, a2, a3))
     torch.testing.assert_close(target, col(a0, a1, a2, a3) + V)
 
@@ -80,11 +81,12 @@ def test_td_lambda_equals_gae_target_when_values_consistent():
     assert target.shape == lam.shape
 
 
-def test_discounted_cumsum_hand_computed():
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_discounted_cumsum_hand_computed(backend):
     x = col(1.0, 1.0, 1.0, 1.0)
-    out = discounted_cumsum(x, 0.5, DONE)
+    out = discounted_cumsum(x, 0.5, DONE, backend=backend)
     torch.testing.assert_close(out, col(1.5, 1.0, 1.5, 1.0))
-    torch.testing.assert_close(discounted_cumsum(x, 0.5), col(1.875, 1.75, 1.5, 1.0))
+    torch.testing.assert_close(discounted_cumsum(x, 0.5, backend=backend), col(1.875, 1.75, 1.5, 1.0))
 
 
 @pytest.mark.parametrize(
@@ -92,7 +94,7 @@ def test_discounted_cumsum_hand_computed():
     [((3, 7, 1), 0.9), ((2, 3, 300, 1), 0.99 * 0.95), ((5, 64, 1), 0.3), ((4, 1, 1), 0.9),
      ((4, 33, 1), 1.0), ((2, 20, 1), 0.0)],
 )
-def test_closed_form_scan_matches_loop(shape, gamma):
+def test_torch_scan_matches_loop(shape, gamma):
     torch.manual_seed(1)
     x = torch.randn(shape)
     done = torch.rand(shape) < 0.05
@@ -107,7 +109,8 @@ def test_closed_form_scan_matches_loop(shape, gamma):
     )
 
 
-def test_gae_matches_naive_loop():
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_gae_matches_naive_loop(backend):
     torch.manual_seed(2)
     shape = (4, 200, 1)
     r, v, nv = torch.randn(shape), torch.randn(shape), torch.randn(shape)
@@ -119,7 +122,7 @@ def test_gae_matches_naive_loop():
         delta = r[:, t] + 0.99 * nv[:, t] * (~term[:, t]) - v[:, t]
         adv = delta + 0.99 * 0.95 * (~done[:, t]) * adv
         expected[:, t] = adv
-    out, _ = gae(r, v, nv, done, term, 0.99, 0.95)
+    out, _ = gae(r, v, nv, done, term, 0.99, 0.95, backend=backend)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 

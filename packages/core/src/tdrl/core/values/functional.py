@@ -15,19 +15,21 @@ Done semantics:
 The reverse scans ``y_t = x_t + c * (1 - done_t) * y_{t+1}`` are the hot path. When the
 ``tdrl.kernels`` package is installed (and provides the op) ``gae`` and
 ``discounted_cumsum`` dispatch to it; otherwise (or with ``backend="torch"``) they use
-the chunked closed-form scan below, which is pure torch and vectorised over time.
+core's blocked scan (:mod:`tdrl.core.values._scan`): pure torch, ``~2 sqrt(T)``
+vectorised steps instead of ``T``, the same algorithm as the kernels' CPU path.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
 from functools import lru_cache
 from typing import Callable
 
 import torch
 from torch import Tensor
+
+from tdrl.core.values._scan import gae_scan, reverse_scan
 
 __all__ = [
     "discounted_cumsum",
@@ -107,79 +109,11 @@ def _scan_loop(x: Tensor, coef: Tensor | float, done: Tensor | None) -> Tensor:
     return out
 
 
-def _chunk_len(coef: float, T: int, dtype: torch.dtype) -> int:
-    """Chunk length bounding ``coef ** -C`` so the closed form keeps its precision."""
-    if coef >= 1.0:
-        return T
-    if coef <= 0.0:
-        return 1
-    # coef ** -C <= max_gain: the division by the weight amplifies rounding by at most
-    # this factor (about 2e-6 relative error in float32, 1e-10 in float64).
-    max_gain = 32.0 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e6
-    return max(1, min(T, int(math.log(max_gain) / -math.log(coef))))
-
-
-def _scan_closed_form(x: Tensor, coef: float, done: Tensor | None) -> Tensor:
-    """Reverse discounted scan with a scalar ``coef``, vectorised over time.
-
-    Time is split into chunks of ``C`` steps. Inside a chunk, with weights
-    ``w_t = coef ** t``, ``S_t = sum_{k >= t} w_k x_k`` (a reversed cumsum) gives
-    ``y_t = (S_t - S_{e(t)+1}) / w_t``, where ``e(t)`` is the first done step at or after
-    ``t`` (or the chunk end). The chunks are then joined by a short loop that carries
-    ``y`` at each chunk start back into the previous chunk.
-    """
-    *batch, T, _ = x.shape
-    C = _chunk_len(float(coef), T, x.dtype)
-    n_chunks = -(-T // C)
-    pad = n_chunks * C - T
-    xs = x.squeeze(-1)
-    ds = None if done is None else done.squeeze(-1)
-    if pad:
-        xs = torch.nn.functional.pad(xs, (0, pad))
-        if ds is not None:
-            ds = torch.nn.functional.pad(ds, (0, pad))
-    xs = xs.reshape(*batch, n_chunks, C)
-    steps = torch.arange(C, device=x.device)
-    w = torch.pow(torch.tensor(coef, dtype=x.dtype, device=x.device), steps.to(x.dtype))
-    # S padded with a zero at index C so that e(t) + 1 can point past the chunk end.
-    S = torch.nn.functional.pad((xs * w).flip(-1).cumsum(-1).flip(-1), (0, 1))
-    no_done = torch.full((), C, device=x.device)
-    if ds is None:
-        y = (S[..., :C] - S[..., C:]) / w
-        reach = None
-    else:
-        ds = ds.reshape(*batch, n_chunks, C)
-        idx = torch.where(ds, steps, no_done)
-        # e(t) = first done at or after t (C if none): a reversed cumulative min.
-        end = idx.flip(-1).cummin(-1).values.flip(-1)
-        reach = end == no_done  # t sees the next chunk (no done between t and its end)
-        y = (S[..., :C] - S.gather(-1, (end + 1).clamp_(max=C))) / w
-    if n_chunks > 1:
-        # factor_t = coef ** (C - t) when t reaches the next chunk, else 0.
-        factor = w.flip(-1) * coef
-        if reach is not None:
-            factor = factor * reach.to(x.dtype)
-        else:
-            factor = factor.expand_as(y)
-        carry = torch.zeros_like(y[..., 0, :1])
-        chunks = []
-        for i in range(n_chunks - 1, -1, -1):
-            yi = y[..., i, :]
-            if i < n_chunks - 1:
-                yi = torch.addcmul(yi, factor[..., i, :], carry)
-            chunks.append(yi)
-            carry = yi[..., :1]
-        y = torch.stack(chunks[::-1], dim=-2)
-    y = y.reshape(*batch, n_chunks * C)[..., :T]
-    return y.unsqueeze(-1)
-
-
 def _scan(x: Tensor, coef: float, done: Tensor | None) -> Tensor:
+    """The core torch scan (blocked, ``~2 sqrt(T)`` vectorised steps; see ``_scan.py``)."""
     if x.shape[-2] == 0:
         return x.clone()
-    if done is not None and done.dtype != torch.bool:
-        done = done.bool()
-    return _scan_closed_form(x, coef, done)
+    return reverse_scan(x, coef, done)
 
 
 # --------------------------------------------------------------------------------------
@@ -274,9 +208,9 @@ def gae(
     op = _select("gae", backend, reward)
     if op is not None:
         return op(reward, value, next_value, done.bool(), terminated.bool(), gamma, lmbda)
-    delta = td0_advantage(reward, value, next_value, terminated, gamma)
-    advantage = _scan(delta, float(gamma) * float(lmbda), done)
-    return advantage, advantage + value
+    if reward.shape[-2] == 0:
+        return reward.clone(), value.clone()
+    return gae_scan(reward, value, next_value, done, terminated, gamma, lmbda)
 
 
 def td_lambda_return(
