@@ -90,6 +90,7 @@ class Config:
     tensorboard: bool = False  # also log to TensorBoard (out/tensorboard)
     progress: bool = True  # a progress bar with live metrics (stderr)
     out: str = "runs/ppo"
+    eval_only: bool = False  # only evaluate the latest checkpoint in out/checkpoints
     tiny: bool = False
 
     def __post_init__(self) -> None:
@@ -316,6 +317,35 @@ def train(cfg: Config) -> dict:
     return summary
 
 
+def evaluate_checkpoint(cfg: Config, path: str | None = None) -> dict:
+    """Evaluate a checkpoint (default: the latest in ``cfg.out/checkpoints``) with
+    ``cfg.eval_episodes`` fresh deterministic episodes; works while its run still trains.
+
+    Returns:
+        ``{"frames": int, "eval_return": float, "checkpoint": str}``.
+    """
+    from tdrl.core.train import Checkpointer
+
+    ckpt = Checkpointer(os.path.join(cfg.out, "checkpoints"))
+    path = path or ckpt.latest()
+    if path is None:
+        raise FileNotFoundError(f"No checkpoint in {ckpt.directory}.")
+    probe = make_env(cfg, 1, None)
+    continuous = not isinstance(probe.action_spec, (Categorical, OneHot))
+    actor, _ = make_actor_critic(probe, cfg)
+    probe.close()
+    objects = {"actor": actor}
+    if (continuous if cfg.norm_obs is None else cfg.norm_obs):
+        objects["obs_norm"] = VecNorm(clip=10.0)
+    state = ckpt.load(path, restore_rng=False, **objects)
+    ret = evaluate(actor, cfg, objects.get("obs_norm"), cfg.eval_episodes, cfg.seed + 20_000)
+    return {"frames": int(state["extra"]["frames"]), "eval_return": ret, "checkpoint": str(path)}
+
+
 if __name__ == "__main__":
     torch.set_num_threads(int(os.environ.get("TDRL_THREADS", "1")))
-    train(parse_config(Config, sys.argv[1:]))
+    config = parse_config(Config, sys.argv[1:])
+    if config.eval_only:
+        print(f"[ppo] {config.env_id}: {evaluate_checkpoint(config)}", flush=True)
+    else:
+        train(config)

@@ -83,6 +83,9 @@ def test_tiny_run_writes_outputs(ppo, tmp_path, env_id):
     state = torch.load(tmp_path / "model.pt", weights_only=True)
     assert state["config"]["env_id"] == env_id
     assert (state["obs_norm"] is not None) == (env_id == "Pendulum-v1")  # continuous: normalised
+    # --eval_only re-evaluates the last checkpoint (actor + observation statistics)
+    again = ppo.evaluate_checkpoint(cfg)
+    assert again["frames"] == 256 and again["eval_return"] == summary["eval_return"]
 
 
 def test_command_line_tiny(tmp_path):
