@@ -81,17 +81,17 @@ def search(
             leaf = _expand(tree, store, offsets, recurrent_fn, path, sim + 1, two_player)
             _backward(tree, offsets, path, leaf)
         return tree
-    # Cached selection: ``best[b * N + n]`` is the interior rule's action at node n, rescored
-    # after each simulation for the nodes whose statistics it changed (its path and leaf).
-    best = torch.zeros(offsets.numel() * tree.num_nodes, dtype=torch.int64, device=offsets.device)
+    # Cached selection: the interior rule's choice at every node is kept as a flat edge index
+    # and rescored after each simulation only for the nodes whose statistics it changed.
+    cache = _SelectionCache(tree)
     root_index = torch.full_like(offsets, ROOT_INDEX)
     for sim in range(num_simulations):
         root_action = root_action_selection_fn(tree, root_index, 0)
-        path = _simulate_cached(tree, offsets, root_action, best, max_depth)
-        leaf = _expand(tree, store, offsets, recurrent_fn, path, sim + 1, two_player)
+        path = _simulate_cached(tree, offsets, root_action, cache, max_depth)
+        leaf = _expand(tree, store, offsets, recurrent_fn, path, sim + 1, two_player, cache)
         _backward(tree, offsets, path, leaf)
         if sim + 1 < num_simulations:
-            _rescore(tree, offsets, interior_action_selection_fn, path, leaf, best)
+            cache.rescore(interior_action_selection_fn, path, offsets + leaf)
     return tree
 
 
@@ -144,50 +144,67 @@ def _simulate(
     return _Path(edges, nodes, actives, parent, actions.gather(1, last).squeeze(1))
 
 
-def _simulate_cached(
-    tree: Tree, offsets: Tensor, root_action: Tensor, best: Tensor, max_depth: int
-) -> _Path:
-    """Walk down every tree along the cached actions ``best`` ``[B * N]`` (in lockstep).
+class _SelectionCache:
+    """Flat lookup tables that turn walking down the trees into two gathers per level.
 
-    The same walk as :func:`_simulate` for a node-batched interior rule, at a few gathers of
-    ``[B]`` indices per level instead of scoring every node on the way.
+    ``child[e]`` is the flat node ``b * N + n`` at the end of the flat edge ``e`` (or the
+    sink node ``B * N`` if unexpanded) and ``best_edge[n]`` the flat edge that the interior
+    rule picks at flat node ``n``; the sink node's best edge is the sink edge ``B * N * A``,
+    which leads back to the sink, so a tree that left the expanded part stays there.
+    """
+
+    def __init__(self, tree: Tree) -> None:
+        batch, num_nodes, num_actions = tree.batch_size, tree.num_nodes, tree.num_actions
+        device = tree.node_data.device
+        self.num_actions = num_actions
+        self.sink_node = batch * num_nodes
+        self.sink_edge = batch * num_nodes * num_actions
+        self.child = torch.full((self.sink_edge + 1,), self.sink_node, device=device)
+        self.best_edge = torch.full((self.sink_node + 1,), self.sink_edge, device=device)
+        # The rules see all nodes as one tree (they read only node_stats), so that any set of
+        # nodes can be rescored in one call.
+        self.flat_tree = Tree(
+            node_data=tree.node_data.view(1, self.sink_node, -1),
+            edge_data=tree.edge_data.view(1, self.sink_node, num_actions, -1),
+            parents=tree.parents.view(1, -1),
+            action_from_parent=tree.action_from_parent.view(1, -1),
+            children_index=tree.children_index.view(1, self.sink_node, num_actions),
+            invalid_actions=tree.invalid_actions.view(1, self.sink_node, num_actions),
+            embeddings=TensorDict({}, batch_size=[1], device=device),
+            extra=TensorDict({}, batch_size=[1], device=device),
+        )
+
+    def rescore(self, interior_fn: SelectionFn, path: _Path, flat_leaf: Tensor) -> None:
+        """Rescore the nodes of ``path`` below the root and the leaves ``flat_leaf`` ``[B]``."""
+        nodes = torch.cat([path.nodes[:, 1:][path.active[:, 1:]], flat_leaf])
+        action = interior_fn(self.flat_tree, nodes[None], 1)[0]
+        self.best_edge.index_copy_(0, nodes, nodes * self.num_actions + action)
+
+
+def _simulate_cached(
+    tree: Tree, offsets: Tensor, root_action: Tensor, cache: _SelectionCache, max_depth: int
+) -> _Path:
+    """Walk down every tree along the cached choices (lockstep, two gathers per level).
+
+    The same walk as :func:`_simulate` for a node-batched interior rule.
     """
     num_actions = tree.num_actions
-    children = tree.children_index.view(-1)
-    flat_node, action = offsets, root_action
-    active = torch.ones_like(offsets, dtype=torch.bool)
-    edges, nodes, actions, actives = [], [], [], []
-    depth = 0
-    while True:
-        flat_edge = flat_node * num_actions + action
-        edges.append(flat_edge)
-        nodes.append(flat_node)
-        actions.append(action)
-        actives.append(active)
-        child = children.index_select(0, flat_edge)
-        depth += 1
-        active = active & (child >= 0)  # child != UNVISITED
-        if depth >= max_depth or not bool(active.any()):
+    edge = offsets * num_actions + root_action
+    edges = [edge]
+    node = cache.child.index_select(0, edge)
+    for _ in range(1, max_depth):
+        if int(node.min()) == cache.sink_node:  # every tree reached an unexpanded edge
             break
-        flat_node = torch.where(active, offsets + child, flat_node)
-        action = best.index_select(0, flat_node)
-    stack = partial(torch.stack, dim=1)
-    edges, nodes, actions, actives = stack(edges), stack(nodes), stack(actions), stack(actives)
-    last = actives.sum(1, keepdim=True) - 1  # the deepest level each tree took
-    parent = nodes.gather(1, last).squeeze(1) - offsets
-    return _Path(edges, nodes, actives, parent, actions.gather(1, last).squeeze(1))
-
-
-def _rescore(
-    tree: Tree, offsets: Tensor, interior_fn: SelectionFn, path: _Path, leaf: Tensor, best: Tensor
-) -> None:
-    """Refresh ``best`` for the nodes the last simulation changed: its path below the root
-    and its leaf (levels a tree did not take rescore the leaf again)."""
-    leaf = leaf[:, None]
-    below_root = path.nodes[:, 1:] - offsets[:, None]
-    nodes = torch.cat([torch.where(path.active[:, 1:], below_root, leaf), leaf], 1)  # [B, D]
-    action = interior_fn(tree, nodes, 1)
-    best.index_copy_(0, tree.flat_index(nodes).view(-1), action.view(-1))
+        edge = cache.best_edge.index_select(0, node)
+        edges.append(edge)
+        node = cache.child.index_select(0, edge)
+    edges = torch.stack(edges, 1)
+    active = edges != cache.sink_edge  # a prefix of the levels
+    last = edges.gather(1, active.sum(1, keepdim=True) - 1).squeeze(1)  # expanded edge
+    edges = torch.where(active, edges, last[:, None])  # untaken levels: a harmless real edge
+    nodes = torch.div(edges, num_actions, rounding_mode="floor")
+    parent = nodes[:, -1] - offsets
+    return _Path(edges, nodes, active, parent, last - nodes[:, -1] * num_actions)
 
 
 class _EmbeddingStore:
@@ -236,6 +253,7 @@ def _expand(
     path: _Path,
     new_index: int,
     two_player: bool,
+    cache: _SelectionCache | None = None,
 ) -> Tensor:
     """Call the model on the selected edges and write the new nodes. Returns leaves ``[B]``."""
     num_actions, batch = tree.num_actions, tree.batch_size
@@ -272,6 +290,8 @@ def _expand(
         logits, invalid, next_embedding = logits[keep], invalid[keep], next_embedding[keep]
     num_fields = tree.edge_data.shape[-1]
     tree.children_index.view(-1).index_copy_(0, flat_edge, written)
+    if cache is not None:
+        cache.child.index_copy_(0, flat_edge, flat_leaf)
     edge_rows = tree.edge_data.view(-1, num_fields)  # channels 2, 3: reward, discount
     edge_rows[:, 2:4].index_copy_(0, flat_edge, torch.stack([reward, discount], -1))
     tree.parents.view(-1).index_copy_(0, flat_leaf, parent)
