@@ -6,7 +6,9 @@ navigation with BenchMARL's task settings (3 agents, 100 steps, lidar 0.35, coll
 the same budget: ``--envs`` vectorised envs, ``--frames`` frames per batch, ``--epochs``
 passes over each batch in minibatches of ``--minibatch`` frames, ``--iters`` iterations.
 Frames/s = frames / wall time of the training loop (collection + advantage + updates; env
-and model construction excluded on both sides). The return is the mean episode return
+and model construction excluded on both sides); frames/CPU-s uses the process CPU time of
+the same loop (both sides run one thread, so on an idle machine the two agree; under load
+from other jobs CPU time is the steadier figure). The return is the mean episode return
 (sum over an episode of the agents' mean reward) of the episodes that end in the last batch.
 
 BenchMARL runs in its own venv (``bash benchmarks/setup_benchmarl.sh``) as a subprocess of
@@ -105,12 +107,12 @@ def run_tdrl(args, seed: int) -> dict:
                       minibatch_size=args.minibatch, lr=5e-5, adam_eps=1e-6, max_grad_norm=5.0,
                       eval_interval=0)
     prof = cProfile.Profile() if args.profile else None
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if prof is not None:
         prof.enable()
     hist = train_on_policy(env, parts, cfg)
-    wall = time.perf_counter() - t0
-    out = {"frames": hist[-1]["frames"], "wall_s": wall, "return": hist[-1]["train_return"]}
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = {"frames": hist[-1]["frames"], "wall_s": wall, "cpu_s": cpu, "return": hist[-1]["train_return"]}
     if prof is not None:
         prof.disable()
         out["phases"] = _phases(prof, "tdrl")
@@ -140,12 +142,12 @@ def run_benchmarl(args, seed: int) -> dict:
                      model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
                      seed=seed, config=cfg, callbacks=[_LastReturn()])
     prof = cProfile.Profile() if args.profile else None
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if prof is not None:
         prof.enable()
     exp.run()
-    wall = time.perf_counter() - t0
-    out = {"frames": exp.total_frames, "wall_s": wall, "return": _LastReturn.value}
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = {"frames": exp.total_frames, "wall_s": wall, "cpu_s": cpu, "return": _LastReturn.value}
     if prof is not None:
         prof.disable()
         out["phases"] = _phases(prof, "benchmarl")
@@ -192,14 +194,15 @@ def main() -> None:
         ours.append(run_tdrl(args, args.seed + r))
         theirs.append(_benchmarl_subprocess(args, args.seed + r))
         print(f"repeat {r}: tdrl {ours[-1]}  benchmarl {theirs[-1]}", flush=True)
-    fps = lambda runs: statistics.median(x["frames"] / x["wall_s"] for x in runs)  # noqa: E731
+    fps = lambda runs, k="wall_s": statistics.median(x["frames"] / x[k] for x in runs)  # noqa: E731
     ret = lambda runs: statistics.median(x["return"] for x in runs)  # noqa: E731
     print(f"\nMAPPO, VMAS navigation, {args.envs} envs x 3 agents, {args.frames} frames/batch, "
           f"{args.epochs} epochs x minibatch {args.minibatch}, {args.iters} iters, median of {args.repeats}")
-    print(f"{'':12s}{'frames/s':>12s}{'return (last batch)':>22s}")
-    print(f"{'tdrl':12s}{fps(ours):12.0f}{ret(ours):22.3f}")
-    print(f"{'BenchMARL':12s}{fps(theirs):12.0f}{ret(theirs):22.3f}")
-    print(f"speed-up tdrl / BenchMARL: {fps(ours) / fps(theirs):.2f}x")
+    print(f"{'':12s}{'frames/s':>12s}{'frames/CPU-s':>14s}{'return (last batch)':>22s}")
+    print(f"{'tdrl':12s}{fps(ours):12.0f}{fps(ours, 'cpu_s'):14.0f}{ret(ours):22.3f}")
+    print(f"{'BenchMARL':12s}{fps(theirs):12.0f}{fps(theirs, 'cpu_s'):14.0f}{ret(theirs):22.3f}")
+    print(f"speed-up tdrl / BenchMARL: {fps(ours) / fps(theirs):.2f}x wall clock, "
+          f"{fps(ours, 'cpu_s') / fps(theirs, 'cpu_s'):.2f}x CPU time (less sensitive to other load)")
 
 
 def _print_profile(args) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .algorithms import ALGORITHMS
+from .algorithms import ALGORITHMS, make_groups
 from .envs import VmasEnv
 from .trainer import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_on_policy
@@ -143,7 +143,7 @@ def _rows(algo, task, seed, history, seed_index=None):
 
 def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool) -> tuple[list[dict], float, int]:
     """Train every seed of (algo, task); returns (evaluation rows, wall seconds, frames)."""
-    builder, _, on_policy = ALGORITHMS[algo]
+    on_policy = ALGORITHMS[algo][2]
     max_steps = cfg.max_steps or TASKS[task]["max_steps"]
     tcfg = cfg.train_config(on_policy, max_steps)
     conf = _algo_config(cfg, algo)
@@ -163,7 +163,7 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool) -> tupl
             torch.manual_seed(seed)
             env = _env(task, cfg.num_envs, on_policy, seed, max_steps)
             eval_env = _env(task, cfg.eval_envs, on_policy, 10_000 + seed, max_steps)
-            parts = builder(env, conf, num_cells=cfg.num_cells)
+            parts = make_groups(algo, env, conf, num_cells=cfg.num_cells)  # every agent group
             train = train_on_policy if on_policy else train_off_policy
             hist = train(env, parts, tcfg, eval_env=eval_env)
             rows += _rows(algo, task, seed, hist)
