@@ -18,7 +18,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
 from ..envs import EnvBase, GymWrapper
-from ..envs._fastpath import plain_td_maker
+from ..envs._fastpath import paused_gc, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
 from .utils import split_trajectories
 
@@ -300,7 +300,7 @@ class Collector:
         moves = policy is not None and pol_dev != env_dev
         nb = len(env.batch_size)
         max_steps = self.max_frames_per_traj
-        with set_interaction_type(self.exploration_type), torch.no_grad():
+        with set_interaction_type(self.exploration_type), torch.no_grad(), paused_gc():
             for t in range(self.steps_per_batch):
                 if random_left > t * n_envs or policy is None:
                     td = env.rand_action(td)
@@ -327,8 +327,11 @@ class Collector:
                 steps.append(td)
                 ids.append(self._traj_ids)
                 td = self._next_root(nxt, cut)
-        self._td = td
-        out = _stack_steps(steps, nb)
+            self._td = td
+            # stack and drop the per-step TensorDicts before the collector resumes, so
+            # that it never walks them
+            out = _stack_steps(steps, nb)
+            del steps
         out.set(TRAJ_ID, torch.stack(ids, nb) * self._traj_stride + self._traj_offset)
         if self.storing_device != out.device:
             out = out.to(self.storing_device)
@@ -349,7 +352,7 @@ class Collector:
         else:
             root = TensorDict._new_unsafe({k: v for k, v in nxt.items() if k not in rk},
                                           batch_size=nxt.batch_size, device=nxt.device)
-        done = root.get(DONE)
+        done = root._tensordict[DONE] if type(root) is TensorDict else root.get(DONE)
         # a GymWrapper stepped directly knows whether any sub-env is done (a Python bool,
         # no tensor op); wrappers (transforms) may change the flags, so only then
         hint = None if cut or not self._gym_hint else self.env._last_any_done

@@ -13,13 +13,15 @@ referenced).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
-__all__ = ["RowSlab", "plain_td_maker"]
+__all__ = ["RowSlab", "paused_gc", "plain_td_maker"]
 
 # A slab holds at most this many bytes (large observations get few rows per slab, so a
 # kept step does not pin much memory) and at most _MAX_ROWS rows.
@@ -116,3 +118,23 @@ def plain_td_maker(batch_size: torch.Size, device: torch.device | None) -> Calla
     except Exception:  # noqa: BLE001 - any surprise means: use the documented path
         ok = False
     return make if ok else slow
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a rollout (its state is restored on exit).
+
+    A rollout keeps every step's TensorDicts alive until it stacks them: thousands of
+    container objects that survive the young generations and, every few batches, trigger
+    a full collection that walks the whole heap (torch, gymnasium and MuJoCo hold ~300k
+    objects: hundreds of milliseconds, measured at 50-80 us per collected frame). Step
+    data has no reference cycles, so reference counting frees it anyway; collection
+    resumes as soon as the rollout ends.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

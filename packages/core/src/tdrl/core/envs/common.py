@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Categorical, Composite, TensorSpec, Unbounded
+from ._fastpath import paused_gc
 
 __all__ = ["EnvBase", "make_done_spec", "step_mdp", "RESET_KEY"]
 
@@ -369,28 +370,29 @@ class EnvBase:
             td = tensordict
         steps = []
         done_key = self.done_key
-        for _ in range(max_steps):
-            if policy is None:
-                td = self.rand_action(td)
-            else:
-                out = policy(td)
-                td = td if out is None else out  # a policy may write in place and return None
-            if break_when_any_done:
-                td = self.step(td)
-                steps.append(td)
-                if bool(td.get(_next_key(done_key)).any()):
-                    break
-                td = step_mdp(td, self.reward_keys)
-            else:
-                td, nxt = self.step_and_maybe_reset(td)
-                steps.append(td)
-                td = nxt
-        dim = len(self.batch_size)
-        if return_contiguous:
-            return torch.stack(steps, dim)
-        from tensordict import LazyStackedTensorDict
+        with paused_gc():  # see paused_gc: the kept steps would trigger full collections
+            for _ in range(max_steps):
+                if policy is None:
+                    td = self.rand_action(td)
+                else:
+                    out = policy(td)
+                    td = td if out is None else out  # a policy may write in place, return None
+                if break_when_any_done:
+                    td = self.step(td)
+                    steps.append(td)
+                    if bool(td.get(_next_key(done_key)).any()):
+                        break
+                    td = step_mdp(td, self.reward_keys)
+                else:
+                    td, nxt = self.step_and_maybe_reset(td)
+                    steps.append(td)
+                    td = nxt
+            dim = len(self.batch_size)
+            if return_contiguous:
+                return torch.stack(steps, dim)
+            from tensordict import LazyStackedTensorDict
 
-        return LazyStackedTensorDict.lazy_stack(steps, dim)
+            return LazyStackedTensorDict.lazy_stack(steps, dim)
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed the environment; the next ``reset`` starts from this seed.

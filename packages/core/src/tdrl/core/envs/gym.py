@@ -121,7 +121,7 @@ def gym_space_to_spec(space, batch=(), device=None, categorical_action_encoding:
 
 
 def _obs_converter(spec, batch_ndim: int) -> Callable:
-    """A function numpy observation -> tensor matching ``spec`` (no checks, fast path)."""
+    """A function numpy observation -> a new tensor matching ``spec`` (no checks)."""
     if isinstance(spec, Composite):
         convs = {k: _obs_converter(v, batch_ndim) for k, v in spec.items()}
         return lambda obs: {k: c(obs[k]) for k, c in convs.items()}
@@ -131,7 +131,8 @@ def _obs_converter(spec, batch_ndim: int) -> Callable:
         return lambda obs: torch.nn.functional.one_hot(torch.as_tensor(obs).long(), n).to(dtype)
 
     def conv(obs):
-        t = torch.from_numpy(obs) if isinstance(obs, np.ndarray) else torch.as_tensor(obs)
+        # a copy: an env may return the same array every step and mutate it in place
+        t = torch.from_numpy(np.array(obs)) if isinstance(obs, np.ndarray) else torch.as_tensor(obs)
         if t.dtype != dtype:
             t = t.to(dtype)
         if t.shape != shape:
