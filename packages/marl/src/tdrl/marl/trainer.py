@@ -3,7 +3,8 @@
 ``train_on_policy`` runs MAPPO/IPPO, ``train_off_policy`` runs QMIX/VDN; both log one record
 per iteration (frames, mean training episode return, evaluation return, wall time).
 Episode returns are the sum over the episode of the agents' mean reward (BenchMARL's
-``episode_reward`` mean over agents).
+``episode_reward`` mean over agents). Both loops take one group's parts or a mapping
+``{group: parts}`` (:func:`~tdrl.marl.algorithms.make_groups`) for envs with several groups.
 """
 
 from __future__ import annotations
