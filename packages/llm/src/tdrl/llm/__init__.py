@@ -16,8 +16,8 @@ from tdrl.llm.data import (
     tokenize_prompts,
     tokenize_sft,
 )
-from tdrl.llm.generation import Generator, HFGenerator, completion_mask_from_eos
-from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
+from tdrl.llm.generation import Generator, HFGenerator, completion_mask_from_eos, unique_prompts
+from tdrl.llm.logprobs import completion_hidden, completion_logprobs, fused_path_matches
 from tdrl.llm.losses import (
     GRPOLoss,
     GRPOLossConfig,
@@ -59,6 +59,7 @@ __all__ = [
     "apply_lora",
     "build_tiny_model",
     "code_execution_reward",
+    "completion_hidden",
     "completion_logprobs",
     "completion_mask_from_eos",
     "completion_texts",
@@ -85,4 +86,5 @@ __all__ = [
     "tokenize_prompts",
     "tokenize_sft",
     "train_tokenizer",
+    "unique_prompts",
 ]
