@@ -92,7 +92,12 @@ def _fast_call(policy):
                     for k, v in zip(out_keys, out):
                         td.set(k, v)
                 return td
-        out = module(*[td.get(k) for k in in_keys])
+        args = [td.get(k, None) for k in in_keys]
+        if any(a is None for a in args):
+            missing = [k for k, a in zip(in_keys, args) if a is None]
+            raise KeyError(f"The policy reads {missing}, which the TensorDict does not hold; "
+                           f"its keys are {sorted(map(str, td.keys(True, True)))}.")
+        out = module(*args)
         if single:
             td.set(key0, out[0] if isinstance(out, tuple) else out)
         else:
