@@ -7,6 +7,8 @@ Run (peers live in .venv-bench, built by benchmarks/setup_peers.sh):
 * GAE, 256 envs x 1024 steps: ``tdrl.kernels.gae`` vs TorchRL 0.14.1's
   ``generalized_advantage_estimate`` and ``vec_generalized_advantage_estimate``, and vs a
   plain reverse loop over time.
+* PG token loss, B=64, T=2048, forward + backward: ``tdrl.kernels.pg_token_loss`` (its
+  torch reference on CPU) vs a naive eager per-token loss and vs ``torch.compile``.
 * Token log-probs, B=8, T=512, V=32,000, forward + backward: time and peak memory vs
   ``log_softmax`` + ``gather``.
 * Fused linear log-prob, N=4096, H=1024, V=32,000, forward + backward: time and peak memory
@@ -200,10 +202,71 @@ def bench_memory_case(case: str, size: dict, repeats: int, title: str) -> None:
           f"time ratio naive/tdrl {times['naive'] / times['tdrl']:.2f}", flush=True)
 
 
+# ----------------------------------------------------------------------------- pg loss
+def naive_pg_loss(logp, old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction):
+    """The per-token PPO/GRPO loss as written in TRL-style trainers: eager ops, no fusion."""
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv)
+    kl = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
+    per_token = per_token + beta * kl
+    m = mask.float()
+    if reduction == "sequence":
+        loss = ((per_token * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
+    else:
+        loss = (per_token * m).sum() / m.sum().clamp(min=1)
+    with torch.no_grad():
+        n = m.sum().clamp(min=1)
+        clipped = ((ratio < 1 - eps_low) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
+        stats = {"clip_frac": (clipped * m).sum() / n, "kl": (kl * m).sum() / n,
+                 "ratio_mean": (ratio * m).sum() / n}
+    return loss, stats
+
+
+def bench_pg_loss(b: int, t_len: int, repeats: int, with_compile: bool) -> None:
+    from tdrl.kernels import pg_token_loss, pg_token_loss_reference
+    from tdrl.kernels.pg_loss.reference import pg_token_loss_eager
+
+    g = torch.Generator().manual_seed(0)
+    logp = (-3 * torch.rand(b, t_len, generator=g)).requires_grad_(True)
+    old = logp.detach() + 0.3 * torch.randn(b, t_len, generator=g)
+    ref = logp.detach() + 0.2 * torch.randn(b, t_len, generator=g)
+    adv = torch.randn(b, generator=g)
+    mask = torch.rand(b, t_len, generator=g) < 0.8
+    args = (logp, old, adv, mask, ref, 0.2, 0.28, 0.04, "sequence")
+
+    def run(fn):
+        def go():
+            loss, _ = fn(*args)
+            torch.autograd.grad(loss, logp)
+        return go
+
+    ours, naive = pg_token_loss(*args), naive_pg_loss(*args)
+    err = max(abs(ours[0].item() - naive[0].item()),
+              *(abs(ours[1][k].item() - naive[1][k].item()) for k in ours[1]))
+    rows = [("tdrl.kernels.pg_token_loss (torch reference on CPU)", median_ms(run(pg_token_loss), repeats), ""),
+            ("naive per-token loss (eager, TRL-style)", median_ms(run(naive_pg_loss), repeats), ""),
+            ("tdrl pg_token_loss_eager (same loss, autograd through eager ops)",
+             median_ms(run(pg_token_loss_eager), repeats), "")]
+    if with_compile:
+        try:
+            t0 = time.perf_counter()
+            comp = torch.compile(pg_token_loss_reference, dynamic=False)
+            run(comp)()
+            compile_s = time.perf_counter() - t0
+            rows.append(("torch.compile(pg_token_loss_reference)", median_ms(run(comp), repeats),
+                         f" (compile {compile_s:.0f} s)"))
+        except Exception as exc:  # no C++ toolchain, etc.: report and go on
+            print(f"(torch.compile skipped: {type(exc).__name__}: {str(exc)[:120]})")
+    table(f"pg_token_loss fwd+bwd, B={b}, T={t_len}, float32, KL, sequence reduction "
+          f"(median ms; max |diff| loss/stats vs naive {err:.1e})", rows, "ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    parser.add_argument("--only", default="gae,logprobs,fused", help="comma-separated sections")
+    parser.add_argument("--only", default="gae,pg,logprobs,fused", help="comma-separated sections")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
     parser.add_argument("--mem-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mem_child:
@@ -215,6 +278,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, 1 thread; command: {' '.join(sys.argv)}", flush=True)
     if "gae" in only:
         bench_gae(*((64, 256, 5) if args.quick else (256, 1024, 15)))
+    if "pg" in only:
+        bench_pg_loss(*((8, 128, 5) if args.quick else (64, 2048, 15)), with_compile=not args.no_compile)
     if "logprobs" in only:
         size = dict(B=2, T=64, V=4000) if args.quick else dict(B=8, T=512, V=32000)
         bench_memory_case("logprobs", size, 3, f"Token log-probs B={size['B']}, T={size['T']}, V={size['V']}")

@@ -31,72 +31,8 @@ from ..logprobs.reference import (
     rows_backward,
     rows_forward,
 )
-from ..pg_loss.reference import check_pg_inputs, expand_advantages
+from ..pg_loss.reference import check_pg_inputs, expand_advantages, row_scales, token_terms
 from .reference import _logits, check_fused_inputs
-
-
-def row_scales(mask: torch.Tensor, reduction: str, max_len: int | None) -> torch.Tensor:
-    """Weight of one unit of masked per-token loss in the reduced loss, per sequence.
-
-    Args:
-        mask: ``[B, T]`` float mask (compute dtype).
-        reduction: ``"token"``, ``"sequence"`` or ``"constant"``.
-        max_len: the constant length of ``"constant"`` (``None``: ``T``).
-
-    Returns:
-        ``[B]`` scales: ``1 / max(sum(mask), 1)`` for ``"token"``,
-        ``1 / (B * max(sum_t mask[b], 1))`` for ``"sequence"``, ``1 / (B * max_len)`` for
-        ``"constant"``.
-    """
-    b, t_len = mask.shape
-    if reduction == "token":
-        return (1.0 / mask.sum().clamp(min=1.0)).expand(b)
-    if reduction == "sequence":
-        return 1.0 / (mask.sum(-1).clamp(min=1.0) * max(b, 1))
-    return torch.full((b,), 1.0 / (max(b, 1) * (max_len or t_len)), dtype=mask.dtype, device=mask.device)
-
-
-def pg_terms(
-    lp: torch.Tensor,
-    old: torch.Tensor,
-    adv: torch.Tensor,
-    m: torch.Tensor,
-    ref: torch.Tensor | None,
-    eps_low: float,
-    eps_high: float,
-    beta: float,
-) -> tuple[torch.Tensor, ...]:
-    """Per-token clipped surrogate + k3 KL, its derivative and the statistics' terms.
-
-    Args:
-        lp, old, adv, m: ``[C]`` log-probs, old log-probs, advantages and float mask.
-        ref: ``[C]`` reference log-probs or ``None``.
-        eps_low, eps_high, beta: as in :func:`tdrl.kernels.pg_token_loss`.
-
-    Returns:
-        ``(loss_t, dloss_t, clipped_t, kl_t, ratio_t)``, each ``[C]``: the masked
-        (``* mask``) loss term and its derivative with respect to ``lp``, and the kept-token
-        indicators / values whose sums give ``clip_frac``, ``kl`` and ``ratio_mean``.
-    """
-    keep = m > 0
-    zero = torch.zeros((), dtype=lp.dtype, device=lp.device)
-    ratio = torch.where(keep, lp - old, zero).exp_()
-    lo, hi = 1.0 - eps_low, 1.0 + eps_high
-    clipped_ratio = ratio.clamp(lo, hi)
-    loss = -torch.minimum(ratio * adv, clipped_ratio * adv)
-    clipped = ((ratio < lo) & (adv < 0)) | ((ratio > hi) & (adv > 0))
-    dloss = torch.where(clipped, zero, -adv * ratio)
-    kl = torch.zeros_like(lp)
-    if ref is not None:
-        diff = torch.where(keep, ref - lp, zero)
-        e = diff.exp()
-        kl = e - diff - 1.0
-        if beta != 0.0:
-            loss = loss + beta * kl
-            dloss = dloss + beta * (1.0 - e)
-    loss = torch.where(keep, loss * m, zero)
-    dloss = torch.where(keep, dloss * m, zero)
-    return loss, dloss, (keep & clipped).to(lp.dtype), torch.where(keep, kl, zero), torch.where(keep, ratio, zero)
 
 
 class FusedLinearPGLossFunction(torch.autograd.Function):
@@ -121,12 +57,13 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
             h, tgt = hidden[s:e], targets[s:e]
             logits = _logits(h, weight, bias)
             lp, lse, _ = rows_fwd(logits, tgt, temperature, False, workspace=ws_fwd)
-            loss_t, dloss_t, clip_t, kl_t, ratio_t = pg_terms(
-                lp, old[s:e], adv[s:e], mask[s:e], None if ref is None else ref[s:e],
-                eps_low, eps_high, beta,
+            m = mask[s:e]
+            loss_t, dloss_t, clip_t, kl_t, ratio_t = token_terms(
+                lp, old[s:e], adv[s:e], m, m > 0, None if ref is None else ref[s:e],
+                eps_low, eps_high, beta, backprop,
             )
             sc = scale[s:e]
-            sums += torch.stack([(loss_t * sc).sum(), clip_t.sum(), kl_t.sum(), ratio_t.sum()])
+            sums += torch.stack([(loss_t * sc).sum(), clip_t.sum().to(sums.dtype), kl_t.sum(), ratio_t.sum()])
             if backprop:
                 g = rows_bwd(logits, tgt, temperature, lse, None, (dloss_t * sc).contiguous(), None,
                              logits, workspace=ws_bwd)
