@@ -85,13 +85,20 @@ def search(
     # and rescored after each simulation only for the nodes whose statistics it changed.
     cache = _SelectionCache(tree)
     root_index = torch.full_like(offsets, ROOT_INDEX)
+    # The same rule at the root (PUCT, UCB1): its choice there is cached like any other node's.
+    cache_root = root_action_selection_fn is interior_action_selection_fn
+    if cache_root:
+        cache.rescore(interior_action_selection_fn, offsets)
     for sim in range(num_simulations):
-        root_action = root_action_selection_fn(tree, root_index, 0)
-        path = _simulate_cached(tree, offsets, root_action, cache, max_depth)
+        if cache_root:
+            root_edge = cache.best_edge.index_select(0, offsets)
+        else:
+            root_edge = offsets * tree.num_actions + root_action_selection_fn(tree, root_index, 0)
+        path = _simulate_cached(tree, offsets, root_edge, cache, max_depth)
         leaf = _expand(tree, store, offsets, recurrent_fn, path, sim + 1, two_player, cache)
-        _backward(tree, offsets, path, leaf)
+        changed = _backward(tree, offsets, path, leaf)
         if sim + 1 < num_simulations:
-            cache.rescore(interior_action_selection_fn, path, offsets + leaf)
+            cache.rescore(interior_action_selection_fn, changed)
     return tree
 
 
@@ -174,22 +181,22 @@ class _SelectionCache:
             extra=TensorDict({}, batch_size=[1], device=device),
         )
 
-    def rescore(self, interior_fn: SelectionFn, path: _Path, flat_leaf: Tensor) -> None:
-        """Rescore the nodes of ``path`` below the root and the leaves ``flat_leaf`` ``[B]``."""
-        nodes = torch.cat([path.nodes[:, 1:][path.active[:, 1:]], flat_leaf])
+    def rescore(self, interior_fn: SelectionFn, nodes: Tensor) -> None:
+        """Rescore the distinct flat nodes ``nodes`` ``[M]`` with the interior rule."""
         action = interior_fn(self.flat_tree, nodes[None], 1)[0]
         self.best_edge.index_copy_(0, nodes, nodes * self.num_actions + action)
 
 
 def _simulate_cached(
-    tree: Tree, offsets: Tensor, root_action: Tensor, cache: _SelectionCache, max_depth: int
+    tree: Tree, offsets: Tensor, root_edge: Tensor, cache: _SelectionCache, max_depth: int
 ) -> _Path:
     """Walk down every tree along the cached choices (lockstep, two gathers per level).
 
-    The same walk as :func:`_simulate` for a node-batched interior rule.
+    The same walk as :func:`_simulate` for a node-batched interior rule, from the flat root
+    edges ``root_edge`` ``[B]``.
     """
     num_actions = tree.num_actions
-    edge = offsets * num_actions + root_action
+    edge = root_edge
     edges = [edge]
     node = cache.child.index_select(0, edge)
     for _ in range(1, max_depth):
@@ -318,42 +325,44 @@ def _normalize_invalid(
     return invalid & ~invalid.all(-1, keepdim=True)
 
 
-def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> None:
-    """Back the leaves' raw values up their paths, updating visits and value sums.
+def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> Tensor:
+    """Back the leaves' raw values up their paths, updating visits, sums and derived means.
 
-    The values are computed level by level (``v_parent = r + discount * v_child``); the
-    statistics of all levels are then added with one ``index_add_`` per field. Levels a
-    tree did not take add zero.
+    The values are computed level by level (``v_parent = r + discount * v_child``; levels a
+    tree did not take pass the value through unchanged). The levels taken are then gathered
+    into one list of distinct node and edge rows per tree, updated and written back at once.
+
+    Returns:
+        ``[M]`` the distinct flat nodes whose statistics changed (paths and leaves).
     """
+    batch, depth = path.edges.shape
     flat_leaf = offsets + leaf
     node_rows = tree.node_data.view(-1, tree.node_data.shape[-1])  # visits, sums, raw, mean
-    edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # visits, sums, r, discount
-    value = leaf_value = node_rows[:, 2].index_select(0, flat_leaf)
-    edges = path.edges.reshape(-1)
-    reward_discount = edge_rows[:, 2:4].index_select(0, edges).view(*path.edges.shape, 2)
-    rewards, discounts = reward_discount.unbind(-1)
-    child_values, node_values = [], []
-    for level in range(path.edges.shape[1] - 1, -1, -1):
-        child_values.append(value)
-        value = torch.where(
-            path.active[:, level], rewards[:, level] + discounts[:, level] * value, value
-        )
-        node_values.append(value)
-    mask = path.active.to(value.dtype)  # [B, D]
-    child_values = torch.stack(child_values[::-1], 1) * mask
-    node_values = torch.stack(node_values[::-1], 1) * mask
-    # One index_add per storage: the leaf (+1 visit, + its value) and every level taken;
-    # levels a tree did not take add zero.
-    node_index = torch.cat([flat_leaf, path.nodes.reshape(-1)])
-    node_update = torch.stack(
-        [torch.cat([torch.ones_like(leaf_value), mask.reshape(-1)]),
-         torch.cat([leaf_value, node_values.reshape(-1)])], -1,
-    )  # fmt: skip
-    node_rows[:, 0:2].index_add_(0, node_index, node_update)
-    edge_update = torch.stack([mask.reshape(-1), child_values.reshape(-1)], -1)
-    edge_rows[:, 0:2].index_add_(0, edges, edge_update)
-    # Refresh the derived channels of what changed: node means and edge Q-values.
-    visits, sums = node_rows[:, 0:2].index_select(0, node_index).unbind(-1)
-    node_rows[:, 3].index_copy_(0, node_index, sums / visits.clamp(min=1))
-    visits, sums, rewards, discounts = edge_rows[:, 0:4].index_select(0, edges).unbind(-1)
-    edge_rows[:, 6].index_copy_(0, edges, rewards + discounts * (sums / visits.clamp(min=1)))
+    edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # visits, sums, r, discount, ...
+    leaf_value = node_rows[:, 2].index_select(0, flat_leaf)
+    taken = path.active.t().reshape(-1).nonzero().squeeze(-1)  # level-major: d * B + b
+    edges = path.edges.t().reshape(-1)
+    reward_discount = edge_rows[:, 2:4].index_select(0, edges).view(depth, batch, 2)
+    mask = path.active.t().to(leaf_value.dtype)
+    rewards = reward_discount[..., 0] * mask
+    discounts = torch.where(path.active.t(), reward_discount[..., 1], 1.0)
+    values = torch.empty(depth + 1, batch, dtype=leaf_value.dtype, device=leaf_value.device)
+    values[depth] = leaf_value
+    for level in range(depth - 1, -1, -1):  # values[d]: the value backed into the level-d node
+        torch.add(rewards[level], discounts[level] * values[level + 1], out=values[level])
+    # Distinct rows: the nodes and edges of the levels taken, and the leaves.
+    taken_edges = edges.index_select(0, taken)
+    node_index = torch.cat([path.nodes.t().reshape(-1).index_select(0, taken), flat_leaf])
+    node_add = torch.cat([values[:-1].view(-1).index_select(0, taken), leaf_value])
+    nodes = node_rows.index_select(0, node_index)
+    nodes[:, 0] += 1
+    nodes[:, 1] += node_add
+    nodes[:, 3] = nodes[:, 1] / nodes[:, 0].clamp(min=1)
+    node_rows.index_copy_(0, node_index, nodes)
+    edge_rows_taken = edge_rows.index_select(0, taken_edges)
+    visits, sums, rewards, discounts = edge_rows_taken[:, 0:4].unbind(-1)
+    visits += 1
+    sums += values[1:].view(-1).index_select(0, taken)
+    edge_rows_taken[:, 6] = rewards + discounts * (sums / visits.clamp(min=1))
+    edge_rows.index_copy_(0, taken_edges, edge_rows_taken)
+    return node_index
