@@ -3,8 +3,6 @@ multi-dim observations flattened per agent (tic-tac-toe boards)."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from torch import nn
@@ -115,4 +113,3 @@ def test_make_groups_names_bad_algorithms_and_groups():
     with pytest.raises(KeyError, match="no group 'robots'.*'agents'"):
         make_groups("mappo", env, groups=["robots"])
     assert list(make_groups(make_mappo, env, num_cells=(8,))) == ["agents"]
-    copy.deepcopy(make_groups("ippo", env, num_cells=(8,)))
