@@ -282,8 +282,13 @@ def _expand(
             f"recurrent_fn prior_logits must be [B, A]={batch, num_actions}, "
             f"got {tuple(out.prior_logits.shape)}"
         )
-    invalid = _normalize_invalid(out.invalid_actions, batch, num_actions, offsets.device)
-    logits = mask_invalid_logits(out.prior_logits.to(dtype), invalid)
+    logits = out.prior_logits.to(dtype)
+    if out.invalid_actions is None:  # all legal: the rows of fresh nodes already say so
+        invalid = None
+        logits = (logits - logits.amax(-1, keepdim=True)).clamp(min=torch.finfo(dtype).min)
+    else:
+        invalid = _normalize_invalid(out.invalid_actions, batch, num_actions, offsets.device)
+        logits = mask_invalid_logits(logits, invalid)
     next_embedding = out.next_embedding
     if two_player:
         discount = -discount
@@ -294,7 +299,8 @@ def _expand(
         flat_edge, flat_leaf, written = flat_edge[keep], flat_leaf[keep], leaf[keep]
         parent, action = parent[keep], action[keep]
         reward, discount, value = reward[keep], discount[keep], value[keep]
-        logits, invalid, next_embedding = logits[keep], invalid[keep], next_embedding[keep]
+        logits, next_embedding = logits[keep], next_embedding[keep]
+        invalid = None if invalid is None else invalid[keep]
     num_fields = tree.edge_data.shape[-1]
     tree.children_index.view(-1).index_copy_(0, flat_edge, written)
     if cache is not None:
@@ -306,7 +312,8 @@ def _expand(
     tree.node_data.view(-1, tree.node_data.shape[-1])[:, 2].index_copy_(0, flat_leaf, value)  # raw
     priors = torch.stack([logits, torch.softmax(logits, -1)], -1)  # channels 4, 5
     tree.edge_data.view(-1, num_actions, num_fields)[:, :, 4:6].index_copy_(0, flat_leaf, priors)
-    tree.invalid_actions.view(-1, num_actions).index_copy_(0, flat_leaf, invalid)
+    if invalid is not None:
+        tree.invalid_actions.view(-1, num_actions).index_copy_(0, flat_leaf, invalid)
     store.write(flat_leaf, next_embedding)
     return leaf
 
@@ -336,33 +343,33 @@ def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> Tensor:
         ``[M]`` the distinct flat nodes whose statistics changed (paths and leaves).
     """
     batch, depth = path.edges.shape
+    num_actions = tree.num_actions
     flat_leaf = offsets + leaf
     node_rows = tree.node_data.view(-1, tree.node_data.shape[-1])  # visits, sums, raw, mean
     edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # visits, sums, r, discount, ...
     leaf_value = node_rows[:, 2].index_select(0, flat_leaf)
     taken = path.active.t().reshape(-1).nonzero().squeeze(-1)  # level-major: d * B + b
-    edges = path.edges.t().reshape(-1)
-    reward_discount = edge_rows[:, 2:4].index_select(0, edges).view(depth, batch, 2)
-    mask = path.active.t().to(leaf_value.dtype)
-    rewards = reward_discount[..., 0] * mask
-    discounts = torch.where(path.active.t(), reward_discount[..., 1], 1.0)
-    values = torch.empty(depth + 1, batch, dtype=leaf_value.dtype, device=leaf_value.device)
-    values[depth] = leaf_value
-    for level in range(depth - 1, -1, -1):  # values[d]: the value backed into the level-d node
-        torch.add(rewards[level], discounts[level] * values[level + 1], out=values[level])
+    taken_edges = path.edges.t().reshape(-1).index_select(0, taken)
+    edges = edge_rows.index_select(0, taken_edges)  # [M, 7]
+    # Levels not taken pass the value through: reward 0, discount 1.
+    rewards = leaf_value.new_zeros(depth * batch).scatter_(0, taken, edges[:, 2]).view(depth, batch)
+    discounts = leaf_value.new_ones(depth * batch).scatter_(0, taken, edges[:, 3]).view(depth, batch)
+    value, backed = leaf_value, [leaf_value]
+    for reward, discount in zip(reversed(rewards.unbind(0)), reversed(discounts.unbind(0)), strict=True):
+        value = reward + discount * value
+        backed.append(value)
+    values = torch.stack(backed[::-1]).view(-1)  # [(D + 1) * B]: level d's node gets row d
     # Distinct rows: the nodes and edges of the levels taken, and the leaves.
-    taken_edges = edges.index_select(0, taken)
-    node_index = torch.cat([path.nodes.t().reshape(-1).index_select(0, taken), flat_leaf])
-    node_add = torch.cat([values[:-1].view(-1).index_select(0, taken), leaf_value])
+    node_index = torch.cat([torch.div(taken_edges, num_actions, rounding_mode="floor"), flat_leaf])
+    node_add = torch.cat([values.index_select(0, taken), leaf_value])
     nodes = node_rows.index_select(0, node_index)
     nodes[:, 0] += 1
     nodes[:, 1] += node_add
     nodes[:, 3] = nodes[:, 1] / nodes[:, 0].clamp(min=1)
     node_rows.index_copy_(0, node_index, nodes)
-    edge_rows_taken = edge_rows.index_select(0, taken_edges)
-    visits, sums, rewards, discounts = edge_rows_taken[:, 0:4].unbind(-1)
+    visits, sums, rewards, discounts = edges[:, 0:4].unbind(-1)
     visits += 1
-    sums += values[1:].view(-1).index_select(0, taken)
-    edge_rows_taken[:, 6] = rewards + discounts * (sums / visits.clamp(min=1))
-    edge_rows.index_copy_(0, taken_edges, edge_rows_taken)
+    sums += values.index_select(0, taken + batch)  # the child's value: one level deeper
+    edges[:, 6] = rewards + discounts * (sums / visits.clamp(min=1))
+    edge_rows.index_copy_(0, taken_edges, edges)
     return node_index
