@@ -1,10 +1,21 @@
 """Batched tree search: simulate (select down the tree), expand (one model call), back up.
 
-``B`` trees are searched at once. The only Python loops are over simulations and, inside a
-simulation, over depth: selection walks down all trees in lockstep (a tree that has reached
-its leaf idles until the deepest one arrives), the backup computes the path values level by
-level and adds every statistic with one ``index_add_``. Follows mctx's ``search``
-(Danihelka et al., 2022).
+``B`` trees are searched at once; the only Python loops are over simulations and, inside a
+simulation, over depth (all trees walk down in lockstep, a tree that has reached its leaf
+idles until the deepest one arrives). Follows mctx's ``search`` (Danihelka et al., 2022).
+
+Two ways down the trees:
+
+* cached (interior rule marked :func:`~tdrl.core.mcts.tree.node_batched`: PUCT, UCB1,
+  Gumbel's interior rule): every node's chosen edge is kept in a flat table and rescored
+  after each simulation, in one call, only for the nodes whose statistics changed (the
+  path and the new leaf); walking down is then two gathers of ``[B]`` indices per level.
+* level by level (any other rule): the rule scores the current node of every tree at each
+  level.
+
+Both build the same tree. The backup computes the path values level by level (two ops per
+level) and updates the distinct node and edge rows of all paths with one gather and one
+write each.
 """
 
 from __future__ import annotations
