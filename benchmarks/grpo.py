@@ -9,6 +9,7 @@ peak RSS, and the reward curve (mean reward of the first and last 5 steps).
 
     .venv-bench/bin/python benchmarks/grpo.py              # needs trl (benchmarks/setup_peers.sh)
     .venv-bench/bin/python benchmarks/grpo.py --steps 30 --repeats 3
+    python benchmarks/grpo.py --profile --steps 15         # tdrl only: where a step's time goes
 """
 
 from __future__ import annotations
@@ -104,6 +105,63 @@ def run_trl(a) -> dict:
     return {"times": times, "rewards": [l["reward"] for l in logs], "tokens": tokens}
 
 
+def profile_stages(a) -> None:
+    """Median milliseconds of each stage of a tdrl GRPO step (the trainer's own pieces, timed
+    one by one on the benchmark's configuration; the first step is run untimed)."""
+    import torch
+    from tensordict import TensorDict
+
+    from tdrl.llm import GRPOConfig, GRPOTrainer, load_model_and_tokenizer, math_answer_reward
+    from tdrl.llm import keys as K
+    from tdrl.llm.advantages import group_advantages
+    from tdrl.llm.data import completion_texts, render_prompts, tokenize_prompts
+    from tdrl.llm.rewards.compute import compute_rewards
+
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+    model, tok = load_model_and_tokenizer(a.model)
+    train, _ = _data(2000, a.seed)
+    cfg = GRPOConfig(steps=a.steps + 1, prompts_per_step=a.prompts, group_size=a.group, max_new_tokens=a.max_new_tokens,
+                     lr=a.lr, seed=a.seed, progress=False)
+    tr = GRPOTrainer(model, tok, [math_answer_reward], train, cfg)
+    tr.step()
+    G, times = a.group, {}
+    for _ in range(a.steps):
+        marks = [("start", time.perf_counter())]
+
+        def mark(name):
+            marks.append((name, time.perf_counter()))
+
+        batch = next(tr.sampler)
+        ids, mask = tokenize_prompts(tok, render_prompts(tok, batch["prompt"]))
+        ids, mask = ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
+        mark("tokenise prompts")
+        gen = tr.generator.generate(ids, mask)
+        mark("generation")
+        texts = completion_texts(tok, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
+        mark("detokenise")
+        prompts = [p for p in batch["prompt"] for _ in range(G)]
+        cols = {k: [v for v in vals for _ in range(G)] for k, vals in batch.items() if k != "prompt"}
+        rewards = compute_rewards(tr.reward_fns, prompts, texts, cols, None)[0]
+        adv = group_advantages(rewards, G)
+        mark("rewards + advantages")
+        td = TensorDict({K.PROMPT_IDS: ids, K.PROMPT_MASK: mask, **gen.to_dict(), K.ADVANTAGE: adv}, batch_size=[ids.shape[0]])
+        tr.optimizer.zero_grad(set_to_none=True)
+        loss = tr.loss_fn(model, td)["loss_objective"]
+        mark("training forward + loss")
+        loss.backward()
+        mark("backward")
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)
+        tr.optimizer.step()
+        mark("grad clip + optimiser")
+        for (_, t0), (name, t1) in zip(marks, marks[1:]):
+            times.setdefault(name, []).append(1e3 * (t1 - t0))
+        times.setdefault("total", []).append(1e3 * (marks[-1][1] - marks[0][1]))
+    print(f"tdrl GRPO step, {a.prompts} prompts x {a.group}, <= {a.max_new_tokens} new tokens, median of {a.steps} steps (ms)")
+    for name, v in times.items():
+        print(f"{name:<26}{statistics.median(v):>9.1f}")
+
+
 def worker(a) -> None:
     import torch
 
@@ -128,9 +186,15 @@ def main() -> None:
     p.add_argument("--worker", choices=["tdrl", "trl"], default=None)
     p.add_argument("--model", default=None)
     p.add_argument("--out", default=None)
+    p.add_argument("--profile", action="store_true", help="tdrl only: median time of each stage of a step")
     a = p.parse_args()
     if a.worker:
         return worker(a)
+    if a.profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            prepare(tmp, a.sft_steps, a.seed)
+            a.model = os.path.join(tmp, "sft")
+            return profile_stages(a)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
     with tempfile.TemporaryDirectory() as tmp:
         prepare(tmp, a.sft_steps, a.seed)
