@@ -14,15 +14,17 @@ from tdrl.core.mcts import (
     TicTacToe,
     gumbel_interior_selection,
     gumbel_root_selection,
+    node_batched,
     puct_selection,
     qtransform_by_min_max,
     sample_gumbel,
     search,
     simulator_model,
+    supports_node_batches,
     ucb1_selection,
 )
-from tdrl.core.mcts.tree import node_batched, supports_node_batches
 
+MIN_MAX = partial(qtransform_by_min_max, min_value=-2.0, max_value=3.0)
 FIELDS = ("node_data", "edge_data", "parents", "action_from_parent", "children_index",
           "invalid_actions")  # fmt: skip
 
@@ -30,7 +32,8 @@ FIELDS = ("node_data", "edge_data", "parents", "action_from_parent", "children_i
 def _random_model(num_actions: int = 4, dim: int = 5, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     dynamics = torch.randn(num_actions, dim, dim, generator=g) / dim**0.5
-    reward_w, policy_w = torch.randn(num_actions, dim, generator=g), torch.randn(dim, num_actions, generator=g)
+    reward_w = torch.randn(num_actions, dim, generator=g)
+    policy_w = torch.randn(dim, num_actions, generator=g)
     value_w = torch.randn(dim, generator=g)
 
     def root(x):
@@ -64,7 +67,7 @@ def _assert_same_tree(fast, slow):
         partial(puct_selection),
         partial(puct_selection, pb_c_init=0.5),
         partial(ucb1_selection),
-        partial(puct_selection, qtransform=partial(qtransform_by_min_max, min_value=-2.0, max_value=2.0)),
+        partial(puct_selection, qtransform=MIN_MAX),
     ],
 )
 def test_cached_search_equals_level_by_level(rule, max_depth):
@@ -91,7 +94,7 @@ def test_cached_gumbel_search_equals_level_by_level():
 
 def test_cached_two_player_game_equals_level_by_level():
     game = TicTacToe()
-    uniform = lambda s: (torch.zeros(s.batch_size[0], 9), torch.zeros(s.batch_size[0]))  # noqa: E731
+    uniform = lambda s: (torch.zeros(s.shape[0], 9), torch.zeros(s.shape[0]))  # noqa: E731
     root_fn, recurrent_fn = simulator_model(game, uniform)
     roots = root_fn(game.from_strings(["X........", "XO..X....", ".........", "XXOOX...."]))
     rule = partial(puct_selection)
@@ -115,7 +118,8 @@ def test_node_stats_of_several_nodes_per_tree_match_one_at_a_time():
 
 
 def test_only_marked_rules_and_qtransforms_are_cached():
-    assert supports_node_batches(puct_selection) and supports_node_batches(gumbel_interior_selection)
+    assert supports_node_batches(puct_selection)
+    assert supports_node_batches(gumbel_interior_selection)
     assert not supports_node_batches(_level_by_level(puct_selection))
     custom_q = lambda stats: stats.qvalues  # noqa: E731
     assert not supports_node_batches(partial(puct_selection, qtransform=custom_q))

@@ -56,6 +56,8 @@ from .tree import (
     Tree,
     init_tree,
     mask_invalid_logits,
+    node_batched,
+    supports_node_batches,
 )
 
 __all__ = [
@@ -83,6 +85,7 @@ __all__ = [
     "mask_invalid_logits",
     "masked_argmax",
     "muzero_policy",
+    "node_batched",
     "puct_scores",
     "puct_selection",
     "qtransform_by_min_max",
@@ -93,6 +96,7 @@ __all__ = [
     "search",
     "sequence_of_considered_visits",
     "simulator_model",
+    "supports_node_batches",
     "ucb1_scores",
     "ucb1_selection",
 ]

@@ -83,7 +83,8 @@ def search(
         raise ValueError(f"max_depth must be >= 1, got {max_depth}")
     tree, wrapped = init_tree(root, num_simulations + 1, extra)
     store = _EmbeddingStore(tree.embeddings, wrapped)
-    offsets = tree.flat_index(torch.zeros(tree.batch_size, dtype=torch.int64, device=tree.node_data.device))
+    device = tree.node_data.device
+    offsets = tree.flat_index(torch.zeros(tree.batch_size, dtype=torch.int64, device=device))
     if not supports_node_batches(interior_action_selection_fn):
         for sim in range(num_simulations):
             path = _simulate(
@@ -363,10 +364,11 @@ def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> Tensor:
     taken_edges = path.edges.t().reshape(-1).index_select(0, taken)
     edges = edge_rows.index_select(0, taken_edges)  # [M, 7]
     # Levels not taken pass the value through: reward 0, discount 1.
-    rewards = leaf_value.new_zeros(depth * batch).scatter_(0, taken, edges[:, 2]).view(depth, batch)
-    discounts = leaf_value.new_ones(depth * batch).scatter_(0, taken, edges[:, 3]).view(depth, batch)
+    rewards = leaf_value.new_zeros(depth * batch).scatter_(0, taken, edges[:, 2])
+    discounts = leaf_value.new_ones(depth * batch).scatter_(0, taken, edges[:, 3])
+    rewards, discounts = rewards.view(depth, batch).unbind(), discounts.view(depth, batch).unbind()
     value, backed = leaf_value, [leaf_value]
-    for reward, discount in zip(reversed(rewards.unbind(0)), reversed(discounts.unbind(0)), strict=True):
+    for reward, discount in zip(reversed(rewards), reversed(discounts), strict=True):
         value = reward + discount * value
         backed.append(value)
     values = torch.stack(backed[::-1]).view(-1)  # [(D + 1) * B]: level d's node gets row d
