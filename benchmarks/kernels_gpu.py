@@ -17,6 +17,7 @@ Designed to finish in under 5 minutes on one H100/H200-class GPU.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -445,6 +446,9 @@ def bench_fused_linear() -> None:
         ("naive matmul+log_softmax+gather", run(naive)),
         ("reference (chunked torch)", run(fused_linear_logprobs, "torch")),
         ("triton", run(fused_linear_logprobs, "triton")),
+        # Chunk-size sweep (default: 2048 rows at V=152,064): does a bigger matmul help?
+        *[(f"triton chunk_size={c}", run(functools.partial(fused_linear_logprobs, chunk_size=c), "triton"))
+          for c in ((256,) if DRY else (1024, 4096, 8192))],
         ("torch.compile(naive)", run(comp)),
     ], "naive matmul+log_softmax+gather")
 
@@ -478,10 +482,11 @@ def bench_fused_pg_loss() -> None:
             torch.autograd.grad(loss, (hidden, weight))
         return go
 
-    def run_fused(backend):
+    def run_fused(backend, chunk_size=None):
         def go():
             with use_backend(backend):
-                loss, _ = fused_linear_pg_loss(hidden, weight, tgt, old, adv, mask, ref, **kw)
+                loss, _ = fused_linear_pg_loss(hidden, weight, tgt, old, adv, mask, ref,
+                                               chunk_size=chunk_size, **kw)
             torch.autograd.grad(loss, (hidden, weight))
         return go
 
@@ -489,6 +494,7 @@ def bench_fused_pg_loss() -> None:
         ("naive matmul+log_softmax+gather -> pg_token_loss", run_logp(naive)),
         ("fused_linear_logprobs (triton) -> pg_token_loss", run_logp(fused_linear_logprobs, "triton")),
         ("fused_linear_pg_loss (triton, grads in forward)", run_fused("triton")),
+        ("fused_linear_pg_loss (triton, chunk_size=4096)", run_fused("triton", 256 if DRY else 4096)),
         ("fused_linear_pg_loss (torch rows)", run_fused("torch")),
         ("torch.compile(naive) -> pg_token_loss", run_logp(comp)),
     ], "naive matmul+log_softmax+gather -> pg_token_loss")
