@@ -92,9 +92,10 @@ def test_matches_composed_and_naive_every_reduction(reduction, adv_per_token):
 
 
 @pytest.mark.parametrize("chunk_size", [None, 1, 5, 64])
-@pytest.mark.parametrize("use_ref,beta,bias", [(False, 0.0, True), (True, 0.0, False), (True, 0.3, True)])
-def test_options_and_chunk_sizes(chunk_size, use_ref, beta, bias):
-    case = make(2, 5, 8, 23, bias=bias, seed=1)
+@pytest.mark.parametrize("use_ref,beta,bias,p_mask", [(False, 0.0, True, 0.7), (True, 0.0, False, 0.7),
+                                                      (True, 0.3, True, 0.7), (True, 0.1, True, 1.0)])
+def test_options_and_chunk_sizes(chunk_size, use_ref, beta, bias, p_mask):
+    case = make(2, 5, 8, 23, bias=bias, seed=1, p_mask=p_mask)
     kw = dict(beta=beta, reduction="sequence", max_len=None)
     out = fused(case, use_ref=use_ref, chunk_size=chunk_size, **kw)
     assert_same(case, out, composed(case, use_ref=use_ref, **kw), TOL[torch.float32])

@@ -86,8 +86,9 @@ def fused_linear_pg_loss(
     ``hidden``, ``weight`` and ``bias`` are computed chunk by chunk during the forward, where
     the per-token ``d loss / d logp`` is already known; the backward only scales them by the
     upstream scalar gradient. So no chunk's logits are recomputed (three matmuls instead of
-    four) and peak extra memory stays ``O(chunk_size x V)``
-    (see :mod:`tdrl.kernels.fused_linear.pg_loss`). On CUDA the softmax rows run in Triton.
+    four) and peak extra memory stays ``O(chunk_size x V)``. Only the tokens inside ``mask``
+    go through the LM head (the padding of ragged completions costs nothing).
+    See :mod:`tdrl.kernels.fused_linear.pg_loss`. On CUDA the softmax rows run in Triton.
 
     Args:
         hidden: ``[B, T, H]`` final hidden states (the positions that predict ``targets``).

@@ -18,6 +18,8 @@ matmuls and ``O(chunk x V)`` extra memory (as Liger-Kernel's fused linear losses
 
 The reductions need per-sequence token counts before the first chunk: they come from the
 mask, so every token's weight in the loss (``mask * row_scale[b]``) is known up front.
+Tokens outside the mask contribute nothing, so only the masked rows are gathered and go
+through the LM head (one host sync for their count).
 """
 
 from __future__ import annotations
@@ -110,14 +112,22 @@ def fused_linear_pg_loss_impl(
     adv = expand_advantages(advantages.detach().to(cdt), targets.shape).reshape(n)
     old = old_logp.detach().to(cdt).reshape(n)
     ref = None if ref_logp is None else ref_logp.detach().to(cdt).reshape(n)
-    chunk = chunk_size or default_chunk_rows(n, weight.shape[0], hidden.device)
+    tgt, m = targets.reshape(n).long(), m.reshape(n)
+    # Masked-out tokens add nothing to the loss, its gradient or the statistics: only the
+    # kept rows go through the LM head (padding of ragged completions costs no matmul).
+    kept = (m > 0).nonzero().squeeze(1)
+    if kept.numel() < n:
+        h = h.index_select(0, kept)  # differentiable: the gradient scatters back
+        tgt, old, adv, m, scale = (x.index_select(0, kept) for x in (tgt, old, adv, m, scale))
+        ref = None if ref is None else ref.index_select(0, kept)
+    chunk = chunk_size or default_chunk_rows(h.shape[0], weight.shape[0], hidden.device)
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (hidden, weight, bias)
     )
     config = (float(temperature), float(eps_low), float(eps_high), float(beta), max(1, int(chunk)),
               need_grad, rows_fwd, rows_bwd)
     loss, clip_frac, kl, ratio_mean = FusedLinearPGLossFunction.apply(
-        h, weight, bias, targets.reshape(n).long(), old, adv, m.reshape(n), ref, scale, config
+        h, weight, bias, tgt, old, adv, m, ref, scale, config
     )
     return loss, {"clip_frac": clip_frac, "kl": kl, "ratio_mean": ratio_mean}
 
