@@ -71,6 +71,18 @@ def test_shared_prefix_equals_plain_paths_values_and_gradients(tiny):
     assert fused_path_matches(model, td, share_prefix=True)
 
 
+def test_shared_prefix_on_a_llama_model(tmp_path, task):
+    from tdrl.llm import make_tiny_lm
+
+    model, tok = make_tiny_lm(tmp_path, task.corpus(), arch="llama", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, seed=1)
+    td = _group_rollout(model, tok, G=3)
+    shared = _logp_and_grads(model, td, fused=True, share_prefix=True)
+    logits = _logp_and_grads(model, td, fused=False)
+    torch.testing.assert_close(shared[0], logits[0], rtol=1e-5, atol=1e-5)
+    for k, g in shared[2].items():
+        torch.testing.assert_close(g, logits[2][k], rtol=1e-4, atol=1e-5, msg=f"gradient of {k}")
+
+
 class _NoDecoder(torch.nn.Module):
     """A causal LM behind a wrapper that exposes no separate decoder (``base_model``)."""
 
