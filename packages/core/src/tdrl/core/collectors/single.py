@@ -352,11 +352,13 @@ class Collector:
                 env's own "any done" answer does not hold.
         """
         rk = self._reward_keys
-        if type(nxt) is TensorDict:  # plain TensorDict: copy its dict, no checks
-            root = self._make_root({k: v for k, v in nxt._tensordict.items() if k not in rk})
-        else:
-            root = TensorDict._new_unsafe({k: v for k, v in nxt.items() if k not in rk},
-                                          batch_size=nxt.batch_size, device=nxt.device)
+        root = None
+        if type(nxt) is TensorDict:  # flat plain TensorDict: copy its dict, no checks
+            source = {k: v for k, v in nxt._tensordict.items() if k not in rk}
+            if not any(isinstance(v, TensorDictBase) for v in source.values()):
+                root = self._make_root(source)
+        if root is None:  # nested entries: new containers, so the root shares none with nxt
+            root = nxt.exclude(*rk)
         done = root._tensordict[DONE] if type(root) is TensorDict else root.get(DONE)
         # a GymWrapper stepped directly knows whether any sub-env is done (a Python bool,
         # no tensor op); wrappers (transforms) may change the flags, so only then

@@ -59,6 +59,14 @@ def step_mdp(td: TensorDictBase, reward_keys: Sequence = (REWARD,)) -> TensorDic
         A new TensorDict with the same batch size.
     """
     nxt = td.get(NEXT)
+    if type(nxt) is TensorDict and nxt._td_dim_names is None:
+        # flat plain TensorDict: a new dict of the same tensors, no checks (nested
+        # TensorDicts go through ``exclude`` so that the root never shares a container
+        # with the stored ``"next"``)
+        items = nxt._tensordict
+        source = {k: v for k, v in items.items() if k not in reward_keys}
+        if not any(isinstance(v, TensorDictBase) for v in source.values()):
+            return _fast_td(source, nxt.batch_size, nxt.device)
     return nxt.exclude(*reward_keys)
 
 
