@@ -203,3 +203,19 @@ def test_row_slab_hands_out_distinct_rows():
     assert len({r.data_ptr() for r in rows}) == 7
     big = RowSlab({"img": (256, 256, 3)}, {"img": torch.uint8})
     assert big.rows == 1  # large rows: a slab never pins much memory
+
+
+def test_step_mdp_root_shares_no_container_with_next():
+    from tdrl.core.envs import step_mdp
+
+    flat = TensorDict({"next": {"observation": torch.zeros(2, 3), "reward": torch.ones(2, 1)}}, [2])
+    root = step_mdp(flat)
+    assert sorted(root.keys()) == ["observation"] and root.batch_size == (2,)
+    root["action"] = torch.zeros(2, 1)
+    assert "action" not in flat["next"].keys()
+    nested = TensorDict({"next": {"agents": {"obs": torch.zeros(2, 3), "reward": torch.ones(2, 1)}}},
+                        [2])
+    root = step_mdp(nested, reward_keys=[("agents", "reward")])
+    assert ("agents", "reward") not in root.keys(True) and ("agents", "obs") in root.keys(True)
+    root["agents", "action"] = torch.zeros(2, 1)
+    assert "action" not in nested["next", "agents"].keys()
