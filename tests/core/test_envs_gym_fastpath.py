@@ -219,3 +219,22 @@ def test_step_mdp_root_shares_no_container_with_next():
     assert ("agents", "reward") not in root.keys(True) and ("agents", "obs") in root.keys(True)
     root["agents", "action"] = torch.zeros(2, 1)
     assert "action" not in nested["next", "agents"].keys()
+
+
+def test_info_keys_vector_same_step_reads_final_info_then_reset_info():
+    env = GymEnv("HalfCheetah-v5", num_envs=2, info_keys=["x_position"], max_episode_steps=3)
+    env.set_seed(0)
+    roll = env.rollout(5, break_when_any_done=False)
+    assert roll["next", "truncated"][:, 2].all()
+    raw = gym.make_vec("HalfCheetah-v5", num_envs=2, vectorization_mode="sync", max_episode_steps=3,
+                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    _, info = raw.reset(seed=0)
+    np.testing.assert_allclose(roll["x_position"][:, 0].numpy(), info["x_position"], rtol=1e-6)
+    for t in range(5):
+        _, _, _, _, info = raw.step(roll["action"][:, t].numpy())
+        final = info.get("final_info")
+        want = final["x_position"] if final else info["x_position"]  # last step of the episode
+        np.testing.assert_allclose(roll["next", "x_position"][:, t].numpy(), want, rtol=1e-6)
+        if t == 2:  # the root after the autoreset holds the reset's info
+            np.testing.assert_allclose(roll["x_position"][:, 3].numpy(), info["x_position"],
+                                       rtol=1e-6)
