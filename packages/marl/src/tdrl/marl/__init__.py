@@ -10,7 +10,7 @@ from tdrl.marl.objectives import (
 )
 from tdrl.marl.algorithms import ALGORITHMS, make_groups, make_ippo, make_mappo, make_qmix, make_vdn
 from tdrl.marl.trainer import GroupPolicies, TrainConfig, evaluate, train_off_policy, train_on_policy
-from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_on_policy
+from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_groups, make_vectorised_on_policy
 from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
 from tdrl.marl.runner import TASKS, BenchConfig, run_benchmark
 
@@ -46,6 +46,7 @@ __all__: list[str] = [
     "evaluate",
     "SeedStackedModule",
     "make_vectorised_on_policy",
+    "make_vectorised_groups",
     "PettingZooEnv",
     "pettingzoo_tasks",
     "TASKS",

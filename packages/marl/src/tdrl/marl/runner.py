@@ -30,7 +30,7 @@ import torch
 from .algorithms import ALGORITHMS, make_groups
 from .envs import VmasEnv
 from .trainer import TrainConfig, train_off_policy, train_on_policy
-from .vectorised import make_vectorised_on_policy
+from .vectorised import make_vectorised_groups
 
 __all__ = ["TASKS", "BenchConfig", "run_benchmark", "write_results"]
 
@@ -153,7 +153,7 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool) -> tupl
         s = len(cfg.seeds)
         env = _env(task, s * cfg.num_envs, True, cfg.seeds[0], max_steps)
         eval_env = _env(task, s * cfg.eval_envs, True, 10_000 + cfg.seeds[0], max_steps)
-        parts = make_vectorised_on_policy(env, cfg.seeds, conf, algo, num_cells=cfg.num_cells)
+        parts = make_vectorised_groups(algo, env, cfg.seeds, conf, num_cells=cfg.num_cells)  # every group
         hist = train_on_policy(env, parts, tcfg, eval_env=eval_env, n_seeds=s)
         for i, seed in enumerate(cfg.seeds):
             rows += _rows(algo, task, seed, hist, i)

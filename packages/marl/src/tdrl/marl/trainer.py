@@ -23,9 +23,10 @@ from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 
 from .algorithms import OffPolicyParts, OnPolicyParts
 from .keys import DONE, GROUP, NEXT, REWARD, VALUE_TARGET
+from .vectorised import SeedStackedModule
 
 __all__ = ["TrainConfig", "collect", "EpisodeReturns", "evaluate", "evaluate_per_env", "evaluate_groups",
-           "GroupPolicies", "train_on_policy", "train_off_policy"]
+           "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy", "train_off_policy"]
 
 
 @dataclass
@@ -208,6 +209,106 @@ def _clip_per_seed(params: list[torch.Tensor], max_norm: float, n_seeds: int) ->
         g.mul_(scale.reshape(n_seeds, *([1] * (g.ndim - 1))))
 
 
+def on_policy_optimizer(groups: Mapping[str, OnPolicyParts], cfg: TrainConfig
+                        ) -> tuple[torch.optim.Adam, list[list[torch.Tensor]]]:
+    """Adam over every group's loss parameters, and the parameter lists clipped separately.
+
+    Args:
+        groups: ``{group: parts}`` (one bundle: ``{"agents": parts}``).
+        cfg: learning rate and Adam epsilon.
+
+    Returns:
+        ``(optimizer, clip_groups)``: ``clip_groups`` holds, per group, its actor parameters
+        and its critic parameters (BenchMARL steps one optimiser per group and loss term).
+    """
+    params, clip_groups = [], []
+    for p in groups.values():
+        own = [q for q in p.loss.parameters() if q.requires_grad and all(q is not r for r in params)]
+        critic_ids = {id(q) for q in p.critic.parameters()}
+        params += own
+        clip_groups += [[q for q in own if id(q) not in critic_ids], [q for q in own if id(q) in critic_ids]]
+    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps), clip_groups
+
+
+def _check_seeds(groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
+    """Every seed-stacked network of ``groups`` must hold ``n_seeds`` seeds (none when 1)."""
+    for g, p in groups.items():
+        found = {m.n_seeds for m in p.loss.modules() if isinstance(m, SeedStackedModule)}
+        if n_seeds > 1 and found != {n_seeds}:
+            raise ValueError(
+                f"n_seeds={n_seeds}, but group {g!r} has networks stacked over {sorted(found) or 'no'} seeds; "
+                "build the parts with make_vectorised_groups(..., seeds) with len(seeds) == n_seeds."
+            )
+        if n_seeds == 1 and found:
+            raise ValueError(f"group {g!r} has networks stacked over {sorted(found)} seeds; pass n_seeds to "
+                             "train_on_policy.")
+        if n_seeds > 1 and p.loss.value_norm is not None:
+            raise ValueError("value normalisation is not supported with n_seeds > 1 (its statistics "
+                             f"would be shared by the seeds; group {g!r}).")
+        if n_seeds > 1 and getattr(p.loss.config, "normalize_advantage", False):
+            raise ValueError("normalize_advantage=True is not supported with n_seeds > 1 (the minibatch "
+                             f"statistics would mix the seeds; group {g!r}).")
+
+
+def _check_masks(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
+    """With ``n_seeds > 1`` every agent must act at every step (the loss means mix seeds otherwise)."""
+    for g, p in groups.items():
+        mask = batch.get(p.loss.tensor_keys.mask, None)
+        if n_seeds > 1 and mask is not None and not bool(mask.all()):
+            raise ValueError(
+                f"n_seeds > 1 needs every agent of every seed acting at every step, but group {g!r}'s "
+                f"mask {p.loss.tensor_keys.mask} has False entries (agents that left or wait their "
+                "turn): each seed's loss would be weighted by its share of acting agents. Train "
+                "these seeds one after another."
+            )
+
+
+def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], optimizer: torch.optim.Optimizer,
+                     clip_groups: Sequence[Sequence[torch.Tensor]], cfg: TrainConfig, n_seeds: int = 1) -> float:
+    """One iteration's learning on a collected ``batch``: advantages, then epochs x minibatches.
+
+    Args:
+        batch: transitions ``[*env_batch, T]`` from :func:`collect`; with ``n_seeds > 1``
+            the env's sub-envs are ``n_seeds`` seed-major blocks.
+        groups: ``{group: parts}``; each group's estimator writes its advantage into
+            ``batch``, and one optimiser step takes the sum of the groups' losses.
+        optimizer, clip_groups: from :func:`on_policy_optimizer`.
+        cfg: ``num_epochs``, ``minibatch_size`` (frames per seed) and ``max_grad_norm``.
+        n_seeds: seeds stacked in the networks: each minibatch takes the same
+            ``minibatch_size`` positions from every seed's block, the loss is scaled so each
+            seed gets its own mean-loss gradient, and gradients are clipped per seed.
+
+    Returns:
+        The mean loss over the minibatches. The epoch permutations come from torch's global
+        generator, so a seeded call is reproducible.
+    """
+    for g, p in groups.items():
+        p.estimator(batch)
+        if p.loss.value_norm is not None:
+            p.loss.value_norm.update(batch.get((g, VALUE_TARGET)))
+    # the losses read the root only: drop "next" so each minibatch gathers half the data
+    flat = batch.exclude(NEXT).reshape(n_seeds, -1)  # seed-major blocks
+    _check_masks(flat, groups, n_seeds)
+    n, mb = flat.shape[1], min(cfg.minibatch_size, flat.shape[1])
+    losses = []
+    for _ in range(cfg.num_epochs):
+        perm = torch.randperm(n)
+        for start in range(0, n - mb + 1, mb):
+            sub = flat[:, perm[start:start + mb]].reshape(-1)
+            loss = sum(total_loss(p.loss(sub)) for p in groups.values())
+            optimizer.zero_grad(set_to_none=True)
+            (loss * n_seeds).backward()
+            if cfg.max_grad_norm is not None:
+                for params in clip_groups:
+                    if n_seeds > 1:
+                        _clip_per_seed(params, cfg.max_grad_norm, n_seeds)
+                    elif params:
+                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            optimizer.step()
+            losses.append(loss.detach())
+    return float(torch.stack(losses).mean())
+
+
 def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg: TrainConfig, eval_env=None,
                     group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1) -> list[dict]:
     """MAPPO / IPPO: collect ``frames_per_batch``, GAE, ``num_epochs`` x minibatches of PPO.
@@ -218,34 +319,31 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     minibatch, and gradients are clipped per group and per actor / critic (as BenchMARL,
     which has one optimiser per group and loss term).
 
-    With ``n_seeds > 1`` (one group only) the env's sub-envs are ``n_seeds`` seed-major
-    blocks and every parameter is stacked over seeds (see :mod:`tdrl.marl.vectorised`): each
-    minibatch takes ``minibatch_size`` frames from every seed, the loss is scaled so each
-    seed gets its own mean-loss gradient, and gradients are clipped per seed.
-    ``frames_per_batch`` is per seed.
+    With ``n_seeds > 1`` the parts come from
+    :func:`~tdrl.marl.vectorised.make_vectorised_groups` (or ``make_vectorised_on_policy``),
+    the env's sub-envs are ``n_seeds`` seed-major blocks and every parameter is stacked over
+    seeds (see :mod:`tdrl.marl.vectorised`; any number of groups): each minibatch takes
+    ``minibatch_size`` frames from every seed, the loss is scaled so each seed gets its own
+    mean-loss gradient, and gradients are clipped per seed. ``frames_per_batch`` is per seed.
+    Value normalisation, ``normalize_advantage`` and agent masks with False entries are
+    refused there (their statistics would mix the seeds).
 
     Returns:
         One record per iteration: ``iter``, ``frames``, ``time_s``, ``train_return``,
         ``eval_return`` (NaN when not evaluated), ``loss``; with several groups also
         ``train_return/<group>`` and ``eval_return/<group>`` (the plain entries are the mean
-        over groups).
+        over groups); with ``n_seeds > 1`` and evaluation, ``eval_return_seeds`` (one per seed).
     """
     groups = _as_groups(parts, group)
-    if n_seeds > 1 and len(groups) > 1:
-        raise ValueError(f"n_seeds > 1 supports one group; got groups {list(groups)}.")
+    if n_seeds < 1:
+        raise ValueError(f"n_seeds must be >= 1, got {n_seeds}.")
+    if env.batch_size.numel() % n_seeds:
+        raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} blocks.")
+    _check_seeds(groups, n_seeds)
     n_envs = env.batch_size.numel() // n_seeds
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = _joint_policy(groups)
-    params, clip_groups = [], []
-    for p in groups.values():
-        own = [q for q in p.loss.parameters() if q.requires_grad and all(q is not r for r in params)]
-        critic_ids = {id(q) for q in p.critic.parameters()}
-        params += own
-        clip_groups += [[q for q in own if id(q) not in critic_ids], [q for q in own if id(q) in critic_ids]]
-    opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
-    norms = {g: p.loss.value_norm for g, p in groups.items() if p.loss.value_norm is not None}
-    if norms and n_seeds > 1:
-        raise ValueError("value normalisation is not supported with n_seeds > 1 (its statistics would be shared).")
+    opt, clip_groups = on_policy_optimizer(groups, cfg)
     td, history, frames = env.reset(), [], 0
     trackers = {g: EpisodeReturns(g) for g in groups}
     t0 = time.perf_counter()
@@ -253,30 +351,7 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
         batch, td = collect(env, policy, td, n_steps)
         frames += batch.numel() // n_seeds
         returns, extra = _returns(trackers, batch)
-        for g, p in groups.items():
-            p.estimator(batch)
-            if g in norms:
-                norms[g].update(batch.get((g, VALUE_TARGET)))
-        # the losses read the root only: drop "next" so each minibatch gathers half the data
-        flat = batch.exclude(NEXT).reshape(n_seeds, -1)  # seed-major blocks
-        n, mb = flat.shape[1], min(cfg.minibatch_size, flat.shape[1])
-        losses = []
-        for _ in range(cfg.num_epochs):
-            perm = torch.randperm(n)
-            for start in range(0, n - mb + 1, mb):
-                sub = flat[:, perm[start:start + mb]].reshape(-1)
-                loss = sum(total_loss(p.loss(sub)) for p in groups.values())
-                opt.zero_grad(set_to_none=True)
-                (loss * n_seeds).backward()
-                if cfg.max_grad_norm is not None:
-                    for group_params in clip_groups:
-                        if n_seeds > 1:
-                            _clip_per_seed(group_params, cfg.max_grad_norm, n_seeds)
-                        elif group_params:
-                            torch.nn.utils.clip_grad_norm_(group_params, cfg.max_grad_norm)
-                opt.step()
-                losses.append(loss.detach())
-        extra["loss"] = float(torch.stack(losses).mean())
+        extra["loss"] = on_policy_update(batch, groups, opt, clip_groups, cfg, n_seeds)
         rec = _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
         history.append(rec)
         if log is not None:

@@ -5,7 +5,8 @@ stacked along a new leading seed dim with ``torch.func.stack_module_state`` and 
 with ``torch.func.vmap`` over ``functional_call``. The env holds ``n_seeds`` seed-major
 blocks of sub-envs, so one env step, one forward pass and one optimiser step serve every
 seed; Adam is element-wise and :func:`~tdrl.marl.trainer.train_on_policy` clips gradients
-per seed, so the seeds stay independent. Beyond the peers: BenchMARL runs seeds one after
+per seed, so the seeds stay independent. Every agent group of a multi-group env is stacked the same way
+(:func:`make_vectorised_groups`). Beyond the peers: BenchMARL runs seeds one after
 another.
 """
 
@@ -19,11 +20,11 @@ from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from .algorithms import OnPolicyParts, make_ippo, make_mappo
+from .algorithms import OnPolicyParts, make_groups, make_ippo, make_mappo
 from .keys import GROUP
 from .objectives import MAPPOConfig
 
-__all__ = ["SeedStackedModule", "make_vectorised_on_policy"]
+__all__ = ["SeedStackedModule", "make_vectorised_groups", "make_vectorised_on_policy"]
 
 
 class SeedStackedModule(nn.Module):
@@ -74,25 +75,11 @@ def _stack_tdmodule(mods: list[TensorDictModule]) -> TensorDictModule:
                             in_keys=list(mods[0].in_keys), out_keys=list(mods[0].out_keys))
 
 
-def make_vectorised_on_policy(env, seeds: Sequence[int], config: MAPPOConfig | None = None,
-                              algorithm: str = "mappo", group: str = GROUP,
-                              num_cells: Sequence[int] = (256, 256)) -> OnPolicyParts:
-    """MAPPO/IPPO parts whose actor and critic are stacked over ``seeds``.
+_BUILDERS: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo}
 
-    Each seed's networks are initialised under ``torch.manual_seed(seed)``, exactly as a
-    single-seed run would build them. ``env`` must hold ``len(seeds)`` seed-major blocks of
-    sub-envs (e.g. ``VmasEnv(num_envs=len(seeds) * E)``); train with
-    ``train_on_policy(..., n_seeds=len(seeds))``.
-    """
-    builders: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo}
-    if algorithm not in builders:
-        raise ValueError(f"Vectorised seeds support {sorted(builders)}; got {algorithm!r}.")
-    if env.batch_size.numel() % len(seeds):
-        raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into {len(seeds)} seeds.")
-    per_seed = []
-    for seed in seeds:
-        torch.manual_seed(seed)
-        per_seed.append(builders[algorithm](env, config, group, num_cells))
+
+def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
+    """One group's parts with actor and critic stacked over the seeds of ``per_seed``."""
     first = per_seed[0]
     actor_params = _stack_tdmodule([p.policy.module[0] for p in per_seed])
     critic = _stack_tdmodule([p.critic for p in per_seed])
@@ -100,3 +87,64 @@ def make_vectorised_on_policy(env, seeds: Sequence[int], config: MAPPOConfig | N
     loss = type(first.loss)(policy, critic, first.loss.config, group=group)
     estimator = type(first.estimator)(first.estimator.gamma, first.estimator.lmbda, group, critic)
     return OnPolicyParts(policy, critic, loss, estimator)
+
+
+def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int], config: MAPPOConfig | None = None,
+                           groups: Sequence[str] | None = None,
+                           num_cells: Sequence[int] = (256, 256)) -> dict[str, OnPolicyParts]:
+    """MAPPO/IPPO parts of every agent group, each group's actor and critic stacked over ``seeds``.
+
+    Seed ``s`` is built exactly as a single-seed run builds it: ``torch.manual_seed(s)``
+    then :func:`~tdrl.marl.algorithms.make_groups` over all ``groups`` in order, so its
+    initial weights equal that run's in every group. Train with
+    ``train_on_policy(env, parts, cfg, n_seeds=len(seeds))``.
+
+    Args:
+        algorithm: ``"mappo"``, ``"ippo"`` (or :func:`make_mappo` / :func:`make_ippo`).
+            Off-policy QMIX/VDN have no vectorised path: train their seeds one after another.
+        env: the training env; its ``len(seeds) * E`` sub-envs are ``len(seeds)`` seed-major
+            blocks of ``E`` (e.g. ``VmasEnv(num_envs=len(seeds) * E)`` or
+            ``SerialEnv(len(seeds) * E, make_env)``).
+        seeds: one seed per stacked model.
+        config: the algorithm's config (None: its defaults); ``normalize_advantage`` must be
+            False (minibatch statistics would mix the seeds).
+        groups: which groups (default: all of the env's groups).
+        num_cells: hidden sizes of every network.
+
+    Returns:
+        ``{group: OnPolicyParts}`` whose networks take ``[len(seeds) * N, ...]`` seed-major inputs.
+    """
+    names = {v: k for k, v in _BUILDERS.items()}
+    name = names.get(algorithm, algorithm)
+    if not isinstance(name, str) or name not in _BUILDERS:
+        raise ValueError(
+            f"Vectorised seeds support the on-policy algorithms {sorted(_BUILDERS)}; got {algorithm!r}. "
+            "Off-policy QMIX/VDN seeds run one after another (train_off_policy has no n_seeds)."
+        )
+    if not seeds:
+        raise ValueError("make_vectorised_groups needs at least one seed.")
+    if env.batch_size.numel() % len(seeds):
+        raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into {len(seeds)} seeds.")
+    if config is not None and getattr(config, "normalize_advantage", False):
+        raise ValueError("normalize_advantage=True is not supported with vectorised seeds (the minibatch "
+                         "statistics would mix the seeds); standardise advantages per seed yourself or "
+                         "train the seeds one after another.")
+    per_seed = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        per_seed.append(make_groups(name, env, config, groups, num_cells=num_cells))
+    return {g: _stack_parts([p[g] for p in per_seed], g) for g in per_seed[0]}
+
+
+def make_vectorised_on_policy(env, seeds: Sequence[int], config: MAPPOConfig | None = None,
+                              algorithm: str = "mappo", group: str = GROUP,
+                              num_cells: Sequence[int] = (256, 256)) -> OnPolicyParts:
+    """MAPPO/IPPO parts of one ``group`` whose actor and critic are stacked over ``seeds``.
+
+    Each seed's networks are initialised under ``torch.manual_seed(seed)``, exactly as a
+    single-seed run would build them. ``env`` must hold ``len(seeds)`` seed-major blocks of
+    sub-envs (e.g. ``VmasEnv(num_envs=len(seeds) * E)``); train with
+    ``train_on_policy(..., n_seeds=len(seeds))``. For several groups use
+    :func:`make_vectorised_groups`.
+    """
+    return make_vectorised_groups(algorithm, env, seeds, config, [group], num_cells)[group]
