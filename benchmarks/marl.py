@@ -17,6 +17,12 @@ this script (``--side benchmarl``), because it pins torchrl<0.12.
     flock /tmp/tdrl-cpu.lock python benchmarks/marl.py            # both sides, median of --repeats
     flock /tmp/tdrl-cpu.lock python benchmarks/marl.py --profile --frames 12000 --iters 1
                                    # where the time goes, per phase, both sides (cProfile)
+    python benchmarks/marl.py --device cuda   # on a GPU machine: VMAS, networks, sampling and
+                                   # training on the GPU for both sides (BenchMARL's sampling,
+                                   # train and buffer devices)
+
+On CUDA the loop's wall time ends with a ``torch.cuda.synchronize()``; frames/CPU-s then
+measures the host thread only (kernel launches and Python), not the GPU.
 """
 
 from __future__ import annotations
@@ -94,6 +100,27 @@ def _phases(prof: cProfile.Profile, side: str) -> dict:
     return out
 
 
+def _sync(device: str) -> None:
+    """Wait for queued GPU work, so that wall times cover it."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _check_device(device: str) -> None:
+    """A usable ``--device``: ``cpu``, or ``cuda[:i]`` on a machine with that GPU."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        sys.exit(f"--device must be cpu or cuda[:index], got {device!r}.")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"--device {device}: CUDA is not available in this torch build / on this machine "
+                 f"(torch {torch.__version__}); use --device cpu.")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        sys.exit(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s).")
+
+
 def run_tdrl(args, seed: int) -> dict:
     from tdrl.marl.algorithms import make_mappo
     from tdrl.marl.envs import VmasEnv
@@ -101,8 +128,8 @@ def run_tdrl(args, seed: int) -> dict:
     from tdrl.marl.trainer import TrainConfig, train_on_policy
 
     torch.manual_seed(seed)
-    env = VmasEnv("navigation", num_envs=args.envs, max_steps=100, seed=seed, **NAV_KWARGS)
-    parts = make_mappo(env, MAPPOConfig(gamma=0.99, lmbda=0.9), num_cells=(256, 256))
+    env = VmasEnv("navigation", num_envs=args.envs, max_steps=100, seed=seed, device=args.device, **NAV_KWARGS)
+    parts = make_mappo(env, MAPPOConfig(gamma=0.99, lmbda=0.9), num_cells=(256, 256))  # on env.device
     cfg = TrainConfig(frames_per_batch=args.frames, n_iters=args.iters, num_epochs=args.epochs,
                       minibatch_size=args.minibatch, lr=5e-5, adam_eps=1e-6, max_grad_norm=5.0,
                       eval_interval=0)
@@ -111,6 +138,7 @@ def run_tdrl(args, seed: int) -> dict:
     if prof is not None:
         prof.enable()
     hist = train_on_policy(env, parts, cfg)
+    _sync(args.device)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     out = {"frames": hist[-1]["frames"], "wall_s": wall, "cpu_s": cpu, "return": hist[-1]["train_return"]}
     if prof is not None:
@@ -127,7 +155,7 @@ def run_benchmarl(args, seed: int) -> dict:
     from benchmarl.models.mlp import MlpConfig
 
     cfg = ExperimentConfig.get_from_yaml()
-    cfg.sampling_device = cfg.train_device = cfg.buffer_device = "cpu"
+    cfg.sampling_device = cfg.train_device = cfg.buffer_device = args.device
     cfg.on_policy_collected_frames_per_batch = args.frames
     cfg.on_policy_n_envs_per_worker = args.envs
     cfg.on_policy_n_minibatch_iters = args.epochs
@@ -146,6 +174,7 @@ def run_benchmarl(args, seed: int) -> dict:
     if prof is not None:
         prof.enable()
     exp.run()
+    _sync(args.device)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     out = {"frames": exp.total_frames, "wall_s": wall, "cpu_s": cpu, "return": _LastReturn.value}
     if prof is not None:
@@ -157,7 +186,8 @@ def run_benchmarl(args, seed: int) -> dict:
 def _benchmarl_subprocess(args, seed: int) -> dict:
     cmd = [str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--seed", str(seed),
            "--envs", str(args.envs), "--frames", str(args.frames), "--epochs", str(args.epochs),
-           "--minibatch", str(args.minibatch), "--iters", str(args.iters)] + (["--profile"] if args.profile else [])
+           "--minibatch", str(args.minibatch), "--iters", str(args.iters), "--device", args.device]
+    cmd += ["--profile"] if args.profile else []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
     if out.returncode != 0:
@@ -165,7 +195,7 @@ def _benchmarl_subprocess(args, seed: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--side", choices=["both", "tdrl", "benchmarl"], default="both")
     p.add_argument("--envs", type=int, default=600)
@@ -176,7 +206,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", action="store_true", help="one run per side under cProfile: time per phase")
-    args = p.parse_args()
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:index]: VMAS, networks and training, both sides")
+    args = p.parse_args(argv)
+    _check_device(args.device)
     torch.set_num_threads(1)
     if args.side == "benchmarl":
         print(json.dumps(run_benchmarl(args, args.seed)))
@@ -197,7 +229,8 @@ def main() -> None:
     fps = lambda runs, k="wall_s": statistics.median(x["frames"] / x[k] for x in runs)  # noqa: E731
     ret = lambda runs: statistics.median(x["return"] for x in runs)  # noqa: E731
     print(f"\nMAPPO, VMAS navigation, {args.envs} envs x 3 agents, {args.frames} frames/batch, "
-          f"{args.epochs} epochs x minibatch {args.minibatch}, {args.iters} iters, median of {args.repeats}")
+          f"{args.epochs} epochs x minibatch {args.minibatch}, {args.iters} iters, median of {args.repeats}, "
+          f"device {args.device}")
     print(f"{'':12s}{'frames/s':>12s}{'frames/CPU-s':>14s}{'return (last batch)':>22s}")
     print(f"{'tdrl':12s}{fps(ours):12.0f}{fps(ours, 'cpu_s'):14.0f}{ret(ours):22.3f}")
     print(f"{'BenchMARL':12s}{fps(theirs):12.0f}{fps(theirs, 'cpu_s'):14.0f}{ret(theirs):22.3f}")

@@ -40,6 +40,24 @@ def test_linear_io_falls_back_under_vmap_and_for_float64():
     torch.testing.assert_close(linear_io(xd, wd), xd @ wd)
 
 
+def test_linear_io_takes_addmm_off_the_cpu():
+    # a non-CPU tensor (meta here; cuda on a GPU machine) never reaches the oneDNN op
+    x = torch.randn(5, 3, device="meta", requires_grad=True)
+    w = torch.randn(3, 4, device="meta", requires_grad=True)
+    b = torch.randn(4, device="meta", requires_grad=True)
+    out = linear_io(x, w, b)
+    assert out.shape == (5, 4) and type(out.grad_fn).__name__ == "AddmmBackward0"
+    out.sum().backward()
+    assert w.grad.shape == (3, 4)
+
+
+def test_builders_put_the_networks_on_the_env_device():
+    env = VmasEnv("navigation", num_envs=2, seed=0, n_agents=2)
+    env.device = torch.device("meta")  # stands in for a cuda env: only the builders' move is checked
+    parts = make_mappo(env, MAPPOConfig(), num_cells=(8,))
+    assert {p.device.type for p in parts.loss.parameters()} == {"meta"}
+
+
 def test_gae_reusing_values_equals_two_critic_passes():
     torch.manual_seed(0)
     # episodes of 7 steps inside a 20-step batch: resets in the middle of the batch

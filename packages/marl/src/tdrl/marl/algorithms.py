@@ -5,7 +5,9 @@ reads the group's observation and action specs and returns an :class:`OnPolicyPa
 :class:`OffPolicyParts` bundle that the training loops of :mod:`tdrl.marl.trainer` consume.
 :func:`make_groups` builds one bundle per group of a multi-group env (e.g. PettingZoo's
 ``group_map="prefix"``); the loops accept that mapping. Observations with several trailing
-dims (``[*B, n_agents, *obs_shape]``) are flattened per agent in front of the networks.
+dims (``[*B, n_agents, *obs_shape]``) are flattened per agent in front of the networks. The
+networks are initialised on the CPU (same weights on any device for a seed) and then moved
+to ``env.device``.
 """
 
 from __future__ import annotations
@@ -97,6 +99,14 @@ def _mask_key(env, group: str):
     return key if key in env.observation_spec else None
 
 
+def _on_env_device(env, *modules: nn.Module) -> None:
+    """Move ``modules`` (built on the CPU) to the env's device, where its TensorDicts live."""
+    device = getattr(env, "device", None)
+    if device is not None:
+        for m in modules:
+            m.to(device)
+
+
 def _actor(env, group: str, share: bool, num_cells: Sequence[int]) -> nn.Module:
     n, d, spec = group_dims(env, group)
     if isinstance(spec, Bounded):
@@ -126,6 +136,7 @@ def _ppo(env, config: MAPPOConfig, loss_cls, group: str, num_cells: Sequence[int
                                                       config.share_param_critic, num_cells))
     critic = TensorDictModule(critic_net, in_keys=[(group, OBSERVATION)], out_keys=[(group, STATE_VALUE)])
     loss = loss_cls(policy, critic, config, group=group, value_norm=value_norm)
+    _on_env_device(env, loss)  # actor, critic and value_norm are its submodules
     estimator = MultiAgentGAE(config.gamma, config.lmbda, group, critic, value_norm=value_norm,
                               reuse_values=True)
     return OnPolicyParts(policy, critic, loss, estimator)
@@ -169,6 +180,7 @@ def make_qmix(env, config: QMIXConfig | None = None, group: str = GROUP,
     n, d, qnet, greedy, explore = _q_parts(env, config, group, num_cells)
     loss = QMIXLoss(qnet, QMixer((n, *_obs_shape(env, group)[1]), n, config.mixing_embed_dim), config,
                     group=group)
+    _on_env_device(env, loss, explore)
     return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
 
 
@@ -178,6 +190,7 @@ def make_vdn(env, config: VDNConfig | None = None, group: str = GROUP,
     config = config or VDNConfig()
     n, d, qnet, greedy, explore = _q_parts(env, config, group, num_cells)
     loss = VDNLoss(qnet, n, config, group=group)
+    _on_env_device(env, loss, explore)
     return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
 
 

@@ -94,7 +94,7 @@ class EpisodeReturns:
         done = batch.get((NEXT, DONE)).reshape(*batch.shape)
         r, done = r.reshape(-1, r.shape[-1]), done.reshape(-1, done.shape[-1])
         if self.running is None:
-            self.running = torch.zeros(r.shape[0], dtype=r.dtype)
+            self.running = torch.zeros(r.shape[0], dtype=r.dtype, device=r.device)
         finished = []
         for t in range(r.shape[-1]):
             self.running += r[:, t]
@@ -126,8 +126,8 @@ def evaluate_groups(env, policy: Callable, max_steps: int, groups: Sequence[str]
     """``{group: [*env.batch_size] returns}`` of one deterministic episode in every sub-env."""
     with set_interaction_type(InteractionType.DETERMINISTIC):
         td = env.reset()
-        totals = {g: torch.zeros(env.batch_size) for g in groups}
-        alive = torch.ones(env.batch_size, dtype=torch.bool)
+        totals = {g: torch.zeros(env.batch_size, device=env.device) for g in groups}
+        alive = torch.ones(env.batch_size, dtype=torch.bool, device=env.device)
         for _ in range(max_steps):
             td = env.step(policy(td))
             for g in groups:
