@@ -28,6 +28,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
+from .fused import fused_rule
 from .selection import SelectionFn
 from .tree import (
     supports_node_batches,
@@ -95,7 +96,7 @@ def search(
         return tree
     # Cached selection: the interior rule's choice at every node is kept as a flat edge index
     # and rescored after each simulation only for the nodes whose statistics it changed.
-    cache = _SelectionCache(tree)
+    cache = _SelectionCache(tree, interior_action_selection_fn)
     root_index = torch.full_like(offsets, ROOT_INDEX)
     # The same rule at the root (PUCT, UCB1): its choice there is cached like any other node's.
     cache_root = root_action_selection_fn is interior_action_selection_fn
@@ -172,7 +173,7 @@ class _SelectionCache:
     which leads back to the sink, so a tree that left the expanded part stays there.
     """
 
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, tree: Tree, interior_fn: SelectionFn) -> None:
         batch, num_nodes, num_actions = tree.batch_size, tree.num_nodes, tree.num_actions
         device = tree.node_data.device
         self.num_actions = num_actions
@@ -193,9 +194,21 @@ class _SelectionCache:
             extra=TensorDict({}, batch_size=[1], device=device),
         )
 
+        # The default PUCT rule has a fused, bit-identical scorer; it skips the illegal-action
+        # mask while no node has an illegal action (``any_invalid``, kept by the expansion).
+        self.fused = fused_rule(interior_fn)
+        self.any_invalid = bool(tree.invalid_actions[:, ROOT_INDEX].any())
+        self.node_rows = tree.node_data.view(self.sink_node, -1)
+        self.edge_rows = tree.edge_data.view(self.sink_node, num_actions, -1)
+        self.invalid_rows = tree.invalid_actions.view(self.sink_node, num_actions)
+
     def rescore(self, interior_fn: SelectionFn, nodes: Tensor) -> None:
         """Rescore the distinct flat nodes ``nodes`` ``[M]`` with the interior rule."""
-        action = interior_fn(self.flat_tree, nodes[None], 1)[0]
+        if self.fused is not None:
+            invalid = self.invalid_rows if self.any_invalid else None
+            action = self.fused(self.node_rows, self.edge_rows, invalid, nodes)
+        else:
+            action = interior_fn(self.flat_tree, nodes[None], 1)[0]
         self.best_edge.index_copy_(0, nodes, nodes * self.num_actions + action)
 
 
@@ -326,6 +339,8 @@ def _expand(
     tree.edge_data.view(-1, num_actions, num_fields)[:, :, 4:6].index_copy_(0, flat_leaf, priors)
     if invalid is not None:
         tree.invalid_actions.view(-1, num_actions).index_copy_(0, flat_leaf, invalid)
+        if cache is not None:
+            cache.any_invalid = True
     store.write(flat_leaf, next_embedding)
     return leaf
 
