@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 _APP = Path(__file__).resolve().parents[2] / "apps" / "marl_bench" / "run.py"
 
@@ -43,3 +44,12 @@ def test_marl_bench_bad_names_list_valid_ones(capsys):
     with pytest.raises(SystemExit):
         app.parse_args(["--algorithms", "mapo"])
     assert "mappo" in capsys.readouterr().err
+
+
+def test_marl_bench_device_option(capsys):
+    app = _load()
+    assert app.parse_args(["--device", "cpu"]).device == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            app.parse_args(["--device", "cuda"])
+        assert "CUDA is not available" in capsys.readouterr().err

@@ -66,6 +66,7 @@ class BenchConfig:
         vectorise_seeds: train the seeds of MAPPO/IPPO as one vmap-ed model.
         compare_sequential: also run those seeds one after another and report the speed-up.
         out_dir: where results go. tiny: a CI-sized budget (tens of seconds).
+        device: where the VMAS worlds, the networks and the training run (``"cpu"``, ``"cuda"``).
     """
 
     algorithms: tuple[str, ...] = ("mappo", "ippo", "qmix", "vdn")
@@ -91,6 +92,7 @@ class BenchConfig:
     compare_sequential: bool = False
     out_dir: str = "marl_bench_out"
     tiny: bool = False
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         for name, valid in (("algorithms", ALGORITHMS), ("tasks", TASKS)):
@@ -99,6 +101,9 @@ class BenchConfig:
                 raise ValueError(f"Unknown {name} {bad}; valid {name}: {', '.join(sorted(valid))}.")
         if not self.seeds:
             raise ValueError("BenchConfig.seeds needs at least one seed.")
+        dev = torch.device(self.device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"BenchConfig.device={self.device!r}, but CUDA is not available here; use 'cpu'.")
         if self.tiny:
             self.num_envs, self.frames_per_batch, self.n_iters = 8, 80, 2
             self.num_epochs, self.minibatch_size, self.num_cells = 1, 40, (16,)
@@ -117,10 +122,10 @@ class BenchConfig:
         )
 
 
-def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int) -> VmasEnv:
+def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu") -> VmasEnv:
     t = TASKS[task]
     return VmasEnv(t["scenario"], num_envs=num_envs, continuous_actions=continuous, max_steps=max_steps,
-                   seed=seed, **t["kwargs"])
+                   seed=seed, device=device, **t["kwargs"])
 
 
 def _algo_config(cfg: BenchConfig, algo: str):
@@ -151,8 +156,8 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool) -> tupl
     t0 = time.perf_counter()
     if vectorised and on_policy and len(cfg.seeds) > 1:
         s = len(cfg.seeds)
-        env = _env(task, s * cfg.num_envs, True, cfg.seeds[0], max_steps)
-        eval_env = _env(task, s * cfg.eval_envs, True, 10_000 + cfg.seeds[0], max_steps)
+        env = _env(task, s * cfg.num_envs, True, cfg.seeds[0], max_steps, cfg.device)
+        eval_env = _env(task, s * cfg.eval_envs, True, 10_000 + cfg.seeds[0], max_steps, cfg.device)
         parts = make_vectorised_groups(algo, env, cfg.seeds, conf, num_cells=cfg.num_cells)  # every group
         hist = train_on_policy(env, parts, tcfg, eval_env=eval_env, n_seeds=s)
         for i, seed in enumerate(cfg.seeds):
@@ -161,8 +166,8 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool) -> tupl
     else:
         for seed in cfg.seeds:
             torch.manual_seed(seed)
-            env = _env(task, cfg.num_envs, on_policy, seed, max_steps)
-            eval_env = _env(task, cfg.eval_envs, on_policy, 10_000 + seed, max_steps)
+            env = _env(task, cfg.num_envs, on_policy, seed, max_steps, cfg.device)
+            eval_env = _env(task, cfg.eval_envs, on_policy, 10_000 + seed, max_steps, cfg.device)
             parts = make_groups(algo, env, conf, num_cells=cfg.num_cells)  # every agent group
             train = train_on_policy if on_policy else train_off_policy
             hist = train(env, parts, tcfg, eval_env=eval_env)
