@@ -23,7 +23,9 @@ import argparse
 import csv
 import dataclasses
 import json
+import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -33,17 +35,51 @@ import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from tdrl.core.mcts import (
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tictactoe_solver import Solver  # noqa: E402
+
+from tdrl.core.mcts.tree import NodeStats  # noqa: E402
+from tdrl.core.mcts import (  # noqa: E402
     POLICY_TARGET,
+    ROOT_VALUE,
     RolloutEvaluator,
     TicTacToe,
     gumbel_muzero_policy,
     muzero_policy,
+    node_batched,
     qtransform_by_min_max,
+    qtransform_by_parent_and_siblings,
     search,
     simulator_model,
     ucb1_selection,
 )
+
+
+@node_batched
+def qtransform_fpu(stats: NodeStats) -> torch.Tensor:
+    """Q-values in ``[-1, 1]`` mapped to ``[0, 1]``; an unvisited child scores its parent's value.
+
+    AlphaZero-style bounds with "first-play urgency" = the node's current mean value: an
+    unvisited move is assumed as good as the position, not lost. With mctx's default
+    (:func:`qtransform_by_parent_and_siblings`, unvisited children score the minimum), once
+    the net's prior puts ~0 on a move and the visited moves look bad, the move is never
+    tried: 32 simulations then miss immediate wins the net does not predict.
+
+    Args:
+        stats: the scored nodes (``Tree.node_stats``); values seen by the player to act.
+
+    Returns:
+        ``[B, *K, A]`` normalised Q-values.
+    """
+    qvalues = torch.where(stats.visits > 0, stats.qvalues, stats.node_value[..., None])
+    return (qvalues + 1) / 2
+
+
+QTRANSFORMS = {
+    "fpu": qtransform_fpu,
+    "parent_and_siblings": qtransform_by_parent_and_siblings,
+    "min_max": partial(qtransform_by_min_max, min_value=-1.0, max_value=1.0),
+}
 
 
 @dataclass
@@ -57,11 +93,16 @@ class Config:
     dirichlet_alpha: float = 1.0  # ~10 / (typical number of legal moves)
     dirichlet_fraction: float = 0.25
     sample_moves: int = 4  # plies played with temperature 1, then the most visited move
+    random_plies: int = 0  # each game opens with U{0..random_plies} uniformly random moves
+    qtransform: str = "fpu"  # puct only: fpu | parent_and_siblings (mctx's default) | min_max
     max_num_considered_actions: int = 9  # gumbel only
     replay_size: int = 20_000  # positions
     epochs: int = 4
     minibatch_size: int = 256
+    augment: bool = True  # train on a random one of the board's 8 symmetries of each position
+    value_mix: float = 0.0  # value target: (1 - mix) * outcome + mix * search root value
     lr: float = 3e-3
+    lr_final: float = 3e-3  # cosine decay from lr to lr_final over the iterations
     weight_decay: float = 1e-4
     hidden: int = 128
     eval_every: int = 5
@@ -83,8 +124,28 @@ class Config:
             self.pure_mcts_simulations = min(self.pure_mcts_simulations, 16)
         if self.search not in ("puct", "gumbel"):
             raise ValueError(f"--search must be 'puct' or 'gumbel', got {self.search!r}")
+        if self.qtransform not in QTRANSFORMS:
+            raise ValueError(f"--qtransform must be one of {sorted(QTRANSFORMS)}, got {self.qtransform!r}")
         if self.eval_games % 2:
             raise ValueError(f"--eval_games must be even (half as X, half as O), got {self.eval_games}")
+
+
+def _symmetries() -> torch.Tensor:
+    """``[8, 9]`` cell permutations of the board's symmetries (rotations, reflections).
+
+    Row ``k`` maps a board to its ``k``-th image by ``board.gather(-1, perm)``: cell ``i`` of
+    the image holds cell ``perm[i]`` of the board (the same gather maps a policy).
+    """
+    grid = torch.arange(9).view(3, 3)
+    images = []
+    for flip in (False, True):
+        g = grid.t() if flip else grid
+        for k in range(4):
+            images.append(torch.rot90(g, k).reshape(9))
+    return torch.stack(images)
+
+
+SYMMETRIES = _symmetries()
 
 
 class PolicyValueNet(nn.Module):
@@ -128,16 +189,24 @@ def make_agent(cfg: Config, game: TicTacToe, net: PolicyValueNet, generator: tor
             root, recurrent_fn, num_simulations, two_player=True,
             dirichlet_alpha=cfg.dirichlet_alpha,
             dirichlet_fraction=cfg.dirichlet_fraction if noise else 0.0,
+            qtransform=QTRANSFORMS[cfg.qtransform],
             temperature=temperature, generator=generator,
         )  # fmt: skip
 
     return act
 
 
-def self_play(cfg: Config, game: TicTacToe, act) -> TensorDict:
-    """Play ``cfg.games`` games at once; returns positions with policy and value targets."""
+def self_play(cfg: Config, game: TicTacToe, act, generator: torch.Generator) -> TensorDict:
+    """Play ``cfg.games`` games at once; returns positions with policy and value targets.
+
+    Every position gets the search's policy target; the game opens with a random number of
+    uniformly random moves (``cfg.random_plies``), so that training also covers the
+    positions a weak opponent leads to (self-play alone rarely leaves the main lines).
+    """
     state = game.reset(cfg.games)
-    boards, targets, movers, game_ids = [], [], [], []
+    random_plies = torch.randint(cfg.random_plies + 1, (cfg.games,), generator=generator)
+    rand = random_player(game, generator)
+    boards, targets, root_values, movers, game_ids = [], [], [], [], []
     ply = 0
     while not bool(state["done"].all()):
         live = (~state["done"]).nonzero().squeeze(-1)
@@ -145,20 +214,20 @@ def self_play(cfg: Config, game: TicTacToe, act) -> TensorDict:
         out = act(state[live], noise=True, temperature=temperature, num_simulations=cfg.num_simulations)
         boards.append(state["board"][live])
         targets.append(out[POLICY_TARGET])
+        root_values.append(out[ROOT_VALUE])
         movers.append(state["player"][live])
         game_ids.append(live)
         action = torch.zeros(cfg.games, dtype=torch.int64)
-        action[live] = out["action"]
+        opening = random_plies[live] > ply
+        action[live] = torch.where(opening, rand(state[live]), out["action"])
         state, _, _ = game.step(state, action)
         ply += 1
     winner = state["winner"].float()  # +1 X, -1 O, 0 draw
     mover = torch.cat(movers).float()
+    outcome = winner[torch.cat(game_ids)] * mover  # the mover's outcome
+    value_target = (1 - cfg.value_mix) * outcome + cfg.value_mix * torch.cat(root_values)
     return TensorDict(
-        {
-            "board": torch.cat(boards),
-            POLICY_TARGET: torch.cat(targets),
-            "value_target": winner[torch.cat(game_ids)] * mover,  # the mover's outcome
-        },
+        {"board": torch.cat(boards), POLICY_TARGET: torch.cat(targets), "value_target": value_target},
         batch_size=[mover.shape[0]],
     )
 
@@ -169,8 +238,12 @@ def train_epochs(cfg: Config, net, optimizer, replay: TensorDict, generator) -> 
         order = torch.randperm(replay.shape[0], generator=generator)
         for start in range(0, replay.shape[0], cfg.minibatch_size):
             batch = replay[order[start : start + cfg.minibatch_size]]
-            logits, value = net(batch["board"])
-            loss_policy = -(batch[POLICY_TARGET] * F.log_softmax(logits, -1)).sum(-1).mean()
+            board, policy_target = batch["board"], batch[POLICY_TARGET]
+            if cfg.augment:
+                perm = SYMMETRIES[torch.randint(8, (board.shape[0],), generator=generator)]
+                board, policy_target = board.gather(1, perm), policy_target.gather(1, perm)
+            logits, value = net(board)
+            loss_policy = -(policy_target * F.log_softmax(logits, -1)).sum(-1).mean()
             loss_value = F.mse_loss(value, batch["value_target"])
             optimizer.zero_grad()
             (loss_policy + loss_value).backward()
@@ -244,8 +317,10 @@ def plot(rows: list[dict], path: str) -> None:
         ("vs_mcts_win", "search vs pure MCTS: win"),
         ("vs_mcts_loss", "search vs pure MCTS: loss"),
         ("net_vs_random_win", "net alone vs random: win"),
+        ("losing_moves", "search: losing moves / 4,520 positions"),
     ]:
-        ax_eval.plot(ev, [r[key] for r in evals], marker="o", label=label)
+        scale = 1 / 4520 if key == "losing_moves" else 1
+        ax_eval.plot(ev, [r[key] * scale for r in evals], marker="o", label=label)
     ax_eval.set_ylim(-0.02, 1.02)
     ax_eval.set_xlabel("iteration")
     ax_eval.set_title("evaluation (half the games as X)")
@@ -261,6 +336,7 @@ def main(cfg: Config) -> dict:
     generator = torch.Generator().manual_seed(cfg.seed)
     os.makedirs(cfg.out, exist_ok=True)
     game = TicTacToe()
+    solver = Solver()
     net = PolicyValueNet(cfg.hidden)
     optimizer = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     act = make_agent(cfg, game, net, generator)
@@ -268,14 +344,18 @@ def main(cfg: Config) -> dict:
     rows, start = [], time.perf_counter()
     fields = ["iteration", "positions", "loss_policy", "loss_value", "vs_random_win",
               "vs_random_draw", "vs_random_loss", "vs_mcts_win", "vs_mcts_draw", "vs_mcts_loss",
-              "net_vs_random_win", "net_vs_random_loss", "seconds"]  # fmt: skip
+              "net_vs_random_win", "net_vs_random_draw", "net_vs_random_loss", "losing_moves",
+              "net_losing_moves", "seconds"]  # fmt: skip
     csv_path = os.path.join(cfg.out, "metrics.csv")
     with open(csv_path, "w", newline="") as f:
         csv.DictWriter(f, fieldnames=fields).writeheader()
     for iteration in range(1, cfg.iterations + 1):
         net.eval()
-        data = self_play(cfg, game, act)
+        data = self_play(cfg, game, act, generator)
         replay = data if replay is None else torch.cat([replay, data])[-cfg.replay_size :]
+        progress = (iteration - 1) / max(cfg.iterations - 1, 1)
+        for group in optimizer.param_groups:
+            group["lr"] = cfg.lr_final + 0.5 * (cfg.lr - cfg.lr_final) * (1 + math.cos(math.pi * progress))
         net.train()
         losses = train_epochs(cfg, net, optimizer, replay, generator)
         net.eval()
@@ -292,6 +372,10 @@ def main(cfg: Config) -> dict:
 
             rand = random_player(game, generator)
             mcts = pure_mcts_player(game, cfg.pure_mcts_simulations, generator)
+            with torch.no_grad():
+                found = solver.blunders(agent)
+                row["losing_moves"] = int(found["losing"].sum())
+                row["net_losing_moves"] = int(solver.blunders(greedy_net)["losing"].sum())
             for prefix, (player, opponent) in {
                 "vs_random": (agent, rand), "vs_mcts": (agent, mcts), "net_vs_random": (greedy_net, rand),
             }.items():  # fmt: skip
@@ -317,7 +401,9 @@ def main(cfg: Config) -> dict:
 def parse_args(argv: list[str] | None = None) -> Config:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for field in dataclasses.fields(Config):
-        if field.type in ("bool", bool):
+        if field.type in ("bool", bool) and field.default:
+            parser.add_argument(f"--no_{field.name}", dest=field.name, action="store_false")
+        elif field.type in ("bool", bool):
             parser.add_argument(f"--{field.name}", action="store_true", default=field.default)
         else:
             kind = {"int": int, "float": float, "str": str}[str(field.type)]
