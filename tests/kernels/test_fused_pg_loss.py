@@ -189,3 +189,29 @@ def test_errors_name_the_problem():
                              case["advantages"], case["mask"])
     with pytest.raises(ValueError, match=r"weight \[V, H\]"):
         fused(dict(case, weight=case["weight"].t()))
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("reduction", ["token", "sequence", "constant"])
+def test_on_policy_old_none_entropy_and_logprobs_outputs(reduction, backend):
+    """``old_logp=None`` is the on-policy case (old = current log-probs, detached); the
+    optional entropy / log-prob outputs equal fused_linear_logprobs' and are detached."""
+    case = make(3, 5, 8, 29, seed=10, p_mask=0.6)
+    kw = dict(beta=0.1, eps_high=0.28, reduction=reduction, temperature=0.7, chunk_size=4)
+    with use_backend(backend):
+        loss, stats = fused_linear_pg_loss(
+            case["hidden"], case["weight"], case["targets"], None, case["advantages"], case["mask"],
+            case["ref_logp"], bias=case["bias"], return_entropy=True, return_logprobs=True, **kw)
+    kw.pop("chunk_size")
+    logp, ent = fused_linear_logprobs(case["hidden"], case["weight"], case["targets"], bias=case["bias"],
+                                      temperature=kw["temperature"], return_entropy=True)
+    tol = TOL[torch.float32]
+    m = case["mask"]
+    torch.testing.assert_close(stats["logp"], torch.where(m, logp, 0.0).detach(), **tol)
+    torch.testing.assert_close(stats["entropy"], ent[m].mean().detach(), **tol)
+    assert not stats["logp"].requires_grad and not stats["entropy"].requires_grad
+    torch.testing.assert_close(stats["ratio_mean"], torch.tensor(1.0), **tol)
+    assert stats["clip_frac"].item() == 0.0
+    kw.pop("temperature")
+    ref = pg_token_loss(logp, logp.detach(), case["advantages"], m, case["ref_logp"], **kw)
+    assert_same(case, (loss, stats), ref, tol)

@@ -28,7 +28,7 @@ from tensordict import TensorDict
 from tdrl.llm import keys as K
 from tdrl.llm.generation import _cache_of, cache_kwarg, unique_prompts, unwrap_model
 
-__all__ = ["completion_logprobs", "completion_hidden", "fused_path_matches"]
+__all__ = ["completion_logprobs", "completion_hidden", "fused_path_matches", "logprobs_from_hidden"]
 
 
 def _head(model):
@@ -154,24 +154,57 @@ def completion_logprobs(
     if width == 0:
         zero = torch.zeros(full_mask.shape, device=full_mask.device)
         return (zero, zero.clone()) if return_entropy else zero
-    targets = cids[cmask]  # [n_tok]
     if fused:
         head = _head(model)
         hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=share_prefix)
-        res = kernels.fused_linear_logprobs(
-            hidden[cmask], head.weight, targets, bias=head.bias, temperature=temperature, return_entropy=return_entropy
-        )
-    else:
-        ids = torch.cat([pids, cids[:, :-1]], dim=-1)
-        mask = torch.cat([pmask, cmask.long()], dim=-1)[:, :-1]
-        out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False)
-        logits = out.logits[:, P - 1 :][cmask]  # [n_tok, V]
-        res = kernels.token_logprobs(logits[None], targets[None], temperature=temperature, return_entropy=return_entropy)
-        res = tuple(r[0] for r in res) if return_entropy else res[0]
+        return logprobs_from_hidden(hidden, head, cids, cmask, full_mask, temperature, return_entropy)
+    targets = cids[cmask]  # [n_tok]
+    ids = torch.cat([pids, cids[:, :-1]], dim=-1)
+    mask = torch.cat([pmask, cmask.long()], dim=-1)[:, :-1]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False)
+    logits = out.logits[:, P - 1 :][cmask]  # [n_tok, V]
+    res = kernels.token_logprobs(logits[None], targets[None], temperature=temperature, return_entropy=return_entropy)
+    res = tuple(r[0] for r in res) if return_entropy else res[0]
+    return _scatter(res, full_mask, return_entropy)
+
+
+def _scatter(res, full_mask: torch.Tensor, return_entropy: bool):
+    """Per-token values of the masked tokens (or a pair of them) back to ``[N, C]``, 0 elsewhere."""
     parts = res if return_entropy else (res,)
-    # columns past `width` hold no True, so the full mask orders tokens as the trimmed one does
+    # columns past the trimmed width hold no True, so the full mask orders tokens as the trimmed one does
     full = tuple(torch.zeros(full_mask.shape, dtype=p.dtype, device=p.device).masked_scatter(full_mask, p) for p in parts)
     return full if return_entropy else full[0]
+
+
+def logprobs_from_hidden(
+    hidden: torch.Tensor,
+    head: torch.nn.Module,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    full_mask: torch.Tensor,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Completion log-probs from :func:`completion_hidden` s through the fused LM-head kernel.
+
+    Args:
+        hidden: ``[N, C', H]`` hidden states of the trimmed batch.
+        head: the LM head (a linear module: ``weight [V, H]``, optional ``bias``).
+        completion_ids, completion_mask: ``[N, C']`` trimmed completions.
+        full_mask: ``[N, C]`` the untrimmed completion mask (``C >= C'``).
+        temperature: logits are divided by it.
+        return_entropy: also return the per-token entropy.
+
+    Returns:
+        ``logp`` ``[N, C]`` (0 off ``full_mask``), or ``(logp, entropy)``.
+    """
+    from tdrl import kernels
+
+    res = kernels.fused_linear_logprobs(
+        hidden[completion_mask], head.weight, completion_ids[completion_mask], bias=head.bias,
+        temperature=temperature, return_entropy=return_entropy,
+    )
+    return _scatter(res, full_mask, return_entropy)
 
 
 @torch.no_grad()

@@ -25,7 +25,7 @@ import torch
 from tensordict import TensorDict
 
 from tdrl.llm import keys as K
-from tdrl.llm.logprobs import completion_logprobs
+from tdrl.llm.logprobs import _head, _trim, completion_hidden, completion_logprobs, logprobs_from_hidden
 
 __all__ = [
     "GRPOLossConfig",
@@ -245,18 +245,35 @@ class GRPOLoss(torch.nn.Module):
     ``beta > 0``) and ``sample_log_prob`` (when ``tis_cap`` is set). Keys can be rebound with
     :meth:`set_keys`.
 
+    With ``fused`` and ``fused_loss`` (both default) the token-level objectives (GRPO, DAPO,
+    Dr. GRPO, with or without KL and TIS; not GSPO's sequence ratio) go straight from the
+    decoder's hidden states to the loss through :func:`tdrl.kernels.fused_linear_pg_loss`,
+    which computes the LM-head gradients chunk by chunk in the forward (three LM-head
+    matmuls instead of four, no ``[tokens, vocab]`` buffer) and returns the entropy
+    diagnostic on the way. It equals the two-step path (fused log-probs, then
+    :func:`grpo_objective`) up to float rounding; :meth:`fused_loss_matches` checks it.
+
     Args:
         config: a :class:`GRPOLossConfig`.
         temperature: the sampling temperature (log-probs are computed at it).
         fused: compute log-probs with the fused LM-head kernel.
         share_prefix: run each distinct prompt of a batch once (fused path only; see
             :mod:`tdrl.llm.logprobs`).
+        fused_loss: with ``fused``, fuse the token loss into the LM-head kernel too.
     """
 
-    def __init__(self, config: GRPOLossConfig | None = None, temperature: float = 1.0, fused: bool = True, share_prefix: bool = True):
+    def __init__(
+        self,
+        config: GRPOLossConfig | None = None,
+        temperature: float = 1.0,
+        fused: bool = True,
+        share_prefix: bool = True,
+        fused_loss: bool = True,
+    ):
         super().__init__()
         self.config = config or GRPOLossConfig()
         self.temperature, self.fused, self.share_prefix = temperature, fused, share_prefix
+        self.fused_loss = fused_loss
         self.keys = _Keys()
 
     def set_keys(self, **kw) -> GRPOLoss:
@@ -266,21 +283,114 @@ class GRPOLoss(torch.nn.Module):
             setattr(self.keys, k, v)
         return self
 
+    @property
+    def uses_fused_loss(self) -> bool:
+        """Whether :meth:`forward` goes through :func:`tdrl.kernels.fused_linear_pg_loss`."""
+        return self.fused and self.fused_loss and not self.config.sequence_level
+
     def forward(self, model, td: TensorDict) -> TensorDict:
-        k = self.keys
-        mask = td[k.completion_mask].bool()
+        if self.fused:
+            pids, pmask, cids, cmask, width = _trim(td)
+            if width > 0:
+                head = _head(model)
+                hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=self.share_prefix)
+                return self._from_hidden(hidden, head, cids, cmask, td, self.uses_fused_loss)
         logp, entropy = completion_logprobs(
             model, td, self.temperature, return_entropy=True, fused=self.fused, share_prefix=self.share_prefix
         )
-        old = td.get(k.old_log_prob, None)
-        old = logp.detach() if old is None else old
+        return self._objective(logp, entropy, td)
+
+    def _inputs(self, td: TensorDict) -> tuple:
+        k = self.keys
         ref = td.get(k.ref_log_prob, None) if self.config.beta > 0 else None
-        sample = td.get(k.sample_log_prob, None)
+        return td.get(k.old_log_prob, None), ref, td.get(k.sample_log_prob, None)
+
+    def _objective(self, logp: torch.Tensor, entropy: torch.Tensor, td: TensorDict) -> TensorDict:
+        """The two-step path: per-token log-probs ``[N, C]`` -> :func:`grpo_objective`."""
+        k = self.keys
+        mask = td[k.completion_mask].bool()
+        old, ref, sample = self._inputs(td)
+        old = logp.detach() if old is None else old
         loss, stats = grpo_objective(logp, old, td[k.advantage], mask, self.config, ref_logp=ref, sample_logp=sample)
         out = {"loss_objective": loss}
         out.update({key: torch.as_tensor(v).detach() for key, v in stats.items()})
         out["entropy"] = masked_reduce(entropy.detach(), mask, "token")
         return TensorDict(out, batch_size=[])
+
+    def _from_hidden(self, hidden, head, cids, cmask, td: TensorDict, fused_loss: bool) -> TensorDict:
+        """Loss from the trimmed batch's hidden states ``[N, C', H]`` (``C'`` <= the rollout's ``C``)."""
+        k, cfg = self.keys, self.config
+        full_mask = td[k.completion_mask].bool()
+        old, ref, sample = self._inputs(td)
+        if not fused_loss or (cfg.tis_cap is not None and old is None):
+            logp, entropy = logprobs_from_hidden(hidden, head, cids, cmask, full_mask, self.temperature, return_entropy=True)
+            return self._objective(logp, entropy, td)
+        from tdrl import kernels
+
+        if cfg.beta > 0 and ref is None:
+            raise ValueError(f"GRPOLoss: config.beta > 0 needs {k.ref_log_prob!r} [B, T] (reference model log-probs)")
+        width = cids.shape[1]
+        adv = td[k.advantage]
+        if cfg.tis_cap is not None:
+            if sample is None:
+                raise ValueError(f"GRPOLoss: config.tis_cap is set but {k.sample_log_prob!r} [B, T] is missing")
+            adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old, sample, full_mask, cfg.tis_cap)
+        if adv.ndim == 2:
+            adv = adv[:, :width]
+        loss, stats = kernels.fused_linear_pg_loss(
+            hidden, head.weight, cids, None if old is None else old[:, :width], adv, cmask,
+            None if ref is None else ref[:, :width], bias=head.bias, temperature=self.temperature,
+            eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta, reduction=cfg.reduction,
+            # the untrimmed width, as the two-step path reduces over it
+            max_len=cfg.max_len or full_mask.shape[1], return_entropy=True,
+        )
+        out = {"loss_objective": loss}
+        out.update({key: v.detach() for key, v in stats.items()})
+        return TensorDict(out, batch_size=[])
+
+    def fused_loss_matches(self, model, td: TensorDict, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
+        """Whether the fused loss reproduces the two-step path on ``td``: the loss, its
+        statistics and its gradients with respect to the hidden states and the LM head.
+
+        The decoder runs once, without gradients; both paths then start from the same hidden
+        states, so equal hidden-state and head gradients mean equal gradients for every
+        parameter. Missing ``old_log_prob`` / ``ref_log_prob`` are made up from the current
+        log-probs plus fixed noise, so that some ratios clip and the KL is not zero.
+        """
+        if not self.fused or self.config.sequence_level:
+            return False
+        k = self.keys
+        pids, pmask, cids, cmask, width = _trim(td)
+        if width == 0:
+            return True
+        try:
+            head = _head(model)
+            with torch.no_grad():
+                hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=self.share_prefix)
+                full_mask = td[k.completion_mask].bool()
+                logp = logprobs_from_hidden(hidden, head, cids, cmask, full_mask, self.temperature)
+        except (TypeError, ValueError, AttributeError, RuntimeError, IndexError):
+            return False
+        g = torch.Generator(device="cpu").manual_seed(0)
+        td = td.clone(recurse=False)
+        for key in (k.old_log_prob, k.ref_log_prob, k.sample_log_prob):
+            if key not in td.keys():
+                noise = 0.3 * torch.randn(logp.shape, generator=g).to(logp.device, logp.dtype)
+                td.set(key, (logp + noise) * full_mask)
+        h = hidden.detach().requires_grad_(True)
+        params = [h] + [p for p in (head.weight, head.bias) if p is not None and p.requires_grad]
+        results = []
+        for fused_loss in (True, False):
+            out = self._from_hidden(h, head, cids, cmask, td, fused_loss)
+            grads = torch.autograd.grad(out["loss_objective"], params, allow_unused=True)
+            results.append((out, grads))
+        (a, ga), (b, gb) = results
+        close = lambda x, y: bool(torch.allclose(x.float(), y.float(), rtol=rtol, atol=atol))  # noqa: E731
+        if set(a.keys()) != set(b.keys()) or not all(close(a[key], b[key]) for key in a.keys()):
+            return False
+        return all(
+            (x is None and y is None) or (x is not None and y is not None and close(x, y)) for x, y in zip(ga, gb)
+        )
 
 
 class SFTLoss(torch.nn.Module):

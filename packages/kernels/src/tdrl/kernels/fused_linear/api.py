@@ -65,7 +65,7 @@ def fused_linear_pg_loss(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     targets: torch.Tensor,
-    old_logp: torch.Tensor,
+    old_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     ref_logp: torch.Tensor | None = None,
@@ -77,6 +77,8 @@ def fused_linear_pg_loss(
     reduction: str = "token",
     max_len: int | None = None,
     chunk_size: int | None = None,
+    return_entropy: bool = False,
+    return_logprobs: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO / GRPO token loss straight from hidden states and the LM head, in 3 matmuls.
 
@@ -94,7 +96,9 @@ def fused_linear_pg_loss(
         hidden: ``[B, T, H]`` final hidden states (the positions that predict ``targets``).
         weight: ``[V, H]`` LM head weight (same dtype as ``hidden``).
         targets: ``[B, T]`` sampled token ids (negative ids: log-prob 0, no gradient).
-        old_logp: ``[B, T]`` log-probs under the sampling policy (constants).
+        old_logp: ``[B, T]`` log-probs under the sampling policy (constants), or ``None``
+            for the on-policy single update: the current log-probs, detached (ratio 1, the
+            gradient of ``-A * logp``), without computing them in a separate pass.
         advantages: ``[B]`` or ``[B, T]`` advantages (constants).
         mask: ``[B, T]`` bool/float mask of the tokens that count.
         ref_logp: optional ``[B, T]`` reference-model log-probs for the k3 KL term.
@@ -106,11 +110,17 @@ def fused_linear_pg_loss(
             :func:`tdrl.kernels.pg_token_loss`.
         max_len: the constant length of ``"constant"``; defaults to ``T``.
         chunk_size: rows (tokens) per chunk; defaults as in :func:`fused_linear_logprobs`.
+        return_entropy: add ``stats["entropy"]``, the mean over the masked tokens (weighted by
+            a float mask) of the entropy of the tempered distribution (a diagnostic: no
+            gradient flows through it).
+        return_logprobs: add ``stats["logp"]``, the detached ``[B, T]`` log-probs (0 off the
+            mask), for metrics that need them without a second pass.
 
     Returns:
         ``(loss, stats)``: a float32 (float64 for float64 ``hidden``) scalar with gradients
         to ``hidden``, ``weight`` and ``bias``, and detached scalars ``clip_frac``, ``kl``,
-        ``ratio_mean`` (as :func:`tdrl.kernels.pg_token_loss`).
+        ``ratio_mean`` (as :func:`tdrl.kernels.pg_token_loss`), plus ``entropy`` / ``logp``
+        when requested.
     """
     if use_triton(hidden, weight, targets, bias, old_logp, advantages, mask, ref_logp):
         from ..logprobs.triton import rows_backward_triton, rows_forward_triton
@@ -123,5 +133,6 @@ def fused_linear_pg_loss(
         fwd, bwd = rows_forward, rows_backward
     return fused_linear_pg_loss_impl(
         hidden, weight, targets, old_logp, advantages, mask, ref_logp, bias, temperature,
-        eps_low, eps_high, beta, reduction, max_len, chunk_size, fwd, bwd,
+        eps_low, eps_high, beta, reduction, max_len, chunk_size, return_entropy, return_logprobs,
+        fwd, bwd,
     )

@@ -42,7 +42,7 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, old, adv, mask, ref, scale, config):
-        temperature, eps_low, eps_high, beta, chunk, need_grad, rows_fwd, rows_bwd = config
+        temperature, eps_low, eps_high, beta, chunk, need_grad, need_ent, need_logp, rows_fwd, rows_bwd = config
         n = hidden.shape[0]
         cdt = compute_dtype(hidden.dtype)
         need_h, need_w, need_b = (need_grad and f for f in ctx.needs_input_grad[:3])
@@ -51,21 +51,28 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
         grad_weight = torch.zeros_like(weight) if need_w else None
         grad_bias = torch.zeros_like(bias) if need_b else None
         backprop = need_h or need_w or need_b
-        sums = torch.zeros(4, dtype=cdt, device=hidden.device)  # loss, clipped, kl, ratio
+        sums = torch.zeros(5, dtype=cdt, device=hidden.device)  # loss, clipped, kl, ratio, entropy
+        zero = sums.new_zeros(())
+        logp_out = torch.empty(n if need_logp else 0, dtype=cdt, device=hidden.device)
         ws_fwd = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
         ws_bwd = _torch_workspace(rows_bwd, min(chunk, n), weight.shape[0], weight) if backprop else None
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             h, tgt = hidden[s:e], targets[s:e]
             logits = _logits(h, weight, bias)
-            lp, lse, _ = rows_fwd(logits, tgt, temperature, False, workspace=ws_fwd)
+            lp, lse, ent = rows_fwd(logits, tgt, temperature, need_ent, workspace=ws_fwd)
+            if need_logp:
+                logp_out[s:e] = lp
             m = mask[s:e]
+            # on-policy (old is None): the ratio's denominator is the current value itself
+            old_c = lp.clone() if old is None else old[s:e]
             loss_t, dloss_t, clip_t, kl_t, ratio_t = token_terms(
-                lp, old[s:e], adv[s:e], m, m > 0, None if ref is None else ref[s:e],
+                lp, old_c, adv[s:e], m, m > 0, None if ref is None else ref[s:e],
                 eps_low, eps_high, beta, backprop,
             )
             sc = scale[s:e]
-            sums += torch.stack([(loss_t * sc).sum(), clip_t.sum().to(sums.dtype), kl_t.sum(), ratio_t.sum()])
+            ent_sum = (ent.to(cdt) * m).sum() if need_ent else zero
+            sums += torch.stack([(loss_t * sc).sum(), clip_t.sum().to(sums.dtype), kl_t.sum(), ratio_t.sum(), ent_sum])
             if backprop:
                 g = rows_bwd(logits, tgt, temperature, lse, None, (dloss_t * sc).contiguous(), None,
                              logits, workspace=ws_bwd)
@@ -80,9 +87,9 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
         count = mask.sum().clamp(min=1.0)
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         loss = sums[0]
-        stats = sums[1] / count, sums[2] / count, sums[3] / count
-        ctx.mark_non_differentiable(*stats)
-        return (loss, *stats)
+        stats = sums[1] / count, sums[2] / count, sums[3] / count, sums[4] / count
+        ctx.mark_non_differentiable(*stats, logp_out)
+        return (loss, *stats, logp_out)
 
     @staticmethod
     def backward(ctx, grad_loss, *_):
@@ -94,7 +101,7 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
 
 def fused_linear_pg_loss_impl(
     hidden, weight, targets, old_logp, advantages, mask, ref_logp, bias, temperature, eps_low,
-    eps_high, beta, reduction, max_len, chunk_size, rows_fwd, rows_bwd,
+    eps_high, beta, reduction, max_len, chunk_size, return_entropy, return_logprobs, rows_fwd, rows_bwd,
 ):
     """Shared body of :func:`tdrl.kernels.fused_linear_pg_loss` for a pair of row functions."""
     if targets.dim() != 2:
@@ -110,33 +117,41 @@ def fused_linear_pg_loss_impl(
     m = mask.detach().to(cdt)
     scale = row_scales(m, reduction, max_len).unsqueeze(1).expand(targets.shape).reshape(n)
     adv = expand_advantages(advantages.detach().to(cdt), targets.shape).reshape(n)
-    old = old_logp.detach().to(cdt).reshape(n)
+    old = None if old_logp is None else old_logp.detach().to(cdt).reshape(n)
     ref = None if ref_logp is None else ref_logp.detach().to(cdt).reshape(n)
     tgt, m = targets.reshape(n).long(), m.reshape(n)
     # Masked-out tokens add nothing to the loss, its gradient or the statistics: only the
     # kept rows go through the LM head (padding of ragged completions costs no matmul).
     kept = (m > 0).nonzero().squeeze(1)
-    if kept.numel() < n:
+    subset = kept.numel() < n
+    if subset:
         h = h.index_select(0, kept)  # differentiable: the gradient scatters back
-        tgt, old, adv, m, scale = (x.index_select(0, kept) for x in (tgt, old, adv, m, scale))
+        tgt, adv, m, scale = (x.index_select(0, kept) for x in (tgt, adv, m, scale))
+        old = None if old is None else old.index_select(0, kept)
         ref = None if ref is None else ref.index_select(0, kept)
     chunk = chunk_size or default_chunk_rows(h.shape[0], weight.shape[0], hidden.device)
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (hidden, weight, bias)
     )
     config = (float(temperature), float(eps_low), float(eps_high), float(beta), max(1, int(chunk)),
-              need_grad, rows_fwd, rows_bwd)
-    loss, clip_frac, kl, ratio_mean = FusedLinearPGLossFunction.apply(
+              need_grad, bool(return_entropy), bool(return_logprobs), rows_fwd, rows_bwd)
+    loss, clip_frac, kl, ratio_mean, entropy, logp = FusedLinearPGLossFunction.apply(
         h, weight, bias, tgt, old, adv, m, ref, scale, config
     )
-    return loss, {"clip_frac": clip_frac, "kl": kl, "ratio_mean": ratio_mean}
+    stats = {"clip_frac": clip_frac, "kl": kl, "ratio_mean": ratio_mean}
+    if return_entropy:
+        stats["entropy"] = entropy
+    if return_logprobs:
+        full = logp.new_zeros(n).index_copy_(0, kept, logp) if subset else logp
+        stats["logp"] = full.reshape(targets.shape)
+    return loss, stats
 
 
 def fused_linear_pg_loss_reference(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     targets: torch.Tensor,
-    old_logp: torch.Tensor,
+    old_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     ref_logp: torch.Tensor | None = None,
@@ -148,9 +163,12 @@ def fused_linear_pg_loss_reference(
     reduction: str = "token",
     max_len: int | None = None,
     chunk_size: int | None = None,
+    return_entropy: bool = False,
+    return_logprobs: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Pure-torch :func:`tdrl.kernels.fused_linear_pg_loss` (same signature and result)."""
     return fused_linear_pg_loss_impl(
         hidden, weight, targets, old_logp, advantages, mask, ref_logp, bias, temperature,
-        eps_low, eps_high, beta, reduction, max_len, chunk_size, rows_forward, rows_backward,
+        eps_low, eps_high, beta, reduction, max_len, chunk_size, return_entropy, return_logprobs,
+        rows_forward, rows_backward,
     )

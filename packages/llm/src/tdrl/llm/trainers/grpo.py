@@ -62,6 +62,10 @@ class GRPOConfig:
             model's logits and falls back to logits otherwise.
         share_prefix: generate and score each group's prompt once and share its KV cache
             (fused path only); ``None`` checks once that it matches the plain path.
+        fused_loss: on the fused path, fuse the token-level loss into the LM-head kernel
+            (:func:`tdrl.kernels.fused_linear_pg_loss`; GSPO never is); ``None`` checks once
+            that it reproduces the two-step loss (value, statistics, gradients) and falls
+            back to it otherwise.
         seed: base seed (rank ``r`` samples with ``seed + r``).
         checkpoint_path: file for resumable checkpoints (``None``: none).
         checkpoint_every: rounds between checkpoints.
@@ -88,6 +92,7 @@ class GRPOConfig:
     reward_weights: Sequence[float] | None = None
     fused_logprobs: bool | None = None
     share_prefix: bool | None = None
+    fused_loss: bool | None = None
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 50
@@ -162,9 +167,10 @@ class GRPOTrainer:
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
         self.loss_fn = GRPOLoss(
-            cfg.loss, temperature=cfg.temperature, fused=cfg.fused_logprobs is not False, share_prefix=cfg.share_prefix is not False
+            cfg.loss, temperature=cfg.temperature, fused=cfg.fused_logprobs is not False,
+            share_prefix=cfg.share_prefix is not False, fused_loss=cfg.fused_loss is not False,
         )
-        self._fast_path_checked = cfg.fused_logprobs is not None and cfg.share_prefix is not None
+        self._fast_path_checked = all(x is not None for x in (cfg.fused_logprobs, cfg.share_prefix, cfg.fused_loss))
         self.callback = callback
         self.step_count = 0
         self.metrics = MetricHistory()
@@ -260,6 +266,12 @@ class GRPOTrainer:
             self.loss_fn.share_prefix = False
             if isinstance(self.generator, HFGenerator):
                 self.generator.share_prefix = False
+        if cfg.fused_loss is None and self.loss_fn.uses_fused_loss:
+            with torch.enable_grad():
+                ok = self.loss_fn.fused_loss_matches(self.model, td)
+            if not ok:
+                log.warning("the fused LM-head + GRPO loss does not reproduce the two-step loss; using the two-step loss")
+                self.loss_fn.fused_loss = False
 
     def _micro_size(self) -> int:
         cfg = self.config
