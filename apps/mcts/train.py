@@ -57,13 +57,14 @@ from tdrl.core.mcts import (  # noqa: E402
 
 @node_batched
 def qtransform_fpu(stats: NodeStats) -> torch.Tensor:
-    """Q-values in ``[-1, 1]`` mapped to ``[0, 1]``; an unvisited child scores its parent's value.
+    """Q-values in ``[-1, 1]`` mapped to ``[0, 1]``; an unvisited child scores the net's value.
 
-    AlphaZero-style bounds with "first-play urgency" = the node's current mean value: an
-    unvisited move is assumed as good as the position, not lost. With mctx's default
+    AlphaZero-style fixed bounds with a "first-play urgency": an unvisited move is assumed
+    as good as the net's value of the position (``raw_value``), not lost. With mctx's default
     (:func:`qtransform_by_parent_and_siblings`, unvisited children score the minimum), once
-    the net's prior puts ~0 on a move and the visited moves look bad, the move is never
-    tried: 32 simulations then miss immediate wins the net does not predict.
+    the prior puts ~0 on a move the move is never tried however bad the visited ones turn
+    out, and 32 simulations miss immediate wins the net does not predict. (The node's mean
+    value as the FPU follows the one visited move down and helps less.)
 
     Args:
         stats: the scored nodes (``Tree.node_stats``); values seen by the player to act.
@@ -71,7 +72,7 @@ def qtransform_fpu(stats: NodeStats) -> torch.Tensor:
     Returns:
         ``[B, *K, A]`` normalised Q-values.
     """
-    qvalues = torch.where(stats.visits > 0, stats.qvalues, stats.node_value[..., None])
+    qvalues = torch.where(stats.visits > 0, stats.qvalues, stats.raw_value[..., None])
     return (qvalues + 1) / 2
 
 
