@@ -6,6 +6,7 @@ comma-separated. Examples:
     python apps/marl_bench/run.py --tiny                      # CI budget, tens of seconds
     python apps/marl_bench/run.py --algorithms mappo,qmix --tasks navigation --seeds 0,1,2 \\
         --n_iters 50 --compare_sequential true --out_dir runs/nav
+    python apps/marl_bench/run.py --tasks navigation --device cuda   # VMAS + training on a GPU
 """
 
 from __future__ import annotations
