@@ -10,7 +10,9 @@ from tdrl.core.envs import SerialEnv
 from tdrl.marl.algorithms import make_groups
 from tdrl.marl.envs import PettingZooEnv, VmasEnv
 from tdrl.marl.objectives import IPPOConfig, MAPPOConfig
-from tdrl.marl.trainer import GroupPolicies, TrainConfig, collect, on_policy_optimizer, on_policy_update, train_on_policy
+from tdrl.marl.trainer import (
+    GroupPolicies, TrainConfig, collect, on_policy_optimizer, on_policy_update, train_on_policy,
+)
 from tdrl.marl.vectorised import make_vectorised_groups, make_vectorised_on_policy
 
 SEEDS, E, T = [3, 7], 2, 6
@@ -72,7 +74,8 @@ def test_vectorised_groups_update_equals_single_seed_updates(case):
                                        rtol=1e-4, atol=1e-5)
             stacked = _stacked_params(vec[g])
             for name, p in _single_params(single[g]).items():
-                torch.testing.assert_close(stacked[name][s], p, rtol=1e-4, atol=2e-5, msg=f"{case} {g} {name} seed {seed}")
+                torch.testing.assert_close(stacked[name][s], p, rtol=1e-4, atol=2e-5,
+                                           msg=f"{case} {g} {name} seed {seed}")
 
 
 def test_vectorised_initial_weights_equal_single_seed_runs():
