@@ -101,6 +101,9 @@ def test_vectorised_two_group_training_reports_each_seed_and_group():
     assert last["frames"] == 80 and len(last["eval_return_seeds"]) == len(SEEDS)
     assert {"eval_return/adversary", "eval_return/agent", "train_return/agent"} <= set(last)
     assert last["eval_return"] == pytest.approx(sum(last["eval_return_seeds"]) / len(SEEDS), rel=1e-5)
+    # 10-step episodes, 10 steps per iteration: every sub-env ends one episode per iteration
+    assert last["train_return"] == pytest.approx(sum(last["train_return_seeds"]) / len(SEEDS), rel=1e-5)
+    assert last["train_return_seeds"][0] != last["train_return_seeds"][1]
     for g, v in parts.items():  # every seed of every group learned
         for a, b in zip(before[g], _stacked_params(v).values()):
             assert all(not torch.equal(a[s], b[s]) for s in range(len(SEEDS))), g

@@ -139,10 +139,13 @@ def _rows(algo, task, seed, history, seed_index=None):
         ret = rec["eval_return"]
         if seed_index is not None and "eval_return_seeds" in rec:
             ret = rec["eval_return_seeds"][seed_index]
+        train = rec["train_return"]
+        if seed_index is not None and "train_return_seeds" in rec:
+            train = rec["train_return_seeds"][seed_index]
         if not math.isnan(ret):
             out.append({"algorithm": algo, "task": task, "seed": seed, "iter": rec["iter"],
                         "frames": rec["frames"], "time_s": round(rec["time_s"], 3),
-                        "eval_return": ret, "train_return": rec["train_return"]})
+                        "eval_return": ret, "train_return": train})
     return out
 
 

@@ -82,11 +82,17 @@ def collect(env, policy: Callable, td: TensorDictBase, n_steps: int) -> tuple[Te
 
 
 class EpisodeReturns:
-    """Per-env running returns; ``update(batch)`` returns the returns of episodes that ended."""
+    """Per-env running returns; ``update(batch)`` returns the returns of episodes that ended.
+
+    After each ``update``, ``last_returns`` holds those returns and ``last_envs`` the flat
+    sub-env index of each (same order).
+    """
 
     def __init__(self, group: str = GROUP) -> None:
         self.group = group
         self.running: torch.Tensor | None = None
+        self.last_returns: list[float] = []
+        self.last_envs: list[int] = []
 
     def update(self, batch: TensorDictBase) -> list[float]:
         r = batch.get((NEXT, self.group, REWARD))  # [*B, T, n, 1]
@@ -95,13 +101,15 @@ class EpisodeReturns:
         r, done = r.reshape(-1, r.shape[-1]), done.reshape(-1, done.shape[-1])
         if self.running is None:
             self.running = torch.zeros(r.shape[0], dtype=r.dtype, device=r.device)
-        finished = []
+        finished, self.last_envs = [], []
         for t in range(r.shape[-1]):
             self.running += r[:, t]
             d = done[:, t]
             if bool(d.any()):
                 finished.extend(self.running[d].tolist())
+                self.last_envs.extend(d.nonzero().flatten().tolist())
                 self.running[d] = 0.0
+        self.last_returns = finished
         return finished
 
 
@@ -181,6 +189,19 @@ def _returns(trackers: dict, batch: TensorDictBase) -> tuple[list[float], dict]:
     counts = {len(r) for r in per_group.values()}
     mean = [sum(x) / len(x) for x in zip(*per_group.values())] if len(counts) == 1 else []
     return mean, extra
+
+
+def _seed_returns(trackers: dict, n_seeds: int, n_envs: int) -> list[float]:
+    """Mean return per seed of the episodes of the latest update (mean over groups; NaN: none
+    ended). Sub-env ``i`` belongs to seed ``i // n_envs`` (seed-major blocks)."""
+    per_group = []
+    for t in trackers.values():
+        sums, counts = [0.0] * n_seeds, [0] * n_seeds
+        for ret, env_i in zip(t.last_returns, t.last_envs):
+            sums[env_i // n_envs] += ret
+            counts[env_i // n_envs] += 1
+        per_group.append([s / c if c else float("nan") for s, c in zip(sums, counts)])
+    return [sum(v) / len(v) for v in zip(*per_group)]
 
 
 def _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds=1) -> dict:
@@ -332,7 +353,8 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
         One record per iteration: ``iter``, ``frames``, ``time_s``, ``train_return``,
         ``eval_return`` (NaN when not evaluated), ``loss``; with several groups also
         ``train_return/<group>`` and ``eval_return/<group>`` (the plain entries are the mean
-        over groups); with ``n_seeds > 1`` and evaluation, ``eval_return_seeds`` (one per seed).
+        over groups); with ``n_seeds > 1``, ``train_return_seeds`` and (when evaluated)
+        ``eval_return_seeds``: one entry per seed.
     """
     groups = _as_groups(parts, group)
     if n_seeds < 1:
@@ -351,6 +373,8 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
         batch, td = collect(env, policy, td, n_steps)
         frames += batch.numel() // n_seeds
         returns, extra = _returns(trackers, batch)
+        if n_seeds > 1:
+            extra["train_return_seeds"] = _seed_returns(trackers, n_seeds, n_envs)
         extra["loss"] = on_policy_update(batch, groups, opt, clip_groups, cfg, n_seeds)
         rec = _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
         history.append(rec)
