@@ -5,9 +5,15 @@ stacked along a new leading seed dim with ``torch.func.stack_module_state`` and 
 with ``torch.func.vmap`` over ``functional_call``. The env holds ``n_seeds`` seed-major
 blocks of sub-envs, so one env step, one forward pass and one optimiser step serve every
 seed; Adam is element-wise and :func:`~tdrl.marl.trainer.train_on_policy` clips gradients
-per seed, so the seeds stay independent. Every agent group of a multi-group env is stacked the same way
-(:func:`make_vectorised_groups`). Beyond the peers: BenchMARL runs seeds one after
-another.
+per seed, so the seeds stay independent. Every agent group of a multi-group env is stacked
+the same way (:func:`make_vectorised_groups`). Beyond the peers: BenchMARL runs seeds one
+after another.
+
+What stays shared between the seeds: the random draws (actions, the epoch permutation, a
+sampled entropy estimate) come from one generator for all seeds, so a vectorised run equals
+single-seed runs given the same data, not sample for sample. Value normalisation,
+``normalize_advantage`` and agent masks with False entries are refused (their statistics
+would mix the seeds); off-policy QMIX/VDN have no vectorised path.
 """
 
 from __future__ import annotations
