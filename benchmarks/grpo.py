@@ -10,6 +10,9 @@ peak RSS, and the reward curve (mean reward of the first and last 5 steps).
     .venv-bench/bin/python benchmarks/grpo.py              # needs trl (benchmarks/setup_peers.sh)
     .venv-bench/bin/python benchmarks/grpo.py --steps 30 --repeats 3
     python benchmarks/grpo.py --profile --steps 15         # tdrl only: where a step's time goes
+    python benchmarks/grpo.py --profile --device cuda      # the same on a GPU (benchmarks/gpu_check.sh)
+
+``--device`` puts the SFT warm-up and both trainers on that device (TRL: ``use_cpu`` off).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ def _data(n_train: int, seed: int):
     return ArithmeticTask(max_value=19).splits(n_train, 64, seed=seed)
 
 
-def prepare(folder: str, sft_steps: int, seed: int) -> None:
+def prepare(folder: str, sft_steps: int, seed: int, device: str = "cpu") -> None:
     """Build the tiny model + tokenizer, warm it up with SFT, save it to ``folder``."""
     import torch
 
@@ -40,6 +43,7 @@ def prepare(folder: str, sft_steps: int, seed: int) -> None:
     torch.set_num_threads(1)
     train, _ = _data(2000, seed)
     model, tok = make_tiny_lm(os.path.join(folder, "init"), ArithmeticTask(max_value=19).corpus(), hidden_size=96, num_layers=2, intermediate_size=288, seed=seed)
+    model.to(device)
     SFTTrainer(model, tok, train, SFTConfig(steps=sft_steps, batch_size=64, lr=3e-3, warmup_steps=10, progress=False, seed=seed)).train()
     model.save_pretrained(os.path.join(folder, "sft"))
     tok.save_pretrained(os.path.join(folder, "sft"))
@@ -51,6 +55,7 @@ def run_tdrl(a) -> dict:
     from tdrl.llm import GRPOConfig, GRPOTrainer, load_model_and_tokenizer, math_answer_reward
 
     model, tok = load_model_and_tokenizer(a.model)
+    model.to(a.device)
     train, _ = _data(2000, a.seed)
     cfg = GRPOConfig(steps=a.steps, prompts_per_step=a.prompts, group_size=a.group, max_new_tokens=a.max_new_tokens,
                      lr=a.lr, warmup_steps=0, seed=a.seed, progress=False)
@@ -73,6 +78,7 @@ def run_trl(a) -> dict:
     from tdrl.llm import load_model_and_tokenizer, math_answer_reward
 
     model, tok = load_model_and_tokenizer(a.model)
+    model.to(a.device)
     train, _ = _data(2000, a.seed)
     train = train.remove_columns("completion")
     times, logs = [], []
@@ -93,7 +99,7 @@ def run_trl(a) -> dict:
             max_completion_length=a.max_new_tokens, learning_rate=a.lr, max_steps=a.steps, logging_steps=1,
             beta=0.0, epsilon=0.2, temperature=1.0, top_k=0, top_p=1.0, loss_type="grpo", num_iterations=1,
             gradient_accumulation_steps=1, lr_scheduler_type="cosine", warmup_steps=0, adam_beta2=0.99,
-            max_grad_norm=1.0, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+            max_grad_norm=1.0, use_cpu=a.device == "cpu", bf16=False, report_to="none", save_strategy="no",
             gradient_checkpointing=False,  # TRL defaults to True; tdrl does not recompute activations
             seed=a.seed, disable_tqdm=True, dataloader_num_workers=0,
         )
@@ -120,6 +126,7 @@ def profile_stages(a) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     model, tok = load_model_and_tokenizer(a.model)
+    model.to(a.device)
     train, _ = _data(2000, a.seed)
     cfg = GRPOConfig(steps=a.steps + 1, prompts_per_step=a.prompts, group_size=a.group, max_new_tokens=a.max_new_tokens,
                      lr=a.lr, seed=a.seed, progress=False)
@@ -130,10 +137,12 @@ def profile_stages(a) -> None:
         marks = [("start", time.perf_counter())]
 
         def mark(name):
+            if model.device.type == "cuda":
+                torch.cuda.synchronize()
             marks.append((name, time.perf_counter()))
 
         batch = next(tr.sampler)
-        ids, mask = tokenize_prompts(tok, render_prompts(tok, batch["prompt"]))
+        ids, mask = tokenize_prompts(tok, render_prompts(tok, batch["prompt"]), model.device)
         ids, mask = ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
         mark("tokenise prompts")
         gen = tr.generator.generate(ids, mask)
@@ -143,21 +152,23 @@ def profile_stages(a) -> None:
         prompts = [p for p in batch["prompt"] for _ in range(G)]
         cols = {k: [v for v in vals for _ in range(G)] for k, vals in batch.items() if k != "prompt"}
         rewards = compute_rewards(tr.reward_fns, prompts, texts, cols, None)[0]
-        adv = group_advantages(rewards, G)
+        adv = group_advantages(rewards, G).to(model.device)
         mark("rewards + advantages")
         td = TensorDict({K.PROMPT_IDS: ids, K.PROMPT_MASK: mask, **gen.to_dict(), K.ADVANTAGE: adv}, batch_size=[ids.shape[0]])
+        td = td.to(model.device)
         tr.optimizer.zero_grad(set_to_none=True)
         loss = tr.loss_fn(model, td)["loss_objective"]
         mark("training forward + loss")
         loss.backward()
         mark("backward")
-        torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         tr.optimizer.step()
         mark("grad clip + optimiser")
         for (_, t0), (name, t1) in zip(marks, marks[1:]):
             times.setdefault(name, []).append(1e3 * (t1 - t0))
         times.setdefault("total", []).append(1e3 * (marks[-1][1] - marks[0][1]))
-    print(f"tdrl GRPO step, {a.prompts} prompts x {a.group}, <= {a.max_new_tokens} new tokens, median of {a.steps} steps (ms)")
+    print(f"tdrl GRPO step on {a.device}, {a.prompts} prompts x {a.group}, <= {a.max_new_tokens} new tokens, "
+          f"median of {a.steps} steps (ms); fused LM-head + GRPO loss: {tr.loss_fn.uses_fused_loss}")
     for name, v in times.items():
         print(f"{name:<26}{statistics.median(v):>9.1f}")
 
@@ -186,25 +197,27 @@ def main() -> None:
     p.add_argument("--worker", choices=["tdrl", "trl"], default=None)
     p.add_argument("--model", default=None)
     p.add_argument("--out", default=None)
+    p.add_argument("--device", default="cpu", help="device of the models (both sides)")
     p.add_argument("--profile", action="store_true", help="tdrl only: median time of each stage of a step")
     a = p.parse_args()
     if a.worker:
         return worker(a)
     if a.profile:
         with tempfile.TemporaryDirectory() as tmp:
-            prepare(tmp, a.sft_steps, a.seed)
+            prepare(tmp, a.sft_steps, a.seed, a.device)
             a.model = os.path.join(tmp, "sft")
             return profile_stages(a)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
     with tempfile.TemporaryDirectory() as tmp:
-        prepare(tmp, a.sft_steps, a.seed)
+        prepare(tmp, a.sft_steps, a.seed, a.device)
         results: dict[str, list[dict]] = {"tdrl": [], "trl": []}
         for r in range(a.repeats):
             for side in ("tdrl", "trl"):
                 out = os.path.join(tmp, f"{side}{r}.json")
                 cmd = [sys.executable, __file__, "--worker", side, "--model", os.path.join(tmp, "sft"), "--out", out,
                        "--steps", str(a.steps), "--prompts", str(a.prompts), "--group", str(a.group),
-                       "--max-new-tokens", str(a.max_new_tokens), "--lr", str(a.lr), "--seed", str(a.seed + r)]
+                       "--max-new-tokens", str(a.max_new_tokens), "--lr", str(a.lr), "--seed", str(a.seed + r),
+                       "--device", a.device]
                 subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
                 with open(out) as f:
                     results[side].append(json.load(f))

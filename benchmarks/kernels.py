@@ -13,6 +13,10 @@ Run (peers live in .venv-bench, built by benchmarks/setup_peers.sh):
   ``log_softmax`` + ``gather``.
 * Fused linear log-prob, N=4096, H=1024, V=32,000, forward + backward: time and peak memory
   vs ``hidden @ W.T`` -> ``log_softmax`` -> ``gather``.
+* Fused linear PG loss (``--only fusedpg``), B=8, T=256, H=512, V=32,000, 80% of tokens in
+  the mask, KL, sequence reduction, forward + backward: ``fused_linear_pg_loss`` (3 matmuls,
+  gradients in the forward) vs ``fused_linear_logprobs`` + ``pg_token_loss`` (4 matmuls) vs
+  full logits -> ``log_softmax`` -> ``gather`` -> the eager loss; time and peak memory.
 
 Peak memory is the peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs`` once the
 inputs exist) of a fresh subprocess minus its RSS at that point, so each figure is the extra memory one forward + backward needs (gradients
@@ -34,7 +38,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "kernels" / "src"))
 
-from tdrl.kernels import fused_linear_logprobs, gae, token_logprobs  # noqa: E402
+from tdrl.kernels import (  # noqa: E402
+    fused_linear_logprobs,
+    fused_linear_pg_loss,
+    gae,
+    pg_token_loss,
+    token_logprobs,
+)
 
 
 def median_ms(fn, repeats: int, warmup: int = 1) -> float:
@@ -143,6 +153,18 @@ def naive_fused(hidden, weight, targets):
 
 def make_case(case: str, size: dict):
     g = torch.Generator().manual_seed(0)
+    if case == "fusedpg":
+        b, t_len, h, v = size["B"], size["T"], size["H"], size["V"]
+        hidden = torch.randn(b, t_len, h, generator=g).requires_grad_(True)
+        weight = (torch.randn(v, h, generator=g) / h**0.5).requires_grad_(True)
+        targets = torch.randint(0, v, (b, t_len), generator=g)
+        with torch.no_grad():
+            lp = fused_linear_logprobs(hidden, weight, targets)
+        old = lp + 0.3 * torch.randn(b, t_len, generator=g)
+        ref = lp + 0.2 * torch.randn(b, t_len, generator=g)
+        adv = torch.randn(b, generator=g)
+        mask = torch.rand(b, t_len, generator=g) < 0.8
+        return (hidden, weight, targets, old, adv, mask, ref), (hidden, weight)
     if case == "logprobs":
         logits = torch.randn(size["B"], size["T"], size["V"], generator=g).requires_grad_(True)
         targets = torch.randint(0, size["V"], (size["B"], size["T"]), generator=g)
@@ -153,7 +175,27 @@ def make_case(case: str, size: dict):
     return (hidden, weight, targets), (hidden, weight)
 
 
+PG_KW = dict(eps_low=0.2, eps_high=0.28, beta=0.04, reduction="sequence")
+
+
+def fused_pg(hidden, weight, targets, old, adv, mask, ref):
+    return fused_linear_pg_loss(hidden, weight, targets, old, adv, mask, ref, **PG_KW)[0]
+
+
+def composed_pg(hidden, weight, targets, old, adv, mask, ref):
+    return pg_token_loss(fused_linear_logprobs(hidden, weight, targets), old, adv, mask, ref, **PG_KW)[0]
+
+
+def naive_full_pg(hidden, weight, targets, old, adv, mask, ref):
+    logp = naive_fused(hidden, weight, targets)
+    return naive_pg_loss(logp, old, adv, mask, ref, PG_KW["eps_low"], PG_KW["eps_high"], PG_KW["beta"],
+                         PG_KW["reduction"])[0]
+
+
 IMPLS = {
+    ("fusedpg", "tdrl"): fused_pg,
+    ("fusedpg", "composed"): composed_pg,
+    ("fusedpg", "naive"): naive_full_pg,
     ("logprobs", "tdrl"): token_logprobs,
     ("logprobs", "naive"): naive_token_logprobs,
     ("fused", "tdrl"): fused_linear_logprobs,
@@ -163,7 +205,7 @@ IMPLS = {
 
 def fwd_bwd(case: str, impl: str, inputs, params) -> None:
     out = IMPLS[(case, impl)](*inputs)
-    grads = torch.autograd.grad(out.sum(), params)
+    grads = torch.autograd.grad(out.sum(), params)  # a scalar loss: sum() is the identity
     del out, grads
 
 
@@ -200,6 +242,29 @@ def bench_memory_case(case: str, size: dict, repeats: int, title: str) -> None:
               f"{mem[impl]:.0f} | {mem[impl] / max(mem['tdrl'], 1e-9):.2f}x |", flush=True)
     print(f"\nmemory: tdrl uses {mem['naive'] / max(mem['tdrl'], 1e-9):.1f}x less than naive; "
           f"time ratio naive/tdrl {times['naive'] / times['tdrl']:.2f}", flush=True)
+
+
+def bench_fused_pg(size: dict, repeats: int) -> None:
+    """fused_linear_pg_loss vs the composed ops vs the naive full-logits path."""
+    inputs, params = make_case("fusedpg", size)
+    losses = {impl: IMPLS[("fusedpg", impl)](*inputs) for impl in ("tdrl", "composed", "naive")}
+    grads = {impl: torch.autograd.grad(loss, params) for impl, loss in losses.items()}
+    err = max(max(abs(losses[i].item() - losses["naive"].item()),
+                  *((a - b).abs().max().item() for a, b in zip(grads[i], grads["naive"])))
+              for i in ("tdrl", "composed"))
+    del losses, grads
+    impls = (("tdrl", "tdrl.kernels.fused_linear_pg_loss (3 matmuls, grads in forward)"),
+             ("composed", "fused_linear_logprobs + pg_token_loss (4 matmuls)"),
+             ("naive", "full logits -> log_softmax -> gather -> eager loss"))
+    times = {i: median_ms(lambda i=i: fwd_bwd("fusedpg", i, inputs, params), repeats) for i, _ in impls}
+    mem = {i: measure_memory("fusedpg", i, size) for i, _ in impls}
+    print(f"\n### Fused linear PG loss B={size['B']}, T={size['T']}, H={size['H']}, V={size['V']}, "
+          f"float32, KL, sequence reduction (forward + backward; max |diff| loss/grads vs naive {err:.1e})\n")
+    print("| implementation | median ms | ratio | peak extra RSS MiB | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for i, name in impls:
+        print(f"| {name} | {times[i]:.0f} | {times[i] / times['tdrl']:.2f}x | "
+              f"{mem[i]:.0f} | {mem[i] / max(mem['tdrl'], 1e-9):.2f}x |", flush=True)
 
 
 # ----------------------------------------------------------------------------- pg loss
@@ -265,7 +330,7 @@ def bench_pg_loss(b: int, t_len: int, repeats: int, with_compile: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    parser.add_argument("--only", default="gae,pg,logprobs,fused", help="comma-separated sections")
+    parser.add_argument("--only", default="gae,pg,logprobs,fused,fusedpg", help="comma-separated sections")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
     parser.add_argument("--mem-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -286,6 +351,9 @@ def main() -> None:
     if "fused" in only:
         size = dict(N=256, H=128, V=4000) if args.quick else dict(N=4096, H=1024, V=32000)
         bench_memory_case("fused", size, 2, f"Fused linear log-prob N={size['N']}, H={size['H']}, V={size['V']}")
+    if "fusedpg" in only:
+        size = dict(B=2, T=64, H=64, V=4000) if args.quick else dict(B=8, T=256, H=512, V=32000)
+        bench_fused_pg(size, 2 if args.quick else 3)
 
 
 if __name__ == "__main__":

@@ -130,3 +130,32 @@ def test_fused_linear_pg_loss(reduction, dtype):
     for a, b, c in zip(tri, ref_out, composed(), strict=True):
         torch.testing.assert_close(a.float(), b.float(), **tol)
         torch.testing.assert_close(a.float(), c.float(), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_linear_pg_loss_on_policy_entropy_logprobs(dtype):
+    """old_logp=None and the entropy / log-prob outputs (GRPOLoss' fused path) on CUDA."""
+    g = torch.Generator().manual_seed(5)
+    hidden = torch.randn(4, 50, 64, generator=g).to(DEV, dtype).requires_grad_(True)
+    weight = (torch.randn(4099, 64, generator=g) / 8).to(DEV, dtype).requires_grad_(True)
+    targets = torch.randint(0, 4099, (4, 50), generator=g).to(DEV)
+    adv = torch.randn(4, generator=g).to(DEV)
+    mask = (torch.rand(4, 50, generator=g) < 0.7).to(DEV)
+
+    def run():
+        loss, stats = fused_linear_pg_loss(hidden, weight, targets, None, adv, mask, temperature=0.9,
+                                           reduction="constant", max_len=64, chunk_size=64,
+                                           return_entropy=True, return_logprobs=True)
+        return loss, *stats.values(), *torch.autograd.grad(loss, (hidden, weight))
+
+    def composed():
+        logp, ent = fused_linear_logprobs(hidden, weight, targets, temperature=0.9, return_entropy=True)
+        loss, stats = pg_token_loss(logp, logp.detach(), adv, mask, reduction="constant", max_len=64)
+        extra = (ent[mask].mean(), torch.where(mask, logp, 0.0))
+        return loss, *stats.values(), *extra, *torch.autograd.grad(loss, (hidden, weight))
+
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    tri, ref_out = both(run)
+    for a, b, c in zip(tri, ref_out, composed(), strict=True):
+        torch.testing.assert_close(a.float(), b.float(), **tol)
+        torch.testing.assert_close(a.float(), c.float(), **tol)

@@ -20,6 +20,11 @@ The reductions need per-sequence token counts before the first chunk: they come 
 mask, so every token's weight in the loss (``mask * row_scale[b]``) is known up front.
 Tokens outside the mask contribute nothing, so only the masked rows are gathered and go
 through the LM head (one host sync for their count).
+
+Two extras serve a trainer that would otherwise need a second pass: ``old_logp=None`` is the
+on-policy single update (each chunk's own log-probs, detached, are the old ones: ratio 1),
+and the per-token log-probs and the mean entropy (computed by the same softmax pass) can be
+returned as detached outputs.
 """
 
 from __future__ import annotations
