@@ -86,13 +86,17 @@ def search(
     store = _EmbeddingStore(tree.embeddings, wrapped)
     device = tree.node_data.device
     offsets = tree.flat_index(torch.zeros(tree.batch_size, dtype=torch.int64, device=device))
+    # A tree of s simulations is at most s deep, so below this every path ends unexpanded.
+    may_revisit = max_depth < num_simulations
     if not supports_node_batches(interior_action_selection_fn):
         for sim in range(num_simulations):
             path = _simulate(
                 tree, offsets, root_action_selection_fn, interior_action_selection_fn, max_depth
             )
-            leaf = _expand(tree, store, offsets, recurrent_fn, path, sim + 1, two_player)
-            _backward(tree, offsets, path, leaf)
+            leaf = _expand(
+                tree, store, offsets, recurrent_fn, path, sim + 1, two_player, None, may_revisit
+            )
+            _backward(tree, path, *leaf)
         return tree
     # Cached selection: the interior rule's choice at every node is kept as a flat edge index
     # and rescored after each simulation only for the nodes whose statistics it changed.
@@ -108,29 +112,41 @@ def search(
         else:
             root_edge = offsets * tree.num_actions + root_action_selection_fn(tree, root_index, 0)
         path = _simulate_cached(tree, offsets, root_edge, cache, max_depth)
-        leaf = _expand(tree, store, offsets, recurrent_fn, path, sim + 1, two_player, cache)
-        changed = _backward(tree, offsets, path, leaf)
+        leaf = _expand(
+            tree, store, offsets, recurrent_fn, path, sim + 1, two_player, cache, may_revisit
+        )
+        changed = _backward(tree, path, *leaf)
         if sim + 1 < num_simulations:
             cache.rescore(interior_action_selection_fn, changed)
     return tree
 
 
 class _Path(NamedTuple):
-    """The edges one simulation walked down, level by level (``D`` levels).
+    """The edges one simulation walked down, level by level (``D`` levels), level-major.
 
     Attributes:
-        edges: ``[B, D]`` flat index ``(b * N + node) * A + action`` of each edge taken.
-        nodes: ``[B, D]`` flat index ``b * N + node`` of each edge's parent.
-        active: ``[B, D]`` bool, the tree really took that edge (a prefix of the levels).
-        parent: ``[B]`` node index whose child gets expanded.
+        edges: ``[D, B]`` flat index ``(b * N + node) * A + action`` of each edge taken; the
+            levels a tree did not take (after its expanded edge) hold ``B * N * A``.
+        active: ``[D, B]`` bool, the tree really took that edge (a prefix of the levels).
+        flat_edge: ``[B]`` flat index of the edge to expand (each tree's last edge taken).
+        flat_parent: ``[B]`` flat node ``b * N + node`` whose child gets expanded.
         action: ``[B]`` action to expand.
     """
 
     edges: Tensor
-    nodes: Tensor
     active: Tensor
-    parent: Tensor
+    flat_edge: Tensor
+    flat_parent: Tensor
     action: Tensor
+
+
+def _path(edges: list[Tensor], num_actions: int, sink_edge: int) -> _Path:
+    """Pack the per-level ``[B]`` edges (``sink_edge`` past each tree's end) into a path."""
+    edges = torch.stack(edges)  # [D, B]
+    active = edges != sink_edge
+    last = edges.gather(0, active.sum(0, keepdim=True).sub_(1)).squeeze(0)  # expanded edge
+    flat_parent = torch.div(last, num_actions, rounding_mode="floor")
+    return _Path(edges, active, last, flat_parent, last - flat_parent * num_actions)
 
 
 def _simulate(
@@ -138,30 +154,23 @@ def _simulate(
 ) -> _Path:
     """Walk down every tree, in lockstep, until each one reaches an unexpanded edge."""
     num_actions = tree.num_actions
+    sink_edge = tree.children_index.numel()
     children = tree.children_index.view(-1)
     node = torch.full_like(offsets, ROOT_INDEX)
     active = torch.ones_like(offsets, dtype=torch.bool)
-    edges, nodes, actions, actives = [], [], [], []
+    edges = []
     depth = 0
     while True:
         action = (root_fn if depth == 0 else interior_fn)(tree, node, depth)
-        flat_node = offsets + node
-        flat_edge = flat_node * num_actions + action
-        edges.append(flat_edge)
-        nodes.append(flat_node)
-        actions.append(action)
-        actives.append(active)
+        flat_edge = (offsets + node) * num_actions + action
+        edges.append(torch.where(active, flat_edge, sink_edge))
         child = children.index_select(0, flat_edge)
         depth += 1
         active = active & (child != UNVISITED)
         if depth >= max_depth or not bool(active.any()):
             break
         node = torch.where(active, child, node)
-    stack = partial(torch.stack, dim=1)
-    edges, nodes, actions, actives = stack(edges), stack(nodes), stack(actions), stack(actives)
-    last = actives.sum(1, keepdim=True) - 1  # the deepest level each tree took
-    parent = nodes.gather(1, last).squeeze(1) - offsets
-    return _Path(edges, nodes, actives, parent, actions.gather(1, last).squeeze(1))
+    return _path(edges, num_actions, sink_edge)
 
 
 class _SelectionCache:
@@ -220,7 +229,6 @@ def _simulate_cached(
     The same walk as :func:`_simulate` for a node-batched interior rule, from the flat root
     edges ``root_edge`` ``[B]``.
     """
-    num_actions = tree.num_actions
     edge = root_edge
     edges = [edge]
     node = cache.child.index_select(0, edge)
@@ -230,13 +238,7 @@ def _simulate_cached(
         edge = cache.best_edge.index_select(0, node)
         edges.append(edge)
         node = cache.child.index_select(0, edge)
-    edges = torch.stack(edges, 1)
-    active = edges != cache.sink_edge  # a prefix of the levels
-    last = edges.gather(1, active.sum(1, keepdim=True) - 1).squeeze(1)  # expanded edge
-    edges = torch.where(active, edges, last[:, None])  # untaken levels: a harmless real edge
-    nodes = torch.div(edges, num_actions, rounding_mode="floor")
-    parent = nodes[:, -1] - offsets
-    return _Path(edges, nodes, active, parent, last - nodes[:, -1] * num_actions)
+    return _path(edges, tree.num_actions, cache.sink_edge)
 
 
 class _EmbeddingStore:
@@ -253,6 +255,20 @@ class _EmbeddingStore:
         if self.wrapped:
             return rows[0]
         return TensorDict(dict(zip(self.keys, rows, strict=True)), batch_size=self.batch)
+
+    def write_slot(self, slot: int, values: TensorDictBase | Tensor) -> None:
+        """Write ``values`` (batch ``[B]``) into node slot ``slot`` of every tree."""
+        batch = self.batch[0]
+        if self.wrapped:
+            self.leaves[0].unflatten(0, (batch, -1))[:, slot] = values
+            return
+        for key, leaf in zip(self.keys, self.leaves, strict=True):
+            value = values.get(key, None)
+            if value is None:
+                raise KeyError(
+                    f"recurrent_fn next_embedding lacks the key {key!r} of the root embedding"
+                )
+            leaf.unflatten(0, (batch, -1))[:, slot] = value
 
     def write(self, flat: Tensor, values: TensorDictBase | Tensor) -> None:
         if self.wrapped:
@@ -286,19 +302,30 @@ def _expand(
     new_index: int,
     two_player: bool,
     cache: _SelectionCache | None = None,
-) -> Tensor:
-    """Call the model on the selected edges and write the new nodes. Returns leaves ``[B]``."""
+    may_revisit: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """Call the model on the selected edges and write the new nodes.
+
+    Args:
+        new_index: the node slot that the growing trees fill (``simulation + 1``).
+        may_revisit: whether a path can end on an expanded edge (at ``max_depth``); if not,
+            every tree grows and the check is skipped.
+
+    Returns:
+        ``(flat_leaf, leaf_value)``: ``[B]`` flat index of each tree's leaf, and ``[B]`` the
+        leaves' raw values when every tree grew (None otherwise: read them from the tree).
+    """
     num_actions, batch = tree.num_actions, tree.batch_size
-    parent, action = path.parent, path.action
-    flat_parent = offsets + parent
-    flat_edge = flat_parent * num_actions + action
-    existing = tree.children_index.view(-1).index_select(0, flat_edge)
-    is_new = existing == UNVISITED
-    leaf = torch.where(is_new, new_index, existing)
-    if not bool(is_new.any()):  # every tree re-evaluates a node at max_depth
-        return leaf
+    flat_edge, flat_parent, action = path.flat_edge, path.flat_parent, path.action
+    all_new = True
+    if may_revisit:
+        existing = tree.children_index.view(-1).index_select(0, flat_edge)
+        is_new = existing == UNVISITED
+        if not bool(is_new.any()):  # every tree re-evaluates a node at max_depth
+            return offsets + existing, None
+        all_new = bool(is_new.all())
     out = RecurrentOutput(*recurrent_fn(store.read(flat_parent), action))
-    dtype = tree.value_sums.dtype
+    dtype = tree.node_data.dtype
     reward = _vector(out.reward, batch, "reward", dtype)
     discount = _vector(out.discount, batch, "discount", dtype)
     value = _vector(out.value, batch, "value", dtype)
@@ -310,39 +337,52 @@ def _expand(
     logits = out.prior_logits.to(dtype)
     if out.invalid_actions is None:  # all legal: the rows of fresh nodes already say so
         invalid = None
-        logits = (logits - logits.amax(-1, keepdim=True)).clamp(min=torch.finfo(dtype).min)
+        logits = (logits - logits.amax(-1, keepdim=True)).clamp_(min=torch.finfo(dtype).min)
     else:
         invalid = _normalize_invalid(out.invalid_actions, batch, num_actions, offsets.device)
         logits = mask_invalid_logits(logits, invalid)
+        if cache is not None:
+            cache.any_invalid = True
     next_embedding = out.next_embedding
     if two_player:
         discount = -discount
+    edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # channels 2, 3: r, discount
+    priors = torch.stack([logits, torch.softmax(logits, -1)], -1)  # edge channels 4, 5
+    if all_new:  # the new nodes are slot new_index of every tree: plain strided writes
+        flat_leaf = offsets + new_index
+        tree.children_index.view(-1).index_fill_(0, flat_edge, new_index)
+        if cache is not None:
+            cache.child.index_copy_(0, flat_edge, flat_leaf)
+        edge_rows[:, 2:4].index_copy_(0, flat_edge, torch.stack([reward, discount], -1))
+        tree.parents[:, new_index] = flat_parent - offsets
+        tree.action_from_parent[:, new_index] = action
+        tree.node_data[:, new_index, 2] = value  # raw value
+        tree.edge_data[:, new_index, :, 4:6] = priors
+        if invalid is not None:
+            tree.invalid_actions[:, new_index] = invalid
+        store.write_slot(new_index, next_embedding)
+        return flat_leaf, value
+    # Only the trees that grow get written (the others re-evaluate a node at max_depth).
+    leaf = torch.where(is_new, new_index, existing)
     flat_leaf = offsets + leaf
-    written = leaf
-    if not bool(is_new.all()):  # only the trees that grow get written (others hit max_depth)
-        keep = is_new.nonzero().squeeze(-1)
-        flat_edge, flat_leaf, written = flat_edge[keep], flat_leaf[keep], leaf[keep]
-        parent, action = parent[keep], action[keep]
-        reward, discount, value = reward[keep], discount[keep], value[keep]
-        logits, next_embedding = logits[keep], next_embedding[keep]
-        invalid = None if invalid is None else invalid[keep]
-    num_fields = tree.edge_data.shape[-1]
+    keep = is_new.nonzero().squeeze(-1)
+    flat_edge, written_leaf, written = flat_edge[keep], flat_leaf[keep], leaf[keep]
+    parent, action = flat_parent[keep] - offsets[keep], action[keep]
     tree.children_index.view(-1).index_copy_(0, flat_edge, written)
     if cache is not None:
-        cache.child.index_copy_(0, flat_edge, flat_leaf)
-    edge_rows = tree.edge_data.view(-1, num_fields)  # channels 2, 3: reward, discount
-    edge_rows[:, 2:4].index_copy_(0, flat_edge, torch.stack([reward, discount], -1))
-    tree.parents.view(-1).index_copy_(0, flat_leaf, parent)
-    tree.action_from_parent.view(-1).index_copy_(0, flat_leaf, action)
-    tree.node_data.view(-1, tree.node_data.shape[-1])[:, 2].index_copy_(0, flat_leaf, value)  # raw
-    priors = torch.stack([logits, torch.softmax(logits, -1)], -1)  # channels 4, 5
-    tree.edge_data.view(-1, num_actions, num_fields)[:, :, 4:6].index_copy_(0, flat_leaf, priors)
+        cache.child.index_copy_(0, flat_edge, written_leaf)
+    edge_rows[:, 2:4].index_copy_(0, flat_edge, torch.stack([reward, discount], -1)[keep])
+    tree.parents.view(-1).index_copy_(0, written_leaf, parent)
+    tree.action_from_parent.view(-1).index_copy_(0, written_leaf, action)
+    node_rows = tree.node_data.view(-1, tree.node_data.shape[-1])
+    node_rows[:, 2].index_copy_(0, written_leaf, value[keep])  # raw value
+    edge_rows.view(-1, num_actions, edge_rows.shape[-1])[:, :, 4:6].index_copy_(
+        0, written_leaf, priors[keep]
+    )
     if invalid is not None:
-        tree.invalid_actions.view(-1, num_actions).index_copy_(0, flat_leaf, invalid)
-        if cache is not None:
-            cache.any_invalid = True
-    store.write(flat_leaf, next_embedding)
-    return leaf
+        tree.invalid_actions.view(-1, num_actions).index_copy_(0, written_leaf, invalid[keep])
+    store.write(written_leaf, next_embedding[keep])
+    return flat_leaf, None
 
 
 def _normalize_invalid(
@@ -359,45 +399,52 @@ def _normalize_invalid(
     return invalid & ~invalid.all(-1, keepdim=True)
 
 
-def _backward(tree: Tree, offsets: Tensor, path: _Path, leaf: Tensor) -> Tensor:
+def _backward(tree: Tree, path: _Path, flat_leaf: Tensor, leaf_value: Tensor | None) -> Tensor:
     """Back the leaves' raw values up their paths, updating visits, sums and derived means.
 
     The values are computed level by level (``v_parent = r + discount * v_child``; levels a
     tree did not take pass the value through unchanged). The levels taken are then gathered
     into one list of distinct node and edge rows per tree, updated and written back at once.
 
+    Args:
+        path: the simulation's path (level-major).
+        flat_leaf: ``[B]`` flat index of each tree's leaf.
+        leaf_value: ``[B]`` raw values of the leaves, or None to read them from the tree.
+
     Returns:
         ``[M]`` the distinct flat nodes whose statistics changed (paths and leaves).
     """
-    batch, depth = path.edges.shape
+    depth, batch = path.edges.shape
     num_actions = tree.num_actions
-    flat_leaf = offsets + leaf
     node_rows = tree.node_data.view(-1, tree.node_data.shape[-1])  # visits, sums, raw, mean
     edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # visits, sums, r, discount, ...
-    leaf_value = node_rows[:, 2].index_select(0, flat_leaf)
-    taken = path.active.t().reshape(-1).nonzero().squeeze(-1)  # level-major: d * B + b
-    taken_edges = path.edges.t().reshape(-1).index_select(0, taken)
+    if leaf_value is None:
+        leaf_value = node_rows[:, 2].index_select(0, flat_leaf)
+    taken = path.active.view(-1).nonzero().squeeze(-1)  # level-major: d * B + b
+    taken_edges = path.edges.view(-1).index_select(0, taken)
     edges = edge_rows.index_select(0, taken_edges)  # [M, 7]
     # Levels not taken pass the value through: reward 0, discount 1.
-    rewards = leaf_value.new_zeros(depth * batch).scatter_(0, taken, edges[:, 2])
-    discounts = leaf_value.new_ones(depth * batch).scatter_(0, taken, edges[:, 3])
-    rewards, discounts = rewards.view(depth, batch).unbind(), discounts.view(depth, batch).unbind()
-    value, backed = leaf_value, [leaf_value]
-    for reward, discount in zip(reversed(rewards), reversed(discounts), strict=True):
-        value = reward + discount * value
-        backed.append(value)
-    values = torch.stack(backed[::-1]).view(-1)  # [(D + 1) * B]: level d's node gets row d
+    rewards = leaf_value.new_zeros(depth, batch)
+    rewards.view(-1).scatter_(0, taken, edges[:, 2])
+    discounts = leaf_value.new_ones(depth, batch)
+    discounts.view(-1).scatter_(0, taken, edges[:, 3])
+    values = leaf_value.new_empty(depth + 1, batch)  # row d: the value backed into level d
+    rows = values.unbind(0)
+    rows[depth].copy_(leaf_value)
+    for d, reward, discount in zip(range(depth - 1, -1, -1), rewards.unbind(0)[::-1],
+                                   discounts.unbind(0)[::-1]):  # fmt: skip
+        torch.add(reward, torch.mul(discount, rows[d + 1]), out=rows[d])
+    values = values.view(-1)
     # Distinct rows: the nodes and edges of the levels taken, and the leaves.
     node_index = torch.cat([torch.div(taken_edges, num_actions, rounding_mode="floor"), flat_leaf])
-    node_add = torch.cat([values.index_select(0, taken), leaf_value])
     nodes = node_rows.index_select(0, node_index)
-    nodes[:, 0] += 1
-    nodes[:, 1] += node_add
-    nodes[:, 3] = nodes[:, 1] / nodes[:, 0].clamp(min=1)
+    nodes[:, 0] += 1  # visits, now >= 1
+    nodes[:, 1] += torch.cat([values.index_select(0, taken), leaf_value])
+    torch.div(nodes[:, 1], nodes[:, 0], out=nodes[:, 3])
     node_rows.index_copy_(0, node_index, nodes)
-    visits, sums, rewards, discounts = edges[:, 0:4].unbind(-1)
-    visits += 1
-    sums += values.index_select(0, taken + batch)  # the child's value: one level deeper
-    edges[:, 6] = rewards + discounts * (sums / visits.clamp(min=1))
+    edges[:, 0] += 1
+    edges[:, 1] += values.index_select(0, taken + batch)  # the child's value: one level down
+    # Q = r + discount * (sums / visits)
+    torch.div(edges[:, 1], edges[:, 0], out=edges[:, 6]).mul_(edges[:, 3]).add_(edges[:, 2])
     edge_rows.index_copy_(0, taken_edges, edges)
     return node_index
