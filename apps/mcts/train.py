@@ -4,17 +4,22 @@ A linear script built from :mod:`tdrl.core.mcts` parts: the batched :class:`TicT
 (cloneable TensorDict states) is the perfect simulator, a small MLP gives prior logits and a
 value, and :func:`muzero_policy` (PUCT + Dirichlet root noise) or
 :func:`gumbel_muzero_policy` searches all live games at once. Each iteration plays
-``games`` self-play games in one batch, stores (board, search policy, outcome) in a replay
-TensorDict, and trains the net with policy cross-entropy + value MSE. Every ``eval_every``
-iterations it plays, with the search (no noise, most-visited move) against a uniformly
-random player and a pure-MCTS player (UCB1 with random playouts), half the games as X.
+``games`` self-play games in one batch (each opening with 0-4 uniformly random moves), stores
+(board, search policy, value target) in a replay TensorDict, and trains the net with policy
+cross-entropy + value MSE on a random one of the board's 8 symmetries of each position. The
+value target mixes the game's outcome and the search's root value. Every ``eval_every``
+iterations it plays, with the search (no noise, most-visited move), against a uniformly
+random player and a pure-MCTS player (UCB1 with random playouts), half the games as X, and
+counts the moves of the search and of the net alone that turn a drawn or won position into a
+lost one, over all 4,520 positions (exact values from :mod:`tictactoe_solver`).
 
-    python apps/mcts/train.py                       # about ten minutes on one CPU core
+    python apps/mcts/train.py                       # about three minutes on one CPU core
     python apps/mcts/train.py --search gumbel --num_simulations 16
     python apps/mcts/train.py --tiny                # a seconds-long smoke run (CI)
 
 Outputs in ``--out``: ``metrics.csv`` (one row per iteration), ``learning_curve.png``,
-``summary.json`` and ``model.pt``.
+``summary.json`` and ``model.pt``. Boolean flags that default to on are turned off with
+``--no_<name>`` (e.g. ``--no_augment``).
 """
 
 from __future__ import annotations
@@ -94,20 +99,20 @@ class Config:
     dirichlet_alpha: float = 1.0  # ~10 / (typical number of legal moves)
     dirichlet_fraction: float = 0.25
     sample_moves: int = 4  # plies played with temperature 1, then the most visited move
-    random_plies: int = 0  # each game opens with U{0..random_plies} uniformly random moves
+    random_plies: int = 4  # each game opens with U{0..random_plies} uniformly random moves
     qtransform: str = "fpu"  # puct only: fpu | parent_and_siblings (mctx's default) | min_max
     max_num_considered_actions: int = 9  # gumbel only
     replay_size: int = 20_000  # positions
     epochs: int = 4
     minibatch_size: int = 256
     augment: bool = True  # train on a random one of the board's 8 symmetries of each position
-    value_mix: float = 0.0  # value target: (1 - mix) * outcome + mix * search root value
+    value_mix: float = 0.5  # value target: (1 - mix) * outcome + mix * search root value
     lr: float = 3e-3
-    lr_final: float = 3e-3  # cosine decay from lr to lr_final over the iterations
+    lr_final: float = 3e-4  # cosine decay from lr to lr_final over the iterations
     weight_decay: float = 1e-4
     hidden: int = 128
-    eval_every: int = 5
-    eval_games: int = 100
+    eval_every: int = 10
+    eval_games: int = 200
     eval_simulations: int = 32
     pure_mcts_simulations: int = 200
     seed: int = 0

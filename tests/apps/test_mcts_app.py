@@ -41,6 +41,25 @@ def test_tiny_alphazero_run(tmp_path, search):
     assert int(rows[-1]["positions"]) > int(rows[0]["positions"]) > 0
 
 
+def test_short_run_learns_to_avoid_losing_moves(tmp_path):
+    """Fixed seed, 20 small iterations: the search stops playing into lost positions.
+
+    ``losing_moves`` counts, over all 4,520 unfinished positions, the moves that turn a won
+    or drawn position into a lost one (exact minimax values). The untrained net's search
+    (16 simulations) plays ~500 of them.
+    """
+    app = _load_app()
+    cfg = app.parse_args([
+        "--iterations", "20", "--games", "64", "--num_simulations", "16", "--eval_every", "100",
+        "--eval_games", "40", "--eval_simulations", "16", "--pure_mcts_simulations", "16",
+        "--out", str(tmp_path),
+    ])  # fmt: skip
+    final = app.main(cfg)["final"]
+    assert final["losing_moves"] <= 60, final
+    assert final["net_losing_moves"] <= 250, final
+    assert final["vs_random_loss"] <= 0.05 and final["vs_random_win"] >= 0.8, final
+
+
 def test_config_rejects_unknown_search():
     app = _load_app()
     with pytest.raises(ValueError, match="--search"):
