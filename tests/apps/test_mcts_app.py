@@ -60,6 +60,31 @@ def test_short_run_learns_to_avoid_losing_moves(tmp_path):
     assert final["vs_random_loss"] <= 0.05 and final["vs_random_win"] >= 0.8, final
 
 
+@pytest.mark.parametrize("value_mix", [0.0, 0.5])
+def test_self_play_value_targets_are_the_movers_outcome(value_mix):
+    """A scripted game (first empty cell): X wins on the 2-4-6 diagonal at ply 7."""
+    import torch
+    from tensordict import TensorDict
+
+    app = _load_app()
+    cfg = app.Config(games=2, random_plies=0, value_mix=value_mix)
+    game = app.TicTacToe()
+
+    def first_empty(state, noise, temperature, num_simulations):
+        n = state.shape[0]
+        return TensorDict(
+            {"action": (state["board"] == 0).float().argmax(-1), app.POLICY_TARGET: torch.zeros(n, 9),
+             app.ROOT_VALUE: torch.full((n,), 0.2)},
+            batch_size=[n],
+        )  # fmt: skip
+
+    data = app.self_play(cfg, game, first_empty, torch.Generator().manual_seed(0))
+    assert data.shape == (14,)
+    outcome = torch.tensor([1.0, -1.0] * 3 + [1.0]).repeat_interleave(2)  # X, O, ... X to move
+    expected = (1 - value_mix) * outcome + value_mix * 0.2
+    torch.testing.assert_close(data["value_target"], expected)
+
+
 def test_config_rejects_unknown_search():
     app = _load_app()
     with pytest.raises(ValueError, match="--search"):
