@@ -59,13 +59,14 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
         sums = torch.zeros(5, dtype=cdt, device=hidden.device)  # loss, clipped, kl, ratio, entropy
         zero = sums.new_zeros(())
         logp_out = torch.empty(n if need_logp else 0, dtype=cdt, device=hidden.device)
-        ws_fwd = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
-        ws_bwd = _torch_workspace(rows_bwd, min(chunk, n), weight.shape[0], weight) if backprop else None
+        # One pair of [chunk, V] buffers for the torch rows (None for Triton's): the backward
+        # rows reuse the forward's, whose temporaries are dead once the chunk's lse is known.
+        ws = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             h, tgt = hidden[s:e], targets[s:e]
             logits = _logits(h, weight, bias)
-            lp, lse, ent = rows_fwd(logits, tgt, temperature, need_ent, workspace=ws_fwd)
+            lp, lse, ent = rows_fwd(logits, tgt, temperature, need_ent, workspace=ws)
             if need_logp:
                 logp_out[s:e] = lp
             m = mask[s:e]
@@ -80,7 +81,7 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
             sums += torch.stack([(loss_t * sc).sum(), clip_t.sum().to(sums.dtype), kl_t.sum(), ratio_t.sum(), ent_sum])
             if backprop:
                 g = rows_bwd(logits, tgt, temperature, lse, None, (dloss_t * sc).contiguous(), None,
-                             logits, workspace=ws_bwd)
+                             logits, workspace=ws)
                 if need_h:
                     torch.mm(g, weight, out=grad_hidden[s:e])
                 if need_w:
