@@ -34,6 +34,7 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +44,6 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tictactoe_solver import Solver  # noqa: E402
 
-from tdrl.core.mcts.tree import NodeStats  # noqa: E402
 from tdrl.core.mcts import (  # noqa: E402
     POLICY_TARGET,
     ROOT_VALUE,
@@ -58,6 +58,9 @@ from tdrl.core.mcts import (  # noqa: E402
     simulator_model,
     ucb1_selection,
 )
+
+if TYPE_CHECKING:
+    from tdrl.core.mcts.tree import NodeStats
 
 
 @node_batched
