@@ -306,12 +306,13 @@ def play_match(game: TicTacToe, agent, opponent, num_games: int) -> dict[str, fl
 
 
 def plot(rows: list[dict], path: str) -> None:
+    """Losses, match results and losing-move counts of ``rows`` (metrics.csv rows) to ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_loss, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_loss, ax_eval, ax_moves) = plt.subplots(1, 3, figsize=(15, 4))
     it = [r["iteration"] for r in rows]
     ax_loss.plot(it, [r["loss_policy"] for r in rows], label="policy cross-entropy")
     ax_loss.plot(it, [r["loss_value"] for r in rows], label="value MSE")
@@ -326,14 +327,19 @@ def plot(rows: list[dict], path: str) -> None:
         ("vs_mcts_win", "search vs pure MCTS: win"),
         ("vs_mcts_loss", "search vs pure MCTS: loss"),
         ("net_vs_random_win", "net alone vs random: win"),
-        ("losing_moves", "search: losing moves / 4,520 positions"),
+        ("net_vs_random_loss", "net alone vs random: loss"),
     ]:
-        scale = 1 / 4520 if key == "losing_moves" else 1
-        ax_eval.plot(ev, [r[key] * scale for r in evals], marker="o", label=label)
+        ax_eval.plot(ev, [r[key] for r in evals], marker="o", label=label)
     ax_eval.set_ylim(-0.02, 1.02)
     ax_eval.set_xlabel("iteration")
     ax_eval.set_title("evaluation (half the games as X)")
     ax_eval.legend(fontsize=8)
+    for key, label in [("losing_moves", "search"), ("net_losing_moves", "net alone")]:
+        ax_moves.plot(ev, [r[key] for r in evals], marker="o", label=label)
+    ax_moves.set_yscale("symlog", linthresh=1)
+    ax_moves.set_xlabel("iteration")
+    ax_moves.set_title("moves into a lost position (of 4,520 positions)")
+    ax_moves.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
