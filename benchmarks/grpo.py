@@ -11,6 +11,7 @@ peak RSS, and the reward curve (mean reward of the first and last 5 steps).
     .venv-bench/bin/python benchmarks/grpo.py --steps 30 --repeats 3
     python benchmarks/grpo.py --profile --steps 15         # tdrl only: where a step's time goes
     python benchmarks/grpo.py --profile --device cuda      # the same on a GPU (benchmarks/gpu_check.sh)
+    python benchmarks/grpo.py --loss-step --repeats 3      # the loss step alone at V=32,000
 
 ``--device`` puts the SFT warm-up and both trainers on that device (TRL: ``use_cpu`` off).
 """
@@ -173,6 +174,75 @@ def profile_stages(a) -> None:
         print(f"{name:<26}{statistics.median(v):>9.1f}")
 
 
+def loss_step(a) -> None:
+    """GRPOLoss forward + backward alone on a model with an LLM-sized vocabulary (the benchmark's
+    tiny model has 29 tokens, so its LM head costs nothing): the fused LM-head + GRPO loss
+    (``fused_loss``, 3 LM-head matmuls) vs fused log-probs + ``grpo_objective`` (4) vs the
+    full logits. Random Qwen2 (hidden 256, 2 layers, V=32,000), 4 prompts x 4, prompt 32 and
+    completion 128 tokens, ragged completions, old and reference log-probs, KL 0.04.
+    Each variant runs in its own process for its peak RSS."""
+    import torch
+    from tensordict import TensorDict
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from tdrl.llm import GRPOLoss, GRPOLossConfig, completion_logprobs
+    from tdrl.llm import keys as K
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=32000, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(cfg).to(a.device)
+    g = torch.Generator().manual_seed(0)
+    n, G, P, C = 16, 4, 32, 128
+    prompts = torch.randint(0, 32000, (n // G, P), generator=g).repeat_interleave(G, 0)
+    lengths = torch.randint(C // 4, C + 1, (n,), generator=g)
+    cmask = torch.arange(C)[None] < lengths[:, None]
+    td = TensorDict({K.PROMPT_IDS: prompts, K.PROMPT_MASK: torch.ones(n, P, dtype=torch.long),
+                     K.COMPLETION_IDS: torch.randint(0, 32000, (n, C), generator=g), K.COMPLETION_MASK: cmask,
+                     K.ADVANTAGE: torch.randn(n, generator=g)}, batch_size=[n]).to(a.device)
+    loss_cfg = GRPOLossConfig(beta=0.04, reduction="sequence")
+    with torch.no_grad():
+        lp = completion_logprobs(model, td)
+    td[K.OLD_LOG_PROB] = (lp + 0.1 * torch.randn(lp.shape, generator=g).to(lp.device)) * td[K.COMPLETION_MASK]
+    td[K.REF_LOG_PROB] = (lp + 0.1 * torch.randn(lp.shape, generator=g).to(lp.device)) * td[K.COMPLETION_MASK]
+    variants = {"fused_loss": dict(fused=True, fused_loss=True), "fused_logprobs": dict(fused=True, fused_loss=False),
+                "logits": dict(fused=False)}
+    loss_fn = GRPOLoss(loss_cfg, **variants[a.loss_step])
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        loss_fn(model, td)["loss_objective"].backward()
+        if model.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    run()
+    times = []
+    for _ in range(a.repeats):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    print(json.dumps({"ms": 1e3 * statistics.median(times), "loss": loss_fn(model, td)["loss_objective"].item(),
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def loss_step_table(a) -> None:
+    rows = {}
+    for v in ("fused_loss", "fused_logprobs", "logits"):
+        cmd = [sys.executable, __file__, "--loss-step", v, "--repeats", str(a.repeats), "--device", a.device]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        rows[v] = json.loads(out.strip().splitlines()[-1])
+    print(f"GRPOLoss forward + backward, random Qwen2 V=32,000 H=256 2 layers, 16 rows x (32 + <=128) tokens, "
+          f"KL, {a.device}, 1 thread, median of {a.repeats}")
+    print(f"{'variant':<44}{'ms':>9}{'ratio':>8}{'peak RSS MB':>13}{'loss':>12}")
+    names = {"fused_loss": "fused LM head + GRPO loss (fused_loss=True)",
+             "fused_logprobs": "fused log-probs + grpo_objective", "logits": "full logits (fused=False)"}
+    for v, r in rows.items():
+        print(f"{names[v]:<44}{r['ms']:>9.0f}{r['ms'] / rows['fused_loss']['ms']:>8.2f}{r['peak_rss_mb']:>13.0f}"
+              f"{r['loss']:>12.6f}")
+
+
 def worker(a) -> None:
     import torch
 
@@ -199,9 +269,14 @@ def main() -> None:
     p.add_argument("--out", default=None)
     p.add_argument("--device", default="cpu", help="device of the models (both sides)")
     p.add_argument("--profile", action="store_true", help="tdrl only: median time of each stage of a step")
+    p.add_argument("--loss-step", nargs="?", const="table", default=None,
+                   choices=["table", "fused_loss", "fused_logprobs", "logits"],
+                   help="tdrl only: GRPOLoss fwd+bwd at V=32,000, fused loss vs two-step vs logits")
     a = p.parse_args()
     if a.worker:
         return worker(a)
+    if a.loss_step:
+        return loss_step_table(a) if a.loss_step == "table" else loss_step(a)
     if a.profile:
         with tempfile.TemporaryDirectory() as tmp:
             prepare(tmp, a.sft_steps, a.seed, a.device)

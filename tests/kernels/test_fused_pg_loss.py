@@ -215,3 +215,12 @@ def test_on_policy_old_none_entropy_and_logprobs_outputs(reduction, backend):
     kw.pop("temperature")
     ref = pg_token_loss(logp, logp.detach(), case["advantages"], m, case["ref_logp"], **kw)
     assert_same(case, (loss, stats), ref, tol)
+
+
+def test_backward_twice_is_a_clear_error():
+    """The gradients are computed once in the forward and handed over without a copy."""
+    case = make(2, 3, 8, 13, seed=11)
+    loss, _ = fused(case, chunk_size=2)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        loss.backward()

@@ -91,7 +91,9 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
                 del g
             del logits
         count = mask.sum().clamp(min=1.0)
-        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        # Held on ctx rather than saved: backward hands these very tensors to autograd (scaled
+        # in place), so the [V, H] weight gradient is never copied.
+        ctx.grads = (grad_hidden, grad_weight, grad_bias)
         loss = sums[0]
         stats = sums[1] / count, sums[2] / count, sums[3] / count, sums[4] / count
         ctx.mark_non_differentiable(*stats, logp_out)
@@ -99,9 +101,14 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, *_):
-        grads = []
-        for g in ctx.saved_tensors:
-            grads.append(None if g is None else g * grad_loss.to(g.dtype))
+        grads = ctx.grads
+        if grads is None:
+            raise RuntimeError(
+                "fused_linear_pg_loss computes its gradients once, in the forward: backward through "
+                "the same loss twice (retain_graph=True) is not supported; recompute the loss."
+            )
+        ctx.grads = None
+        grads = tuple(None if g is None else g.mul_(grad_loss.to(g.dtype)) for g in grads)
         return (*grads, None, None, None, None, None, None, None)
 
 
