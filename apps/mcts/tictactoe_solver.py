@@ -88,7 +88,7 @@ class Solver:
         return self.q[encode(board)]
 
     def value(self, board: Tensor) -> Tensor:
-        """``[B]`` outcome for the player to move under perfect play, unfinished boards ``[B, 9]``."""
+        """``[B]`` outcome for the player to move under perfect play, on boards ``[B, 9]``."""
         q = self.action_values(board)
         if bool(q.isnan().all(-1).any()):
             raise ValueError("value() needs reachable unfinished boards (a legal move to make)")

@@ -134,7 +134,9 @@ class Config:
         if self.search not in ("puct", "gumbel"):
             raise ValueError(f"--search must be 'puct' or 'gumbel', got {self.search!r}")
         if self.qtransform not in QTRANSFORMS:
-            raise ValueError(f"--qtransform must be one of {sorted(QTRANSFORMS)}, got {self.qtransform!r}")
+            raise ValueError(
+                f"--qtransform must be one of {sorted(QTRANSFORMS)}, got {self.qtransform!r}"
+            )
         if self.eval_games % 2:
             raise ValueError(f"--eval_games must be even (half as X, half as O), got {self.eval_games}")
 
@@ -236,7 +238,11 @@ def self_play(cfg: Config, game: TicTacToe, act, generator: torch.Generator) -> 
     outcome = winner[torch.cat(game_ids)] * mover  # the mover's outcome
     value_target = (1 - cfg.value_mix) * outcome + cfg.value_mix * torch.cat(root_values)
     return TensorDict(
-        {"board": torch.cat(boards), POLICY_TARGET: torch.cat(targets), "value_target": value_target},
+        {
+            "board": torch.cat(boards),
+            POLICY_TARGET: torch.cat(targets),
+            "value_target": value_target,
+        },
         batch_size=[mover.shape[0]],
     )
 
@@ -370,7 +376,8 @@ def main(cfg: Config) -> dict:
         replay = data if replay is None else torch.cat([replay, data])[-cfg.replay_size :]
         progress = (iteration - 1) / max(cfg.iterations - 1, 1)
         for group in optimizer.param_groups:
-            group["lr"] = cfg.lr_final + 0.5 * (cfg.lr - cfg.lr_final) * (1 + math.cos(math.pi * progress))
+            cosine = 0.5 * (1 + math.cos(math.pi * progress))
+            group["lr"] = cfg.lr_final + (cfg.lr - cfg.lr_final) * cosine
         net.train()
         losses = train_epochs(cfg, net, optimizer, replay, generator)
         net.eval()

@@ -70,13 +70,14 @@ def test_self_play_value_targets_are_the_movers_outcome(value_mix):
     cfg = app.Config(games=2, random_plies=0, value_mix=value_mix)
     game = app.TicTacToe()
 
-    def first_empty(state, noise, temperature, num_simulations):
+    def first_empty(state, noise, temperature, num_simulations):  # the search's signature
         n = state.shape[0]
+        action = (state["board"] == 0).float().argmax(-1)  # the first empty cell
+        target, root_value = torch.zeros(n, 9), torch.full((n,), 0.2)
         return TensorDict(
-            {"action": (state["board"] == 0).float().argmax(-1), app.POLICY_TARGET: torch.zeros(n, 9),
-             app.ROOT_VALUE: torch.full((n,), 0.2)},
+            {"action": action, app.POLICY_TARGET: target, app.ROOT_VALUE: root_value},
             batch_size=[n],
-        )  # fmt: skip
+        )
 
     data = app.self_play(cfg, game, first_empty, torch.Generator().manual_seed(0))
     assert data.shape == (14,)
