@@ -41,7 +41,12 @@ class FusedPUCT:
         self.pb_c_init, self.pb_c_base, self.epsilon = pb_c_init, pb_c_base, epsilon
 
     def __call__(
-        self, node_rows: Tensor, edge_rows: Tensor, invalid_rows: Tensor | None, nodes: Tensor
+        self,
+        node_rows: Tensor,
+        edge_rows: Tensor,
+        invalid_rows: Tensor | None,
+        nodes: Tensor,
+        node_stats: Tensor | None = None,
     ) -> Tensor:
         """Best action of each node in ``nodes``.
 
@@ -50,6 +55,7 @@ class FusedPUCT:
             edge_rows: ``[R, A, 7]`` packed edge statistics (``Tree.edge_data`` flattened).
             invalid_rows: ``[R, A]`` bool illegal actions, or None when no node has any.
             nodes: ``[M]`` int64 rows to score.
+            node_stats: optional ``[M, 4]`` ``node_rows[nodes]``, when the caller has them.
 
         Returns:
             ``[M]`` int64 actions, those of ``puct_selection`` on the same nodes.
@@ -60,7 +66,9 @@ class FusedPUCT:
         visits = edges[0].contiguous()
         probs_q = edges[5:7].contiguous()
         probs, qvalues = probs_q[0], probs_q[1]
-        stats = node_rows.index_select(0, nodes).t()  # [4, M]: visits, sums, raw, mean
+        if node_stats is None:
+            node_stats = node_rows.index_select(0, nodes)
+        stats = node_stats.t()  # [4, M]: visits, sums, raw, mean
         node_visit = stats[0].contiguous()
         node_value = stats[3].contiguous()
         # Exploration: (sqrt(N) * c(N)) * P(a) / (1 + N(a)), c(N) = init + log((N + base + 1) / base).
@@ -89,12 +97,11 @@ def first_argmax(scores: Tensor) -> Tensor:
     num_actions = scores.shape[0]
     if num_actions > _MAX_UNROLLED_ACTIONS:
         return scores.t().argmax(-1)
-    best = scores[0].clone()
+    best = scores[0]
     action = torch.zeros(best.shape, dtype=torch.int64, device=scores.device)
     for a in range(1, num_actions):
-        better = scores[a] > best
-        best = torch.where(better, scores[a], best)
-        action.masked_fill_(better, a)
+        action.masked_fill_(scores[a] > best, a)
+        best = torch.maximum(best, scores[a])  # NaN scores aside, the kept maximum
     return action
 
 

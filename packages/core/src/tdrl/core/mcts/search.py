@@ -115,9 +115,9 @@ def search(
         leaf = _expand(
             tree, store, offsets, recurrent_fn, path, sim + 1, two_player, cache, may_revisit
         )
-        changed = _backward(tree, path, *leaf)
+        changed, changed_stats = _backward(tree, path, *leaf)
         if sim + 1 < num_simulations:
-            cache.rescore(interior_action_selection_fn, changed)
+            cache.rescore(interior_action_selection_fn, changed, changed_stats)
     return tree
 
 
@@ -211,14 +211,20 @@ class _SelectionCache:
         self.edge_rows = tree.edge_data.view(self.sink_node, num_actions, -1)
         self.invalid_rows = tree.invalid_actions.view(self.sink_node, num_actions)
 
-    def rescore(self, interior_fn: SelectionFn, nodes: Tensor) -> None:
-        """Rescore the distinct flat nodes ``nodes`` ``[M]`` with the interior rule."""
+    def rescore(
+        self, interior_fn: SelectionFn, nodes: Tensor, node_stats: Tensor | None = None
+    ) -> None:
+        """Rescore the distinct flat nodes ``nodes`` ``[M]`` with the interior rule.
+
+        ``node_stats`` (``[M, 4]``, optional) are their packed node rows, if already read.
+        """
         if self.fused is not None:
             invalid = self.invalid_rows if self.any_invalid else None
-            action = self.fused(self.node_rows, self.edge_rows, invalid, nodes)
+            action = self.fused(self.node_rows, self.edge_rows, invalid, nodes, node_stats)
         else:
             action = interior_fn(self.flat_tree, nodes[None], 1)[0]
-        self.best_edge.index_copy_(0, nodes, nodes * self.num_actions + action)
+        edge = nodes * self.num_actions
+        self.best_edge.scatter_(0, nodes, edge.add_(action))
 
 
 def _simulate_cached(
@@ -412,7 +418,8 @@ def _backward(tree: Tree, path: _Path, flat_leaf: Tensor, leaf_value: Tensor | N
         leaf_value: ``[B]`` raw values of the leaves, or None to read them from the tree.
 
     Returns:
-        ``[M]`` the distinct flat nodes whose statistics changed (paths and leaves).
+        ``(nodes, rows)``: ``[M]`` the distinct flat nodes whose statistics changed (paths
+        and leaves) and ``[M, 4]`` their new packed rows.
     """
     depth, batch = path.edges.shape
     num_actions = tree.num_actions
@@ -447,4 +454,4 @@ def _backward(tree: Tree, path: _Path, flat_leaf: Tensor, leaf_value: Tensor | N
     # Q = r + discount * (sums / visits)
     torch.div(edges[:, 1], edges[:, 0], out=edges[:, 6]).mul_(edges[:, 3]).add_(edges[:, 2])
     edge_rows.index_copy_(0, taken_edges, edges)
-    return node_index
+    return node_index, nodes
