@@ -13,9 +13,12 @@ Two ways down the trees:
 * level by level (any other rule): the rule scores the current node of every tree at each
   level.
 
-Both build the same tree. The backup computes the path values level by level (two ops per
-level) and updates the distinct node and edge rows of all paths with one gather and one
-write each.
+Both build the same tree. The default PUCT rule is rescored by a fused, bit-identical
+scorer (:mod:`~tdrl.core.mcts.fused`). Paths are level-major ``[D, B]`` with a sink entry
+past each tree's end; the new nodes of a simulation all sit in the same slot, so they are
+written with plain strided copies. The backup computes the path values level by level (two
+ops per level, into one preallocated buffer) and updates the distinct node and edge rows of
+all paths with one gather and one write each; the rescoring reuses the node rows it wrote.
 """
 
 from __future__ import annotations
