@@ -71,7 +71,7 @@ class FusedPUCT:
         stats = node_stats.t()  # [4, M]: visits, sums, raw, mean
         node_visit = stats[0].contiguous()
         node_value = stats[3].contiguous()
-        # Exploration: (sqrt(N) * c(N)) * P(a) / (1 + N(a)), c(N) = init + log((N + base + 1) / base).
+        # Exploration: sqrt(N) * c(N) * P(a) / (1 + N(a)), c(N) = init + log((N + base + 1) / base)
         pb_c = ((node_visit + (self.pb_c_base + 1.0)) / self.pb_c_base).log_().add_(self.pb_c_init)
         scores = node_visit.sqrt().mul_(pb_c).mul(probs).div_(visits + 1)
         # Q min-max normalised over the node's value and its visited children.

@@ -24,7 +24,6 @@ all paths with one gather and one write each; the rescoring reuses the node rows
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import NamedTuple
 
 import torch

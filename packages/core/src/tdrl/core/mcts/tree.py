@@ -112,9 +112,10 @@ def node_batched(fn: _F) -> _F:
     ``[B, *K]`` actions, or ``[B, *K, A]`` Q-values) and depend only on
     ``tree.node_stats(node_index)`` (the statistics of the scored node and its edges), never
     on the search depth, on random draws or on other tree fields: the search calls it on all
-    trees flattened into one (``B = 1``, empty embeddings and extras). :func:`~tdrl.core.mcts.search` then caches each node's chosen action and
-    rescores only the nodes a simulation changed, so that walking down a tree costs a few
-    gathers per level. Unmarked interior selection functions are called level by level.
+    trees flattened into one (``B = 1``, empty embeddings and extras).
+    :func:`~tdrl.core.mcts.search` then caches each node's chosen action and rescores only
+    the nodes a simulation changed, so that walking down a tree costs a few gathers per
+    level. Unmarked interior selection functions are called level by level.
 
     Returns:
         ``fn`` itself, marked.
