@@ -20,6 +20,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 from ..envs import EnvBase, GymWrapper
 from ..envs._fastpath import paused_gc, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
+from ._gym_loop import plan_gym_loop, run_gym_loop
 from .utils import split_trajectories
 
 __all__ = ["Collector", "as_interaction_type"]
@@ -176,6 +177,10 @@ class Collector:
         seed: seed of the env (``env.set_seed``).
     """
 
+    # one plain Gymnasium env + a plain TensorDictModule run a specialised loop on dicts
+    # (see ``_gym_loop``; same batches). False forces the generic loop (tests, A/B timing).
+    _dict_loop: bool = True
+
     def __init__(
         self,
         env: EnvBase | Callable[[], EnvBase],
@@ -305,8 +310,14 @@ class Collector:
         moves = policy is not None and pol_dev != env_dev
         nb = len(env.batch_size)
         max_steps = self.max_frames_per_traj
+        plan = None
+        if self._dict_loop and not random_left and max_steps is None and policy is not None:
+            plan = plan_gym_loop(self, td)
         with set_interaction_type(self.exploration_type), torch.no_grad(), paused_gc():
-            for t in range(self.steps_per_batch):
+            if plan is not None:  # one plain Gymnasium env, a plain policy module
+                out, ids = run_gym_loop(self, td, self.steps_per_batch, plan)
+                td = self._td
+            for t in range(self.steps_per_batch if plan is None else 0):
                 if random_left > t * n_envs or policy is None:
                     td = env.rand_action(td)
                 elif moves:
@@ -335,7 +346,8 @@ class Collector:
             self._td = td
             # stack and drop the per-step TensorDicts before the collector resumes, so
             # that it never walks them
-            out = _stack_steps(steps, nb)
+            if plan is None:
+                out = _stack_steps(steps, nb)
             del steps
         out.set(TRAJ_ID, torch.stack(ids, nb) * self._traj_stride + self._traj_offset)
         if self.storing_device != out.device:

@@ -369,6 +369,11 @@ class GymWrapper(EnvBase):
 
     def _step_slab(self, out: tuple) -> TensorDictBase:
         """Single env, array observation, CPU: outputs written into slab rows."""
+        return self._make_td(self._step_slab_source(out))
+
+    def _step_slab_source(self, out: tuple) -> dict:
+        """``_step_slab`` before the TensorDict is built: ``{key: tensor}`` of the ``"next"``
+        content (the Collector's single-env loop keeps plain dicts until its final stack)."""
         obs, reward, terminated, truncated, info = out
         slab = self._slab
         i = slab.take()
@@ -387,7 +392,7 @@ class GymWrapper(EnvBase):
                   TERMINATED: term, TRUNCATED: trunc}
         if self._info_reader is not None:
             self._info_reader.read(info, source)
-        return self._make_td(source)
+        return source
 
     def _step_vector_slab(self, out: tuple) -> TensorDictBase:
         """Vector env, array observation, CPU: outputs written into slab rows."""

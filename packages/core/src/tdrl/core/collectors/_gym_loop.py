@@ -1,0 +1,109 @@
+"""The Collector's specialised loop for one plain Gymnasium env and a plain policy module.
+
+With a single Pendulum-sized env a frame costs ~100-180 us (policy + simulator), so every
+generic step of the collector (``EnvBase.step``, a TensorDict per step and per ``"next"``,
+the policy's dispatch, the preset / flag checks) weighs a lot. When the setup is the
+simplest one (a :class:`~tdrl.core.envs.GymWrapper` of one env with array observations on
+the CPU, a plain ``TensorDictModule`` with string keys, no action checks, no random frames,
+no ``max_frames_per_traj``), this loop does the same work on plain ``{key: tensor}`` dicts:
+it calls the wrapped module on the in-keys (what the ``TensorDictModule`` does), steps the
+Gymnasium env through the wrapper's own step implementation and stacks the dicts once at
+the end. Resets go through the collector's generic code. The batch it returns is the one
+the generic loop returns (same keys, key order, values and trajectory ids; tested).
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from ..envs import EnvBase, GymWrapper
+from ..keys import ACTION, NEXT
+
+__all__ = ["plan_gym_loop", "run_gym_loop"]
+
+
+def plan_gym_loop(collector, td: TensorDictBase) -> tuple | None:
+    """``(module, in_keys, out_key)`` when ``collector`` can use :func:`run_gym_loop`
+    from the root ``td``, else ``None`` (the generic loop runs)."""
+    from tensordict.nn import TensorDictModule
+
+    env, policy = collector.env, collector.policy
+    if (not isinstance(env, GymWrapper) or env.batch_size != () or env.check_actions
+            or type(env).step is not EnvBase.step or type(env)._step is not GymWrapper._step
+            or getattr(env._step_impl, "__func__", None) is not GymWrapper._step_slab
+            or env._info_reader is not None or list(env.reward_keys) != ["reward"]):
+        return None
+    if (type(policy) is not TensorDictModule or not isinstance(policy.module, torch.nn.Module)
+            or collector._call is policy or collector.policy_device != env.device):
+        return None
+    in_keys, out_keys = list(policy.in_keys), list(policy.out_keys)
+    if (len(out_keys) != 1 or not all(isinstance(k, str) for k in in_keys + out_keys)
+            or out_keys[0] == NEXT):
+        return None
+    if (type(td) is not TensorDict or td.is_locked or td.device != env.device
+            or NEXT in td._tensordict or any(k not in td._tensordict for k in in_keys)
+            or not all(isinstance(v, torch.Tensor) for v in td._tensordict.values())):
+        return None
+    return policy.module, in_keys, out_keys[0]
+
+
+def run_gym_loop(collector, td: TensorDict, steps: int, plan: tuple) -> tuple[TensorDict, list]:
+    """Run ``steps`` env steps from the root ``td`` (a plan of :func:`plan_gym_loop`).
+
+    Returns:
+        ``(batch, traj_ids)``: the batch ``(steps,)`` without trajectory ids, and the
+        per-step trajectory-id tensors (shape ``()``). ``collector._td`` is the new root.
+    """
+    module, in_keys, out_key = plan
+    env = collector.env
+    gym_step, act_conv, step_source = env._env.step, env._act_conv, env._step_slab_source
+    make_root, next_root = collector._make_root, collector._next_root
+    tensor = torch.Tensor
+    roots, nexts, ids = [], [], []
+    root = td._tensordict  # the root's own dict: the policy writes into it, as in the loop
+    for _ in range(steps):
+        out = module(*[root[k] for k in in_keys])
+        if type(out) is tuple:
+            out = out[0]
+        if type(out) is tensor and out.device == env.device:
+            root[out_key] = out
+        else:  # what the TensorDict does with it (casts, device moves, errors)
+            holder = make_root(root)
+            holder.set(out_key, out)
+            root = holder._tensordict
+        src = step_source(gym_step(act_conv(root[ACTION])))
+        roots.append(root)
+        nexts.append(src)
+        ids.append(collector._traj_ids)
+        if env._last_any_done:  # the generic reset path (new trajectory ids)
+            reset = next_root(make_root(src))
+            root = reset._tensordict if type(reset) is TensorDict else reset.to_dict()
+        else:
+            root = {k: v for k, v in src.items() if k != "reward"}
+    collector._td = make_root(root)
+    return _stack_dicts(roots, nexts, make_root), ids
+
+
+def _stack_dicts(roots: list, nexts: list, make_root) -> TensorDict:
+    """Stack per-step root and ``"next"`` dicts into one TensorDict ``(T,)``."""
+    n_root, n_next = len(roots[0]), len(nexts[0])
+    try:
+        if any(len(r) != n_root for r in roots) or any(len(n) != n_next for n in nexts):
+            raise KeyError
+        nxt = {k: torch.stack([n[k] for n in nexts], 0) for k in nexts[0]}
+        source = {k: torch.stack([r[k] for r in roots], 0) for k in roots[0]}
+    except (KeyError, RuntimeError, TypeError):
+        # keys differ between steps: the generic per-step TensorDicts and their stack
+        from .single import _stack_steps
+
+        steps = []
+        for r, n in zip(roots, nexts):
+            step = make_root(r)
+            step.set(NEXT, make_root(n))
+            steps.append(step)
+        return _stack_steps(steps, 0)
+    size = torch.Size((len(roots),))
+    device = make_root({}).device
+    source[NEXT] = TensorDict._new_unsafe(nxt, batch_size=size, device=device)
+    return TensorDict._new_unsafe(source, batch_size=size, device=device)
