@@ -19,9 +19,9 @@ def _policy(seed: int = 0, out_key: str = "action") -> TensorDictModule:
     return TensorDictModule(net, ["observation"], [out_key])
 
 
-def _collect(dict_loop: bool, n_batches: int = 3, **kwargs) -> tuple[list, Collector]:
-    col = Collector(GymEnv("Pendulum-v1"), kwargs.pop("policy", None) or _policy(),
-                    seed=3, **kwargs)
+def _collect(dict_loop: bool, n_batches: int = 3, num_envs=None, **kwargs) -> tuple:
+    col = Collector(GymEnv("Pendulum-v1", num_envs=num_envs),
+                    kwargs.pop("policy", None) or _policy(), seed=3, **kwargs)
     col._dict_loop = dict_loop
     it = iter(col)
     return [next(it) for _ in range(n_batches)], col
@@ -40,6 +40,7 @@ def _assert_same(a: TensorDict, b: TensorDict) -> None:
     {"frames_per_batch": 150},  # one truncation (step 200) inside the second batch
     {"frames_per_batch": 200},  # the truncation falls on the last step of a batch
     {"frames_per_batch": 70, "reset_at_each_iter": True},
+    {"frames_per_batch": 300, "num_envs": 3},  # vector env: SAME_STEP final observations
 ])
 def test_dict_loop_batches_equal_the_generic_loop(kwargs):
     fast, fast_col = _collect(True, **kwargs)
@@ -72,8 +73,8 @@ def test_setups_outside_the_dict_loop_use_the_generic_one():
     assert plan_gym_loop(col, col._td) is not None
     checked = Collector(GymEnv("Pendulum-v1", check_actions=True), _policy(), frames_per_batch=8)
     assert plan_gym_loop(checked, checked._start()) is None
-    vec = Collector(GymEnv("Pendulum-v1", num_envs=2), _policy(), frames_per_batch=8)
-    assert plan_gym_loop(vec, vec._start()) is None
+    infos = Collector(GymEnv("Pendulum-v1", info_keys=("x",)), _policy(), frames_per_batch=8)
+    assert plan_gym_loop(infos, infos._start()) is None
     seq = Collector(GymEnv("Pendulum-v1"), lambda td: td.set("action", td["observation"][..., :1]),
                     frames_per_batch=8)
     assert plan_gym_loop(seq, seq._start()) is None

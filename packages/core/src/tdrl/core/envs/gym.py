@@ -396,6 +396,10 @@ class GymWrapper(EnvBase):
 
     def _step_vector_slab(self, out: tuple) -> TensorDictBase:
         """Vector env, array observation, CPU: outputs written into slab rows."""
+        return self._make_td(self._step_vector_slab_source(out))
+
+    def _step_vector_slab_source(self, out: tuple) -> dict:
+        """``_step_vector_slab`` before the TensorDict is built (see ``_step_slab_source``)."""
         obs, reward, terminated, truncated, info = out
         slab = self._slab
         i = slab.take()
@@ -414,7 +418,7 @@ class GymWrapper(EnvBase):
         source = {OBSERVATION: views[OBSERVATION][i], REWARD: views[REWARD][i],
                   DONE: views[DONE][i], TERMINATED: views[TERMINATED][i],
                   TRUNCATED: views[TRUNCATED][i]}
-        return self._vector_finish(source, info, done)
+        return self._vector_finish_source(source, info, done)
 
     def _step_generic(self, out: tuple) -> TensorDictBase:
         """Single env with dict / one-hot observations, or a non-CPU device."""
@@ -440,14 +444,19 @@ class GymWrapper(EnvBase):
         return self._vector_finish(source, info, done)
 
     def _vector_finish(self, source: dict, info: dict, done: np.ndarray) -> TensorDictBase:
+        source = self._vector_finish_source(source, info, done)
+        if self._slab is not None:
+            return self._make_td(source)
+        return self._put(source)
+
+    def _vector_finish_source(self, source: dict, info: dict, done: np.ndarray) -> dict:
+        """Final observations of finished sub-envs (SAME_STEP) and info entries."""
         any_done = self._last_any_done = bool(done.any())
         if self._same_step and any_done:
             source = self._swap_final_obs(source, info, done)
         if self._info_reader is not None:
             self._info_reader.read(info, source, done if any_done else None)
-        if self._slab is not None:
-            return self._make_td(source)
-        return self._put(source)
+        return source
 
     def _output_error(self, obs, reward, err: Exception) -> Exception:
         spec = self._gym_obs_spec
