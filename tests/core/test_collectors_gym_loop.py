@@ -78,6 +78,8 @@ def test_setups_outside_the_dict_loop_use_the_generic_one():
     seq = Collector(GymEnv("Pendulum-v1"), lambda td: td.set("action", td["observation"][..., :1]),
                     frames_per_batch=8)
     assert plan_gym_loop(seq, seq._start()) is None
+    other_key = Collector(GymEnv("Pendulum-v1"), _policy(out_key="loc"), frames_per_batch=8)
+    assert plan_gym_loop(other_key, other_key._start()) is None
     with_next = col._td.clone()
     with_next.set(("next", "h"), torch.zeros(1))
     assert plan_gym_loop(col, with_next) is None

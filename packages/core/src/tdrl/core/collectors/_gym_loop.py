@@ -25,8 +25,11 @@ __all__ = ["plan_gym_loop", "run_gym_loop"]
 
 
 def plan_gym_loop(collector, td: TensorDictBase) -> tuple | None:
-    """``(module, in_keys, out_key)`` when ``collector`` can use :func:`run_gym_loop`
-    from the root ``td``, else ``None`` (the generic loop runs)."""
+    """The plan ``(module, in_keys, out_key, step_source)`` when ``collector`` can use
+    :func:`run_gym_loop` from the root ``td``, else ``None`` (the generic loop runs).
+
+    ``module`` is the policy's wrapped ``nn.Module``, ``out_key`` is ``"action"`` and
+    ``step_source`` the env's dict-returning step implementation."""
     from tensordict.nn import TensorDictModule
 
     env, policy = collector.env, collector.policy
@@ -40,7 +43,7 @@ def plan_gym_loop(collector, td: TensorDictBase) -> tuple | None:
         return None
     in_keys, out_keys = list(policy.in_keys), list(policy.out_keys)
     if (len(out_keys) != 1 or not all(isinstance(k, str) for k in in_keys + out_keys)
-            or out_keys[0] == NEXT):
+            or out_keys[0] != ACTION):
         return None
     if (type(td) is not TensorDict or td.is_locked or td.device != env.device
             or NEXT in td._tensordict or any(k not in td._tensordict for k in in_keys)
@@ -87,7 +90,7 @@ def run_gym_loop(collector, td: TensorDict, steps: int, plan: tuple) -> tuple[Te
         ids.append(collector._traj_ids)
         if env._last_any_done:  # the generic reset path (new trajectory ids)
             reset = next_root(make_root(src))
-            root = reset._tensordict if type(reset) is TensorDict else reset.to_dict()
+            root = reset._tensordict if type(reset) is TensorDict else dict(reset.items())
         else:
             root = {k: v for k, v in src.items() if k != "reward"}
     collector._td = make_root(root)
