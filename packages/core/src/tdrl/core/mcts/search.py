@@ -270,25 +270,27 @@ class _EmbeddingStore:
         if self.wrapped:
             self.leaves[0].unflatten(0, (batch, -1))[:, slot] = values
             return
-        for key, leaf in zip(self.keys, self.leaves, strict=True):
-            value = values.get(key, None)
-            if value is None:
-                raise KeyError(
-                    f"recurrent_fn next_embedding lacks the key {key!r} of the root embedding"
-                )
+        for leaf, value in self._pairs(values):
             leaf.unflatten(0, (batch, -1))[:, slot] = value
 
     def write(self, flat: Tensor, values: TensorDictBase | Tensor) -> None:
         if self.wrapped:
             self.leaves[0].index_copy_(0, flat, values.to(self.leaves[0].dtype))
             return
+        for leaf, value in self._pairs(values):
+            leaf.index_copy_(0, flat, value.to(leaf.dtype))
+
+    def _pairs(self, values: TensorDictBase) -> list[tuple[Tensor, Tensor]]:
+        """``(storage leaf, new value)`` per embedding key; a missing key is the user's error."""
+        pairs = []
         for key, leaf in zip(self.keys, self.leaves, strict=True):
             value = values.get(key, None)
             if value is None:
                 raise KeyError(
                     f"recurrent_fn next_embedding lacks the key {key!r} of the root embedding"
                 )
-            leaf.index_copy_(0, flat, value.to(leaf.dtype))
+            pairs.append((leaf, value))
+        return pairs
 
 
 def _vector(x: Tensor, batch: int, name: str, dtype: torch.dtype) -> Tensor:
