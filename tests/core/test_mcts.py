@@ -252,3 +252,20 @@ def test_errors_name_the_bad_shape():
     with pytest.raises(ValueError, match="prior_logits must be"):
         search(root, bad, puct_selection, puct_selection, 2)
     assert math.isfinite(float(search(root, recurrent_fn, puct_selection, puct_selection, 2).value_sums.sum()))
+
+
+def test_missing_embedding_key_names_it():
+    """A model whose next embedding lacks a key of the root's TensorDict embedding is refused
+    with the key's name (on the first expansion)."""
+    from tensordict import TensorDict
+
+    def model(embedding, action):
+        batch = action.shape[0]
+        nxt = TensorDict({"h": embedding["h"] + 1}, batch_size=[batch])  # drops "c"
+        return RecurrentOutput(nxt, torch.zeros(batch), torch.ones(batch), PRIOR.expand(batch, 2),
+                               torch.zeros(batch))
+
+    root_embedding = TensorDict({"h": torch.zeros(2, 3), "c": torch.zeros(2, 1)}, batch_size=[2])
+    root = RootOutput(PRIOR.expand(2, 2), torch.zeros(2), root_embedding)
+    with pytest.raises(KeyError, match="lacks the key 'c'"):
+        search(root, model, puct_selection, puct_selection, 3)
