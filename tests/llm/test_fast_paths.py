@@ -177,3 +177,22 @@ def test_metric_history_and_truncate_csv(tmp_path):
     assert len(hist.rows) == 4
     with pytest.raises(ValueError, match="scalars"):
         hist.log({"x": torch.zeros(2)}, step=5)
+
+
+def test_public_hidden_then_fused_head_equals_plain_logprobs(tiny):
+    """``completion_hidden`` + ``logprobs_from_hidden`` (the two public halves of the fused path)
+    give the plain full-logits log-probs and entropy, 0 off the mask, and flow gradients."""
+    from tdrl.llm import completion_hidden, logprobs_from_hidden
+
+    _, model, tok = tiny
+    td = _group_rollout(model, tok)
+    cids, cmask = td[K.COMPLETION_IDS], td[K.COMPLETION_MASK].bool()
+    hidden = completion_hidden(model, td[K.PROMPT_IDS], td[K.PROMPT_MASK], cids, cmask, share_prefix=False)
+    assert hidden.shape == (*cids.shape, model.config.hidden_size)
+    logp, ent = logprobs_from_hidden(hidden, model.lm_head, cids, cmask, cmask, 0.8, return_entropy=True)
+    ref_logp, ref_ent = completion_logprobs(model, td, 0.8, return_entropy=True, fused=False)
+    assert logp.shape == cids.shape and not logp[~cmask].any() and not ent[~cmask].any()
+    torch.testing.assert_close(logp, ref_logp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent, ref_ent, atol=1e-5, rtol=1e-5)
+    logp.sum().backward()
+    assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.abs().sum() > 0

@@ -17,7 +17,7 @@ from tdrl.llm.data import (
     tokenize_sft,
 )
 from tdrl.llm.generation import Generator, HFGenerator, completion_mask_from_eos, unique_prompts
-from tdrl.llm.logprobs import completion_hidden, completion_logprobs, fused_path_matches
+from tdrl.llm.logprobs import completion_hidden, completion_logprobs, fused_path_matches, logprobs_from_hidden
 from tdrl.llm.losses import (
     GRPOLoss,
     GRPOLossConfig,
@@ -73,6 +73,7 @@ __all__ = [
     "keys",
     "load_model_and_tokenizer",
     "load_prompt_dataset",
+    "logprobs_from_hidden",
     "make_tiny_lm",
     "masked_reduce",
     "math_answer_reward",
