@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import use_triton
+from .._dispatch import call_reference, use_triton
 from .reference import pg_token_loss_reference
 
 
@@ -25,7 +25,8 @@ def pg_token_loss(
     ``loss_t = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) + beta * kl_t`` with
     ``r = exp(logp - old_logp)`` and ``kl_t = exp(ref - logp) - (ref - logp) - 1``, reduced
     over the masked tokens (see :mod:`tdrl.kernels.pg_loss.reference`). On CUDA one Triton
-    pass computes the loss terms, their gradient and the statistics.
+    pass computes the loss terms, their gradient and the statistics; elsewhere the one-pass
+    torch reference runs (through ``torch.compile`` with ``TDRL_KERNELS=compile``).
 
     Args:
         logp: ``[B, T]`` log-probs of the sampled tokens under the current policy.
@@ -52,6 +53,7 @@ def pg_token_loss(
         return pg_token_loss_triton(
             logp, old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction, max_len
         )
-    return pg_token_loss_reference(
-        logp, old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction, max_len
+    return call_reference(
+        pg_token_loss_reference,
+        logp, old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction, max_len,
     )
