@@ -179,3 +179,36 @@ def test_marker_errors_are_reported():
         python_blocks("<!-- not-tested: -->\n```python\nx = 1\n```\n")
     with pytest.raises(ValueError, match="never closed"):
         python_blocks("```python\nx = 1\n")
+
+
+# ------------------------------------------------------------------ links
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces -> '-'."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+@pytest.mark.parametrize("readme", QUICK_STARTS, ids=_rel)
+def test_package_readme_links_resolve(readme: Path):
+    """Every relative link points at a file of the repository, and every ``#anchor`` into a
+    Markdown file at one of its headings (so a renamed RESULTS.md section is caught)."""
+    text = readme.read_text(encoding="utf-8")
+    links = [m.group(1) for m in _LINK.finditer(text) if "://" not in m.group(1)]
+    assert links, f"{_rel(readme)} links to nothing (apps, benchmarks/RESULTS.md)"
+    for link in links:
+        target, _, anchor = link.partition("#")
+        path = (readme.parent / target).resolve() if target else readme
+        assert path.exists(), f"{_rel(readme)}: link {link!r} -> {path} does not exist"
+        if anchor and path.suffix == ".md":
+            headings = re.findall(r"^#+\s+(.*)$", path.read_text(encoding="utf-8"), flags=re.M)
+            slugs = {_slug(h) for h in headings}
+            assert anchor in slugs, f"{_rel(readme)}: no heading '#{anchor}' in {_rel(path)}"
+
+
+def test_slug_matches_github_anchors():
+    assert _slug("LLM (GRPO)") == "llm-grpo"
+    assert _slug("Learning (library)") == "learning-library"
+    assert _slug("Coming from BenchMARL / TorchRL") == "coming-from-benchmarl--torchrl"
