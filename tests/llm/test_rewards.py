@@ -99,3 +99,27 @@ def test_code_execution_reward():
 def test_sandbox_survives_odd_programs(bad):
     res = run_python_sandboxed(bad, timeout=3)
     assert isinstance(res.returncode, int)
+
+
+def test_reward_functions_are_called_trl_style_or_positionally():
+    """TRL's ``f(completions, **kwargs)`` gets keywords, ``f(p, c, answer)`` positions, and a
+    signature that takes neither is refused at once, naming the function and the columns."""
+
+    def trl_style(completions, **kwargs):
+        return [float(c == a) for c, a in zip(completions, kwargs["answer"])]
+
+    def positional(p, c, answer):
+        return [2.0 * (x == y) for x, y in zip(c, answer)]
+
+    total, per_fn, stats = compute_rewards(
+        [trl_style, positional], ["p", "q"], ["1", "2"], {"answer": ["1", "3"]}
+    )
+    torch.testing.assert_close(per_fn, torch.tensor([[1.0, 2.0], [0.0, 0.0]]))
+    torch.testing.assert_close(total, torch.tensor([3.0, 0.0]))
+    assert stats["reward_errors"] == 0.0
+
+    def no_columns(prompts, completions):
+        return [0.0] * len(completions)
+
+    with pytest.raises(TypeError, match=r"no_columns\(prompts, completions\).*\['answer'\].*\*\*kwargs"):
+        compute_rewards([no_columns], ["p"], ["1"], {"answer": ["1"]})

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-__all__ = ["RewardFn", "compute_rewards"]
+__all__ = ["RewardFn", "bind_reward", "compute_rewards"]
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +18,40 @@ RewardFn = Callable[..., list[float]]
 
 def _name(fn) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
+
+
+def bind_reward(fn: RewardFn, prompts: Sequence, completions: Sequence[str], columns: dict) -> Callable[[], list]:
+    """A no-argument call of ``fn`` on the batch, TRL's way when ``fn`` allows it.
+
+    TRL calls reward functions with keywords (``f(prompts=..., completions=..., **columns)``),
+    so ``def f(completions, **kwargs)`` works there; tdrl's own rewards take
+    ``(prompts, completions, **columns)``, which binds either way. Keywords are used when
+    the signature accepts them, else the two positional arguments.
+
+    Raises:
+        TypeError: ``fn`` can take the batch neither way (a signature problem, reported at
+            once rather than scored 0 on every batch).
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins / C callables: no signature to check
+        return lambda: fn(prompts, completions, **columns)
+    keywords = {**columns, "prompts": prompts, "completions": completions}
+    try:
+        sig.bind(**keywords)
+        return lambda: fn(**keywords)
+    except TypeError:
+        pass
+    try:
+        sig.bind(prompts, completions, **columns)
+        return lambda: fn(prompts, completions, **columns)
+    except TypeError as exc:
+        raise TypeError(
+            f"reward function {_name(fn)}{sig} cannot take the batch: it is called as "
+            f"f(prompts=..., completions=..., **columns) (TRL's convention) or "
+            f"f(prompts, completions, **columns), with columns {sorted(columns)}; "
+            f"add **kwargs to accept the columns it does not use ({exc})."
+        ) from None
 
 
 def compute_rewards(
@@ -30,9 +65,12 @@ def compute_rewards(
 
     A reward function that raises, returns the wrong number of values, or returns a value
     that is not a finite number gives 0 for the affected samples; the count is reported.
+    A function whose signature cannot take the batch raises a ``TypeError`` at once.
 
     Args:
-        reward_fns: ``K`` callables ``(prompts, completions, **columns) -> list[float]``.
+        reward_fns: ``K`` callables ``(prompts, completions, **columns) -> list[float]``,
+            called with keywords when their signature allows it (TRL's convention, so
+            ``def f(completions, **kwargs)`` works), else positionally.
         prompts: ``N`` prompts.
         completions: ``N`` completion texts.
         columns: extra dataset columns, each of length ``N``, passed as keyword arguments.
@@ -50,9 +88,10 @@ def compute_rewards(
     per_fn = torch.zeros(n, len(reward_fns))
     errors = 0
     stats: dict[str, float] = {}
-    for k, fn in enumerate(reward_fns):
+    calls = [bind_reward(fn, prompts, completions, dict(columns or {})) for fn in reward_fns]
+    for k, (fn, call) in enumerate(zip(reward_fns, calls)):
         try:
-            values = list(fn(prompts, completions, **dict(columns or {})))
+            values = list(call())
             if len(values) != n:
                 raise ValueError(f"returned {len(values)} values for {n} completions")
         except Exception as exc:  # a broken reward must never stop training

@@ -6,6 +6,7 @@ import torch
 
 from tdrl.llm.data import completion_texts, render_prompts, tokenize_prompts
 from tdrl.llm.generation import HFGenerator, unwrap_model
+from tdrl.llm.rewards.compute import bind_reward
 
 __all__ = ["evaluate"]
 
@@ -18,7 +19,8 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
         model: the causal LM.
         tokenizer: its tokenizer.
         dataset: rows with ``"prompt"`` and the columns ``reward_fn`` needs.
-        reward_fn: ``(prompts, completions, **columns) -> list[float]``.
+        reward_fn: ``(prompts, completions, **columns) -> list[float]`` (called with keywords
+            when its signature allows it, as :func:`tdrl.llm.compute_rewards` does).
         max_new_tokens: completion cap.
         batch_size: prompts per generate call.
         generator: a :class:`tdrl.llm.generation.Generator` (default: an HFGenerator on ``model``).
@@ -36,7 +38,7 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
         out = gen.generate(ids, mask, greedy=True)
         texts = completion_texts(tokenizer, out["completion_ids"], out["completion_mask"])
         cols = {k: v for k, v in rows.items() if k != "prompt"}
-        scores = reward_fn(rows["prompt"], texts, **cols)
+        scores = bind_reward(reward_fn, rows["prompt"], texts, cols)()
         total += float(sum(scores))
         n += len(scores)
     return total / max(1, n)
