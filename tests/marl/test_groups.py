@@ -113,3 +113,22 @@ def test_make_groups_names_bad_algorithms_and_groups():
     with pytest.raises(KeyError, match="no group 'robots'.*'agents'"):
         make_groups("mappo", env, groups=["robots"])
     assert list(make_groups(make_mappo, env, num_cells=(8,))) == ["agents"]
+
+
+def test_off_policy_buffer_size_beyond_the_run_does_not_change_training():
+    """A 1M-frame default buffer on a 40-frame run (capped at the run's 40 frames inside
+    ``train_off_policy``) trains exactly like a buffer of the run's size."""
+
+    def run(buffer_size: int):
+        torch.manual_seed(0)
+        env = _adversary()
+        parts = make_groups("qmix", env, QMIXConfig(), num_cells=(8,))
+        cfg = TrainConfig(frames_per_batch=20, n_iters=2, minibatch_size=8, n_optimizer_steps=2,
+                          eval_interval=0, max_steps=10, buffer_size=buffer_size)
+        hist = train_off_policy(env, parts, cfg)
+        return [h["loss"] for h in hist], [_snapshot(p.loss) for p in parts.values()]
+
+    (loss_big, params_big), (loss_exact, params_exact) = run(1_000_000), run(40)
+    assert loss_big == loss_exact
+    for a, b in zip(params_big, params_exact):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))

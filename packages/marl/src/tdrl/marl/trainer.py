@@ -398,7 +398,9 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     group_params = {g: [q for q in p.loss.parameters() if q.requires_grad] for g, p in groups.items()}
     opt = torch.optim.Adam([q for ps in group_params.values() for q in ps], lr=cfg.lr, eps=cfg.adam_eps)
     targets = [SoftUpdate(p.loss, tau=p.config.tau) for p in groups.values()]
-    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(cfg.buffer_size))
+    # never more room than the run will fill (the storage allocates its capacity at the first write)
+    capacity = min(cfg.buffer_size, cfg.n_iters * n_steps * n_envs)
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
     td, history, frames = env.reset(), [], 0
     trackers = {g: EpisodeReturns(g) for g in groups}
     t0 = time.perf_counter()
