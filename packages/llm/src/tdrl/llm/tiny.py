@@ -154,6 +154,15 @@ def make_tiny_lm(folder: str | os.PathLike, corpus: Iterable[str], arch: str = "
     os.makedirs(folder, exist_ok=True)
     tokenizer = train_tokenizer(corpus, vocab_size=vocab_size)
     model = build_tiny_model(tokenizer, arch=arch, seed=seed, **model_kwargs)
-    tokenizer.save_pretrained(folder)
-    model.save_pretrained(folder)
-    return load_model_and_tokenizer(folder)
+    from transformers.utils import logging as hf_logging
+
+    quiet = hf_logging.is_progress_bar_enabled()
+    if quiet:  # no "Writing model shards" / "Loading weights" bars for a tiny model
+        hf_logging.disable_progress_bar()
+    try:
+        tokenizer.save_pretrained(folder)
+        model.save_pretrained(folder)
+        return load_model_and_tokenizer(folder)
+    finally:
+        if quiet:
+            hf_logging.enable_progress_bar()
