@@ -17,6 +17,11 @@ Run (peers live in .venv-bench, built by benchmarks/setup_peers.sh):
   the mask, KL, sequence reduction, forward + backward: ``fused_linear_pg_loss`` (3 matmuls,
   gradients in the forward) vs ``fused_linear_logprobs`` + ``pg_token_loss`` (4 matmuls) vs
   full logits -> ``log_softmax`` -> ``gather`` -> the eager loss; time and peak memory.
+* Fused linear log-prob with a frozen LM head (``--only frozen``; LoRA / adapters: only the
+  hidden states need a gradient), N=4096, H=1024, V=32,000, forward + backward:
+  ``fused_linear_logprobs`` (2 matmuls: ``d logp / d hidden`` formed in the forward) vs the
+  same op forced through its recomputing backward (3 matmuls) vs the naive full-logits path
+  (2 matmuls); time and peak memory.
 
 Peak memory is the peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs`` once the
 inputs exist) of a fresh subprocess minus its RSS at that point, so each figure is the extra memory one forward + backward needs (gradients
@@ -165,6 +170,11 @@ def make_case(case: str, size: dict):
         adv = torch.randn(b, generator=g)
         mask = torch.rand(b, t_len, generator=g) < 0.8
         return (hidden, weight, targets, old, adv, mask, ref), (hidden, weight)
+    if case == "frozen":
+        hidden = torch.randn(size["N"], size["H"], generator=g).requires_grad_(True)
+        weight = torch.randn(size["V"], size["H"], generator=g) / size["H"] ** 0.5
+        targets = torch.randint(0, size["V"], (size["N"],), generator=g)
+        return (hidden, weight, targets), (hidden,)
     if case == "logprobs":
         logits = torch.randn(size["B"], size["T"], size["V"], generator=g).requires_grad_(True)
         targets = torch.randint(0, size["V"], (size["B"], size["T"]), generator=g)
@@ -192,7 +202,22 @@ def naive_full_pg(hidden, weight, targets, old, adv, mask, ref):
                          PG_KW["reduction"])[0]
 
 
+def recomputing_fused(hidden, weight, targets):
+    """``fused_linear_logprobs`` forced through the recomputing backward (the frozen-head
+    shortcut off): what the op cost with a frozen head before the shortcut."""
+    from tdrl.kernels.fused_linear.reference import FusedLinearLogprobsFunction
+    from tdrl.kernels.logprobs.reference import default_chunk_rows, rows_backward, rows_forward
+
+    chunk = default_chunk_rows(hidden.shape[0], weight.shape[0], hidden.device)
+    return FusedLinearLogprobsFunction.apply(
+        hidden, weight, None, targets, 1.0, False, chunk, rows_forward, rows_backward, False
+    )
+
+
 IMPLS = {
+    ("frozen", "tdrl"): fused_linear_logprobs,
+    ("frozen", "recompute"): recomputing_fused,
+    ("frozen", "naive"): naive_fused,
     ("fusedpg", "tdrl"): fused_pg,
     ("fusedpg", "composed"): composed_pg,
     ("fusedpg", "naive"): naive_full_pg,
@@ -256,15 +281,45 @@ def bench_fused_pg(size: dict, repeats: int) -> None:
     impls = (("tdrl", "tdrl.kernels.fused_linear_pg_loss (3 matmuls, grads in forward)"),
              ("composed", "fused_linear_logprobs + pg_token_loss (4 matmuls)"),
              ("naive", "full logits -> log_softmax -> gather -> eager loss"))
-    times = {i: median_ms(lambda i=i: fwd_bwd("fusedpg", i, inputs, params), repeats) for i, _ in impls}
-    mem = {i: measure_memory("fusedpg", i, size) for i, _ in impls}
-    print(f"\n### Fused linear PG loss B={size['B']}, T={size['T']}, H={size['H']}, V={size['V']}, "
-          f"float32, KL, sequence reduction (forward + backward; max |diff| loss/grads vs naive {err:.1e})\n")
+    time_and_memory_table(
+        "fusedpg", impls, inputs, params, size, repeats,
+        f"Fused linear PG loss B={size['B']}, T={size['T']}, H={size['H']}, V={size['V']}, "
+        f"float32, KL, sequence reduction (forward + backward; max |diff| loss/grads vs naive {err:.1e})",
+    )
+
+
+def time_and_memory_table(case, impls, inputs, params, size, repeats, title) -> None:
+    """Median time and peak extra RSS of each ``(impl, name)``, as ratios to the first."""
+    times = {i: median_ms(lambda i=i: fwd_bwd(case, i, inputs, params), repeats) for i, _ in impls}
+    mem = {i: measure_memory(case, i, size) for i, _ in impls}
+    first = impls[0][0]
+    print(f"\n### {title}\n")
     print("| implementation | median ms | ratio | peak extra RSS MiB | ratio |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for i, name in impls:
-        print(f"| {name} | {times[i]:.0f} | {times[i] / times['tdrl']:.2f}x | "
-              f"{mem[i]:.0f} | {mem[i] / max(mem['tdrl'], 1e-9):.2f}x |", flush=True)
+        print(f"| {name} | {times[i]:.0f} | {times[i] / times[first]:.2f}x | "
+              f"{mem[i]:.0f} | {mem[i] / max(mem[first], 1e-9):.2f}x |", flush=True)
+
+
+def bench_frozen(size: dict, repeats: int) -> None:
+    """Frozen LM head: the 2-matmul fused path vs its recomputing backward vs naive."""
+    inputs, params = make_case("frozen", size)
+    impls = (("tdrl", "tdrl.kernels.fused_linear_logprobs, frozen head (2 matmuls)"),
+             ("recompute", "same op, recomputing backward (3 matmuls)"),
+             ("naive", "naive matmul -> log_softmax -> gather (2 matmuls)"))
+    g = torch.randn(size["N"], generator=torch.Generator().manual_seed(1))
+    outs = {}
+    for i, _ in impls:
+        logp = IMPLS[("frozen", i)](*inputs)
+        outs[i] = (logp.detach(), torch.autograd.grad((logp * g).sum(), params)[0])
+    err = max(max((outs[i][0] - outs["naive"][0]).abs().max().item(),
+                  (outs[i][1] - outs["naive"][1]).abs().max().item()) for i in ("tdrl", "recompute"))
+    del outs
+    time_and_memory_table(
+        "frozen", impls, inputs, params, size, repeats,
+        f"Fused linear log-prob, frozen LM head, N={size['N']}, H={size['H']}, V={size['V']}, "
+        f"float32 (forward + backward to hidden; max |diff| log-probs/grad vs naive {err:.1e})",
+    )
 
 
 # ----------------------------------------------------------------------------- pg loss
@@ -335,7 +390,7 @@ def bench_pg_loss(b: int, t_len: int, repeats: int, with_compile: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    parser.add_argument("--only", default="gae,pg,logprobs,fused,fusedpg", help="comma-separated sections")
+    parser.add_argument("--only", default="gae,pg,logprobs,fused,fusedpg,frozen", help="comma-separated sections")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
     parser.add_argument("--mem-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -359,6 +414,9 @@ def main() -> None:
     if "fusedpg" in only:
         size = dict(B=2, T=64, H=64, V=4000) if args.quick else dict(B=8, T=256, H=512, V=32000)
         bench_fused_pg(size, 2 if args.quick else 3)
+    if "frozen" in only:
+        size = dict(N=256, H=128, V=4000) if args.quick else dict(N=4096, H=1024, V=32000)
+        bench_frozen(size, 2 if args.quick else 3)
 
 
 if __name__ == "__main__":

@@ -453,6 +453,32 @@ def bench_fused_linear() -> None:
     ], "naive matmul+log_softmax+gather")
 
 
+def bench_fused_linear_frozen() -> None:
+    """LoRA-style frozen LM head: gradients to the hidden states only (2 matmuls each way)."""
+    from tdrl.kernels import fused_linear_logprobs, use_backend
+
+    n, h, v = (8, 32, 5000) if DRY else (16384, 3584, 152064)
+    g = torch.Generator(device=DEV).manual_seed(0)
+    hidden = torch.randn(n, h, device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    weight = (torch.randn(v, h, device=DEV, generator=g) / h**0.5).to(torch.bfloat16)
+    tgt = torch.randint(0, v, (n,), device=DEV, generator=g)
+
+    def naive(x, w, y):
+        return torch.log_softmax((x @ w.t()).float(), -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+    def run(f, backend="auto"):
+        def go():
+            with use_backend(backend):
+                out = f(hidden, weight, tgt)
+            torch.autograd.grad(out.sum(), (hidden,))
+        return go
+
+    bench_table(f"fused_linear_logprobs fwd+bwd, frozen head, N={n}, H={h}, V={v}, bfloat16", [
+        ("naive matmul+log_softmax+gather", run(naive)),
+        ("triton (frozen head: 2 matmuls)", run(fused_linear_logprobs, "triton")),
+    ], "naive matmul+log_softmax+gather")
+
+
 def bench_fused_pg_loss() -> None:
     """GRPO-style loss from hidden states: naive full logits vs the two fused variants."""
     from tdrl.kernels import fused_linear_logprobs, fused_linear_pg_loss, pg_token_loss, use_backend
@@ -544,6 +570,7 @@ def main() -> int:
     guarded("token_logprobs", bench_token_logprobs)
     guarded("fused_linear_pg_loss", bench_fused_pg_loss)
     guarded("fused_linear_logprobs", bench_fused_linear)
+    guarded("fused_linear_logprobs frozen head", bench_fused_linear_frozen)
     guarded("gae", bench_gae)
     guarded("torch.compile variants", run_deferred)
     emit(f"\ntotal wall time {time.time() - T0:.0f} s")

@@ -84,6 +84,14 @@ def test_fused_linear(dtype):
     for a, b in zip(*both(run), strict=True):
         torch.testing.assert_close(a.float(), b.float(), **tol)
 
+    def frozen_head():  # LoRA-style: the 2-matmul path (d logp / d hidden formed in the forward)
+        logp = fused_linear_logprobs(hidden, weight.detach(), targets, chunk_size=128)
+        return logp, torch.autograd.grad(logp.sum(), hidden)[0]
+
+    for a, b, c in zip(*both(frozen_head), run(), strict=False):
+        torch.testing.assert_close(a.float(), b.float(), **tol)
+        torch.testing.assert_close(a.float(), c.float(), **tol)
+
 
 @pytest.mark.parametrize("reduction", ["token", "sequence", "constant"])
 def test_pg_token_loss(reduction):

@@ -29,6 +29,11 @@ def fused_linear_logprobs(
     the backward (which recomputes each chunk's logits). The matmuls run on torch (cuBLAS
     on GPU); the softmax statistics and their gradient run in Triton on CUDA.
 
+    With a frozen head (``weight`` and ``bias`` need no gradient, ``hidden`` does, no
+    entropy: LoRA / adapter fine-tuning) the forward also forms ``d logp / d hidden`` chunk
+    by chunk (``[N, H]``, saved instead of ``hidden``) and the backward only scales it: two
+    matmuls in all, as many as the full-logits path, instead of three.
+
     Args:
         hidden: ``[N, H]`` (any leading shape) final hidden states.
         weight: ``[V, H]`` LM head weight (same dtype as ``hidden``).

@@ -7,6 +7,14 @@ gradient into that same buffer, then ``grad_hidden[chunk] = g @ weight`` and
 ``grad_weight += g.T @ hidden[chunk]`` (accumulated in the weight's dtype, as Liger-Kernel
 does). Peak extra memory is ``O(chunk x V)`` plus the gradients themselves.
 
+Frozen LM head (LoRA, adapters, a frozen tied embedding: ``hidden`` needs a gradient, the
+weight and bias do not, no entropy requested): the gradient of a token's log-prob with respect
+to its hidden state does not depend on the upstream gradient except by a per-row factor,
+``d logp_i / d h_i = (W[y_i] - p_i @ W) / temperature``. The forward computes it for each
+chunk while the chunk's logits are at hand (``[N, H]`` saved, like ``hidden`` itself) and the
+backward only scales its rows, so the op costs two matmuls, as the full-logits path does,
+instead of three (forward, recomputed logits, gradient).
+
 The row functions (softmax statistics and their gradient) come from
 :mod:`tdrl.kernels.logprobs`: torch here, Triton in :mod:`.triton`.
 """
@@ -34,13 +42,18 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
     """Chunked ``log_softmax(hidden @ W.T + b)[target]`` with a recomputing backward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, need_entropy, chunk, rows_fwd, rows_bwd):
+    def forward(
+        ctx, hidden, weight, bias, targets, temperature, need_entropy, chunk, rows_fwd, rows_bwd,
+        frozen_head=False,
+    ):
         n = hidden.shape[0]
         dtype = compute_dtype(hidden.dtype)
         logp = torch.empty(n, dtype=dtype, device=hidden.device)
         lse = torch.empty_like(logp)
         entropy = torch.empty_like(logp) if need_entropy else None
         ws = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
+        dlogp_dh = torch.empty_like(hidden) if frozen_head else None
+        ones = torch.ones(min(chunk, n), dtype=dtype, device=hidden.device) if frozen_head else None
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             logits = _logits(hidden[s:e], weight, bias)
@@ -48,8 +61,18 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
             logp[s:e], lse[s:e] = lp, ls
             if need_entropy:
                 entropy[s:e] = en
+            if frozen_head:
+                # d logp / d logits for a unit upstream gradient, then through the head.
+                g = rows_bwd(logits, targets[s:e], temperature, ls, None, ones[: e - s], None,
+                             logits, workspace=ws)
+                torch.mm(g, weight, out=dlogp_dh[s:e])
+                del g
             del logits
-        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        if frozen_head:
+            ctx.save_for_backward(dlogp_dh, targets)
+        else:
+            ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.frozen_head = frozen_head
         ctx.config = (temperature, chunk, rows_bwd)
         if need_entropy:
             return logp, entropy
@@ -57,6 +80,13 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy=None):
+        if ctx.frozen_head:
+            dlogp_dh, _ = ctx.saved_tensors
+            grad_hidden = None
+            if grad_logp is not None and ctx.needs_input_grad[0]:
+                scale = grad_logp.to(compute_dtype(dlogp_dh.dtype)).unsqueeze(1)
+                grad_hidden = (dlogp_dh * scale).to(dlogp_dh.dtype)
+            return grad_hidden, None, None, None, None, None, None, None, None, None
         hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
         temperature, chunk, rows_bwd = ctx.config
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
@@ -84,7 +114,7 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
             if grad_bias is not None:
                 grad_bias += g.sum(0).to(grad_bias.dtype)
             del logits, g
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
 def check_fused_inputs(
@@ -118,9 +148,13 @@ def fused_linear_logprobs_impl(
     h = hidden.reshape(-1, hidden.shape[-1])
     tgt = targets.reshape(-1).long()
     chunk = chunk_size or default_chunk_rows(h.shape[0], weight.shape[0], hidden.device)
+    frozen_head = (
+        torch.is_grad_enabled() and h.requires_grad and not return_entropy
+        and not weight.requires_grad and not (bias is not None and bias.requires_grad)
+    )
     out = FusedLinearLogprobsFunction.apply(
         h, weight, bias, tgt, float(temperature), bool(return_entropy), max(1, int(chunk)),
-        rows_fwd, rows_bwd,
+        rows_fwd, rows_bwd, frozen_head,
     )
     if return_entropy:
         return out[0].reshape(lead), out[1].reshape(lead)
