@@ -17,6 +17,11 @@ Run (peers live in .venv-bench, built by benchmarks/setup_peers.sh):
   the mask, KL, sequence reduction, forward + backward: ``fused_linear_pg_loss`` (3 matmuls,
   gradients in the forward) vs ``fused_linear_logprobs`` + ``pg_token_loss`` (4 matmuls) vs
   full logits -> ``log_softmax`` -> ``gather`` -> the eager loss; time and peak memory.
+* Fused linear cross-entropy (``--only ce``, the SFT loss), N=2048 tokens (80% in the mask),
+  H=512, V=32,000, forward + backward: ``fused_linear_cross_entropy`` (3 matmuls, gradients in
+  the forward) vs ``fused_linear_logprobs`` + masked mean (4 matmuls, the previous SFT path)
+  vs full logits -> ``F.cross_entropy`` (what Hugging Face / TRL's SFT computes); time and
+  peak memory.
 * Fused linear log-prob with a frozen LM head (``--only frozen``; LoRA / adapters: only the
   hidden states need a gradient), N=4096, H=1024, V=32,000, forward + backward:
   ``fused_linear_logprobs`` (2 matmuls: ``d logp / d hidden`` formed in the forward) vs the
@@ -44,6 +49,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "kernels" / "src"))
 
 from tdrl.kernels import (  # noqa: E402
+    fused_linear_cross_entropy,
     fused_linear_logprobs,
     fused_linear_pg_loss,
     gae,
@@ -170,6 +176,12 @@ def make_case(case: str, size: dict):
         adv = torch.randn(b, generator=g)
         mask = torch.rand(b, t_len, generator=g) < 0.8
         return (hidden, weight, targets, old, adv, mask, ref), (hidden, weight)
+    if case == "ce":
+        hidden = torch.randn(size["N"], size["H"], generator=g).requires_grad_(True)
+        weight = (torch.randn(size["V"], size["H"], generator=g) / size["H"] ** 0.5).requires_grad_(True)
+        targets = torch.randint(0, size["V"], (size["N"],), generator=g)
+        targets[torch.rand(size["N"], generator=g) >= 0.8] = -100  # prompt / padding tokens
+        return (hidden, weight, targets), (hidden, weight)
     if case == "frozen":
         hidden = torch.randn(size["N"], size["H"], generator=g).requires_grad_(True)
         weight = torch.randn(size["V"], size["H"], generator=g) / size["H"] ** 0.5
@@ -214,7 +226,20 @@ def recomputing_fused(hidden, weight, targets):
     )
 
 
+def composed_ce(hidden, weight, targets):
+    logp = fused_linear_logprobs(hidden, weight, targets)
+    keep = (targets >= 0).float()
+    return -(logp * keep).sum() / keep.sum()
+
+
+def naive_ce(hidden, weight, targets):
+    return torch.nn.functional.cross_entropy(hidden @ weight.t(), targets, ignore_index=-100)
+
+
 IMPLS = {
+    ("ce", "tdrl"): fused_linear_cross_entropy,
+    ("ce", "composed"): composed_ce,
+    ("ce", "naive"): naive_ce,
     ("frozen", "tdrl"): fused_linear_logprobs,
     ("frozen", "recompute"): recomputing_fused,
     ("frozen", "naive"): naive_fused,
@@ -299,6 +324,27 @@ def time_and_memory_table(case, impls, inputs, params, size, repeats, title) -> 
     for i, name in impls:
         print(f"| {name} | {times[i]:.0f} | {times[i] / times[first]:.2f}x | "
               f"{mem[i]:.0f} | {mem[i] / max(mem[first], 1e-9):.2f}x |", flush=True)
+
+
+def bench_ce(size: dict, repeats: int) -> None:
+    """fused_linear_cross_entropy vs fused log-probs + masked mean vs full logits + F.cross_entropy."""
+    inputs, params = make_case("ce", size)
+    impls = (("tdrl", "tdrl.kernels.fused_linear_cross_entropy (3 matmuls, grads in forward)"),
+             ("composed", "fused_linear_logprobs + masked mean (4 matmuls)"),
+             ("naive", "full logits -> F.cross_entropy (HF / TRL SFT)"))
+    outs = {}
+    for i, _ in impls:
+        loss = IMPLS[("ce", i)](*inputs)
+        outs[i] = (loss.detach(), torch.autograd.grad(loss, params))
+    err = max(max((outs[i][0] - outs["naive"][0]).abs().item(),
+                  *((a - b).abs().max().item() for a, b in zip(outs[i][1], outs["naive"][1])))
+              for i in ("tdrl", "composed"))
+    del outs
+    time_and_memory_table(
+        "ce", impls, inputs, params, size, repeats,
+        f"Fused linear cross-entropy N={size['N']} (80% of tokens kept), H={size['H']}, V={size['V']}, "
+        f"float32 (forward + backward; max |diff| loss/grads vs naive {err:.1e})",
+    )
 
 
 def bench_frozen(size: dict, repeats: int) -> None:
@@ -390,7 +436,7 @@ def bench_pg_loss(b: int, t_len: int, repeats: int, with_compile: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    parser.add_argument("--only", default="gae,pg,logprobs,fused,fusedpg,frozen", help="comma-separated sections")
+    parser.add_argument("--only", default="gae,pg,logprobs,fused,fusedpg,ce,frozen", help="comma-separated sections")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
     parser.add_argument("--mem-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -414,6 +460,9 @@ def main() -> None:
     if "fusedpg" in only:
         size = dict(B=2, T=64, H=64, V=4000) if args.quick else dict(B=8, T=256, H=512, V=32000)
         bench_fused_pg(size, 2 if args.quick else 3)
+    if "ce" in only:
+        size = dict(N=256, H=64, V=4000) if args.quick else dict(N=2048, H=512, V=32000)
+        bench_ce(size, 2 if args.quick else 3)
     if "frozen" in only:
         size = dict(N=256, H=128, V=4000) if args.quick else dict(N=4096, H=1024, V=32000)
         bench_frozen(size, 2 if args.quick else 3)

@@ -421,14 +421,19 @@ def bench_token_logprobs() -> None:
     ], "naive log_softmax+gather")
 
 
-def bench_fused_linear() -> None:
-    from tdrl.kernels import fused_linear_logprobs, use_backend
-
+def lm_head_inputs(train_head: bool = True):
+    """``(N, H, V, hidden, weight, targets)`` of the LM-head benchmarks, bf16, seed 0."""
     n, h, v = (8, 32, 5000) if DRY else (16384, 3584, 152064)
     g = torch.Generator(device=DEV).manual_seed(0)
     hidden = torch.randn(n, h, device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_(True)
-    weight = (torch.randn(v, h, device=DEV, generator=g) / h**0.5).to(torch.bfloat16).requires_grad_(True)
-    tgt = torch.randint(0, v, (n,), device=DEV, generator=g)
+    weight = (torch.randn(v, h, device=DEV, generator=g) / h**0.5).to(torch.bfloat16).requires_grad_(train_head)
+    return n, h, v, hidden, weight, torch.randint(0, v, (n,), device=DEV, generator=g)
+
+
+def bench_fused_linear() -> None:
+    from tdrl.kernels import fused_linear_logprobs, use_backend
+
+    n, h, v, hidden, weight, tgt = lm_head_inputs()
 
     def naive(x, w, y):
         return torch.log_softmax((x @ w.t()).float(), -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
@@ -457,11 +462,7 @@ def bench_fused_linear_frozen() -> None:
     """LoRA-style frozen LM head: gradients to the hidden states only (2 matmuls each way)."""
     from tdrl.kernels import fused_linear_logprobs, use_backend
 
-    n, h, v = (8, 32, 5000) if DRY else (16384, 3584, 152064)
-    g = torch.Generator(device=DEV).manual_seed(0)
-    hidden = torch.randn(n, h, device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_(True)
-    weight = (torch.randn(v, h, device=DEV, generator=g) / h**0.5).to(torch.bfloat16)
-    tgt = torch.randint(0, v, (n,), device=DEV, generator=g)
+    n, h, v, hidden, weight, tgt = lm_head_inputs(train_head=False)
 
     def naive(x, w, y):
         return torch.log_softmax((x @ w.t()).float(), -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
@@ -477,6 +478,38 @@ def bench_fused_linear_frozen() -> None:
         ("naive matmul+log_softmax+gather", run(naive)),
         ("triton (frozen head: 2 matmuls)", run(fused_linear_logprobs, "triton")),
     ], "naive matmul+log_softmax+gather")
+
+
+def bench_fused_cross_entropy() -> None:
+    """The SFT loss from hidden states: naive full logits + F.cross_entropy vs the fused ops."""
+    from tdrl.kernels import fused_linear_cross_entropy, fused_linear_logprobs, use_backend
+
+    n, h, v, hidden, weight, tgt = lm_head_inputs()
+    tgt[torch.rand(n, device=DEV, generator=torch.Generator(device=DEV).manual_seed(1)) >= 0.9] = -100
+
+    def naive(x, w, y):
+        return torch.nn.functional.cross_entropy((x @ w.t()).float(), y, ignore_index=-100)
+
+    def composed(x, w, y):
+        keep = (y >= 0).float()
+        return -(fused_linear_logprobs(x, w, y) * keep).sum() / keep.sum()
+
+    comp = compiled(naive)
+
+    def run(f, backend="auto"):
+        def go():
+            with use_backend(backend):
+                loss = f(hidden, weight, tgt)
+            torch.autograd.grad(loss, (hidden, weight))
+        return go
+
+    bench_table(f"fused_linear_cross_entropy fwd+bwd, N={n} (90% kept), H={h}, V={v}, bfloat16", [
+        ("naive matmul+cross_entropy", run(naive)),
+        ("reference (chunked torch, 3 matmuls)", run(fused_linear_cross_entropy, "torch")),
+        ("triton (3 matmuls)", run(fused_linear_cross_entropy, "triton")),
+        ("triton fused_linear_logprobs + masked mean (4 matmuls)", run(composed, "triton")),
+        ("torch.compile(naive)", run(comp)),
+    ], "naive matmul+cross_entropy")
 
 
 def bench_fused_pg_loss() -> None:
@@ -571,6 +604,7 @@ def main() -> int:
     guarded("fused_linear_pg_loss", bench_fused_pg_loss)
     guarded("fused_linear_logprobs", bench_fused_linear)
     guarded("fused_linear_logprobs frozen head", bench_fused_linear_frozen)
+    guarded("fused_linear_cross_entropy", bench_fused_cross_entropy)
     guarded("gae", bench_gae)
     guarded("torch.compile variants", run_deferred)
     emit(f"\ntotal wall time {time.time() - T0:.0f} s")

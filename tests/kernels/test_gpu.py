@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tdrl.kernels import (
+    fused_linear_cross_entropy,
     discounted_cumsum,
     fused_linear_logprobs,
     fused_linear_pg_loss,
@@ -89,6 +90,34 @@ def test_fused_linear(dtype):
         return logp, torch.autograd.grad(logp.sum(), hidden)[0]
 
     for a, b, c in zip(*both(frozen_head), run(), strict=False):
+        torch.testing.assert_close(a.float(), b.float(), **tol)
+        torch.testing.assert_close(a.float(), c.float(), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_linear_cross_entropy(dtype):
+    g = torch.Generator().manual_seed(6)
+    hidden = torch.randn(2, 150, 64, generator=g).to(DEV, dtype).requires_grad_(True)
+    weight = (torch.randn(4099, 64, generator=g) / 8).to(DEV, dtype).requires_grad_(True)
+    targets = torch.randint(0, 4099, (2, 150), generator=g).to(DEV)
+    targets[:, :20] = -100
+    mask = (torch.rand(2, 150, generator=g) < 0.8).to(DEV)
+
+    def run():
+        loss = fused_linear_cross_entropy(hidden, weight, targets, mask=mask, chunk_size=128)
+        return loss, *torch.autograd.grad(loss, (hidden, weight))
+
+    def naive():
+        logits = (hidden @ weight.t()).float()
+        nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100,
+                                                reduction="none")
+        w = mask.flatten().float() * (targets.flatten() >= 0)
+        loss = (nll * w).sum() / w.sum()
+        return loss, *torch.autograd.grad(loss, (hidden, weight))
+
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    tri, ref = both(run)
+    for a, b, c in zip(tri, ref, naive(), strict=True):
         torch.testing.assert_close(a.float(), b.float(), **tol)
         torch.testing.assert_close(a.float(), c.float(), **tol)
 

@@ -129,6 +129,21 @@ def test_gradients_only_through_generated_tokens(tiny):
     torch.testing.assert_close(g, g2)
 
 
+def test_sft_fused_loss_equals_full_logits_path(tiny):
+    """SFTLoss' fused path (hidden states -> fused_linear_cross_entropy, gradients formed in
+    the forward) gives the full-logits loss and the same gradient for every parameter."""
+    _, model, tok = tiny
+    td = tokenize_sft(tok, ["Q: 1+2=", "Q: 11+12=", "Q: 3+4="], ["3", "23", "7 "])
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = {}
+    for fused in (True, False):
+        loss = SFTLoss(fused=fused)(model, td)["loss_sft"]
+        out[fused] = (loss, torch.autograd.grad(loss, params))
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(out[True][1], out[False][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_sft_ignores_prompt_tokens(tiny):
     _, model, tok = tiny
     td = tokenize_sft(tok, ["Q: 1+2=", "Q: 11+12="], ["3", "23"])

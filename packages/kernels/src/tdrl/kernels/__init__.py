@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ._dispatch import current_backend, triton_available, use_backend
 from .fused_linear import (
+    fused_linear_cross_entropy,
+    fused_linear_cross_entropy_reference,
     fused_linear_logprobs,
     fused_linear_logprobs_reference,
     fused_linear_pg_loss,
@@ -23,6 +25,8 @@ __all__ = [
     "current_backend",
     "discounted_cumsum",
     "discounted_cumsum_reference",
+    "fused_linear_cross_entropy",
+    "fused_linear_cross_entropy_reference",
     "fused_linear_logprobs",
     "fused_linear_logprobs_reference",
     "fused_linear_pg_loss",

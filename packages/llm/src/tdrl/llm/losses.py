@@ -398,8 +398,13 @@ class SFTLoss(torch.nn.Module):
 
     ``loss = -sum(mask * logp) / sum(mask)`` over the batch's completion tokens.
 
+    With ``fused`` (default) the decoder's hidden states go straight to the loss through
+    :func:`tdrl.kernels.fused_linear_cross_entropy`: the LM-head gradients are computed chunk
+    by chunk in the forward (three LM-head matmuls, two with a frozen head as under LoRA; no
+    ``[tokens, vocab]`` buffer; masked tokens skip the head).
+
     Args:
-        fused: compute log-probs with the fused LM-head kernel.
+        fused: go through the fused LM-head kernel; ``False`` uses the model's full logits.
     """
 
     def __init__(self, fused: bool = True):
@@ -408,7 +413,16 @@ class SFTLoss(torch.nn.Module):
 
     def forward(self, model, td: TensorDict) -> TensorDict:
         mask = td[K.COMPLETION_MASK].bool()
+        n = mask.sum().detach().float()
+        if self.fused:
+            pids, pmask, cids, cmask, width = _trim(td)
+            if width > 0:
+                from tdrl import kernels
+
+                head = _head(model)
+                hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=False)
+                loss = kernels.fused_linear_cross_entropy(hidden, head.weight, cids, bias=head.bias, mask=cmask)
+                return TensorDict({"loss_sft": loss, "num_tokens": n, "mean_logp": -loss.detach()}, batch_size=[])
         logp = completion_logprobs(model, td, 1.0, fused=self.fused, share_prefix=False)
         loss = -masked_reduce(logp, mask, "token")
-        n = mask.sum().detach().float()
         return TensorDict({"loss_sft": loss, "num_tokens": n, "mean_logp": -loss.detach()}, batch_size=[])

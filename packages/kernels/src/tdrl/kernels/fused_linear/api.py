@@ -6,11 +6,28 @@ import torch
 
 from .._dispatch import use_triton
 from ..logprobs.reference import default_chunk_rows, rows_backward, rows_forward
+from .cross_entropy import fused_linear_cross_entropy_impl
 from .pg_loss import fused_linear_pg_loss_impl
 from .reference import fused_linear_logprobs_impl
 
 #: logits elements per chunk on the Triton path (2048 rows at V = 152k: ~0.6 GB in bf16).
 TRITON_CHUNK_ELEMENTS = 1 << 29
+
+
+def _row_functions(hidden: torch.Tensor, weight: torch.Tensor, chunk_size: int | None, *others):
+    """The softmax row functions for these inputs (Triton on CUDA, torch otherwise) and the
+    chunk size (bigger by default with Triton's rows)."""
+    if not use_triton(hidden, weight, *others):
+        return rows_forward, rows_backward, chunk_size
+    from ..logprobs.triton import rows_backward_triton, rows_forward_triton
+
+    if chunk_size is None and hidden.is_cuda:
+        # The Triton rows read the logits in their own dtype and write the gradient in place,
+        # so a chunk costs one [chunk, V] buffer: take bigger chunks (fewer, better-shaped
+        # matmuls; fewer read-modify-writes of grad_weight).
+        n_rows = hidden.numel() // max(hidden.shape[-1], 1)
+        chunk_size = default_chunk_rows(n_rows, weight.shape[0], hidden.device, TRITON_CHUNK_ELEMENTS)
+    return rows_forward_triton, rows_backward_triton, chunk_size
 
 
 def fused_linear_logprobs(
@@ -49,18 +66,7 @@ def fused_linear_logprobs(
         ``[N]`` float32 log-probs, or ``(logp, entropy)``; gradients flow to ``hidden``,
         ``weight`` and ``bias``.
     """
-    if use_triton(hidden, weight, targets, bias):
-        from ..logprobs.triton import rows_backward_triton, rows_forward_triton
-
-        fwd, bwd = rows_forward_triton, rows_backward_triton
-        if chunk_size is None and hidden.is_cuda:
-            # The Triton rows read the logits in their own dtype and write the gradient in
-            # place, so a chunk costs one [chunk, V] buffer: take bigger chunks (fewer,
-            # better-shaped matmuls; fewer read-modify-writes of grad_weight).
-            n_rows = hidden.numel() // max(hidden.shape[-1], 1)
-            chunk_size = default_chunk_rows(n_rows, weight.shape[0], hidden.device, TRITON_CHUNK_ELEMENTS)
-    else:
-        fwd, bwd = rows_forward, rows_backward
+    fwd, bwd, chunk_size = _row_functions(hidden, weight, chunk_size, targets, bias)
     return fused_linear_logprobs_impl(
         hidden, weight, targets, bias, temperature, chunk_size, return_entropy, fwd, bwd
     )
@@ -127,17 +133,52 @@ def fused_linear_pg_loss(
         ``ratio_mean`` (as :func:`tdrl.kernels.pg_token_loss`), plus ``entropy`` / ``logp``
         when requested.
     """
-    if use_triton(hidden, weight, targets, bias, old_logp, advantages, mask, ref_logp):
-        from ..logprobs.triton import rows_backward_triton, rows_forward_triton
-
-        fwd, bwd = rows_forward_triton, rows_backward_triton
-        if chunk_size is None and hidden.is_cuda:
-            n_rows = hidden.numel() // max(hidden.shape[-1], 1)
-            chunk_size = default_chunk_rows(n_rows, weight.shape[0], hidden.device, TRITON_CHUNK_ELEMENTS)
-    else:
-        fwd, bwd = rows_forward, rows_backward
+    fwd, bwd, chunk_size = _row_functions(
+        hidden, weight, chunk_size, targets, bias, old_logp, advantages, mask, ref_logp
+    )
     return fused_linear_pg_loss_impl(
         hidden, weight, targets, old_logp, advantages, mask, ref_logp, bias, temperature,
         eps_low, eps_high, beta, reduction, max_len, chunk_size, return_entropy, return_logprobs,
         fwd, bwd,
+    )
+
+
+def fused_linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    reduction: str = "mean",
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Masked next-token cross-entropy (the SFT loss) straight from hidden states and the LM
+    head, in 3 matmuls and ``O(chunk_size x V)`` extra memory.
+
+    Equal to ``F.cross_entropy(hidden @ weight.T + bias, targets, ignore_index=-100)`` (mean
+    over the non-ignored tokens) and, with ``mask``, to ``-sum(mask * logp) / sum(mask)``
+    where ``logp = fused_linear_logprobs(hidden, weight, targets, bias, temperature)``; the
+    gradients to ``hidden``, ``weight`` and ``bias`` are computed chunk by chunk during the
+    forward, where ``d loss / d logp`` is already known, so no chunk's logits are recomputed
+    (two matmuls with a frozen head). Tokens with weight 0 (masked out or a negative target)
+    do not go through the LM head. See :mod:`tdrl.kernels.fused_linear.cross_entropy`.
+
+    Args:
+        hidden: ``[..., H]`` hidden states (the positions that predict ``targets``).
+        weight: ``[V, H]`` LM head weight (same dtype as ``hidden``).
+        targets: ``[...]`` token ids; negative ids (``-100``) are ignored.
+        bias: optional ``[V]`` LM head bias.
+        mask: optional ``[...]`` bool or non-negative float weights of the tokens.
+        temperature: logits are divided by it, > 0.
+        reduction: ``"mean"`` (divide by the total weight; 0 when it is 0) or ``"sum"``.
+        chunk_size: rows (tokens) per chunk; defaults as in :func:`fused_linear_logprobs`.
+
+    Returns:
+        A float32 (float64 for float64 ``hidden``) scalar with gradients to ``hidden``,
+        ``weight`` and ``bias``; one backward per forward.
+    """
+    fwd, bwd, chunk_size = _row_functions(hidden, weight, chunk_size, targets, bias, mask)
+    return fused_linear_cross_entropy_impl(
+        hidden, weight, targets, bias, mask, temperature, reduction, chunk_size, fwd, bwd
     )

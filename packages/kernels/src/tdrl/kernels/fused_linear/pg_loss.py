@@ -1,20 +1,10 @@
 """Fused LM head + log-probs + policy-gradient token loss, gradients computed in the forward.
 
 ``fused_linear_logprobs`` cannot know the gradient that will reach its log-probs, so its
-backward recomputes every chunk's logits: four matmuls in all (logits in the forward,
-logits again, ``d hidden`` and ``d weight`` in the backward). When the log-probs feed the
+backward recomputes every chunk's logits: four matmuls in all. When the log-probs feed the
 PPO / GRPO token loss of :mod:`tdrl.kernels.pg_loss`, the per-token ``d loss / d logp`` is
-known as soon as a chunk's log-probs are, so each chunk does, in the forward::
-
-    logits = hidden[c] @ W.T + b                          (matmul 1)
-    logp, lse = rows_forward(logits)                      (softmax statistics)
-    g_t = d loss / d logp_t                               (elementwise, [chunk])
-    d logits = rows_backward(logits, g)   (in place)
-    d hidden[c] = d logits @ W                            (matmul 2)
-    d W += d logits.T @ hidden[c];  d b += sum(d logits)  (matmul 3)
-
-and the backward only scales the stored gradients by the scalar upstream gradient: three
-matmuls and ``O(chunk x V)`` extra memory (as Liger-Kernel's fused linear losses do).
+known as soon as a chunk's log-probs are, so the gradients are computed chunk by chunk in the
+forward (:mod:`.grads_in_forward`): three matmuls and ``O(chunk x V)`` extra memory.
 
 The reductions need per-sequence token counts before the first chunk: they come from the
 mask, so every token's weight in the loss (``mask * row_scale[b]``) is known up front.
@@ -31,15 +21,10 @@ from __future__ import annotations
 
 import torch
 
-from ..logprobs.reference import (
-    _torch_workspace,
-    compute_dtype,
-    default_chunk_rows,
-    rows_backward,
-    rows_forward,
-)
+from ..logprobs.reference import compute_dtype, default_chunk_rows, rows_backward, rows_forward
 from ..pg_loss.reference import check_pg_inputs, expand_advantages, row_scales, token_terms
-from .reference import _logits, check_fused_inputs
+from .grads_in_forward import head_grads_in_forward, kept_rows, scaled_stored_grads
+from .reference import check_fused_inputs
 
 
 class FusedLinearPGLossFunction(torch.autograd.Function):
@@ -50,23 +35,14 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
         temperature, eps_low, eps_high, beta, chunk, need_grad, need_ent, need_logp, rows_fwd, rows_bwd = config
         n = hidden.shape[0]
         cdt = compute_dtype(hidden.dtype)
-        need_h, need_w, need_b = (need_grad and f for f in ctx.needs_input_grad[:3])
-        need_b = need_b and bias is not None
-        grad_hidden = torch.empty_like(hidden) if need_h else None
-        grad_weight = torch.zeros_like(weight) if need_w else None
-        grad_bias = torch.zeros_like(bias) if need_b else None
-        backprop = need_h or need_w or need_b
+        needs = tuple(need_grad and f for f in ctx.needs_input_grad[:3])
+        backprop = any(needs)
         sums = torch.zeros(5, dtype=cdt, device=hidden.device)  # loss, clipped, kl, ratio, entropy
         zero = sums.new_zeros(())
         logp_out = torch.empty(n if need_logp else 0, dtype=cdt, device=hidden.device)
-        # One pair of [chunk, V] buffers for the torch rows (None for Triton's): the backward
-        # rows reuse the forward's, whose temporaries are dead once the chunk's lse is known.
-        ws = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
-        for s in range(0, n, chunk):
-            e = min(n, s + chunk)
-            h, tgt = hidden[s:e], targets[s:e]
-            logits = _logits(h, weight, bias)
-            lp, lse, ent = rows_fwd(logits, tgt, temperature, need_ent, workspace=ws)
+
+        def token_fn(s, e, lp, ent):
+            nonlocal sums
             if need_logp:
                 logp_out[s:e] = lp
             m = mask[s:e]
@@ -79,21 +55,15 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
             sc = scale[s:e]
             ent_sum = (ent.to(cdt) * m).sum() if need_ent else zero
             sums += torch.stack([(loss_t * sc).sum(), clip_t.sum().to(sums.dtype), kl_t.sum(), ratio_t.sum(), ent_sum])
-            if backprop:
-                g = rows_bwd(logits, tgt, temperature, lse, None, (dloss_t * sc).contiguous(), None,
-                             logits, workspace=ws)
-                if need_h:
-                    torch.mm(g, weight, out=grad_hidden[s:e])
-                if need_w:
-                    grad_weight.addmm_(g.t(), h)
-                if need_b:
-                    grad_bias += g.sum(0).to(grad_bias.dtype)
-                del g
-            del logits
+            return dloss_t * sc if backprop else None
+
+        grads = head_grads_in_forward(
+            hidden, weight, bias, targets, temperature, chunk, needs, need_ent, rows_fwd, rows_bwd, token_fn
+        )
         count = mask.sum().clamp(min=1.0)
         # Held on ctx rather than saved: backward hands these very tensors to autograd (scaled
         # in place), so the [V, H] weight gradient is never copied.
-        ctx.grads = (grad_hidden, grad_weight, grad_bias)
+        ctx.grads = grads
         loss = sums[0]
         stats = sums[1] / count, sums[2] / count, sums[3] / count, sums[4] / count
         ctx.mark_non_differentiable(*stats, logp_out)
@@ -101,14 +71,7 @@ class FusedLinearPGLossFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, *_):
-        grads = ctx.grads
-        if grads is None:
-            raise RuntimeError(
-                "fused_linear_pg_loss computes its gradients once, in the forward: backward through "
-                "the same loss twice (retain_graph=True) is not supported; recompute the loss."
-            )
-        ctx.grads = None
-        grads = tuple(None if g is None else g.mul_(grad_loss.to(g.dtype)) for g in grads)
+        grads = scaled_stored_grads(ctx, grad_loss, "fused_linear_pg_loss")
         return (*grads, None, None, None, None, None, None, None)
 
 
@@ -135,8 +98,7 @@ def fused_linear_pg_loss_impl(
     tgt, m = targets.reshape(n).long(), m.reshape(n)
     # Masked-out tokens add nothing to the loss, its gradient or the statistics: only the
     # kept rows go through the LM head (padding of ragged completions costs no matmul).
-    kept = (m > 0).nonzero().squeeze(1)
-    subset = kept.numel() < n
+    kept, subset = kept_rows(m)
     if subset:
         h = h.index_select(0, kept)  # differentiable: the gradient scatters back
         tgt, adv, m, scale = (x.index_select(0, kept) for x in (tgt, adv, m, scale))

@@ -41,7 +41,9 @@ class SFTConfig:
         grad_accum: micro-batches each step is split into.
         lr, weight_decay, warmup_steps, max_grad_norm: optimisation (cosine decay to 10%).
         completion_column: the dataset column holding targets.
-        fused_logprobs: use the fused LM-head kernel.
+        fused_logprobs: compute the loss from the decoder's hidden states through the fused
+            LM-head cross-entropy (:func:`tdrl.kernels.fused_linear_cross_entropy`); ``False``
+            goes through the model's full logits.
         seed: data-order seed.
         checkpoint_path, checkpoint_every: resumable checkpoints (``None``: none).
         log_dir: folder of the per-step metrics (``<log_dir>/metrics.csv``, a
