@@ -10,7 +10,9 @@ GRPO. ``--model PATH`` starts from any local Hugging Face causal LM instead.
     python apps/grpo/train.py --loss dapo --beta 0.02 --lora
 
 Outputs in ``--out``: ``sft/metrics.csv``, ``grpo/metrics.csv`` (with ``hparams.json``), ``reward_curve.png``,
-``summary.json``, the tiny model folder and the final model (``final/``).
+``summary.json``, the tiny model folder and the final model (``final/``). A rerun into the
+same ``--out`` starts afresh; ``--resume`` continues the GRPO phase from ``checkpoint.pt``
+(written every ``--checkpoint-every`` rounds and at the end) without redoing the SFT.
 """
 
 from __future__ import annotations
@@ -85,17 +87,22 @@ class Config:
     lora: bool = False
     lora_rank: int = 8
     checkpoint_every: int = 0  # 0: only at the end
+    resume: bool = False  # continue GRPO from --out/checkpoint.pt (SFT skipped); else start afresh
     eval_every: int = 25  # held-out accuracy every N GRPO rounds (0: only at the end)
     tiny: bool = False  # seconds-long smoke settings (CI)
 
     def __post_init__(self):
         if self.loss not in LOSS_PRESETS:
             raise SystemExit(f"--loss must be one of {sorted(LOSS_PRESETS)}, got {self.loss!r}")
-        if self.tiny:
-            self.hidden_size, self.num_layers = 32, 1
-            self.n_train, self.n_test = 256, 32
-            self.sft_steps, self.sft_batch = 20, 32
-            self.steps, self.prompts_per_step, self.group_size, self.minibatch_size = 4, 4, 4, 0
+        if self.tiny:  # smoke sizes for the settings left at their defaults (a flag given wins)
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name, value in TINY.items():
+                if getattr(self, name) == defaults[name]:
+                    setattr(self, name, value)
+
+
+TINY = dict(hidden_size=32, num_layers=1, n_train=256, n_test=32, sft_steps=20, sft_batch=32, steps=4,
+            prompts_per_step=4, group_size=4, minibatch_size=0)
 
 
 def parse_args(argv=None) -> Config:
@@ -158,13 +165,26 @@ def main(argv=None) -> dict:
     def accuracy() -> float:
         return evaluate(model, tokenizer, test_ds, math_answer_reward, max_new_tokens=cfg.max_new_tokens)
 
-    acc0 = accuracy()
-    sft = SFTTrainer(model, tokenizer, train_ds, SFTConfig(
-        steps=cfg.sft_steps, batch_size=cfg.sft_batch, lr=cfg.sft_lr, warmup_steps=10, seed=cfg.seed,
-        log_dir=os.path.join(cfg.out, "sft"),
-    ))
-    sft.train()
-    acc_sft = accuracy()
+    ckpt = os.path.join(cfg.out, "checkpoint.pt")
+    sft_file = os.path.join(cfg.out, "sft", "accuracy.json")
+    resuming = cfg.resume and os.path.exists(ckpt)
+    if os.path.exists(ckpt) and not cfg.resume:
+        print(f"[grpo] {ckpt} is an earlier run's: starting afresh (--resume continues it)", flush=True)
+        os.remove(ckpt)
+    if resuming:  # the checkpoint holds the weights after SFT and the GRPO rounds done so far
+        print(f"[grpo] resuming GRPO from {ckpt}; SFT skipped", flush=True)
+        done = json.loads(open(sft_file).read()) if os.path.exists(sft_file) else {}
+        acc0, acc_sft = done.get("start", float("nan")), done.get("after_sft", float("nan"))
+    else:
+        acc0 = accuracy()
+        sft = SFTTrainer(model, tokenizer, train_ds, SFTConfig(
+            steps=cfg.sft_steps, batch_size=cfg.sft_batch, lr=cfg.sft_lr, warmup_steps=10, seed=cfg.seed,
+            log_dir=os.path.join(cfg.out, "sft"),
+        ))
+        sft.train()
+        acc_sft = accuracy()
+        with open(sft_file, "w") as f:
+            json.dump({"start": acc0, "after_sft": acc_sft}, f)
     print(f"held-out accuracy: start {acc0:.3f} -> after SFT {acc_sft:.3f}", flush=True)
 
     loss_cfg = LOSS_PRESETS[cfg.loss](beta=cfg.beta, tis_cap=cfg.tis_cap or None)
@@ -174,7 +194,7 @@ def main(argv=None) -> dict:
         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, lr=cfg.lr, epochs=cfg.epochs,
         minibatch_size=cfg.minibatch_size or None, grad_accum=cfg.grad_accum, loss=loss_cfg,
         seed=cfg.seed, warmup_steps=cfg.warmup, log_dir=os.path.join(cfg.out, "grpo"),
-        checkpoint_path=os.path.join(cfg.out, "checkpoint.pt"), checkpoint_every=every,
+        checkpoint_path=ckpt, checkpoint_every=every,
     ))
     curve: list[tuple[int, float]] = [(0, acc_sft)]
 

@@ -41,6 +41,16 @@ def test_grpo_app_tiny(tmp_path):
     # --model PATH: start from that local folder (here the tiny model just written)
     summary2 = app.main(["--tiny", "--out", str(tmp_path / "run2"), "--model", str(out / "final"), "--threads", "1", "--sft-steps", "2", "--steps", "1"])
     assert summary2["params"] == summary["params"]
+    # a rerun into the same folder starts afresh; --resume continues GRPO without redoing SFT
+    sft_rows = (out / "sft" / "metrics.csv").read_text()
+    resumed = app.main(["--tiny", "--out", str(out), "--threads", "1", "--resume", "--steps", "6"])
+    assert (out / "sft" / "metrics.csv").read_text() == sft_rows
+    assert resumed["accuracy_after_sft"] == summary["accuracy_after_sft"]
+    rows = list(csv.DictReader(open(out / "grpo" / "metrics.csv")))
+    assert [int(float(r["step"])) for r in rows] == [1, 2, 3, 4, 5, 6]
+    app.main(["--tiny", "--out", str(out), "--threads", "1", "--steps", "2"])
+    rows = list(csv.DictReader(open(out / "grpo" / "metrics.csv")))
+    assert [int(float(r["step"])) for r in rows] == [1, 2]
 
 
 def test_grpo_app_rejects_unknown_loss():
