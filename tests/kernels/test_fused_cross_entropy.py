@@ -143,3 +143,5 @@ def test_errors_name_the_problem():
         fused_linear_cross_entropy(hidden, weight.t(), targets)
     with pytest.raises(TypeError, match="dtype"):
         fused_linear_cross_entropy(hidden, weight.double(), targets)
+    with pytest.raises(ValueError, match="fused_linear_cross_entropy: target id 12 is out of range"):
+        fused_linear_cross_entropy(hidden, weight, torch.tensor([0, 12, 3, -100]))

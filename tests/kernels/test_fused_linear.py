@@ -101,6 +101,10 @@ def test_errors_name_the_problem():
         fused_linear_logprobs(hidden, weight, targets[:3])
     with pytest.raises(ValueError, match="bias"):
         fused_linear_logprobs(hidden, weight, targets, bias=b[:3])
+    with pytest.raises(ValueError, match="target id 10 is out of range for a vocabulary of 10"):
+        fused_linear_logprobs(hidden, weight, torch.tensor([0, 10, 3, -100]))
+    with pytest.raises(TypeError, match="integer"):
+        fused_linear_logprobs(hidden, weight, targets.float())
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])

@@ -187,8 +187,11 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="old_logp"):
         fused_linear_pg_loss(case["hidden"], case["weight"], case["targets"], case["old_logp"][:, :2],
                              case["advantages"], case["mask"])
-    with pytest.raises(ValueError, match=r"weight \[V, H\]"):
+    with pytest.raises(ValueError, match=r"fused_linear_pg_loss expects hidden \[N, H\] and weight \[V, H\]"):
         fused(dict(case, weight=case["weight"].t()))
+    for backend in ("torch", "triton"):  # an id past the vocabulary would read another row in a kernel
+        with use_backend(backend), pytest.raises(ValueError, match="fused_linear_pg_loss: target id 11 is out"):
+            fused(dict(case, targets=torch.full_like(case["targets"], 11)))
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])

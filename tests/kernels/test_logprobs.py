@@ -119,6 +119,8 @@ def test_errors_name_the_problem():
         token_logprobs(logits, targets, temperature=0.0)
     with pytest.raises(TypeError, match="integer"):
         token_logprobs(logits, targets.float())
+    with pytest.raises(ValueError, match="target id 5 is out of range for a vocabulary of 5"):
+        token_logprobs(logits, targets.clamp(min=0) * 0 + 5)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy in the interpreter

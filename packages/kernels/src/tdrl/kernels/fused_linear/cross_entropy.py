@@ -51,7 +51,7 @@ def fused_linear_cross_entropy_impl(
     hidden, weight, targets, bias, mask, temperature, reduction, chunk_size, rows_fwd, rows_bwd
 ):
     """Shared body of :func:`tdrl.kernels.fused_linear_cross_entropy` for a pair of row functions."""
-    check_fused_inputs(hidden, weight, targets, bias, temperature)
+    check_fused_inputs(hidden, weight, targets, bias, temperature, "fused_linear_cross_entropy")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}.")
     if mask is not None and mask.shape != targets.shape:

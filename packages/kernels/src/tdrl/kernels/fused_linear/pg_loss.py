@@ -85,7 +85,7 @@ def fused_linear_pg_loss_impl(
             f"fused_linear_pg_loss expects hidden [B, T, H] and targets [B, T]; got hidden "
             f"{tuple(hidden.shape)} and targets {tuple(targets.shape)}."
         )
-    check_fused_inputs(hidden, weight, targets, bias, temperature)
+    check_fused_inputs(hidden, weight, targets, bias, temperature, "fused_linear_pg_loss")
     check_pg_inputs(targets, old_logp, advantages, mask, ref_logp, reduction, max_len)
     cdt = compute_dtype(hidden.dtype)
     h = hidden.reshape(-1, hidden.shape[-1])

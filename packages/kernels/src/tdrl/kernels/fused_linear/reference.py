@@ -25,6 +25,7 @@ import torch
 
 from ..logprobs.reference import (
     _torch_workspace,
+    check_target_range,
     compute_dtype,
     default_chunk_rows,
     rows_backward,
@@ -119,12 +120,12 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
 
 def check_fused_inputs(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, bias: torch.Tensor | None,
-    temperature: float,
+    temperature: float, op: str = "fused_linear_logprobs",
 ) -> None:
-    """Validate ``fused_linear_logprobs`` inputs with messages for the user."""
+    """Validate the inputs of the fused LM-head op ``op`` with messages for the user."""
     if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
         raise ValueError(
-            f"fused_linear_logprobs expects hidden [N, H] and weight [V, H]; got hidden "
+            f"{op} expects hidden [N, H] and weight [V, H]; got hidden "
             f"{tuple(hidden.shape)} and weight {tuple(weight.shape)}."
         )
     if hidden.shape[:-1] != targets.shape:
@@ -137,6 +138,9 @@ def check_fused_inputs(
         raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}.")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}.")
+    if targets.is_floating_point() or targets.is_complex():
+        raise TypeError(f"targets must hold integer token ids, got {targets.dtype}.")
+    check_target_range(targets, weight.shape[0], op)
 
 
 def fused_linear_logprobs_impl(

@@ -227,6 +227,18 @@ def check_logprob_inputs(logits: torch.Tensor, targets: torch.Tensor, temperatur
         raise TypeError(f"targets must hold integer token ids, got {targets.dtype}.")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}.")
+    check_target_range(targets, logits.shape[-1], "token_logprobs")
+
+
+def check_target_range(targets: torch.Tensor, vocab: int, op: str) -> None:
+    """Token ids must be below the vocabulary size (negative ids are the ignored ones): an id
+    out of range would read another row's logits in a kernel. One host sync."""
+    if targets.numel() and int(targets.max()) >= vocab:
+        bad = int(targets.max())
+        raise ValueError(
+            f"{op}: target id {bad} is out of range for a vocabulary of {vocab} (ids must be < {vocab}; "
+            f"negative ids such as -100 are ignored). Do the tokenizer and the LM head match?"
+        )
 
 
 def token_logprobs_impl(
