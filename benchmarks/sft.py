@@ -1,0 +1,170 @@
+"""SFT: tdrl.llm's SFTTrainer vs TRL's SFTTrainer on the same model, data, batch and steps.
+
+The model is a random Qwen2 with an LLM-sized vocabulary (V=32,000, hidden 256, 2 layers,
+untied head: the LM head is most of the work, as in real fine-tuning of small models) and the
+locally trained tiny tokenizer; both sides load it from the same folder with
+``from_pretrained``. Data: prompt / completion pairs (``"Q: a+b="`` -> twelve worked sums, ~95
+tokens), completion-only loss on both sides (TRL's default for prompt-completion data), the
+same batch size, learning rate, cosine schedule, grad clipping, no warm-up, one torch thread,
+each side in its own process (peak RSS per side). tdrl runs twice: its default fused loss
+(``fused_linear_cross_entropy`` from the hidden states) and ``fused_logprobs=False`` (the
+model's full logits). TRL 1.16 computes its loss through its own chunked LM head
+(``add_fused_lm_head``), plus entropy and token accuracy for its logs.
+
+    .venv-bench/bin/python benchmarks/sft.py                # needs trl (benchmarks/setup_peers.sh)
+    .venv-bench/bin/python benchmarks/sft.py --steps 12 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _data(n: int, seed: int):
+    """Prompt / completion pairs whose completion spells out a running sum (~95 tokens)."""
+    import random
+
+    from datasets import Dataset
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        a, b = rng.randint(0, 19), rng.randint(1, 9)
+        steps, total = [], a
+        for _ in range(12):
+            steps.append(f"{total}+{b}={total + b}")
+            total += b
+        rows.append({"prompt": f"Q: {a}+{b}=", "completion": " ".join(steps)})
+    return Dataset.from_list(rows)
+
+
+def prepare(folder: str, vocab: int, seed: int) -> None:
+    """Tiny tokenizer + a random Qwen2 with a ``vocab``-row untied head, saved to ``folder``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from tdrl.llm import ArithmeticTask, train_tokenizer
+
+    torch.manual_seed(seed)
+    tok = train_tokenizer(ArithmeticTask(max_value=19).corpus(), vocab_size=64)
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      tie_word_embeddings=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                      bos_token_id=tok.bos_token_id)
+    Qwen2ForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def run_tdrl(a, fused: bool) -> dict:
+    from tdrl.llm import SFTConfig, SFTTrainer, load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(a.model)
+    cfg = SFTConfig(steps=a.steps, batch_size=a.batch, lr=a.lr, warmup_steps=0, max_grad_norm=1.0, seed=a.seed,
+                    progress=False, fused_logprobs=fused)
+    trainer = SFTTrainer(model, tok, _data(2000, a.seed), cfg)
+    times, losses = [], []
+    for _ in range(a.steps):
+        t = time.perf_counter()
+        m = trainer.step()
+        times.append(time.perf_counter() - t)
+        losses.append(m["loss"])
+    return {"times": times, "losses": losses}
+
+
+def run_trl(a) -> dict:
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from tdrl.llm import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(a.model)
+    times, losses = [], []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - self.t)
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                losses.append(logs["loss"])
+
+    with tempfile.TemporaryDirectory() as out:
+        args = SFTConfig(
+            output_dir=out, per_device_train_batch_size=a.batch, learning_rate=a.lr, max_steps=a.steps,
+            logging_steps=1, lr_scheduler_type="cosine", warmup_steps=0, max_grad_norm=1.0, weight_decay=0.0,
+            completion_only_loss=True, packing=False, use_cpu=True, bf16=False, report_to="none",
+            save_strategy="no", gradient_checkpointing=False, seed=a.seed, disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        SFTTrainer(model=model, args=args, train_dataset=_data(2000, a.seed), processing_class=tok,
+                   callbacks=[Timer()]).train()
+    return {"times": times, "losses": losses}
+
+
+def worker(a) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+    res = run_trl(a) if a.worker == "trl" else run_tdrl(a, fused=a.worker == "tdrl")
+    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open(a.out, "w") as f:
+        json.dump(res, f)
+
+
+SIDES = {"tdrl": "tdrl SFTTrainer (fused_linear_cross_entropy)", "tdrl_logits": "tdrl SFTTrainer, full logits",
+         "trl": "TRL SFTTrainer"}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--worker", choices=list(SIDES), default=None)
+    p.add_argument("--model", default=None)
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+    if a.worker:
+        return worker(a)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
+    results: dict[str, list[dict]] = {s: [] for s in SIDES}
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare(os.path.join(tmp, "model"), a.vocab, a.seed)
+        for r in range(a.repeats):
+            for side in SIDES:
+                out = os.path.join(tmp, f"{side}{r}.json")
+                cmd = [sys.executable, __file__, "--worker", side, "--model", os.path.join(tmp, "model"), "--out", out,
+                       "--steps", str(a.steps), "--batch", str(a.batch), "--lr", str(a.lr), "--seed", str(a.seed)]
+                subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+                with open(out) as f:
+                    results[side].append(json.load(f))
+    print(f"SFT, random Qwen2 V={a.vocab:,} H=256 2 layers, batch {a.batch} x (~8 prompt + ~95 completion tokens), "
+          f"{a.steps} steps (first excluded), {a.repeats} repeats (median), 1 torch thread")
+    base = statistics.median(statistics.median(x["times"][1:]) for x in results["trl"])
+    print(f"{'side':<48}{'s/step':>9}{'vs TRL':>9}{'peak RSS MB':>13}{'loss first':>12}{'loss last':>11}")
+    for side, name in SIDES.items():
+        rs = results[side]
+        s = statistics.median(statistics.median(x["times"][1:]) for x in rs)
+        rss = statistics.median(x["peak_rss_mb"] for x in rs)
+        first = statistics.mean(x["losses"][0] for x in rs)
+        last = statistics.mean(x["losses"][-1] for x in rs)
+        print(f"{name:<48}{s:>9.3f}{base / s:>8.2f}x{rss:>13.0f}{first:>12.4f}{last:>11.4f}")
+
+
+if __name__ == "__main__":
+    main()
