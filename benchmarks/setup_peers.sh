@@ -11,7 +11,7 @@ VENV=${VENV:-.venv-bench}
 PIP="$VENV/bin/pip"
 "$PIP" install -q torch==2.13.0
 "$PIP" install -q "torchrl==0.14.1" "tensordict>=0.14.3,<0.15" \
-    "gymnasium[mujoco,classic-control]==1.4.0" "vmas==1.5.2" "trl" \
+    "gymnasium[mujoco,classic-control]==1.4.0" "vmas==1.5.2" "trl" "peft" \
     -e packages/kernels -e "packages/core[apps]" -e packages/marl -e packages/llm \
     matplotlib tqdm psutil
 "$VENV/bin/python" -c "import torchrl, tensordict, tdrl.core; print('torchrl', torchrl.__version__, 'tensordict', tensordict.__version__)"

@@ -13,6 +13,11 @@ model's full logits). TRL 1.16 computes its loss through its own chunked LM head
 
     .venv-bench/bin/python benchmarks/sft.py                # needs trl (benchmarks/setup_peers.sh)
     .venv-bench/bin/python benchmarks/sft.py --steps 12 --repeats 3
+    .venv-bench/bin/python benchmarks/sft.py --lora 8     # LoRA r=8 on every linear layer but the head
+
+With ``--lora R`` both sides train the same peft adapters (``tdrl.llm.apply_lora``, rank R,
+alpha 2R, every linear layer; the LM head stays frozen, so tdrl's fused loss takes its
+two-matmul frozen-head path).
 """
 
 from __future__ import annotations
@@ -63,10 +68,19 @@ def prepare(folder: str, vocab: int, seed: int) -> None:
     tok.save_pretrained(folder)
 
 
-def run_tdrl(a, fused: bool) -> dict:
-    from tdrl.llm import SFTConfig, SFTTrainer, load_model_and_tokenizer
+def load(a):
+    from tdrl.llm import apply_lora, load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(a.model)
+    if a.lora:
+        model = apply_lora(model, r=a.lora, alpha=2 * a.lora)
+    return model, tok
+
+
+def run_tdrl(a, fused: bool) -> dict:
+    from tdrl.llm import SFTConfig, SFTTrainer
+
+    model, tok = load(a)
     cfg = SFTConfig(steps=a.steps, batch_size=a.batch, lr=a.lr, warmup_steps=0, max_grad_norm=1.0, seed=a.seed,
                     progress=False, fused_logprobs=fused)
     trainer = SFTTrainer(model, tok, _data(2000, a.seed), cfg)
@@ -83,9 +97,7 @@ def run_trl(a) -> dict:
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from tdrl.llm import load_model_and_tokenizer
-
-    model, tok = load_model_and_tokenizer(a.model)
+    model, tok = load(a)
     times, losses = [], []
 
     class Timer(TrainerCallback):
@@ -135,6 +147,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lora", type=int, default=0, help="LoRA rank on both sides (0: full fine-tuning)")
     p.add_argument("--worker", choices=list(SIDES), default=None)
     p.add_argument("--model", default=None)
     p.add_argument("--out", default=None)
@@ -149,12 +162,13 @@ def main() -> None:
             for side in SIDES:
                 out = os.path.join(tmp, f"{side}{r}.json")
                 cmd = [sys.executable, __file__, "--worker", side, "--model", os.path.join(tmp, "model"), "--out", out,
-                       "--steps", str(a.steps), "--batch", str(a.batch), "--lr", str(a.lr), "--seed", str(a.seed)]
+                       "--steps", str(a.steps), "--batch", str(a.batch), "--lr", str(a.lr), "--seed", str(a.seed), "--lora", str(a.lora)]
                 subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
                 with open(out) as f:
                     results[side].append(json.load(f))
     print(f"SFT, random Qwen2 V={a.vocab:,} H=256 2 layers, batch {a.batch} x (~8 prompt + ~95 completion tokens), "
-          f"{a.steps} steps (first excluded), {a.repeats} repeats (median), 1 torch thread")
+          f"{a.steps} steps (first excluded), {a.repeats} repeats (median), 1 torch thread, "
+          + (f"LoRA r={a.lora} (head frozen)" if a.lora else "full fine-tuning"))
     base = statistics.median(statistics.median(x["times"][1:]) for x in results["trl"])
     print(f"{'side':<48}{'s/step':>9}{'vs TRL':>9}{'peak RSS MB':>13}{'loss first':>12}{'loss last':>11}")
     for side, name in SIDES.items():
