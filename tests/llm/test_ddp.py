@@ -1,4 +1,5 @@
-"""Data parallelism: two CPU processes on gloo end with identical weights."""
+"""Data parallelism: two CPU processes on gloo end with identical weights (GRPO, then SFT
+through the fused LM-head cross-entropy under DDP)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,11 @@ WORKER = textwrap.dedent(
         return orig(batch)
     trainer.rollout = rollout
     trainer.train()
-    torch.save({"state": model.state_dict(), "prompts": seen}, f"{out}/rank{rank}.pt")
+    from tdrl.llm import SFTConfig, SFTTrainer
+    sft_train, _ = ArithmeticTask(max_value=9).splits(64, 8, seed=0)
+    sft = SFTTrainer(model, tok, sft_train, SFTConfig(steps=2, batch_size=8, grad_accum=2, lr=1e-2, progress=False))
+    sft_losses = [m["loss"] for m in sft.train()]
+    torch.save({"state": model.state_dict(), "prompts": seen, "sft_losses": sft_losses}, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
     """
 )
@@ -57,6 +62,7 @@ def test_ddp_replicas_agree(_tiny, tmp_path):
         assert p.returncode == 0, out.decode()[-3000:]
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     assert set(r0["prompts"]).isdisjoint(r1["prompts"]), "ranks must draw different prompts"
+    assert r0["sft_losses"] == r1["sft_losses"], "SFT losses are averaged over the ranks"
     init_state = model.state_dict()
     changed = False
     for k, v in r0["state"].items():
