@@ -89,16 +89,11 @@ class Config:
     checkpoint_every: int = 0  # 0: only at the end
     resume: bool = False  # continue GRPO from --out/checkpoint.pt (SFT skipped); else start afresh
     eval_every: int = 25  # held-out accuracy every N GRPO rounds (0: only at the end)
-    tiny: bool = False  # seconds-long smoke settings (CI)
+    tiny: bool = False  # seconds-long smoke sizes (CI) for the settings not given as flags
 
     def __post_init__(self):
         if self.loss not in LOSS_PRESETS:
             raise SystemExit(f"--loss must be one of {sorted(LOSS_PRESETS)}, got {self.loss!r}")
-        if self.tiny:  # smoke sizes for the settings left at their defaults (a flag given wins)
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            for name, value in TINY.items():
-                if getattr(self, name) == defaults[name]:
-                    setattr(self, name, value)
 
 
 TINY = dict(hidden_size=32, num_layers=1, n_train=256, n_test=32, sft_steps=20, sft_batch=32, steps=4,
@@ -106,15 +101,18 @@ TINY = dict(hidden_size=32, num_layers=1, n_train=256, n_test=32, sft_steps=20, 
 
 
 def parse_args(argv=None) -> Config:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], argument_default=argparse.SUPPRESS)
     for f in dataclasses.fields(Config):
         name = "--" + f.name.replace("_", "-")
         if f.type == "bool":
-            p.add_argument(name, action=argparse.BooleanOptionalAction, default=f.default)
+            p.add_argument(name, action=argparse.BooleanOptionalAction, help=f"(default: {f.default})")
         else:
             typ = {"int": int, "float": float, "str": str}[f.type]
-            p.add_argument(name, type=typ, default=f.default)
-    return Config(**vars(p.parse_args(argv)))
+            p.add_argument(name, type=typ, help=f"(default: {f.default!r})")
+    given = vars(p.parse_args(argv))  # only the flags on the command line
+    if given.get("tiny"):  # smoke sizes for every setting not given as a flag
+        given = {**TINY, **given}
+    return Config(**given)
 
 
 def plot_rewards(rows: list[dict], path: str, curve: list[tuple[int, float]]) -> None:

@@ -57,3 +57,14 @@ def test_grpo_app_rejects_unknown_loss():
     app = _load_app()
     with pytest.raises(SystemExit):
         app.parse_args(["--loss", "nope"])
+
+
+def test_tiny_fills_only_the_flags_not_given():
+    app = _load_app()
+    tiny = app.parse_args(["--tiny"])
+    assert (tiny.steps, tiny.hidden_size) == (app.TINY["steps"], app.TINY["hidden_size"])
+    full = app.Config()
+    # a flag given wins over --tiny, even one equal to the default
+    cfg = app.parse_args(["--steps", str(full.steps), "--tiny", "--lora"])
+    assert (cfg.steps, cfg.hidden_size, cfg.lora) == (full.steps, app.TINY["hidden_size"], True)
+    assert app.parse_args([]) == full
