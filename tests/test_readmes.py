@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 READMES = [ROOT / "README.md", *sorted(ROOT.glob("packages/*/README.md"))]
 # the package READMEs that must hold at least one tested quick start
-QUICK_STARTS = [ROOT / "packages" / pkg / "README.md" for pkg in ("core", "marl", "llm")]
+QUICK_STARTS = [ROOT / "packages" / pkg / "README.md" for pkg in ("kernels", "core", "marl", "llm")]
 
 _FENCE_OPEN = re.compile(r"^(\s*)```\s*python\s*$")
 _FENCE_CLOSE = re.compile(r"^\s*```\s*$")
