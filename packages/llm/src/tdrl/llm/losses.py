@@ -414,15 +414,14 @@ class SFTLoss(torch.nn.Module):
     def forward(self, model, td: TensorDict) -> TensorDict:
         mask = td[K.COMPLETION_MASK].bool()
         n = mask.sum().detach().float()
-        if self.fused:
-            pids, pmask, cids, cmask, width = _trim(td)
-            if width > 0:
-                from tdrl import kernels
+        pids, pmask, cids, cmask, width = _trim(td)
+        if self.fused and width > 0:
+            from tdrl import kernels
 
-                head = _head(model)
-                hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=False)
-                loss = kernels.fused_linear_cross_entropy(hidden, head.weight, cids, bias=head.bias, mask=cmask)
-                return TensorDict({"loss_sft": loss, "num_tokens": n, "mean_logp": -loss.detach()}, batch_size=[])
-        logp = completion_logprobs(model, td, 1.0, fused=self.fused, share_prefix=False)
-        loss = -masked_reduce(logp, mask, "token")
+            head = _head(model)
+            hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=False)
+            loss = kernels.fused_linear_cross_entropy(hidden, head.weight, cids, bias=head.bias, mask=cmask)
+        else:
+            logp = completion_logprobs(model, td, 1.0, fused=self.fused, share_prefix=False)
+            loss = -masked_reduce(logp, mask, "token")
         return TensorDict({"loss_sft": loss, "num_tokens": n, "mean_logp": -loss.detach()}, batch_size=[])
