@@ -24,7 +24,13 @@ from collections.abc import Callable
 import torch
 
 from ..logprobs.reference import _torch_workspace
-from .reference import _logits
+
+
+def head_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``hidden @ weight.T + bias`` for one chunk of rows."""
+    if bias is None:
+        return hidden @ weight.t()
+    return torch.addmm(bias, hidden, weight.t())
 
 #: ``token_fn(start, end, logp, entropy) -> d loss / d logp`` of the rows ``start:end``
 #: (``[end - start]``, compute dtype), or ``None`` when nothing is backpropagated.
@@ -72,7 +78,7 @@ def head_grads_in_forward(
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         h, tgt = hidden[s:e], targets[s:e]
-        logits = _logits(h, weight, bias)
+        logits = head_logits(h, weight, bias)
         lp, lse, ent = rows_fwd(logits, tgt, temperature, need_entropy, workspace=ws)
         dloss = token_fn(s, e, lp, ent)
         if dloss is not None and (need_h or need_w or need_b):

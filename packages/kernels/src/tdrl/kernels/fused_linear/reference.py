@@ -31,16 +31,12 @@ from ..logprobs.reference import (
     rows_backward,
     rows_forward,
 )
-
-
-def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if bias is None:
-        return hidden @ weight.t()
-    return torch.addmm(bias, hidden, weight.t())
+from .grads_in_forward import head_grads_in_forward, head_logits
 
 
 class FusedLinearLogprobsFunction(torch.autograd.Function):
-    """Chunked ``log_softmax(hidden @ W.T + b)[target]`` with a recomputing backward."""
+    """Chunked ``log_softmax(hidden @ W.T + b)[target]`` with a recomputing backward (with a
+    frozen head: ``d logp / d hidden`` formed in the forward, the backward only scales it)."""
 
     @staticmethod
     def forward(
@@ -50,28 +46,30 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
         n = hidden.shape[0]
         dtype = compute_dtype(hidden.dtype)
         logp = torch.empty(n, dtype=dtype, device=hidden.device)
-        lse = torch.empty_like(logp)
         entropy = torch.empty_like(logp) if need_entropy else None
-        ws = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
-        dlogp_dh = torch.empty_like(hidden) if frozen_head else None
-        ones = torch.ones(min(chunk, n), dtype=dtype, device=hidden.device) if frozen_head else None
-        for s in range(0, n, chunk):
-            e = min(n, s + chunk)
-            logits = _logits(hidden[s:e], weight, bias)
-            lp, ls, en = rows_fwd(logits, targets[s:e], temperature, need_entropy, workspace=ws)
-            logp[s:e], lse[s:e] = lp, ls
-            if need_entropy:
-                entropy[s:e] = en
-            if frozen_head:
-                # d logp / d logits for a unit upstream gradient, then through the head.
-                g = rows_bwd(logits, targets[s:e], temperature, ls, None, ones[: e - s], None,
-                             logits, workspace=ws)
-                torch.mm(g, weight, out=dlogp_dh[s:e])
-                del g
-            del logits
-        if frozen_head:
+        if frozen_head:  # d logp / d hidden for a unit upstream gradient, formed in the forward
+            ones = torch.ones(min(chunk, n), dtype=dtype, device=hidden.device)
+
+            def token_fn(s, e, lp, ent):
+                logp[s:e] = lp
+                return ones[: e - s]
+
+            dlogp_dh, _, _ = head_grads_in_forward(
+                hidden, weight, bias, targets, temperature, chunk, (True, False, False), False,
+                rows_fwd, rows_bwd, token_fn,
+            )
             ctx.save_for_backward(dlogp_dh, targets)
         else:
+            lse = torch.empty_like(logp)
+            ws = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
+            for s in range(0, n, chunk):
+                e = min(n, s + chunk)
+                logits = head_logits(hidden[s:e], weight, bias)
+                lp, ls, en = rows_fwd(logits, targets[s:e], temperature, need_entropy, workspace=ws)
+                logp[s:e], lse[s:e] = lp, ls
+                if need_entropy:
+                    entropy[s:e] = en
+                del logits
             ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.frozen_head = frozen_head
         ctx.config = (temperature, chunk, rows_bwd)
@@ -99,7 +97,7 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             h = hidden[s:e]
-            logits = _logits(h, weight, bias)
+            logits = head_logits(h, weight, bias)
             g = rows_bwd(
                 logits, targets[s:e], temperature, lse[s:e],
                 None if entropy is None else entropy[s:e],
