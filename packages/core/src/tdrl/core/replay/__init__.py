@@ -18,14 +18,9 @@ from .buffer import (
 from .prioritized import WEIGHT_KEY, PrioritizedSampler
 from .samplers import RandomSampler, Sampler, SamplerWithoutReplacement
 from .slice_sampler import SliceSampler
-from .storages import (
-    LazyMemmapStorage,
-    LazyTensorStorage,
-    ListStorage,
-    MemmapStorage,
-    Storage,
-    TensorStorage,
-)
+from ._files import ReplayFormatError
+from .memmap import LazyMemmapStorage, MemmapStorage
+from .storages import LazyTensorStorage, ListStorage, Storage, TensorStorage
 from .sum_tree import SumMinTree
 from .writers import MaxValueWriter, RoundRobinWriter, TensorDictMaxValueWriter, Writer
 
@@ -40,6 +35,7 @@ __all__ = [
     "LazyTensorStorage",
     "MemmapStorage",
     "LazyMemmapStorage",
+    "ReplayFormatError",
     "Sampler",
     "RandomSampler",
     "SamplerWithoutReplacement",

@@ -15,14 +15,17 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from ..keys import INDEX
+from ._files import (ReplayFormatError, build_td, create_leaves, fsync_dir, fsync_file,
+                     leaf_specs, load_state, open_leaves, read_json, save_state, write_json)
 from .prioritized import PrioritizedSampler
 from .samplers import RandomSampler, Sampler
 from .storages import ListStorage, Storage, TensorStorage
@@ -191,32 +194,95 @@ class ReplayBuffer:
         self.writer.load_state_dict(state["writer"])
 
     def dumps(self, path: str | os.PathLike) -> None:
-        """Save the buffer's content and state to the directory ``path``.
+        """Save the buffer's content and state to the directory ``path``, atomically.
 
-        Tensor data goes to memory-mapped files (``path/storage``), the rest (cursor,
-        priorities, writer state, list items) to ``path/state.pt``.
+        Layout: ``path/dump_<n>/state.pt`` (cursor, priorities, writer state, list items;
+        loads with ``torch.load(weights_only=True)``), ``path/dump_<n>/storage/`` (tensor
+        data as raw arrays described by ``leaves.json``) and the pointer
+        ``path/CURRENT.json`` naming the complete dump. A new dump is written beside the
+        previous one, fsync'ed, then the pointer is replaced atomically (``os.replace``) and
+        only then are older dumps deleted: a process killed at any point leaves ``path``
+        loading either the previous state or the new one, complete.
         """
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
         state = self.state_dict()
+        existing = [int(m.group(1)) for n in os.listdir(path) if (m := _DUMP.fullmatch(n))]
+        name = f"dump_{max(existing, default=0) + 1}"
+        folder = os.path.join(path, name)
+        os.makedirs(folder)
         data = state["storage"].get("data")
         if isinstance(data, TensorDictBase):
-            prefix = os.path.join(path, "storage")
-            if os.path.exists(prefix):
-                shutil.rmtree(prefix)
-            data.memmap(prefix=prefix)
-            state["storage"] = {**state["storage"], "data": "memmap"}
-        tmp = os.path.join(path, "state.pt.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, os.path.join(path, "state.pt"))
+            _write_leaves(os.path.join(folder, "storage"), data)
+            state["storage"] = {**state["storage"], "data": _FILES}
+        save_state(os.path.join(folder, "state.pt"), state)
+        fsync_dir(folder)
+        fsync_dir(path)
+        write_json(os.path.join(path, _POINTER), {"format": _DUMP_FORMAT, "dump": name})
+        for n in os.listdir(path):
+            if _DUMP.fullmatch(n) and n != name:
+                shutil.rmtree(os.path.join(path, n), ignore_errors=True)
 
     def loads(self, path: str | os.PathLike) -> None:
-        """Load what :meth:`dumps` saved in ``path`` into this buffer (same component types)."""
+        """Load what :meth:`dumps` saved in ``path`` into this buffer (same component types).
+
+        Only data is read: the JSON pointer and leaf descriptions tdrl wrote, raw arrays of
+        the dtypes and shapes they name, and ``state.pt`` with ``weights_only=True``.
+
+        Raises:
+            ReplayFormatError: ``path`` holds something else (e.g. a pickle, or a dump of
+                an older tdrl whose loading needed pickle).
+            FileNotFoundError: ``path`` holds no dump.
+        """
         path = os.fspath(path)
-        state = torch.load(os.path.join(path, "state.pt"), weights_only=False)
-        if state["storage"].get("data") == "memmap":
-            state["storage"]["data"] = TensorDict.load_memmap(os.path.join(path, "storage"))
+        pointer = os.path.join(path, _POINTER)
+        if not os.path.exists(pointer):
+            if os.path.exists(os.path.join(path, "state.pt")):
+                raise ReplayFormatError(
+                    f"{path} holds a replay dump of an older tdrl (state.pt without "
+                    f"{_POINTER}), which loads only through pickle; it is not loaded. "
+                    "Dump the buffer again with this version."
+                )
+            raise FileNotFoundError(f"No replay dump in {path} ({_POINTER} is missing).")
+        name = read_json(pointer, _DUMP_FORMAT).get("dump")
+        if not isinstance(name, str) or not _DUMP.fullmatch(name):
+            raise ReplayFormatError(f"{pointer}: dump={name!r}, expected 'dump_<n>'.")
+        folder = os.path.join(path, name)
+        state = load_state(os.path.join(folder, "state.pt"))
+        storage = state.get("storage") if isinstance(state, dict) else None
+        if not isinstance(storage, dict):
+            raise ReplayFormatError(f"{folder}/state.pt does not hold a replay buffer state.")
+        if storage.get("data") == _FILES:
+            storage["data"] = _read_leaves(os.path.join(folder, "storage"))
         self.load_state_dict(state)
+
+
+_DUMP = re.compile(r"dump_(\d+)")
+_POINTER = "CURRENT.json"
+_DUMP_FORMAT = "tdrl-replay-dump-1"
+_LEAVES_FORMAT = "tdrl-leaves-1"
+_FILES = "files"
+
+
+def _write_leaves(folder: str, data: TensorDictBase) -> None:
+    specs = leaf_specs(data)
+    rows = data.shape[0]
+    leaves = create_leaves(folder, specs, rows)
+    for (key, leaf), spec in zip(leaves.items(), specs, strict=True):
+        leaf.copy_(data.get(key if len(key) > 1 else key[0]))
+        fsync_file(os.path.join(folder, spec["file"]))
+    write_json(os.path.join(folder, "leaves.json"),
+               {"format": _LEAVES_FORMAT, "rows": rows, "leaves": specs})
+
+
+def _read_leaves(folder: str) -> TensorDictBase:
+    path = os.path.join(folder, "leaves.json")
+    meta = read_json(path, _LEAVES_FORMAT)
+    rows = meta.get("rows")
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+        raise ReplayFormatError(f"{path}: rows={rows!r}, expected an integer >= 0.")
+    leaves = open_leaves(folder, meta.get("leaves"), rows, shared=False)
+    return build_td({k: v.clone() for k, v in leaves.items()}, rows)
 
 
 TensorDictReplayBuffer = ReplayBuffer

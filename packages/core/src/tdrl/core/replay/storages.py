@@ -3,10 +3,8 @@
 - :class:`ListStorage` keeps any Python objects in a list.
 - :class:`TensorStorage` keeps a TensorDict (or a tensor) of ``max_size`` rows, allocated
   lazily on the first write from the first batch's keys, shapes and dtypes, on any device.
-- :class:`MemmapStorage` is a :class:`TensorStorage` whose leaves are memory-mapped files in
-  a directory, with a small metadata file rewritten atomically after every write, so a
-  process killed at any point (``kill -9``) leaves a directory that reopens with every
-  completed write intact.
+- :class:`~tdrl.core.replay.memmap.MemmapStorage` (in ``memmap.py``) is a
+  :class:`TensorStorage` whose leaves are memory-mapped raw files, crash-safe.
 
 Storages index items by their slot in ``[0, max_size)``; the writer decides which slots
 a batch goes to and keeps its cursor in :attr:`Storage.cursor` (so it persists with the
@@ -15,19 +13,14 @@ storage). ``len(storage)`` counts the filled slots, which are always ``0 .. len-
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["Storage", "ListStorage", "TensorStorage", "LazyTensorStorage", "MemmapStorage",
-           "LazyMemmapStorage"]
+__all__ = ["Storage", "ListStorage", "TensorStorage", "LazyTensorStorage"]
 
 _TENSOR_KEY = "_data"  # key under which a storage of plain tensors keeps them
-META_FILE = "tdrl_replay_meta.json"
 
 
 def _key_str(key) -> str:
@@ -321,114 +314,3 @@ def _build(tree: dict, take, shape: torch.Size, device) -> TensorDictBase:
 
 LazyTensorStorage = TensorStorage
 """Alias: every :class:`TensorStorage` is lazy (allocated on the first write), as in TorchRL."""
-
-
-class MemmapStorage(TensorStorage):
-    """A :class:`TensorStorage` whose leaves are memory-mapped files in ``scratch_dir``.
-
-    Layout of the directory: the TensorDict memmap files (one ``.memmap`` per leaf, plus
-    tensordict's ``meta.json``) and ``tdrl_replay_meta.json`` holding ``len``, ``cursor``
-    and, while a write that overwrites existing items is in flight, the slots being
-    written (``dirty``). The metadata file is replaced atomically (write + ``os.replace``)
-    after the data, so when a process is killed (``kill -9``) the files hold every item
-    counted in ``len``. On reopening, slots that were mid-overwrite are dropped and the
-    remaining items compacted into ``0 .. len-1``. (Written data reaches the OS page
-    cache; it survives the death of the process, not a power cut, unless the OS flushed.)
-
-    Args:
-        max_size: number of slots.
-        scratch_dir: directory of the files. If it already holds a storage (metadata file
-            present) that storage is reopened; if ``None`` a temporary directory is used.
-        device: must be CPU (memory maps live in host memory).
-    """
-
-    def __init__(self, max_size: int, scratch_dir: str | os.PathLike | None = None,
-                 device: torch.device | str | None = "cpu") -> None:
-        if device is not None and torch.device(device).type != "cpu":
-            raise ValueError(f"MemmapStorage lives on the CPU; got device={device!r}.")
-        super().__init__(max_size, device="cpu")
-        if scratch_dir is None:
-            scratch_dir = tempfile.mkdtemp(prefix="tdrl_memmap_")
-        self.scratch_dir = os.fspath(scratch_dir)
-        os.makedirs(self.scratch_dir, exist_ok=True)
-        if os.path.exists(self._meta_path):
-            self._reopen()
-
-    @property
-    def _meta_path(self) -> str:
-        return os.path.join(self.scratch_dir, META_FILE)
-
-    def _allocate(self, template: TensorDictBase) -> TensorDictBase:
-        return template[0].to("cpu").expand(self.max_size).memmap_like(prefix=self.scratch_dir)
-
-    def _write_meta(self, dirty: list[int] | None = None) -> None:
-        meta = {"max_size": self.max_size, "len": self._len, "cursor": self.cursor,
-                "is_tensor": self._is_tensor, "dirty": dirty}
-        tmp = self._meta_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(meta, f)
-        os.replace(tmp, self._meta_path)
-
-    def set(self, index, data) -> None:
-        data = self._as_td(data)
-        if isinstance(index, int):
-            index = slice(index, index + 1)
-            data = data.unsqueeze(0)
-        if self._data is None:
-            self._init_from(data)
-            self._write_meta()
-        n = index.stop - index.start if isinstance(index, slice) else index.numel()
-        pairs = self._check_and_pair(data, n)
-        # Slots that already hold items are about to be overwritten: record them first.
-        if isinstance(index, slice):
-            overwrite = index.start < self._len
-            slots = list(range(index.start, min(index.stop, self._len))) if overwrite else None
-        else:
-            old = index[index < self._len]
-            overwrite = old.numel() > 0
-            slots = old.tolist() if overwrite else None
-        if overwrite:
-            self._write_meta(dirty=slots)
-        self._write(index, pairs)
-        self._advance_len(index)
-        self._write_meta()
-
-    def empty(self) -> None:
-        super().empty()
-        if self._data is not None:
-            self._write_meta()
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        if self._data is not None:
-            self._write_meta()
-
-    def _reopen(self) -> None:
-        with open(self._meta_path) as f:
-            meta = json.load(f)
-        if int(meta["max_size"]) != self.max_size:
-            raise ValueError(
-                f"{self.scratch_dir} holds a storage of max_size {meta['max_size']}, "
-                f"but max_size={self.max_size} was asked for."
-            )
-        self._is_tensor = bool(meta.get("is_tensor", False))
-        self._data = TensorDict.load_memmap(self.scratch_dir)
-        self._index_leaves()
-        self._len = int(meta["len"])
-        self.cursor = int(meta["cursor"])
-        dirty = meta.get("dirty")
-        if dirty:
-            keep = torch.ones(self._len, dtype=torch.bool)
-            keep[torch.as_tensor(dirty, dtype=torch.long)] = False
-            valid = keep.nonzero().squeeze(-1)
-            k = valid.numel()
-            for leaf in self._leaves.values():
-                leaf[:k] = leaf.index_select(0, valid)
-            self._len = k
-            self.cursor = k % self.max_size
-            self._write_meta()
-
-
-LazyMemmapStorage = MemmapStorage
-"""Alias (TorchRL's name): a :class:`MemmapStorage` allocates its files on the first write."""
-
