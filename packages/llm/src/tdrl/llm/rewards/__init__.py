@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from tdrl.llm.rewards.code import SandboxResult, code_execution_reward, extract_code, run_python_sandboxed
+from tdrl.llm.rewards.code import code_execution_reward, extract_code
 from tdrl.llm.rewards.compute import RewardFn, compute_rewards
 from tdrl.llm.rewards.format import number_only_format_reward, regex_format_reward, think_answer_format_reward
+from tdrl.llm.rewards.sandbox import SandboxResult, run_python_sandboxed, sandbox_mode
 from tdrl.llm.rewards.math import (
     boxed_answer_reward,
     extract_boxed,
@@ -27,5 +28,6 @@ __all__ = [
     "parse_number",
     "regex_format_reward",
     "run_python_sandboxed",
+    "sandbox_mode",
     "think_answer_format_reward",
 ]
