@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
+
 from .envs import (
     EnvBase,
     GymEnv,
@@ -31,7 +34,13 @@ from .transforms import (
     VecNorm,
 )
 
+try:  # the version lives in packages/core/pyproject.toml; the installed metadata carries it
+    __version__ = _dist_version("tdrl-core")
+except PackageNotFoundError:  # imported from the source tree without an install
+    __version__ = "0+unknown"
+
 __all__: list[str] = [
+    "__version__",
     # specs
     "Binary", "Bounded", "Categorical", "Composite", "MultiCategorical", "OneHot", "Unbounded",
     # envs

@@ -8,6 +8,9 @@ signatures, under ``*_reference`` names.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
+
 from ._dispatch import current_backend, triton_available, use_backend
 from .fused_linear import (
     fused_linear_cross_entropy,
@@ -21,7 +24,13 @@ from .logprobs import token_logprobs, token_logprobs_reference
 from .pg_loss import pg_token_loss, pg_token_loss_reference
 from .scan import discounted_cumsum, discounted_cumsum_reference, gae, gae_reference
 
+try:  # the version lives in packages/kernels/pyproject.toml; the installed metadata carries it
+    __version__ = _dist_version("tdrl-kernels")
+except PackageNotFoundError:  # imported from the source tree without an install
+    __version__ = "0+unknown"
+
 __all__ = [
+    "__version__",
     "current_backend",
     "discounted_cumsum",
     "discounted_cumsum_reference",

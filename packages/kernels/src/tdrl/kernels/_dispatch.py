@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from ._optional import missing_message
+
 _BACKENDS = ("auto", "torch", "triton", "compile")
 _override: str | None = None
 
@@ -85,7 +87,9 @@ def use_triton(*tensors: torch.Tensor | None) -> bool:
     on_cuda = bool(present) and all(t.is_cuda for t in present)
     if not triton_available():
         if mode == "triton":
-            raise RuntimeError("TDRL_KERNELS=triton but triton is not installed: pip install triton.")
+            raise ModuleNotFoundError(
+                missing_message("triton", extra="triton", what="TDRL_KERNELS=triton"), name="triton"
+            )
         return False
     if on_cuda:
         return True

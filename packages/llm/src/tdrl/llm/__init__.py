@@ -5,6 +5,9 @@ Data move as TensorDicts with one row per completion (keys in :mod:`tdrl.llm.key
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
+
 from tdrl.llm import keys
 from tdrl.llm.advantages import group_advantages
 from tdrl.llm.data import (
@@ -43,7 +46,13 @@ from tdrl.llm.tiny import build_tiny_model, load_model_and_tokenizer, make_tiny_
 from tdrl.llm.trainers import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer, evaluate
 from tdrl.llm.vllm_generator import VLLMGenerator
 
+try:  # the version lives in packages/llm/pyproject.toml; the installed metadata carries it
+    __version__ = _dist_version("tdrl-llm")
+except PackageNotFoundError:  # imported from the source tree without an install
+    __version__ = "0+unknown"
+
 __all__ = [
+    "__version__",
     "ArithmeticTask",
     "GRPOConfig",
     "GRPOLoss",

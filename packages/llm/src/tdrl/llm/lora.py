@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
+
+from tdrl.llm._optional import require
 
 __all__ = ["apply_lora", "merged_state_dict"]
 
 
 def _require_peft():
-    if importlib.util.find_spec("peft") is None:
-        raise ImportError("LoRA needs peft: pip install 'tdrl-llm[peft]' (or pip install peft)")
+    require("peft", extra="peft", what="LoRA (apply_lora)")
 
 
 def apply_lora(model, r: int = 8, alpha: int = 16, dropout: float = 0.0, target_modules: Sequence[str] | str | None = "all-linear"):

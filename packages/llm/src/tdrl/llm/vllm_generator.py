@@ -10,13 +10,13 @@ trainer's own log-probs differ slightly (kernels, precision), which
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import torch
 from tensordict import TensorDict
 
 from tdrl.llm import keys as K
+from tdrl.llm._optional import available, missing_message
 from tdrl.llm.generation import Generator, unwrap_model
 from tdrl.llm.lora import merged_state_dict
 
@@ -25,7 +25,7 @@ __all__ = ["VLLMGenerator", "vllm_available"]
 
 def vllm_available() -> bool:
     """Whether ``vllm`` is importable and a CUDA device is present."""
-    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+    return available("vllm") and torch.cuda.is_available()
 
 
 class VLLMGenerator(Generator):
@@ -40,10 +40,11 @@ class VLLMGenerator(Generator):
     """
 
     def __init__(self, model_path: str, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, gpu_memory_utilization: float = 0.3, **llm_kwargs):
-        if importlib.util.find_spec("vllm") is None:
-            raise ImportError(
-                "VLLMGenerator needs vLLM: pip install 'tdrl-llm[vllm]' on a CUDA machine "
-                "(vLLM pins its own torch); or use HFGenerator"
+        if not available("vllm"):
+            raise ModuleNotFoundError(
+                missing_message("vllm", extra="vllm", what="VLLMGenerator")
+                + "; on a CUDA machine only (vLLM pins its own torch), else use HFGenerator",
+                name="vllm",
             )
         if not torch.cuda.is_available():
             raise RuntimeError("VLLMGenerator needs a CUDA GPU; on CPU use HFGenerator")

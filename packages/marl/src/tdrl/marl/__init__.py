@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
+
 from tdrl.marl.envs import VmasEnv, group_agents, vmas_scenarios
 from tdrl.marl.modules import MultiAgentMLP, QMixer, VDNMixer
 from tdrl.marl.objectives import (
@@ -14,7 +17,13 @@ from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_groups, make
 from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
 from tdrl.marl.runner import TASKS, BenchConfig, run_benchmark
 
+try:  # the version lives in packages/marl/pyproject.toml; the installed metadata carries it
+    __version__ = _dist_version("tdrl-marl")
+except PackageNotFoundError:  # imported from the source tree without an install
+    __version__ = "0+unknown"
+
 __all__: list[str] = [
+    "__version__",
     "VmasEnv",
     "vmas_scenarios",
     "group_agents",

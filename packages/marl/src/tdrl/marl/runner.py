@@ -6,44 +6,62 @@ policy every ``eval_interval`` iterations and writes, under ``out_dir``:
 * ``results.md`` -- one row per (algorithm, task): mean and standard deviation over seeds of
   the final evaluation return, frames/s and wall time (and, with ``compare_sequential``,
   the speed-up of vectorised seeds over seeds run one after another);
-* ``evaluations.csv`` -- every evaluation (algorithm, task, seed, iteration, frames, time);
+* ``evaluations.csv`` and ``evaluations.jsonl`` -- every evaluation (algorithm, task, seed,
+  iteration, frames, time), appended as it is made;
+* ``failures.jsonl`` -- the pairs that raised, with the error and its traceback;
 * ``curves_<task>.png`` -- evaluation return against frames, one line per algorithm
   (mean over seeds, min-max band).
 
-Tasks are VMAS scenarios with BenchMARL's agent counts and episode lengths; QMIX and VDN
-run their discrete-action variants.
+``results.md`` is rewritten after every pair, so a crash loses only the running pair; a pair
+that fails is recorded and the others run, and :class:`BenchmarkFailed` is raised at the end.
+
+Tasks are BenchMARL's VMAS task configs (:mod:`tdrl.marl.tasks`: every scenario parameter and
+the episode length of its YAML); QMIX and VDN run their discrete-action variants.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import logging
 import math
 import statistics
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
 from .envs import VmasEnv
+from .tasks import BENCHMARL_VMAS_TASKS, vmas_task
 from .trainer import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_groups
 
-__all__ = ["TASKS", "BenchConfig", "run_benchmark", "write_results"]
+__all__ = ["TASKS", "BenchConfig", "BenchmarkFailed", "run_benchmark", "write_results"]
 
 log = logging.getLogger(__name__)
 
-TASKS: dict[str, dict] = {
-    "balance": {"scenario": "balance", "max_steps": 100, "kwargs": {"n_agents": 4}},
-    "navigation": {"scenario": "navigation", "max_steps": 100, "kwargs": {"n_agents": 3}},
-    "transport": {"scenario": "transport", "max_steps": 500, "kwargs": {"n_agents": 4}},
-    "wheel": {"scenario": "wheel", "max_steps": 100, "kwargs": {"n_agents": 4}},
-    "sampling": {"scenario": "sampling", "max_steps": 100, "kwargs": {"n_agents": 3}},
-}
-"""Default VMAS tasks: ``name -> scenario, episode length, scenario kwargs``."""
+TASKS: dict[str, dict] = {name: vmas_task(name) for name in BENCHMARL_VMAS_TASKS}
+"""Default VMAS tasks: ``name -> scenario, max_steps, kwargs, source``: BenchMARL's task YAMLs
+(:mod:`tdrl.marl.tasks`), ``max_steps`` as the episode length and the rest as scenario kwargs."""
+
+
+class BenchmarkFailed(RuntimeError):
+    """Some (algorithm, task) pairs failed; the others ran and their results are written.
+
+    Attributes:
+        result: what :func:`run_benchmark` would have returned (``"failures"`` lists the
+            failed pairs with their errors).
+    """
+
+    def __init__(self, message: str, result: dict) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 @dataclass
@@ -149,22 +167,31 @@ def _rows(algo, task, seed, history, seed_index=None):
     return out
 
 
-def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool) -> tuple[list[dict], float, int]:
-    """Train every seed of (algo, task); returns (evaluation rows, wall seconds, frames)."""
+def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
+               on_rows: Callable[[list[dict]], None] | None = None) -> tuple[list[dict], float, int]:
+    """Train every seed of (algo, task); returns (evaluation rows, wall seconds, frames).
+
+    ``on_rows`` receives each iteration's evaluation rows (one per seed) as soon as they exist.
+    """
     on_policy = ALGORITHMS[algo][2]
     max_steps = cfg.max_steps or TASKS[task]["max_steps"]
     tcfg = cfg.train_config(on_policy, max_steps)
     conf = _algo_config(cfg, algo)
     rows, frames = [], 0
+
+    def emit(new: list[dict]) -> None:
+        rows.extend(new)
+        if on_rows is not None and new:
+            on_rows(new)
+
     t0 = time.perf_counter()
     if vectorised and on_policy and len(cfg.seeds) > 1:
         s = len(cfg.seeds)
         env = _env(task, s * cfg.num_envs, True, cfg.seeds[0], max_steps, cfg.device)
         eval_env = _env(task, s * cfg.eval_envs, True, 10_000 + cfg.seeds[0], max_steps, cfg.device)
         parts = make_vectorised_groups(algo, env, cfg.seeds, conf, num_cells=cfg.num_cells)  # every group
-        hist = train_on_policy(env, parts, tcfg, eval_env=eval_env, n_seeds=s)
-        for i, seed in enumerate(cfg.seeds):
-            rows += _rows(algo, task, seed, hist, i)
+        hist = train_on_policy(env, parts, tcfg, eval_env=eval_env, n_seeds=s, log=lambda rec: emit(
+            [r for i, seed in enumerate(cfg.seeds) for r in _rows(algo, task, seed, [rec], i)]))
         frames = hist[-1]["frames"] * s
     else:
         for seed in cfg.seeds:
@@ -173,39 +200,105 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool) -> tupl
             eval_env = _env(task, cfg.eval_envs, on_policy, 10_000 + seed, max_steps, cfg.device)
             parts = make_groups(algo, env, conf, num_cells=cfg.num_cells)  # every agent group
             train = train_on_policy if on_policy else train_off_policy
-            hist = train(env, parts, tcfg, eval_env=eval_env)
-            rows += _rows(algo, task, seed, hist)
+            hist = train(env, parts, tcfg, eval_env=eval_env,
+                         log=lambda rec, seed=seed: emit(_rows(algo, task, seed, [rec])))
             frames += hist[-1]["frames"]
     return rows, time.perf_counter() - t0, frames
 
 
+def _summary(cfg: BenchConfig, algo: str, task: str, rows: list[dict], wall: float, frames: int) -> dict:
+    finals = [max((r for r in rows if r["seed"] == s), key=lambda r: r["iter"])["eval_return"]
+              for s in cfg.seeds if any(r["seed"] == s for r in rows)]
+    return {
+        "algorithm": algo, "task": task, "seeds": len(cfg.seeds),
+        "final_return_mean": statistics.fmean(finals) if finals else float("nan"),
+        "final_return_std": statistics.pstdev(finals) if len(finals) > 1 else 0.0,
+        "frames_per_s": frames / wall, "wall_s": wall,
+        "vectorised": bool(cfg.vectorise_seeds and ALGORITHMS[algo][2] and len(cfg.seeds) > 1),
+    }
+
+
 def run_benchmark(cfg: BenchConfig) -> dict:
-    """Train every (algorithm, task, seed); write the outputs; return the summary rows."""
+    """Train every (algorithm, task, seed); write the outputs as they come; return the results.
+
+    Each evaluation is appended to ``evaluations.csv`` and ``evaluations.jsonl`` when it is
+    made, and ``results.md`` is rewritten after every (algorithm, task) pair, so a crash
+    loses only the pair that was running. A pair that raises is logged, listed in
+    ``results.md`` and ``failures.jsonl`` with its error, and the other pairs still run.
+
+    Returns:
+        ``{"summary", "evaluations", "speedups", "failures"}`` (``failures`` empty).
+
+    Raises:
+        BenchmarkFailed: after every pair ran and every output is written, when any pair
+            failed; its message names the failed pairs, its ``result`` holds the rest.
+    """
     torch.set_num_threads(1)
-    summary, evaluations, speedups = [], [], []
+    writer = _ResultWriter(cfg)
+    result = writer.result
     for task in cfg.tasks:
         for algo in cfg.algorithms:
-            on_policy = ALGORITHMS[algo][2]
-            rows, wall, frames = _run_seeds(cfg, algo, task, cfg.vectorise_seeds)
-            evaluations += rows
-            finals = [max((r for r in rows if r["seed"] == s), key=lambda r: r["iter"])["eval_return"]
-                      for s in cfg.seeds if any(r["seed"] == s for r in rows)]
-            summary.append({
-                "algorithm": algo, "task": task, "seeds": len(cfg.seeds),
-                "final_return_mean": statistics.fmean(finals) if finals else float("nan"),
-                "final_return_std": statistics.pstdev(finals) if len(finals) > 1 else 0.0,
-                "frames_per_s": frames / wall, "wall_s": wall,
-                "vectorised": bool(cfg.vectorise_seeds and on_policy and len(cfg.seeds) > 1),
-            })
-            log.info("%s on %s: %s", algo, task, summary[-1])
-            if cfg.compare_sequential and summary[-1]["vectorised"]:
-                _, seq_wall, _ = _run_seeds(cfg, algo, task, vectorised=False)
-                speedups.append({"algorithm": algo, "task": task, "seeds": len(cfg.seeds),
-                                 "sequential_s": seq_wall, "vectorised_s": wall,
-                                 "speedup": seq_wall / wall})
-    result = {"summary": summary, "evaluations": evaluations, "speedups": speedups}
-    write_results(cfg, result)
+            try:
+                rows, wall, frames = _run_seeds(cfg, algo, task, cfg.vectorise_seeds, writer.add_evaluations)
+                result["summary"].append(_summary(cfg, algo, task, rows, wall, frames))
+                log.info("%s on %s: %s", algo, task, result["summary"][-1])
+                if cfg.compare_sequential and result["summary"][-1]["vectorised"]:
+                    _, seq_wall, _ = _run_seeds(cfg, algo, task, vectorised=False)
+                    result["speedups"].append({"algorithm": algo, "task": task, "seeds": len(cfg.seeds),
+                                               "sequential_s": seq_wall, "vectorised_s": wall,
+                                               "speedup": seq_wall / wall})
+            except Exception as err:  # one broken pair must not lose the others
+                log.exception("%s on %s failed; continuing with the other pairs", algo, task)
+                writer.add_failure(algo, task, err)
+            writer.write_markdown()
+    writer.write_plots()
+    if result["failures"]:
+        names = ", ".join(f"{f['algorithm']} on {f['task']} ({f['error']})" for f in result["failures"])
+        n_pairs = len(cfg.tasks) * len(cfg.algorithms)
+        raise BenchmarkFailed(
+            f"{len(result['failures'])} of {n_pairs} (algorithm, task) pairs failed: {names}. The other "
+            f"pairs' results are in {writer.out}/results.md; tracebacks in {writer.out}/failures.jsonl.",
+            result,
+        )
     return result
+
+
+_FIELDS = ["algorithm", "task", "seed", "iter", "frames", "time_s", "eval_return", "train_return"]
+
+
+class _ResultWriter:
+    """The run's outputs under ``cfg.out_dir``, started afresh and appended to as results come."""
+
+    def __init__(self, cfg: BenchConfig) -> None:
+        self.cfg = cfg
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.result: dict = {"summary": [], "evaluations": [], "speedups": [], "failures": []}
+        with open(self.out / "evaluations.csv", "w", newline="") as f:
+            csv.DictWriter(f, fieldnames=_FIELDS).writeheader()
+        for name in ("evaluations.jsonl", "failures.jsonl"):
+            (self.out / name).write_text("")
+        self.write_markdown()
+
+    def add_evaluations(self, rows: list[dict]) -> None:
+        self.result["evaluations"].extend(rows)
+        with open(self.out / "evaluations.csv", "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=_FIELDS).writerows(rows)
+        with open(self.out / "evaluations.jsonl", "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+
+    def add_failure(self, algo: str, task: str, err: BaseException) -> None:
+        failure = {"algorithm": algo, "task": task, "error": f"{type(err).__name__}: {err}"}
+        self.result["failures"].append(failure)
+        with open(self.out / "failures.jsonl", "a") as f:
+            tb = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+            f.write(json.dumps({**failure, "traceback": tb}) + "\n")
+
+    def write_markdown(self) -> None:
+        (self.out / "results.md").write_text(_markdown(self.cfg, self.result))
+
+    def write_plots(self) -> None:
+        _write_plots(self.cfg, self.out, self.result["evaluations"])
 
 
 def _markdown(cfg: BenchConfig, result: dict) -> str:
@@ -224,6 +317,16 @@ def _markdown(cfg: BenchConfig, result: dict) -> str:
         for r in result["speedups"]:
             lines.append(f"| {r['algorithm']} | {r['task']} | {r['seeds']} | {r['sequential_s']:.1f} | "
                          f"{r['vectorised_s']:.1f} | {r['speedup']:.2f}x |")
+    if result.get("failures"):
+        lines += ["", "Failed (tracebacks in `failures.jsonl`):", "", "| algorithm | task | error |",
+                  "| --- | --- | --- |"]
+        for r in result["failures"]:
+            error = r["error"].replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| {r['algorithm']} | {r['task']} | {error} |")
+    done = len(result["summary"]) + len(result.get("failures", []))
+    total = len(cfg.tasks) * len(cfg.algorithms)
+    if done < total:
+        lines += ["", f"In progress: {done} of {total} (algorithm, task) pairs finished."]
     return "\n".join(lines) + "\n"
 
 
@@ -247,17 +350,26 @@ def _plot(out: Path, task: str, evaluations: list[dict]) -> None:
     plt.close(fig)
 
 
+def _write_plots(cfg: BenchConfig, out: Path, evaluations: list[dict]) -> None:
+    if not available("matplotlib"):  # the tables are written; only the plots need it
+        log.warning("%s; curves_<task>.png skipped",
+                    missing_message("matplotlib", extra="apps", what="the benchmark's plots"))
+        return
+    for task in cfg.tasks:
+        if any(r["task"] == task for r in evaluations):
+            _plot(out, task, evaluations)
+
+
 def write_results(cfg: BenchConfig, result: dict) -> Path:
-    """Write ``results.md``, ``evaluations.csv`` and ``curves_<task>.png`` to ``cfg.out_dir``."""
+    """Write ``results.md``, ``evaluations.csv``, ``evaluations.jsonl`` and ``curves_<task>.png``
+    to ``cfg.out_dir`` from a finished ``result`` (:func:`run_benchmark` writes them as it goes)."""
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(_markdown(cfg, result))
-    fields = ["algorithm", "task", "seed", "iter", "frames", "time_s", "eval_return", "train_return"]
     with open(out / "evaluations.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        writer = csv.DictWriter(f, fieldnames=_FIELDS)
         writer.writeheader()
         writer.writerows(result["evaluations"])
-    for task in cfg.tasks:
-        if any(r["task"] == task for r in result["evaluations"]):
-            _plot(out, task, result["evaluations"])
+    (out / "evaluations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in result["evaluations"]))
+    _write_plots(cfg, out, result["evaluations"])
     return out

@@ -20,13 +20,13 @@ Vector-env autoreset (Gymnasium 1.x) is handled so that no transition is lost or
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from .._optional import missing_message, require
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import (
     Binary,
@@ -46,14 +46,21 @@ __all__ = ["GymWrapper", "GymEnv", "gym_space_to_spec"]
 
 
 def _require_gymnasium():
-    if importlib.util.find_spec("gymnasium") is None:
-        raise ImportError(
-            "GymEnv needs gymnasium: `pip install 'tdrl-core[gym]'` "
-            "(or `tdrl-core[mujoco]` for the MuJoCo tasks)."
-        )
-    import gymnasium
+    return require("gymnasium", extra="gym", what="GymEnv", pip_name='"gymnasium[classic-control]"')
 
-    return gymnasium
+
+def _make(gym, env_id: str, make: Callable, **kwargs):
+    """``gym.make`` / ``gym.make_vec``; a simulator Gymnasium lacks (MuJoCo) names the extra."""
+    try:
+        return make(env_id, **kwargs)
+    except gym.error.DependencyNotInstalled as exc:
+        if "mujoco" not in str(exc).lower():
+            raise
+        raise ModuleNotFoundError(
+            missing_message("mujoco", extra="mujoco", what=f"GymEnv({env_id!r})",
+                            pip_name='"gymnasium[mujoco]"'),
+            name="mujoco",
+        ) from exc
 
 
 _NP_TO_TORCH = {
@@ -542,10 +549,12 @@ class GymEnv(GymWrapper):
         gym = _require_gymnasium()
         self.env_id = env_id
         if num_envs is None:
-            env = gym.make(env_id, **kwargs)
+            env = _make(gym, env_id, gym.make, **kwargs)
         else:
-            env = gym.make_vec(
+            env = _make(
+                gym,
                 env_id,
+                gym.make_vec,
                 num_envs=num_envs,
                 vectorization_mode=vectorization_mode,
                 vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(autoreset_mode)},

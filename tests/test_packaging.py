@@ -1,0 +1,150 @@
+"""Packaging: versions, typing marker, licence, pins between the tdrl packages, and the errors
+a missing optional dependency gives.
+
+The absence of a dependency is produced for real, in a subprocess: ``sys.modules[name] = None``
+before anything is imported is Python's documented way to make ``import name`` raise
+``ModuleNotFoundError`` (and ``importlib.util.find_spec(name)`` return ``None``); the library
+code under test is not patched.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("kernels", "core", "marl", "llm")
+
+
+def _pyproject(pkg: str) -> dict:
+    return tomllib.loads((ROOT / "packages" / pkg / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_version_equals_installed_metadata_and_pyproject(pkg):
+    module = importlib.import_module(f"tdrl.{pkg}")
+    declared = _pyproject(pkg)["project"]["version"]
+    assert module.__version__ == md.version(f"tdrl-{pkg}") == declared, (
+        f"tdrl.{pkg}.__version__={module.__version__!r}, installed metadata "
+        f"{md.version(f'tdrl-{pkg}')!r}, pyproject {declared!r}: reinstall with "
+        f"`pip install --no-deps -e packages/{pkg}`"
+    )
+    assert "__version__" in module.__all__
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_py_typed_and_license_ship(pkg):
+    module = importlib.import_module(f"tdrl.{pkg}")
+    assert (Path(module.__file__).parent / "py.typed").is_file(), f"tdrl.{pkg} has no py.typed"
+    project = _pyproject(pkg)["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert project["readme"] == "README.md" and (ROOT / "packages" / pkg / "README.md").is_file()
+    assert project["authors"] and any(c == "Typing :: Typed" for c in project["classifiers"])
+    # the package's LICENSE is a copy of the repository's (PEP 639 forbids paths above the package)
+    root_license = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "MIT License" in root_license and "the tdrl authors" in root_license
+    assert (ROOT / "packages" / pkg / "LICENSE").read_text(encoding="utf-8") == root_license
+    dist = md.distribution(f"tdrl-{pkg}")
+    assert dist.metadata["License-Expression"] == "MIT"
+    shipped = [f for f in dist.files or () if f.name == "LICENSE"]
+    assert shipped, f"the installed tdrl-{pkg} metadata carries no LICENSE file"
+    assert Path(dist.locate_file(shipped[0])).read_text(encoding="utf-8") == root_license
+
+
+def _tdrl_requirements(pkg: str) -> dict[str, str]:
+    """{tdrl dependency: its specifier} from a package's pyproject."""
+    out = {}
+    for req in _pyproject(pkg)["project"]["dependencies"]:
+        name, _, spec = req.partition("==")
+        if name.startswith("tdrl-"):
+            out[name] = spec
+    return out
+
+
+def test_tdrl_packages_pin_each_other_at_their_versions():
+    versions = {f"tdrl-{p}": _pyproject(p)["project"]["version"] for p in PACKAGES}
+    expected = {"marl": {"tdrl-core"}, "llm": {"tdrl-core", "tdrl-kernels"}, "core": set(),
+                "kernels": set()}
+    for pkg in PACKAGES:
+        pins = _tdrl_requirements(pkg)
+        assert set(pins) == expected[pkg], f"tdrl-{pkg} depends on {sorted(pins)}"
+        for name, spec in pins.items():
+            assert spec == versions[name], f"tdrl-{pkg} pins {name}=={spec!r}, its version is {versions[name]}"
+
+
+# ------------------------------------------------------------------ missing optional dependencies
+def _run_without(blocked: list[str], code: str) -> subprocess.CompletedProcess:
+    prelude = "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in blocked)
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+_CASES = {
+    "gymnasium": (["gymnasium"], """
+        from tdrl.core import GymEnv
+        GymEnv("Pendulum-v1")
+        """, 'pip install "packages/core[gym]"'),
+    "mujoco": (["mujoco"], """
+        from tdrl.core import GymEnv
+        GymEnv("HalfCheetah-v5")
+        """, 'pip install "packages/core[mujoco]"'),
+    "triton": (["triton"], """
+        import torch
+        from tdrl.kernels import gae, use_backend
+        x = torch.zeros(2, 3, 1)
+        with use_backend("triton"):
+            gae(x, x, x, x.bool(), x.bool(), 0.9, 0.9)
+        """, 'pip install "packages/kernels[triton]"'),
+    "peft": (["peft"], """
+        from tdrl.llm import apply_lora
+        apply_lora(None)
+        """, 'pip install "packages/llm[peft]"'),
+    "vllm": (["vllm"], """
+        from tdrl.llm import VLLMGenerator
+        VLLMGenerator("some/model", None)
+        """, 'pip install "packages/llm[vllm]"'),
+}
+
+
+@pytest.mark.parametrize("name", list(_CASES))
+def test_a_missing_optional_dependency_names_its_extra(name):
+    blocked, code, pip_line = _CASES[name]
+    proc = _run_without(blocked, code)
+    assert proc.returncode != 0, f"ran without {name}: {proc.stdout}"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError:") and pip_line in last, proc.stderr[-2000:]
+
+
+def test_marl_benchmark_without_matplotlib_writes_its_tables_and_warns(tmp_path):
+    code = f"""
+        import logging
+        from tdrl.marl import runner
+        from tdrl.marl.runner import BenchConfig, write_results
+        logging.basicConfig(level=logging.WARNING)
+        cfg = BenchConfig(algorithms=("mappo",), tasks=("navigation",), seeds=(0,), tiny=True,
+                          out_dir={str(tmp_path)!r})
+        result = {{"summary": [], "evaluations": [dict(algorithm="mappo", task="navigation", seed=0,
+                   iter=1, frames=10, time_s=1.0, eval_return=0.0, train_return=0.0)], "speedups": []}}
+        runner._markdown = lambda cfg, result: "table\\n"
+        write_results(cfg, result)
+        """
+    proc = _run_without(["matplotlib"], code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "results.md").is_file() and (tmp_path / "evaluations.csv").is_file()
+    assert not list(tmp_path.glob("*.png"))
+    assert 'pip install "packages/marl[apps]"' in proc.stderr
+
+
+def test_the_blocking_is_real():
+    """The subprocess trick does make the import fail (so the cases above can fail)."""
+    proc = _run_without(["gymnasium"], "import gymnasium")
+    assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr
+    proc = _run_without([], "import gymnasium")
+    assert proc.returncode == 0, proc.stderr
