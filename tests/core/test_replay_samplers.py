@@ -164,3 +164,16 @@ def test_slice_sampler_errors():
         r = ReplayBuffer(TensorStorage(20), SliceSampler(slice_len=2, traj_key="nope"))
         r.extend(_episodes([3]))
         r.sample(2)
+
+
+@pytest.mark.parametrize("capacity", [64, 33, 1000])
+def test_sum_tree_state_round_trip_with_padded_levels(capacity):
+    """load_state_dict rebuilds parent levels that are shorter than their padded size."""
+    tree = SumMinTree(capacity)
+    idx = torch.arange(0, capacity, 3)
+    tree.update(idx, idx.double() + 1)
+    other = SumMinTree(capacity)
+    other.load_state_dict(tree.state_dict())
+    assert other.total == pytest.approx(tree.total) and other.min == tree.min
+    mass = torch.linspace(0, tree.total * 0.999, 50)
+    assert torch.equal(other.find_prefix_sum(mass), tree.find_prefix_sum(mass))

@@ -102,7 +102,10 @@ class MemmapStorage(TensorStorage):
         return os.path.join(self.scratch_dir, f"gen_{generation}")
 
     def _remove_stale_generations(self) -> None:
-        """Delete generation folders the metadata does not point at (left by a crash)."""
+        """Delete generation folders the metadata does not point at, and a half-written
+        metadata file (both left by a crash)."""
+        if os.path.exists(self._meta_path + ".tmp"):
+            os.unlink(self._meta_path + ".tmp")
         current = self._generation if self._specs is not None else None
         for name in os.listdir(self.scratch_dir):
             m = _GEN.fullmatch(name)

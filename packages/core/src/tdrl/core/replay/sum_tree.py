@@ -171,6 +171,8 @@ class SumMinTree:
         self._sums[0].copy_(torch.as_tensor(state["sum"]))
         self._mins[0].copy_(torch.as_tensor(state["min"]))
         f = self.fanout
-        for level in range(len(self._sums) - 1):
-            self._sums[level + 1].copy_(self._sums[level].view(-1, f).sum(1))
-            self._mins[level + 1].copy_(self._mins[level].view(-1, f).amin(1))
+        for level in range(len(self._sums) - 1):  # parents; the padding stays empty
+            sums = self._sums[level].view(-1, f).sum(1)
+            mins = self._mins[level].view(-1, f).amin(1)
+            self._sums[level + 1].zero_()[: sums.numel()].copy_(sums)
+            self._mins[level + 1].fill_(torch.inf)[: mins.numel()].copy_(mins)
