@@ -2,19 +2,21 @@
 
 A linear TorchRL-style script built from tdrl parts: a vectorised :class:`GymEnv` (with
 observation normalisation for MuJoCo), a :class:`ProbabilisticActor` and a value head, a
-:class:`Collector`, :func:`gae`, :class:`PPOLoss`, and ``tdrl.core.train`` for the metrics
-(CSV, TensorBoard with ``--tensorboard``), the progress bar and atomic checkpoints. Each
-iteration collects ``num_envs x num_steps`` frames, computes advantages, runs ``epochs``
-passes over shuffled minibatches, logs, and checkpoints every ``checkpoint_every`` frames.
+:class:`Collector`, :func:`gae`, :class:`PPOLoss`, and the run harness of ``tdrl.core.train``
+(run folder, metrics, checkpoints, exact resume). Each iteration collects
+``num_envs x num_steps`` frames, computes advantages, runs ``epochs`` passes over shuffled
+minibatches, logs, and checkpoints every ``checkpoint_every`` frames.
 
-    python apps/ppo/train.py                                  # CartPole-v1 (about a minute)
-    python apps/ppo/train.py --env_id HalfCheetah-v5 --total_frames 1000000 --num_envs 8 \
-        --num_steps 256 --minibatch_size 64 --epochs 10 --lr 3e-4 --gamma 0.99 --lmbda 0.95
-    python apps/ppo/train.py --tiny                           # a seconds-long smoke run (CI)
-    python apps/ppo/train.py ... --resume                     # continue from the last checkpoint
+    python apps/ppo/train.py                              # CartPole-v1 (about a minute)
+    python apps/ppo/train.py --config-name halfcheetah    # CleanRL's MuJoCo settings, 1M frames
+    python apps/ppo/train.py --config-name tiny           # a seconds-long smoke run (CI)
+    python apps/ppo/train.py env_id=Pendulum-v1 lr=3e-4 hidden=[128,128]
+    python apps/ppo/train.py -m seed=0,1,2                # three runs, out/seed=<k>/
+    python apps/ppo/train.py resume=true                  # continue from the last checkpoint
+    python apps/ppo/train.py --help                       # every setting, documented
 
-Outputs in ``--out``: ``metrics.csv`` (one row per iteration, ``step`` = frames),
-``learning_curve.png``, ``summary.json``, ``model.pt`` (actor, critic and
+Outputs in ``out``: ``config.yaml``, ``metrics.csv`` (one row per iteration, ``step`` =
+frames), ``learning_curve.png``, ``summary.json``, ``model.pt`` (actor, critic and
 observation-normalisation state), ``checkpoints/step_<frames>.pt`` (model, optimiser,
 collector, normalisers, metric history, RNG states) and ``tensorboard/`` when asked.
 A resumed run restores all of that; the Gymnasium simulators themselves cannot be
@@ -26,106 +28,104 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ppo.app_utils import AppRun, episode_returns, evaluate_episodes, parse_config  # noqa: E402
-
-from tdrl.core import Compose, DoubleToFloat, GymEnv, RewardSum, TransformedEnv, VecNorm
+from tdrl.core import DoubleToFloat, RewardSum, TransformedEnv, VecNorm
 from tdrl.core.collectors import Collector
+from tdrl.core.envs import TORCH_ENVS, env_rng_state
+from tdrl.core.envs import make_env as make_task
 from tdrl.core.modules import MLP, IndependentNormal, MaskedCategorical, ProbabilisticActor, ValueOperator
 from tdrl.core.objectives import PPOLoss, total_loss
 from tdrl.core.specs import Categorical, OneHot
+from tdrl.core.train import ConfigError, EnvRunConfig, Run, crossed, episode_returns, evaluate_episodes, hydra_app
 from tdrl.core.values import gae
 
 
 @dataclass
-class Config:
-    """Every knob of the app; each field is a ``--flag``.
+class Config(EnvRunConfig):
+    """PPO on a Gymnasium task. The defaults solve CartPole-v1 fast on one CPU thread (the RL
+    Zoo's CartPole settings); the halfcheetah recipe holds CleanRL's MuJoCo settings."""
 
-    The defaults are tuned to solve CartPole-v1 fast on one CPU thread (the RL Zoo's
-    CartPole settings). For MuJoCo use CleanRL's ``ppo_continuous_action.py`` settings:
-    ``--env_id HalfCheetah-v5 --total_frames 1000000 --num_envs 8 --num_steps 256
-    --minibatch_size 64 --epochs 10 --lr 3e-4 --gamma 0.99 --lmbda 0.95`` (same batch of
-    2,048 frames and the same number of gradient steps; 8 envs instead of 1 for speed).
-
-    ``norm_obs`` / ``norm_reward`` default to ``None``: decided from the env (on for
-    continuous-action tasks, as in CleanRL's ``ppo_continuous_action.py``).
-    """
-
-    env_id: str = "CartPole-v1"
-    total_frames: int = 100_000
     num_envs: int = 8
-    num_steps: int = 32  # steps per env per iteration
+    num_steps: int = 32
+    """Steps per sub-env per iteration (a batch is num_envs x num_steps frames)."""
     epochs: int = 20
+    """Passes over each batch."""
     minibatch_size: int = 256
+    """Frames per gradient step; must divide the batch."""
     lr: float = 1e-3
+    """Adam learning rate."""
     anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run."""
     gamma: float = 0.98
+    """Discount."""
     lmbda: float = 0.8
+    """GAE lambda."""
     clip_epsilon: float = 0.2
+    """PPO ratio clip."""
     entropy_coef: float = 0.0
+    """Entropy bonus weight."""
     critic_coef: float = 0.5
-    clip_value: float = 0.0  # 0 disables PPO2 value clipping
+    """Value-loss weight."""
+    clip_value: float = 0.0
+    """PPO2 value clipping range; 0 disables it."""
     max_grad_norm: float = 0.5
+    """Gradient-norm clip."""
     normalize_advantage: bool = True
-    gae_backend: str = "auto"  # auto (tdrl.kernels when installed) | torch | kernels
-    hidden: tuple[int, ...] = (64, 64)
+    """Normalise advantages per minibatch."""
+    gae_backend: str = "auto"
+    """GAE implementation: auto (tdrl.kernels when installed), torch or kernels."""
     norm_obs: bool | None = None
+    """Normalise observations with running statistics; null: on for continuous actions."""
     norm_reward: bool | None = None
-    eval_episodes: int = 10
-    eval_every: int = 0  # frames between evaluations during training (0: only at the end)
-    stop_return: float = 0.0  # stop once an evaluation reaches this mean return (0: never)
-    seed: int = 0
-    device: str = "cpu"
-    time_limit_s: float = 0.0  # stop training after this many seconds (0: no limit)
-    checkpoint_every: int = 100_000  # frames between checkpoints (0: only at the end)
-    resume: bool = False  # continue from the latest checkpoint in out/checkpoints
-    tensorboard: bool = False  # also log to TensorBoard (out/tensorboard)
-    progress: bool = True  # a progress bar with live metrics (stderr)
+    """Scale rewards by the running std of the return; null: on for continuous actions."""
+    checkpoint_every: int = 100_000
+    """Frames between checkpoints; 0: only at the end."""
+    eval_every: int = 0
+    """Frames between evaluations during training; 0: only at the end."""
     out: str = "runs/ppo"
-    eval_only: bool = False  # only evaluate the latest checkpoint in out/checkpoints
-    tiny: bool = False
+    """Run folder (a new numbered one beside it if it holds an earlier run and resume is false)."""
+    eval_only: bool = False
+    """Only evaluate the latest checkpoint in out/checkpoints."""
 
     def __post_init__(self) -> None:
-        if self.tiny:
-            self.total_frames = min(self.total_frames, 2 * self.num_envs * 16)
-            self.num_steps = min(self.num_steps, 16)
-            self.eval_episodes = min(self.eval_episodes, 2)
-            self.checkpoint_every = min(self.checkpoint_every, self.num_envs * self.num_steps)
-        if self.total_frames < self.num_envs * self.num_steps:
-            raise ValueError(
-                f"total_frames={self.total_frames} is less than one batch "
-                f"(num_envs x num_steps = {self.num_envs * self.num_steps})."
-            )
-        if (self.num_envs * self.num_steps) % self.minibatch_size and not self.tiny:
-            raise ValueError(
-                f"minibatch_size={self.minibatch_size} must divide the batch of "
-                f"{self.num_envs * self.num_steps} frames."
-            )
+        super().__post_init__()
+        for name in ("num_steps", "epochs", "minibatch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"Config.{name}={getattr(self, name)} is not allowed: expected an integer >= 1.")
+        if not self.lr > 0:
+            raise ConfigError(f"Config.lr={self.lr} is not allowed: expected a learning rate > 0.")
+        if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.lmbda <= 1.0):
+            raise ConfigError(f"Config.gamma={self.gamma} / lmbda={self.lmbda}: both must be in [0, 1].")
+        batch = self.num_envs * self.num_steps
+        if self.total_frames < batch:
+            raise ConfigError(f"Config.total_frames={self.total_frames} is less than one batch "
+                              f"(num_envs x num_steps = {batch}).")
+        if batch % self.minibatch_size:
+            raise ConfigError(f"Config.minibatch_size={self.minibatch_size} must divide the batch of "
+                              f"num_envs x num_steps = {batch} frames.")
 
 
 # ---------------------------------------------------------------------------- env / nets
 def make_env(cfg: Config, num_envs: int, obs_norm: VecNorm | None) -> TransformedEnv:
-    """A Gymnasium vector env; continuous actions are clipped to the bounds inside the env."""
+    """The task with float32 observations (MuJoCo's are float64), optional observation
+    normalisation and episode returns; Gymnasium's continuous actions are clipped to the
+    bounds inside the env."""
     import gymnasium as gym
 
-    probe = gym.make(cfg.env_id)
-    continuous = isinstance(probe.action_space, gym.spaces.Box)
-    probe.close()
-    wrappers = [gym.wrappers.ClipAction] if continuous else None
-    base = GymEnv(cfg.env_id, num_envs=num_envs, categorical_action_encoding=True,
-                  wrappers=wrappers)
-    transforms = [DoubleToFloat(), RewardSum()]  # MuJoCo observations are float64
-    if obs_norm is not None:
-        transforms.insert(1, obs_norm)
-    return TransformedEnv(base, Compose(*transforms))
+    wrappers = None
+    if cfg.env_id not in TORCH_ENVS:
+        probe = gym.make(cfg.env_id)
+        wrappers = [gym.wrappers.ClipAction] if isinstance(probe.action_space, gym.spaces.Box) else None
+        probe.close()
+    transforms = (DoubleToFloat(), *([obs_norm] if obs_norm is not None else []), RewardSum())
+    return make_task(cfg.env_id, num_envs, transforms, categorical_action_encoding=True, wrappers=wrappers)
 
 
 class GaussianHead(nn.Module):
@@ -221,7 +221,7 @@ def evaluate(actor, cfg: Config, obs_norm: VecNorm | None, episodes: int, seed: 
 # ---------------------------------------------------------------------------- training
 def train(cfg: Config) -> dict:
     """Run PPO with ``cfg``; returns a summary dict (also written to ``summary.json``)."""
-    run = AppRun(cfg, "ppo")
+    run = Run(cfg, "ppo", total=cfg.total_frames, unit="frames")
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
     probe_env = make_env(cfg, 1, None)
@@ -252,12 +252,15 @@ def train(cfg: Config) -> dict:
         state["obs_norm"] = obs_norm
     if scaler is not None:
         state["scaler"] = scaler
-    resumed = run.maybe_resume(**state)
+    if (env_rng := env_rng_state(env)) is not None:  # a torch env: its episodes resume exactly
+        state["env_rng"] = env_rng
+    resumed = run.start(**state)
     it = 0
-    if resumed is not None:  # the simulators restart: new episodes, seeded from the frame count
+    if resumed is not None:
         it = int(resumed["iteration"])
-        collector.reset()
-        collector.set_seed(cfg.seed + collector.frames)
+        if env_rng is None:  # the simulators restart: new episodes, seeded from the frame count
+            collector.reset()
+            collector.set_seed(cfg.seed + collector.frames)
 
     for batch in collector:
         if cfg.anneal_lr:
@@ -292,26 +295,31 @@ def train(cfg: Config) -> dict:
                "train_return": run.record_episodes(returns), "episodes": len(returns),
                "lr": optim.param_groups[0]["lr"],
                **{k: float(v) for k, v in torch.stack(stats).mean().items()}}
-        if cfg.eval_every and frames // cfg.eval_every > (frames - frames_per_batch) // cfg.eval_every:
+        if crossed(cfg.eval_every, frames - frames_per_batch, frames):
             row["eval_return"] = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 10_000)
         run.log(frames, row, show=("train_return", "eval_return", "fps"))
         run.maybe_checkpoint(frames, extra={"iteration": it}, **state)
-        if cfg.stop_return and row.get("eval_return", -math.inf) >= cfg.stop_return:
+        if cfg.stop_return is not None and row.get("eval_return", -math.inf) >= cfg.stop_return:
             break
-        if cfg.time_limit_s and run.elapsed > cfg.time_limit_s:
+        if run.out_of_time():
             break
     frames = collector.frames
     run.checkpoint(frames, extra={"iteration": it}, **state)
     collector.shutdown()
     env.close()
     eval_return = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 20_000)
+    run.log(frames, {"eval_return": eval_return})
     torch.save(
         {"actor": actor.state_dict(), "critic": critic.state_dict(),
          "obs_norm": obs_norm.state_dict() if obs_norm is not None else None,
          "config": dataclasses.asdict(cfg)},
         os.path.join(cfg.out, "model.pt"),
     )
-    summary = run.finish(frames, eval_return, f"PPO {cfg.env_id}", iterations=it)
+    train = run.recent_episodes[-5:]
+    summary = run.finish(
+        {"env_id": cfg.env_id, "frames": frames, "iterations": it, "eval_return": eval_return,
+         "eval_episodes": cfg.eval_episodes, "train_return_last5": sum(train) / len(train) if train else None},
+        plots={"learning_curve.png": ("frames", ["train_return", "eval_return"])}, title=f"PPO {cfg.env_id}")
     print(f"[ppo] {cfg.env_id}: eval return {eval_return:.1f} over {cfg.eval_episodes} "
           f"episodes after {frames} frames ({summary['time_s']:.0f} s)", flush=True)
     return summary
@@ -339,13 +347,19 @@ def evaluate_checkpoint(cfg: Config, path: str | None = None) -> dict:
         objects["obs_norm"] = VecNorm(clip=10.0)
     state = ckpt.load(path, restore_rng=False, **objects)
     ret = evaluate(actor, cfg, objects.get("obs_norm"), cfg.eval_episodes, cfg.seed + 20_000)
-    return {"frames": int(state["extra"]["frames"]), "eval_return": ret, "checkpoint": str(path)}
+    return {"frames": int(state["extra"]["step"]), "eval_return": ret, "checkpoint": str(path)}
 
+
+def run_app(cfg: Config) -> dict:
+    """The app's task: train, or with ``eval_only`` evaluate the latest checkpoint."""
+    if cfg.eval_only:
+        result = evaluate_checkpoint(cfg)
+        print(f"[ppo] {cfg.env_id}: {result}", flush=True)
+        return result
+    return train(cfg)
+
+
+main = hydra_app(Config, run_app, name="ppo", recipes=Path(__file__).parent / "recipes")
 
 if __name__ == "__main__":
-    torch.set_num_threads(int(os.environ.get("TDRL_THREADS", "1")))
-    config = parse_config(Config, sys.argv[1:])
-    if config.eval_only:
-        print(f"[ppo] {config.env_id}: {evaluate_checkpoint(config)}", flush=True)
-    else:
-        train(config)
+    main()

@@ -11,16 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def load_app(name: str):
-    """Import ``apps/<name>/train.py`` as a module (apps are scripts, not packages)."""
-    spec = importlib.util.spec_from_file_location(f"_tdrl_app_{name}", REPO / "apps" / name / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from _load import REPO, load_app, read_rows  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -28,20 +19,23 @@ def dqn():
     return load_app("dqn")
 
 
-def test_parse_config_overrides(dqn):
-    cfg = dqn.parse_config(dqn.Config, ["--dueling", "--no-double_dqn", "--hidden", "32", "32",
-                                        "--eps_end", "0.1", "--total_frames", "1000"])
+def test_config_overrides(dqn):
+    cfg = dqn.main.load(["dueling=true", "double_dqn=false", "hidden=[32,32]", "eps_end=0.1",
+                         "total_frames=1000"])
     assert cfg.dueling and not cfg.double_dqn and cfg.hidden == (32, 32)
     assert cfg.eps_end == pytest.approx(0.1) and cfg.total_frames == 1000
     with pytest.raises(ValueError, match="exploration_fraction"):
         dqn.Config(exploration_fraction=0.0)
+    for bad in ("num_envs=0", "batch_size=0", "utd_ratio=-1", "lr=0", "checkpoint_every=-5"):
+        with pytest.raises(ValueError, match=bad.split("=")[0]):
+            dqn.main.load([bad])
 
 
 @pytest.mark.parametrize("dueling", [False, True])
 def test_tiny_run_writes_outputs(dqn, tmp_path, dueling):
     torch.manual_seed(0)
-    cfg = dqn.Config(tiny=True, dueling=dueling, out=str(tmp_path))
-    env = dqn.make_env(cfg, 1)
+    cfg = dqn.main.load([f"dueling={dueling}", f"out={tmp_path}"], recipe="tiny")
+    env = dqn.env_for(cfg, 1)
     init = {k: v.clone() for k, v in dqn.make_qnet(env, cfg).state_dict().items()}
     env.close()
     summary = dqn.train(cfg)
@@ -65,14 +59,14 @@ def test_resume_restores_buffer_and_schedules(dqn, tmp_path):
     uninterrupted run ends."""
     from tdrl.core.train import load_checkpoint
 
-    kw = dict(tiny=True, progress=False, out=str(tmp_path))
-    full = dqn.train(dqn.Config(**kw))
+    cfg = dqn.main.load([f"out={tmp_path}"], recipe="tiny")
+    full = dqn.train(cfg)
     state = load_checkpoint(tmp_path / "checkpoints" / "step_200.pt")
-    assert {"loss", "optim", "buffer", "collector", "explore", "updater", "history"} <= set(state["objects"])
+    assert {"loss", "optim", "buffer", "collector", "explore", "budget", "history"} <= set(state["objects"])
     assert int(state["objects"]["explore"]["frames"]) == 200
-    assert state["extra"]["updates"] == int(0.5 * 4) * ((200 - 100) // 4 + 1)
+    assert state["objects"]["budget"]["updates"] == int(0.5 * 4) * ((200 - 100) // 4 + 1)
     (tmp_path / "checkpoints" / "step_400.pt").unlink()
-    resumed = dqn.train(dqn.Config(resume=True, **kw))
+    resumed = dqn.train(dqn.main.load([f"out={tmp_path}", "resume=true"], recipe="tiny"))
     assert resumed["frames"] == full["frames"] == 400
     assert resumed["updates"] == full["updates"]
     with open(tmp_path / "metrics.csv", newline="") as fh:

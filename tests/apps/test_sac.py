@@ -13,16 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def load_app(name: str):
-    """Import ``apps/<name>/train.py`` as a module (apps are scripts, not packages)."""
-    spec = importlib.util.spec_from_file_location(f"_tdrl_app_{name}", REPO / "apps" / name / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from _load import REPO, load_app, read_rows  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +21,17 @@ def sac():
     return load_app("sac")
 
 
-def test_parse_config_overrides(sac):
-    cfg = sac.parse_config(sac.Config, ["--env_id", "Pendulum-v1", "--utd_ratio", "0.5",
-                                        "--hidden", "64", "64", "--tiny"])
-    assert cfg.env_id == "Pendulum-v1" and cfg.utd_ratio == 0.5 and cfg.tiny
-    assert cfg.hidden == (32, 32) and cfg.total_frames == 200  # --tiny shrinks the run
+def test_config_overrides(sac):
+    cfg = sac.main.load(["env_id=Pendulum-v1", "utd_ratio=0.5", "hidden=[64,64]"], recipe="tiny")
+    assert cfg.env_id == "Pendulum-v1" and cfg.utd_ratio == 0.5
+    assert cfg.hidden == (64, 64) and cfg.total_frames == 200  # the flag wins over the recipe
     with pytest.raises(ValueError, match="batch_size"):
         sac.Config(batch_size=10, buffer_size=5)
 
 
 def test_actor_respects_action_bounds(sac):
     cfg = sac.Config(env_id="Pendulum-v1", hidden=(16,))
-    env = sac.make_env(cfg, 2)
+    env = sac.env_for(cfg, 2)
     actor, _ = sac.make_actor_critic(env, cfg)
     td = env.reset()
     for p in actor.parameters():  # push the pre-tanh mean far out
@@ -53,7 +43,7 @@ def test_actor_respects_action_bounds(sac):
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Pendulum-v1"])
 def test_tiny_run_writes_outputs(sac, tmp_path, env_id):
-    cfg = sac.Config(env_id=env_id, tiny=True, out=str(tmp_path))
+    cfg = sac.main.load([f"env_id={env_id}", f"out={tmp_path}"], recipe="tiny")
     summary = sac.train(cfg)
     with open(tmp_path / "metrics.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))

@@ -1,4 +1,7 @@
-"""Training utilities: loggers, a progress bar with live metrics, atomic checkpoints."""
+"""Training utilities and the run harness every app uses: documented config dataclasses on
+Hydra's command line (:mod:`.config`), the run folder with its loggers, cadence, checkpoints
+and exact resume (:class:`Run`), rank-0-only writes under ``torch.distributed``, plots and
+evaluation episodes."""
 
 from __future__ import annotations
 
@@ -9,11 +12,37 @@ from tdrl.core.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from tdrl.core.train.config import ConfigError, RunConfig, config_help, field_docs, hydra_app, load_config
+from tdrl.core.train.distributed import broadcast_object, init_from_env, is_main_process, rank_and_world
+from tdrl.core.train.evaluation import episode_returns, evaluate_episodes
 from tdrl.core.train.history import MetricHistory, truncate_csv
 from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbLogger
+from tdrl.core.train.plots import plot_curves
 from tdrl.core.train.progress import ProgressBar
+from tdrl.core.train.rl import EnvRunConfig, OffPolicyConfig, UpdateBudget, mean_metrics
+from tdrl.core.train.run import Run, crossed, run_folder
 
 __all__ = [
+    "Run",
+    "RunConfig",
+    "EnvRunConfig",
+    "OffPolicyConfig",
+    "UpdateBudget",
+    "mean_metrics",
+    "ConfigError",
+    "hydra_app",
+    "load_config",
+    "field_docs",
+    "config_help",
+    "crossed",
+    "run_folder",
+    "plot_curves",
+    "evaluate_episodes",
+    "episode_returns",
+    "init_from_env",
+    "is_main_process",
+    "rank_and_world",
+    "broadcast_object",
     "Logger",
     "CSVLogger",
     "TensorboardLogger",

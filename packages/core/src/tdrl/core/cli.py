@@ -1,0 +1,73 @@
+"""The ``tdrl`` command: ``tdrl <app> [key=value ...]`` runs ``apps/<app>/train.py`` (or its
+``run.py``) with Hydra's command line; ``tdrl list`` names the apps.
+
+The apps are linear scripts kept in the repository's ``apps/`` folder (CleanRL's reading
+order), not inside the installed packages. The folder is found, in order, from
+``--apps DIR``, the ``TDRL_APPS`` environment variable, ``./apps`` and the checkout an
+editable install points at.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["main", "find_apps"]
+
+_SCRIPTS = ("train.py", "run.py")
+
+
+def _candidates(explicit: str | None) -> list[Path]:
+    found = [Path(explicit)] if explicit else []
+    if os.environ.get("TDRL_APPS"):
+        found.append(Path(os.environ["TDRL_APPS"]))
+    found.append(Path.cwd() / "apps")
+    found.append(Path(__file__).resolve().parents[5] / "apps")  # packages/core/src/tdrl/core -> repo
+    return found
+
+
+def find_apps(explicit: str | None = None) -> dict[str, Path]:
+    """``{app name: script}`` of the first apps folder found (see the module docstring)."""
+    for folder in _candidates(explicit):
+        if folder.is_dir():
+            apps = {}
+            for sub in sorted(folder.iterdir()):
+                script = next((sub / s for s in _SCRIPTS if (sub / s).is_file()), None)
+                if script is not None:
+                    apps[sub.name] = script
+            if apps:
+                return apps
+    tried = ", ".join(str(p) for p in _candidates(explicit))
+    raise FileNotFoundError(f"No tdrl apps folder found (tried {tried}): run from a checkout of the "
+                            "repository, or pass --apps DIR / set TDRL_APPS to its apps/ folder.")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tdrl`` command."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    explicit = None
+    if len(args) >= 2 and args[0] == "--apps":
+        explicit, args = args[1], args[2:]
+    if not args or args[0] in ("-h", "--help", "list"):
+        apps = find_apps(explicit)
+        sys.stdout.write("usage: tdrl <app> [key=value ...] [--config-name RECIPE] [-m key=a,b] [--help]\n"
+                         f"apps ({next(iter(apps.values())).parents[1]}): {', '.join(apps)}\n")
+        return 0
+    apps = find_apps(explicit)
+    name, rest = args[0], args[1:]
+    if name not in apps:
+        raise SystemExit(f"tdrl: unknown app {name!r}; the apps are: {', '.join(apps)}.")
+    saved = sys.argv
+    sys.argv = [str(apps[name]), *rest]
+    try:
+        runpy.run_path(str(apps[name]), run_name="__main__")
+    finally:
+        sys.argv = saved
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Environments by name, as the apps build them: ``make_env("CartPole-v1", num_envs=8)``.
+
+A Gymnasium id gives a vectorised :class:`GymEnv`; ``tdrl/Pendulum`` gives the batched
+pure-torch :class:`PendulumEnv`, whose whole state travels in the TensorDict (so a run on it
+resumes bit-identically: :func:`env_rng_state` checkpoints its reset RNG).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .common import EnvBase
+from .gym import GymEnv
+from .pendulum import PendulumEnv
+
+__all__ = ["make_env", "TORCH_ENVS", "EnvRNGState", "env_rng_state"]
+
+TORCH_ENVS = {"tdrl/Pendulum": PendulumEnv}
+"""Batched pure-torch environments by id (``batch_size=(num_envs,)``)."""
+
+
+def make_env(env_id: str, num_envs: int = 1, transforms: tuple = (), **gym_kwargs: Any) -> EnvBase:
+    """The env ``env_id`` with ``num_envs`` sub-envs, wrapped in ``transforms`` (if any).
+
+    Args:
+        env_id: a Gymnasium id (``"HalfCheetah-v5"``) or one of :data:`TORCH_ENVS`.
+        num_envs: batch size (Gymnasium: a vector env of that many copies).
+        transforms: transforms applied in order (a :class:`TransformedEnv` over a ``Compose``).
+        **gym_kwargs: passed to :class:`GymEnv` (e.g. ``categorical_action_encoding``,
+            ``wrappers``); ignored for the torch envs.
+
+    Returns:
+        The env (a :class:`TransformedEnv` when ``transforms`` is not empty).
+    """
+    if num_envs < 1:
+        raise ValueError(f"make_env({env_id!r}): num_envs={num_envs} is not allowed: expected >= 1.")
+    if env_id in TORCH_ENVS:
+        base = TORCH_ENVS[env_id](batch_size=(num_envs,))
+    else:
+        base = GymEnv(env_id, num_envs=num_envs, **gym_kwargs)
+    if not transforms:
+        return base
+    from tdrl.core.transforms import Compose, TransformedEnv
+
+    return TransformedEnv(base, Compose(*transforms))
+
+
+class EnvRNGState:
+    """``state_dict`` / ``load_state_dict`` of a torch env's ``torch.Generator`` (its reset RNG)."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def state_dict(self) -> dict:
+        return {"state": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["state"])
+
+
+def env_rng_state(env: EnvBase) -> EnvRNGState | None:
+    """A checkpointable handle on the RNG of a pure-torch env (through transforms), or ``None``
+    when the env's state cannot be checkpointed (Gymnasium simulators): then a resumed run
+    must start fresh episodes."""
+    base = getattr(env, "base_env", env)
+    gen = getattr(base, "_generator", None)
+    return EnvRNGState(gen) if isinstance(base, tuple(TORCH_ENVS.values())) and gen is not None else None

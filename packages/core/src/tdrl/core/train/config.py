@@ -1,0 +1,340 @@
+"""One config system for every app: documented dataclasses read by Hydra.
+
+An app's settings are a dataclass (usually a subclass of :class:`RunConfig`, which holds the
+run-folder settings every app shares). A field's docstring (the string literal right below
+it) is its help text. :func:`hydra_app` registers the dataclass in Hydra's ``ConfigStore``
+and returns the app's ``main``; on the command line that gives what TorchRL's recipes and
+BenchMARL users type::
+
+    python apps/ppo/train.py                          # the dataclass defaults
+    python apps/ppo/train.py lr=3e-4 hidden=[256,256] # key=value overrides
+    python apps/ppo/train.py --config-name tiny       # a YAML recipe beside the app (-cn)
+    python apps/ppo/train.py -m seed=0,1,2            # a sweep: one run folder per job
+    python apps/ppo/train.py --cfg job                # print the resolved config, run nothing
+    python apps/ppo/train.py --help                   # every setting with its help text
+
+Unknown keys and values of the wrong type are refused by Hydra before anything runs; the
+dataclass's ``__post_init__`` checks the rest (impossible values) and a failure there ends
+the program with the message and exit status 2, also before any work. In a sweep each job's
+``out`` is its own sub-folder of the sweep folder (``<out>/<overrides>``), and the sweep
+folder gets ``sweep.json`` with every job's overrides and result.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import json
+import logging
+import math
+import sys
+import textwrap
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunConfig", "ConfigError", "hydra_app", "load_config", "field_docs", "config_help"]
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work (raised before any work starts)."""
+
+
+@dataclass
+class RunConfig:
+    """The settings of the run folder that every app shares (see :class:`tdrl.core.train.Run`)."""
+
+    out: str = "runs/run"
+    """Run folder: config.yaml, metrics.csv, summary.json, plots, checkpoints/. If it holds an
+    earlier run and resume is false, a new numbered folder beside it is used (out-1, out-2, ...)."""
+    seed: int = 0
+    """Seed of every random number generator of the run."""
+    resume: bool = False
+    """Continue the run in out from its latest checkpoint (a fresh start when there is none)."""
+    checkpoint_every: int = 0
+    """Steps (the app's unit: frames, rounds, iterations) between checkpoints; 0: only at the end."""
+    eval_every: int = 0
+    """Steps between evaluations during training; 0: only at the end."""
+    time_limit_s: float = 0.0
+    """Stop training after this many seconds (a final checkpoint and evaluation follow); 0: no limit."""
+    tensorboard: bool = False
+    """Also log the metrics to TensorBoard (out/tensorboard); needs tensorboard installed."""
+    wandb: str = ""
+    """Weights & Biases project to log to; empty: off. Needs wandb installed."""
+    progress: bool = True
+    """Show a progress bar with live metrics on stderr."""
+    threads: int = 1
+    """torch threads. More than 1 on a small shared machine is often slower."""
+
+    def __post_init__(self) -> None:
+        _check(self, "checkpoint_every", self.checkpoint_every >= 0, "an integer >= 0 (0: only at the end)")
+        _check(self, "eval_every", self.eval_every >= 0, "an integer >= 0 (0: only at the end)")
+        _check(self, "time_limit_s", self.time_limit_s >= 0 and not math.isnan(self.time_limit_s),
+               "a number of seconds >= 0 (0: no limit)")
+        _check(self, "threads", self.threads >= 1, "an integer >= 1")
+        _check(self, "out", bool(str(self.out).strip()), "a folder path")
+
+
+def _check(cfg: Any, name: str, ok: bool, allowed: str) -> None:
+    """Raise :class:`ConfigError` naming the field, its value and what is allowed."""
+    if not ok:
+        raise ConfigError(f"{type(cfg).__name__}.{name}={getattr(cfg, name)!r} is not allowed: expected {allowed}.")
+
+
+# ------------------------------------------------------------------ docs and help
+def field_docs(cls: type) -> dict[str, str]:
+    """Help text of each field of the dataclass ``cls``: the string literal right below the
+    field in the class body (bases first, subclasses override)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass) or klass is object:
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, nxt in zip(body, body[1:] + [None]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return "???"
+
+
+def config_help(cls: type, name: str, recipes: str | Path | None = None) -> str:
+    """The ``--help`` text: usage, the class summary, the recipes and every field."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    lines = [f"usage: {name} [key=value ...] [--config-name RECIPE] [-m key=a,b ...] [--cfg job]", ""]
+    summary = (cls.__doc__ or "").strip().split("\n\n")[0]
+    if summary:
+        lines += [" ".join(summary.split()), ""]
+    if recipes is not None and Path(recipes).is_dir():
+        names = sorted(p.stem for p in Path(recipes).glob("*.yaml"))
+        if names:
+            lines += [f"recipes (--config-name NAME, from {recipes}): {', '.join(names)}", ""]
+    lines.append("settings (key=value; lists as [a,b]; a sweep as -m key=a,b):")
+    for f in dataclasses.fields(cls):
+        kind = getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")
+        lines.append(f"  {f.name}: {kind} = {_default(f)!r}")
+        if f.name in docs:
+            lines += textwrap.wrap(docs[f.name], 92, initial_indent="      ", subsequent_indent="      ")
+    lines += ["", "Hydra's own options: --hydra-help."]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ building a config
+def _build(cls: type, values: dict[str, Any]) -> Any:
+    """``cls(**values)`` with lists turned into tuples where the field is a tuple and nested
+    dataclasses built recursively; ``__post_init__`` failures become :class:`ConfigError`."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        value, hint = values[f.name], hints[f.name]
+        origin = typing.get_origin(hint)
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = _build(hint, value)
+        elif (origin is tuple or hint is tuple) and isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"invalid {cls.__name__}: {err}") from err
+
+
+def _require_hydra() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("hydra") is None:
+        raise ModuleNotFoundError(
+            "The apps' command line uses Hydra, which is not installed: pip install \"packages/core[apps]\" "
+            "(or pip install hydra-core)."
+        )
+
+
+def _register(cls: type, name: str) -> None:
+    """Store the schema ``<name>_schema`` and the app's base config ``<name>`` (the schema plus
+    the run-folder conventions for Hydra) in Hydra's ConfigStore."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name=f"{name}_schema", node=cls)
+    store.store(name=name, node={
+        "defaults": [f"{name}_schema", {"override hydra/job_logging": "none"}, "_self_"],
+        "hydra": {
+            "run": {"dir": "${out}"},
+            "sweep": {"dir": "${out}", "subdir": "${hydra.job.override_dirname}"},
+            "output_subdir": None,  # the run folder's config.yaml is written by tdrl's Run
+            "job": {"chdir": False, "config": {"override_dirname": {"exclude_keys": ["out", "progress"]}}},
+        },
+    })
+
+
+def load_config(cls: type, overrides: Sequence[str] = (), recipe: str | None = None,
+                recipes: str | Path | None = None, name: str = "app") -> Any:
+    """The config an app would run with, without running it (Hydra's compose API).
+
+    Args:
+        cls: the config dataclass. overrides: ``key=value`` strings.
+        recipe: a YAML recipe's name in ``recipes`` (``--config-name``); ``None``: the defaults.
+        recipes: the folder of the app's YAML recipes. name: the app's config name.
+
+    Returns:
+        A validated instance of ``cls``.
+
+    Raises:
+        ConfigError: an impossible value. Hydra's errors for unknown keys or wrong types.
+    """
+    _require_hydra()
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    _register(cls, name)
+    folder = Path(recipes).resolve() if recipes is not None else Path.cwd()
+    with initialize_config_dir(config_dir=str(folder), version_base=None, job_name=name):
+        cfg = compose(config_name=recipe or name, overrides=list(overrides))
+    return _build(cls, OmegaConf.to_container(cfg, resolve=True))
+
+
+def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
+              recipes: str | Path | None = None) -> Callable[[Sequence[str] | None], Any]:
+    """The ``main`` of an app: Hydra's command line over the dataclass ``cls``.
+
+    Args:
+        cls: the app's config dataclass (fields documented by docstrings).
+        task: ``task(cfg) -> result``, the run itself (gets a validated ``cls`` instance).
+        name: the app's name (its config name in the ConfigStore and in ``--help``).
+        recipes: the folder of the app's YAML recipes (``--config-name NAME`` picks one;
+            a recipe starts with ``defaults: [<name>, _self_]``).
+
+    Returns:
+        ``main(argv=None)``: parses ``argv`` (default ``sys.argv[1:]``), runs ``task`` once, or
+        once per job of a ``-m`` sweep, and returns its result (a list of results for a sweep;
+        ``None`` for ``--help`` / ``--cfg``). ``main.load(overrides, recipe)`` returns the
+        validated config without running anything (for tests and notebooks).
+    """
+
+    def main(argv: Sequence[str] | None = None) -> Any:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        multirun = "-m" in argv or "--multirun" in argv
+        if multirun:  # Hydra wants its flags before the overrides; accept them anywhere
+            argv = ["-m", *[a for a in argv if a not in ("-m", "--multirun")]]
+            fixed = sorted({"out", "progress", *_fixed_keys(argv)})  # job folders name only the swept keys
+            argv.append(f"hydra.job.config.override_dirname.exclude_keys=[{','.join(fixed)}]")
+        if "-h" in argv or "--help" in argv:
+            sys.stdout.write(config_help(cls, name, recipes) + "\n")
+            return None
+        _require_hydra()
+        import hydra
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+        from omegaconf import OmegaConf
+
+        _register(cls, name)
+        results: list[tuple[list[str], Any]] = []
+
+        def run_job(dcfg: Any) -> Any:
+            try:
+                cfg = _build(cls, OmegaConf.to_container(dcfg, resolve=True))
+            except ConfigError as err:
+                sys.stderr.write(f"error: {err}\n")
+                raise SystemExit(2) from None
+            hc = HydraConfig.get()
+            sweep = hc.mode == RunMode.MULTIRUN
+            if sweep:  # every job writes into its own sub-folder of the sweep folder
+                cfg.out = str(hc.runtime.output_dir)
+            result = task(cfg)
+            results.append((list(hc.overrides.task), result))
+            if sweep:
+                _write_sweep(Path(hc.sweep.dir), results)
+            return result
+
+        entry = hydra.main(config_path=str(Path(recipes).resolve()) if recipes is not None else None,
+                           config_name=name, version_base=None)(run_job)
+        saved = sys.argv
+        sys.argv = [saved[0] if saved else name, *argv]
+        try:
+            entry()
+        finally:
+            sys.argv = saved
+        if not results:
+            return None
+        return [r for _, r in results] if multirun else results[0][1]
+
+    def load(overrides: Sequence[str] = (), recipe: str | None = None) -> Any:
+        """The validated config ``main`` would run with (see :func:`load_config`)."""
+        return load_config(cls, overrides, recipe, recipes, name)
+
+    main.load = load
+    main.config_class = cls
+    main.__doc__ = config_help(cls, name, recipes)
+    return main
+
+
+_SWEEP_FUNCTIONS = ("range(", "choice(", "glob(", "interval(", "tag(", "sort(", "shuffle(")
+
+
+def _is_sweep(value: str) -> bool:
+    """Whether an override's value sweeps (``a,b``, ``range(...)``, ``choice(...)``...)."""
+    if value.startswith(_SWEEP_FUNCTIONS):
+        return True
+    depth, quote = 0, ""
+    for ch in value:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[({":
+            depth += 1
+        elif ch in "])}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return True
+    return False
+
+
+def _fixed_keys(argv: Sequence[str]) -> list[str]:
+    """The keys of the ``key=value`` overrides in ``argv`` that do not sweep."""
+    keys = []
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg or arg.startswith("hydra"):
+            continue
+        key, value = arg.split("=", 1)
+        if not _is_sweep(value):
+            keys.append(key.lstrip("+~"))
+    return keys
+
+
+def _write_sweep(folder: Path, results: list[tuple[list[str], Any]]) -> None:
+    """``<sweep folder>/sweep.json``: each finished job's overrides and result (rewritten after
+    every job, so a crash keeps the finished ones)."""
+    def plain(value: Any) -> Any:
+        try:
+            json.dumps(value)
+            return value
+        except TypeError:
+            return repr(value)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"overrides": ov, "result": plain(res)} for ov, res in results]
+    tmp = folder / ".sweep.json.tmp"
+    tmp.write_text(json.dumps(rows, indent=2))
+    tmp.replace(folder / "sweep.json")

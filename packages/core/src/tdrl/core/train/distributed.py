@@ -1,0 +1,61 @@
+"""``torch.distributed`` awareness for the run harness: which process writes, and one
+decision shared by all ranks.
+
+An app launched by ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) joins the default
+process group in :func:`init_from_env` (gloo on CPU, NCCL on CUDA), so ``torchrun
+--nproc_per_node 2 app.py`` is one job: rank 0 writes the run folder, every rank trains.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["init_from_env", "rank_and_world", "is_main_process", "broadcast_object"]
+
+log = logging.getLogger(__name__)
+
+
+def rank_and_world() -> tuple[int, int]:
+    """``(rank, world_size)`` of the default process group, ``(0, 1)`` without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def is_main_process() -> bool:
+    """Rank 0, or the only process."""
+    return rank_and_world()[0] == 0
+
+
+def init_from_env(backend: str | None = None) -> bool:
+    """Join the default process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1).
+
+    Args:
+        backend: ``None`` picks NCCL when CUDA is available, else gloo.
+
+    Returns:
+        Whether a process group is initialised now (``False`` for a single process).
+    """
+    if not dist.is_available() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    if not dist.is_initialized():
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(backend)
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        log.info("joined process group: rank %d of %d (%s)", dist.get_rank(), dist.get_world_size(), backend)
+    return True
+
+
+def broadcast_object(value: Any) -> Any:
+    """``value`` as rank 0 has it, on every rank (itself without a process group)."""
+    if rank_and_world()[1] == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -1,0 +1,125 @@
+"""What the single-agent RL apps share beyond the run folder: the config fields of an
+environment run and of off-policy training, the gradient-step budget of an update-to-data
+ratio, and the per-row mean of loss diagnostics."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDictBase
+
+from tdrl.core.train.config import ConfigError, RunConfig
+
+__all__ = ["EnvRunConfig", "OffPolicyConfig", "UpdateBudget", "mean_metrics"]
+
+
+def _at_least(cfg, names: Sequence[str], low: int) -> None:
+    for name in names:
+        if getattr(cfg, name) < low:
+            raise ConfigError(f"{type(cfg).__name__}.{name}={getattr(cfg, name)} is not allowed: "
+                              f"expected an integer >= {low}.")
+
+
+@dataclass
+class EnvRunConfig(RunConfig):
+    """A run of an agent on one environment."""
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium task id (classic control or MuJoCo), or tdrl/Pendulum (the batched torch
+    Pendulum, whose runs resume bit-identically)."""
+    total_frames: int = 100_000
+    """Environment steps to collect, summed over the sub-envs."""
+    num_envs: int = 1
+    """Sub-envs of the vector env."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the networks."""
+    eval_episodes: int = 10
+    """Deterministic episodes per evaluation."""
+    stop_return: float | None = None
+    """Stop once an evaluation reaches this mean return; null: never."""
+    device: str = "cpu"
+    """Device of the networks and the training batches."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least(self, ("total_frames", "num_envs", "eval_episodes"), 1)
+        if not self.hidden or min(self.hidden) < 1:
+            raise ConfigError(f"{type(self).__name__}.hidden={self.hidden} is not allowed: "
+                              "expected one or more layer sizes >= 1.")
+
+
+@dataclass
+class OffPolicyConfig(EnvRunConfig):
+    """An off-policy run: a replay buffer, random actions first, ``utd_ratio`` gradient steps
+    per collected frame."""
+
+    learning_starts: int = 1_000
+    """Frames of uniformly random actions before learning starts."""
+    buffer_size: int = 100_000
+    """Replay buffer capacity (transitions)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    utd_ratio: float = 1.0
+    """Gradient steps per collected frame (update-to-data ratio)."""
+    gamma: float = 0.99
+    """Discount."""
+    tau: float = 0.005
+    """Polyak factor of the target networks (0 < tau <= 1)."""
+    log_every: int = 1_000
+    """Frames between metrics rows."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least(self, ("buffer_size", "batch_size", "log_every"), 1)
+        _at_least(self, ("learning_starts",), 0)
+        if self.batch_size > self.buffer_size:
+            raise ConfigError(f"{type(self).__name__}.batch_size={self.batch_size} exceeds "
+                              f"buffer_size={self.buffer_size}.")
+        if not (self.utd_ratio > 0 and math.isfinite(self.utd_ratio)):
+            raise ConfigError(f"{type(self).__name__}.utd_ratio={self.utd_ratio} is not allowed: expected > 0.")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"{type(self).__name__}.gamma={self.gamma} is not allowed: expected [0, 1].")
+        if not 0.0 <= self.tau <= 1.0:
+            raise ConfigError(f"{type(self).__name__}.tau={self.tau} is not allowed: expected [0, 1].")
+
+
+class UpdateBudget:
+    """Gradient steps owed at an update-to-data ratio: ``ratio`` steps per collected frame
+    once ``learning_starts`` frames are in, the fractional rest carried over (checkpointable).
+
+    Example:
+        >>> budget = UpdateBudget(ratio=0.5, learning_starts=100)
+        >>> budget.add(frames=104, new_frames=4)   # 2 steps owed
+        2
+    """
+
+    def __init__(self, ratio: float, learning_starts: int = 0) -> None:
+        self.ratio, self.learning_starts = float(ratio), int(learning_starts)
+        self.debt, self.updates = 0.0, 0
+
+    def add(self, frames: int, new_frames: int) -> int:
+        """Account ``new_frames`` just collected (``frames`` in all); returns the gradient steps
+        to take now (0 before ``learning_starts``). Counts them in ``updates``."""
+        if frames < self.learning_starts:
+            return 0
+        self.debt += self.ratio * new_frames
+        steps = int(self.debt)
+        self.debt -= steps
+        self.updates += steps
+        return steps
+
+    def state_dict(self) -> dict:
+        return {"debt": self.debt, "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.debt, self.updates = float(state["debt"]), int(state["updates"])
+
+
+def mean_metrics(stats: Sequence[TensorDictBase]) -> dict[str, float]:
+    """The mean of each entry over a list of (detached) loss outputs; ``{}`` for none."""
+    if not stats:
+        return {}
+    return {k: float(v) for k, v in torch.stack(list(stats)).mean().items()}
