@@ -12,6 +12,7 @@ import os
 import secrets
 import socket
 import subprocess
+import sys
 import time
 
 import psutil
@@ -109,24 +110,35 @@ def test_cannot_read_etc_shadow():
     assert "root:" not in res.stdout
 
 
+# Run by a fresh interpreter whose environment holds the secret: /proc/<pid>/environ shows a
+# process's environment as it was at exec, so a secret set in os.environ later would not show.
+_ENV_PROBE = r'''
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("sbx", sys.argv[1])
+m = importlib.util.module_from_spec(spec); sys.modules["sbx"] = m; spec.loader.exec_module(m)
+code = """
+import os
+seen = [repr(dict(os.environ))]
+for pid in [str(os.getppid())] + [p for p in os.listdir("/proc") if p.isdigit()]:
+    try:
+        seen.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
+    except OSError as e:
+        seen.append(repr(e))
+print(chr(10).join(seen)); print("pids", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+"""
+print(m.run_python_sandboxed(code, mode="bwrap").stdout)
+'''
+
+
 @isolated
 def test_parent_environment_is_not_visible(monkeypatch):
     secret = secrets.token_hex(16)
-    monkeypatch.setenv("TDRL_SECRET_PROBE", secret)
-    code = (
-        "import os\n"
-        "seen = [repr(dict(os.environ))]\n"
-        "for pid in [str(os.getppid())] + [p for p in os.listdir('/proc') if p.isdigit()]:\n"
-        "    try:\n"
-        "        seen.append(open(f'/proc/{pid}/environ', 'rb').read().decode(errors='replace'))\n"
-        "    except OSError as e:\n"
-        "        seen.append(repr(e))\n"
-        "print('\\n'.join(seen)); print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
-    )
-    res = _run(code)
-    assert res.ok and "pids" in res.stdout, res
-    assert secret not in res.stdout and "TDRL_SECRET_PROBE" not in res.stdout
-    assert max(ast.literal_eval(res.stdout.rsplit("pids", 1)[1].strip())) < 10  # its own PID namespace
+    monkeypatch.setenv("TDRL_SECRET_PROBE", secret)  # in this process and in the caller started below
+    out = subprocess.run([sys.executable, "-c", _ENV_PROBE, sandbox.__file__], capture_output=True, text=True,
+                         timeout=30, env=dict(os.environ))
+    assert out.returncode == 0 and "pids" in out.stdout, out.stderr
+    assert secret not in out.stdout and "TDRL_SECRET_PROBE" not in out.stdout
+    assert max(ast.literal_eval(out.stdout.rsplit("pids", 1)[1].strip())) < 10  # its own PID namespace
 
 
 @isolated
