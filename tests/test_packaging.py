@@ -148,3 +148,88 @@ def test_the_blocking_is_real():
     assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr
     proc = _run_without([], "import gymnasium")
     assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------ fresh-venv install check
+TORCH = "torch==2.13.0"
+
+
+def _quick_start(pkg: str):
+    """(install line, code) of a package README's "## Quick start" section: the ``pip install``
+    line of its first ```bash block and its tested ```python blocks, line numbers kept."""
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("_readme_blocks", ROOT / "tests" / "test_readmes.py")
+    readmes = sys.modules.get(spec.name) or module_from_spec(spec)
+    sys.modules[spec.name] = readmes  # dataclasses look their module up there
+    spec.loader.exec_module(readmes)
+    text = (ROOT / "packages" / pkg / "README.md").read_text(encoding="utf-8")
+    start = text.index("\n## Quick start\n")
+    end = text.find("\n## ", start + 1)
+    end = len(text) if end < 0 else end
+    section = text[start:end]
+    bash = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [ln.split("#")[0].strip() for ln in bash.splitlines() if ln.strip().startswith("pip install")]
+    assert len(lines) == 1, f"packages/{pkg}/README.md: the quick start shows {lines}, expected one pip line"
+    offset = text[:start].count("\n")
+    code = []
+    for block in readmes.python_blocks(section, f"packages/{pkg}/README.md"):
+        if block.skip is None:
+            code.append("\n" * (offset + block.line - 1 - sum(c.count("\n") for c in code)) + block.code)
+    assert code, f"packages/{pkg}/README.md: no tested quick-start block"
+    return lines[0], "".join(code) + "\n"
+
+
+@pytest.fixture(scope="module")
+def torch_base(tmp_path_factory) -> Path:
+    """A venv holding only torch 2.13.0 (and its own dependencies); the per-package venvs see
+    it through a ``.pth`` file, so torch is unpacked once."""
+    base = tmp_path_factory.mktemp("install") / "base"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(base / "bin" / "python"), "install",
+                    "-q", "--no-input", TORCH], check=True, timeout=600)
+    site = subprocess.run([str(base / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    return Path(site)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_package_installs_alone_and_its_quick_start_runs(pkg, torch_base, tmp_path):
+    """Each package in a fresh venv with exactly the pip line its README's quick start prints
+    (plus a constraint that keeps torch at 2.13.0), then the quick start's Python blocks."""
+    import shlex
+
+    line, code = _quick_start(pkg)
+    args = shlex.split(line)
+    assert args[:2] == ["pip", "install"], line
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "_torch_base.pth").write_text(f"{torch_base}\n")
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text(f"{TORCH}\n")
+    # pip runs from this interpreter but installs into (and resolves against) the venv
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", python, *args[1:], "-q", "--no-input",
+                           "-c", str(constraints)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"`{line}` failed in a fresh venv:\n{proc.stderr[-3000:]}"
+    script = tmp_path / "quick_start.py"
+    script.write_text(code)
+    others = [p for p in PACKAGES if f"packages/{p}" not in line]
+    check = (
+        "import importlib.util as u, torch\n"
+        "assert torch.__version__.startswith('2.13.0'), torch.__version__\n"
+        f"extra = [p for p in {others!r} if u.find_spec('tdrl.' + p) is not None]\n"
+        "assert not extra, f'installed without being asked: {extra}'\n"
+    )
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
+           "MPLBACKEND": "Agg", "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([python, "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    work = tmp_path / "work"  # the snippets write runs/ here
+    work.mkdir()
+    proc = subprocess.run([python, str(script)], capture_output=True, text=True, env=env, cwd=work,
+                          timeout=900)
+    assert proc.returncode == 0, f"packages/{pkg}/README.md quick start failed after `{line}`:\n{proc.stderr[-3000:]}"
