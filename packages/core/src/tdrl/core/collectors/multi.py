@@ -34,6 +34,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
+from ..envs.parallel import DEFAULT_TIMEOUT_S, _WARN_EVERY_S, _exit_with_parent, _parent_token
 from .single import Collector
 from .utils import split_trajectories
 
@@ -57,8 +58,13 @@ def _send(conn, msg) -> None:
         pass
 
 
-def _worker_main(idx: int, conn, payload: bytes, weights, lock) -> None:
+def _worker_main(idx: int, conn, payload: bytes, weights, lock, token=None,
+                 inherited=None) -> None:
     """Body of a worker: build a Collector, then serve commands until ``close``."""
+    if token is not None:
+        _exit_with_parent(token)  # no orphan when the trainer is killed
+    for parent_end in inherited or ():  # fork: the trainer's ends of every pipe so far
+        parent_end.close()
     torch.set_num_threads(1)
     collector = None
     try:
@@ -153,20 +159,28 @@ class _MultiCollector:
         reset_at_each_iter: bool = False,
         seed: int | None = None,
         start_method: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
         shutdown_timeout: float = 5.0,
     ) -> None:
+        if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(
+                num_workers, int) or num_workers < 1):
+            raise ValueError(f"num_workers must be an int >= 1 (or None for 2), got "
+                             f"{num_workers!r}.")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}.")
+        if not frames_per_batch >= 1:
+            raise ValueError(f"frames_per_batch must be >= 1, got {frames_per_batch!r}.")
         fns = list(create_env_fn) if isinstance(create_env_fn, Sequence) else None
         if fns is None:
             if isinstance(create_env_fn, EnvBase):
                 raise TypeError("Multi-process collectors need a callable that builds the env "
                                 "in each worker, not an env instance.")
-            fns = [create_env_fn] * (num_workers or 2)
+            fns = [create_env_fn] * (2 if num_workers is None else num_workers)
         elif num_workers is not None and num_workers != len(fns):
             raise ValueError(f"num_workers={num_workers} but {len(fns)} env functions given.")
         self.num_workers = n = len(fns)
         if n < 1:
-            raise ValueError("Need at least one worker.")
+            raise ValueError("Need at least one worker (an empty list of env functions was given).")
         per_worker = -(-frames_per_batch // n) if self._sync else frames_per_batch
         self.split_trajs = split_trajs
         self.total_frames = int(total_frames)
@@ -189,11 +203,15 @@ class _MultiCollector:
         self._procs, self._conns = [], []
         self._finalizer = weakref.finalize(self, _stop_workers, self._procs, self._conns,
                                            shutdown_timeout)
+        token = _parent_token()
+        fork = ctx.get_start_method() == "fork"
         for i, fn in enumerate(fns):
             kw = dict(kwargs, seed=None if seed is None else seed + 1000 * i)
             payload = _dumps((fn, policy, kw, n))
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker_main, args=(i, child, payload, self._weights, self._lock),
+            inherited = [parent, *self._conns] if fork else None
+            p = ctx.Process(target=_worker_main,
+                            args=(i, child, payload, self._weights, self._lock, token, inherited),
                             name=f"tdrl-collector-{i}", daemon=False)
             p.start()
             child.close()
@@ -201,6 +219,7 @@ class _MultiCollector:
             self._conns.append(parent)
         self._bufs: list[TensorDictBase | None] = [None] * n
         self._busy = [False] * n  # a "collect" is in flight
+        self._asked: list[tuple[str, float] | None] = [None] * n  # last command, when
         self._pending_acks = [0] * n
         self.frames_per_batch = per_worker * n if self._sync else per_worker
         if self.total_frames > 0 and self.total_frames % self.frames_per_batch:
@@ -216,23 +235,40 @@ class _MultiCollector:
             self._report_death(i, f"cannot send it {cmd!r}")
         try:
             self._conns[i].send((cmd, arg))
+            if not (cmd == "update" and self._busy[i]):  # a collect in flight keeps its age
+                self._asked[i] = (cmd, time.monotonic())
         except (BrokenPipeError, OSError) as err:
             self._fail(f"Collector worker {i} cannot be reached ({err!r}); cannot send {cmd!r}.")
 
     def _receive(self, wanted: set[int]) -> tuple[int, str, object]:
         """Next message from one of the ``wanted`` workers, failing on errors and deaths."""
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        start = time.monotonic()
+        deadline = None if self.timeout is None else start + self.timeout
         index = {c: i for i, c in enumerate(self._conns)}
         sentinels = {p.sentinel: i for i, p in enumerate(self._procs)}
         while True:
             if self._closed:
                 raise RuntimeError("This collector was shut down.")
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            now = time.monotonic()
+            left = _WARN_EVERY_S if deadline is None else max(0.0, deadline - now)
             ready = mp_wait([self._conns[i] for i in wanted] + [self._procs[i].sentinel for i in wanted],
                             timeout=left)
+            if self.timeout is not None:  # async: others answering must not hide a hung one
+                stale = [i for i in wanted
+                         if self._asked[i] and now - self._asked[i][1] > self.timeout]
+                if stale:
+                    self._fail(f"{type(self).__name__}: no answer within timeout="
+                               f"{self.timeout} s from {self._waited_on(stale)}. The env or "
+                               "policy may hang; pass a larger timeout= if a batch "
+                               "legitimately takes longer.")
+            if not ready and deadline is None:
+                _log.warning("%s: still waiting (timeout=None) for %s.", type(self).__name__,
+                             self._waited_on(wanted))
+                continue
             if not ready:
-                self._fail(f"No answer from collector workers {sorted(wanted)} within "
-                           f"{self.timeout} s.")
+                self._fail(f"{type(self).__name__}: no answer within timeout={self.timeout} s "
+                           f"from {self._waited_on(wanted)}. The env or policy may hang; pass "
+                           "a larger timeout= if a batch legitimately takes longer.")
             # Deaths first: a live worker's messages must not hide a dead one's silence.
             for s in ready:
                 if s in sentinels:
@@ -249,7 +285,17 @@ class _MultiCollector:
                     self._pending_acks[i] -= 1
                     if not self._sync:
                         continue  # async acks are only bookkeeping
+                self._asked[i] = None
                 return i, kind, payload
+
+    def _waited_on(self, wanted) -> str:
+        """``worker 1 (pid 123, 'collect' asked 12.3 s ago), ...``"""
+        now, parts = time.monotonic(), []
+        for i in sorted(wanted):
+            cmd, when = self._asked[i] or ("nothing", now)
+            parts.append(f"worker {i} (pid {self._procs[i].pid}, {cmd!r} asked "
+                         f"{now - when:.1f} s ago)")
+        return ", ".join(parts)
 
     def _report_death(self, i: int, context: str = "without reporting an error"):
         """Raise for a dead worker, with its last error message if it sent one."""
@@ -360,8 +406,12 @@ class MultiSyncCollector(_MultiCollector):
         num_workers: number of processes when ``create_env_fn`` is a single callable.
         frames_per_batch: frames per yielded batch over all workers (split evenly).
         start_method: ``"fork"`` (default on Linux without CUDA) or ``"spawn"``.
-        timeout: seconds to wait for workers before failing (``None``: wait while they
-            are alive; deaths and errors are always reported at once).
+        timeout: seconds to wait for an answer before failing with a
+            :class:`~tdrl.core.envs.WorkerError` naming the workers waited on and for what;
+            default :data:`~tdrl.core.envs.parallel.DEFAULT_TIMEOUT_S` (300 s). ``None``
+            waits while they are alive, logging a warning every minute. Deaths and errors
+            are always reported at once; workers exit by themselves within about a second
+            when the trainer process dies (even by ``kill -9``).
         shutdown_timeout: seconds a worker gets to exit before it is terminated.
         Other arguments: as in :class:`~tdrl.core.collectors.Collector` (``seed`` seeds
         worker ``i`` with ``seed + 1000 * i``).

@@ -9,6 +9,7 @@ Seeds chain: worker ``i`` gets the seed returned by worker ``i - 1``'s ``set_see
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 
 import torch
@@ -205,6 +206,11 @@ class SerialEnv(_BatchedEnv):
 
 
 def _per_worker(n: int, fn, kwargs) -> tuple[list, list]:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(
+            f"A batched env needs num_workers >= 1 (an int), got {n!r}; for a single env "
+            "use the env itself."
+        )
     fns = list(fn) if isinstance(fn, Sequence) else [fn] * n
     if kwargs is None:
         kws = [{}] * n

@@ -11,10 +11,16 @@ worker's traceback, and a worker that dies (even ``kill -9``) is detected instea
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import logging
 import multiprocessing as mp
+import os
 import pickle
+import signal
+import sys
+import threading
+import time
 import traceback
 import weakref
 from multiprocessing.reduction import ForkingPickler as _ForkingPickler
@@ -25,9 +31,48 @@ import torch
 from .batched import _BatchedEnv, _env_meta, _per_worker, _Runner
 from .common import EnvBase
 
-__all__ = ["ParallelEnv", "WorkerError"]
+__all__ = ["ParallelEnv", "WorkerError", "DEFAULT_TIMEOUT_S"]
 
 _log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 300.0
+"""Default seconds a batched env or a multi-process collector waits for a worker's answer
+before raising (``timeout=None`` waits without limit, logging a warning every minute)."""
+_WARN_EVERY_S = 60.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_token() -> tuple[int, bool]:
+    """What a worker needs to follow its parent: the parent's pid, and whether the
+    parent-death signal may be used (it fires when the *thread* that started the worker
+    exits, so only when that is the main thread)."""
+    return os.getpid(), threading.current_thread() is threading.main_thread()
+
+
+def _exit_with_parent(token: tuple[int, bool], poll_s: float = 0.5) -> None:
+    """In a worker process: exit as soon as the process that started it dies.
+
+    On Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill the worker when its
+    parent dies; everywhere a daemon thread polls ``os.getppid()`` (a dead parent's
+    children are re-parented) and calls ``os._exit``. Without this a worker whose parent
+    was killed (``kill -9``) waits on its pipe forever when a sibling holds the other end.
+    """
+    parent_pid, pdeathsig = token
+    if pdeathsig and sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the thread remains
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="tdrl-parent-watch", daemon=True).start()
 
 
 class WorkerError(RuntimeError):
@@ -47,9 +92,11 @@ def _dumps(obj) -> bytes:
 _STEP, _OK = b"s", b"k"
 
 
-def _worker_main(idx: int, conn, parent_conn, payload: bytes) -> None:
+def _worker_main(idx: int, conn, parent_conns, payload: bytes, token=None) -> None:
     """Body of a worker process: build the env, then serve commands until ``close``."""
-    if parent_conn is not None:
+    if token is not None:
+        _exit_with_parent(token)
+    for parent_conn in parent_conns or ():  # fork: the parent's ends of every pipe so far
         parent_conn.close()
     torch.set_num_threads(1)
     env = None
@@ -130,8 +177,10 @@ class ParallelEnv(_BatchedEnv):
         device: device of the batched TensorDicts.
         start_method: multiprocessing start method (``"fork"`` by default on Linux,
             ``"spawn"`` elsewhere).
-        timeout: seconds to wait for a worker's answer before raising (``None``: wait as
-            long as the worker is alive).
+        timeout: seconds to wait for a worker's answer before raising, default
+            :data:`DEFAULT_TIMEOUT_S` (300 s); ``None`` waits as long as the worker is alive,
+            with a warning every minute naming the worker. Workers exit by themselves
+            within about a second when this process dies (even by ``kill -9``).
         check_actions: check actions against the batched spec at every step.
 
     Raises:
@@ -146,9 +195,11 @@ class ParallelEnv(_BatchedEnv):
         create_env_kwargs: dict | Sequence[dict] | None = None,
         device: torch.device | str = "cpu",
         start_method: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
         check_actions: bool = False,
     ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}.")
         self.check_actions = check_actions
         self.timeout = timeout
         self._procs: list = []
@@ -160,12 +211,14 @@ class ParallelEnv(_BatchedEnv):
         import torch.multiprocessing as tmp  # registers the shared-memory tensor reductions
 
         ctx = tmp.get_context(start_method)
+        token = _parent_token()
         for i in range(num_workers):
             parent, child = ctx.Pipe()
             payload = _dumps((fns[i], kwargs[i]))
+            inherited = [parent, *self._conns] if start_method == "fork" else None
             proc = ctx.Process(
                 target=_worker_main,
-                args=(i, child, parent if start_method == "fork" else None, payload),
+                args=(i, child, inherited, payload, token),
                 daemon=True,
                 name=f"tdrl-env-worker-{i}",
             )
@@ -194,17 +247,23 @@ class ParallelEnv(_BatchedEnv):
         results, first_error = [], None
         for i in workers:
             conn, proc = self._conns[i], self._procs[i]
-            waited = 0.0
+            start = warned = time.monotonic()
             while not conn.poll(0.05):
-                waited += 0.05
                 if not proc.is_alive() and not conn.poll(0):
                     self._fail(RuntimeError(
                         f"ParallelEnv worker {i} died (exit code {proc.exitcode}) without answering."
                     ))
-                if self.timeout is not None and waited > self.timeout:
-                    self._fail(RuntimeError(
-                        f"ParallelEnv worker {i} did not answer within {self.timeout} s."
+                now = time.monotonic()
+                if self.timeout is not None and now - start > self.timeout:
+                    self._fail(TimeoutError(
+                        f"ParallelEnv worker {i} (pid {proc.pid}) did not answer within "
+                        f"timeout={self.timeout} s; its env may hang. Pass a larger timeout= "
+                        "if a step legitimately takes longer."
                     ))
+                if self.timeout is None and now - warned > _WARN_EVERY_S:
+                    warned = now
+                    _log.warning("ParallelEnv: still waiting for worker %d (pid %s) after "
+                                 "%.0f s (timeout=None).", i, proc.pid, now - start)
             try:
                 data = conn.recv_bytes()
             except (EOFError, OSError) as err:
