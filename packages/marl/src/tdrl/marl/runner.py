@@ -266,6 +266,11 @@ def run_benchmark(cfg: BenchConfig) -> dict:
 _FIELDS = ["algorithm", "task", "seed", "iter", "frames", "time_s", "eval_return", "train_return"]
 
 
+def _json_line(row: dict) -> str:
+    """One JSON line; NaN (no episode ended) becomes null, which strict JSON readers accept."""
+    return json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}) + "\n"
+
+
 class _ResultWriter:
     """The run's outputs under ``cfg.out_dir``, started afresh and appended to as results come."""
 
@@ -285,7 +290,7 @@ class _ResultWriter:
         with open(self.out / "evaluations.csv", "a", newline="") as f:
             csv.DictWriter(f, fieldnames=_FIELDS).writerows(rows)
         with open(self.out / "evaluations.jsonl", "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
+            f.writelines(_json_line(r) for r in rows)
 
     def add_failure(self, algo: str, task: str, err: BaseException) -> None:
         failure = {"algorithm": algo, "task": task, "error": f"{type(err).__name__}: {err}"}
@@ -370,6 +375,6 @@ def write_results(cfg: BenchConfig, result: dict) -> Path:
         writer = csv.DictWriter(f, fieldnames=_FIELDS)
         writer.writeheader()
         writer.writerows(result["evaluations"])
-    (out / "evaluations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in result["evaluations"]))
+    (out / "evaluations.jsonl").write_text("".join(_json_line(r) for r in result["evaluations"]))
     _write_plots(cfg, out, result["evaluations"])
     return out

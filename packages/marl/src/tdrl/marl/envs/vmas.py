@@ -16,6 +16,7 @@ agent dim right after the batch dim:
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -45,6 +46,27 @@ def vmas_scenarios() -> list[str]:
         getattr(vmas, "debug_scenarios", [])
     )
     return sorted(names)
+
+
+def _make_strict(vmas, name: str, scenario, **kwargs):
+    """``vmas.make_env(scenario, **kwargs)``, refusing scenario kwargs the scenario ignores.
+
+    VMAS only warns about them ("passed but not used by the scenario"), so a misspelt task
+    parameter would silently run the scenario's default.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env = vmas.make_env(scenario, **kwargs)
+    for w in caught:
+        text = str(w.message)
+        if "passed but not used by the scenario" in text:
+            raise ValueError(
+                f"VMAS scenario {name!r} does not take these kwargs: {text.split(' passed')[0]}. "
+                "Check their names against the scenario's make_world (vmas/scenarios/"
+                f"{name}.py)."
+            )
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return env
 
 
 def _td(source: dict, batch_size, device) -> TensorDictBase:
@@ -104,13 +126,9 @@ class VmasEnv(EnvBase):
         self.continuous_actions = continuous_actions
         self.max_steps = max_steps
         self.include_info = include_info
-        self._env = vmas.make_env(
-            scenario,
-            num_envs=num_envs,
-            device=self.device,
-            continuous_actions=continuous_actions,
-            seed=seed,
-            **scenario_kwargs,
+        self._env = _make_strict(
+            vmas, self.scenario_name, scenario, num_envs=num_envs, device=self.device,
+            continuous_actions=continuous_actions, seed=seed, **scenario_kwargs,
         )
         self.agent_names = [a.name for a in self._env.agents]
         self.n_agents = len(self.agent_names)
@@ -162,6 +180,11 @@ class VmasEnv(EnvBase):
         self.full_reward_spec = rew_spec
 
     @property
+    def scenario(self):
+        """The VMAS scenario object (its attributes hold the scenario's parameters)."""
+        return self._env.scenario
+
+    @property
     def groups(self) -> list[str]:
         """The group names (``["agents"]`` by default)."""
         return list(self.group_map)
@@ -182,6 +205,23 @@ class VmasEnv(EnvBase):
             v = torch.stack(vals, dim=1)
             entries[k] = v.unsqueeze(-1) if v.ndim == 2 else v
         return _td(entries, (self.num_envs, len(idx)), self.device)
+
+    def _agent_reward(self, r: torch.Tensor, i: int) -> torch.Tensor:
+        """Agent ``i``'s reward as ``[num_envs]``.
+
+        Scenarios differ: most return ``[num_envs]``, some ``[num_envs, 1]`` (``wheel``);
+        both are one reward per world. Anything else is refused here, where the scenario
+        is known, rather than as a shape error in the advantage estimator.
+        """
+        if r.shape == (self.num_envs,):
+            return r
+        if r.shape == (self.num_envs, 1):
+            return r.reshape(self.num_envs)
+        raise ValueError(
+            f"VMAS scenario {self.scenario_name!r} returned a reward of shape {tuple(r.shape)} for agent "
+            f"{self.agent_names[i]!r}; expected one reward per world, ({self.num_envs},) or "
+            f"({self.num_envs}, 1)."
+        )
 
     # ------------------------------------------------------------------ EnvBase
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
@@ -214,7 +254,7 @@ class VmasEnv(EnvBase):
         for g, idx in self._group_idx.items():
             sub = source[g]
             sub._set_str(
-                REWARD, torch.stack([rews[i] for i in idx], dim=1).unsqueeze(-1),
+                REWARD, torch.stack([self._agent_reward(rews[i], i) for i in idx], dim=1).unsqueeze(-1),
                 inplace=False, validated=True,
             )
             if self.include_info:

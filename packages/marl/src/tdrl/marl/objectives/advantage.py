@@ -11,7 +11,7 @@ installed); this module only moves the agent dim out of the way and back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -55,6 +55,7 @@ def multi_agent_gae(
     gamma: float,
     lmbda: float,
     n_agents: int | None = None,
+    time_shape: Sequence[int] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """GAE (Schulman et al., 2015, arXiv:1506.02438) for a group of agents.
 
@@ -65,13 +66,20 @@ def multi_agent_gae(
         gamma: discount. lmbda: trace decay.
         n_agents: the number of agents. If None, it is read from the inputs of highest rank,
             which are taken as per-agent ``[*B, T, n_agents, 1]``.
+        time_shape: ``(*B, T)``, e.g. the rollout's batch size (needs ``n_agents``). If
+            None, it is inferred from the inputs; passing it makes any input of another
+            shape an error that names that input.
 
     Returns:
         ``(advantage, value_target)``, each ``[*B, T, n_agents, 1]``.
     """
     inputs = {"reward": reward, "value": value, "next_value": next_value, "done": done,
               "terminated": terminated}
-    if n_agents is None:
+    if time_shape is not None:
+        if n_agents is None:
+            raise ValueError("multi_agent_gae: time_shape needs n_agents as well.")
+        time_shape = torch.Size(time_shape)
+    elif n_agents is None:
         ranks = {k: v.ndim for k, v in inputs.items()}
         top = max(ranks.values())
         ref = next(v for v in inputs.values() if v.ndim == top)
@@ -198,7 +206,7 @@ class MultiAgentGAE(nn.Module):
             reward = self._flag(td, REWARD)
         adv, target = multi_agent_gae(
             reward, value, next_value, self._flag(td, DONE), self._flag(td, TERMINATED),
-            self.gamma, self.lmbda, n_agents=value.shape[-2],
+            self.gamma, self.lmbda, n_agents=value.shape[-2], time_shape=td.shape,
         )
         if self.average_advantage:
             adv = (adv - adv.mean()) / adv.std().clamp_min(1e-8)
