@@ -14,26 +14,23 @@ counts the moves of the search and of the net alone that turn a drawn or won pos
 lost one, over all 4,520 positions (exact values from :mod:`tictactoe_solver`).
 
     python apps/mcts/train.py                       # about three minutes on one CPU core
-    python apps/mcts/train.py --search gumbel --num_simulations 16
-    python apps/mcts/train.py --tiny                # a seconds-long smoke run (CI)
+    python apps/mcts/train.py search=gumbel num_simulations=16
+    python apps/mcts/train.py --config-name tiny    # a seconds-long smoke run (CI)
+    python apps/mcts/train.py resume=true           # continue from the last checkpoint
 
-Outputs in ``--out``: ``metrics.csv`` (one row per iteration), ``learning_curve.png``,
-``summary.json`` and ``model.pt``. Boolean flags that default to on are turned off with
-``--no_<name>`` (e.g. ``--no_augment``).
+Outputs in ``out`` (the run harness of ``tdrl.core.train``): ``config.yaml``,
+``metrics.csv`` (one row per iteration), ``learning_curve.png``, ``summary.json``,
+``model.pt`` and ``checkpoints/step_<iteration>.pt`` (net, optimiser, replay, RNG states):
+a resumed run continues exactly where the checkpoint left off.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import dataclasses
-import json
 import math
 import os
-import sys
-import time
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,10 +38,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tictactoe_solver import Solver  # noqa: E402
-
-from tdrl.core.mcts import (  # noqa: E402
+from tdrl.core.mcts import (
     POLICY_TARGET,
     ROOT_VALUE,
     RolloutEvaluator,
@@ -58,6 +52,8 @@ from tdrl.core.mcts import (  # noqa: E402
     simulator_model,
     ucb1_selection,
 )
+from tdrl.core.mcts.tictactoe_solver import Solver
+from tdrl.core.train import ConfigError, GeneratorState, Run, RunConfig, StateBox, crossed, hydra_app
 
 if TYPE_CHECKING:
     from tdrl.core.mcts.tree import NodeStats
@@ -92,53 +88,72 @@ QTRANSFORMS = {
 
 
 @dataclass
-class Config:
-    """Every knob of the app; each field is a ``--flag``."""
+class Config(RunConfig):
+    """AlphaZero / Gumbel MuZero self-play on tic-tac-toe with tdrl's batched MCTS."""
 
     iterations: int = 40
-    games: int = 128  # self-play games per iteration, played as one batch
-    search: str = "puct"  # puct (AlphaZero) | gumbel (Gumbel MuZero)
+    """Self-play + training iterations (the run's step unit)."""
+    games: int = 128
+    """Self-play games per iteration, played as one batch."""
+    search: str = "puct"
+    """puct (AlphaZero) or gumbel (Gumbel MuZero)."""
     num_simulations: int = 32
-    dirichlet_alpha: float = 1.0  # ~10 / (typical number of legal moves)
+    """Simulations per move in self-play."""
+    dirichlet_alpha: float = 1.0
+    """Root Dirichlet noise concentration (~10 / typical number of legal moves)."""
     dirichlet_fraction: float = 0.25
-    sample_moves: int = 4  # plies played with temperature 1, then the most visited move
-    random_plies: int = 4  # each game opens with U{0..random_plies} uniformly random moves
-    qtransform: str = "fpu"  # puct only: fpu | parent_and_siblings (mctx's default) | min_max
-    max_num_considered_actions: int = 9  # gumbel only
-    replay_size: int = 20_000  # positions
+    """Weight of the root noise in the prior."""
+    sample_moves: int = 4
+    """Plies played with temperature 1, then the most visited move."""
+    random_plies: int = 4
+    """Each game opens with U{0..random_plies} uniformly random moves."""
+    qtransform: str = "fpu"
+    """puct only: fpu, parent_and_siblings (mctx's default) or min_max."""
+    max_num_considered_actions: int = 9
+    """gumbel only: actions sampled at the root."""
+    replay_size: int = 20_000
+    """Positions kept for training."""
     epochs: int = 4
+    """Passes over the replay per iteration."""
     minibatch_size: int = 256
-    augment: bool = True  # train on a random one of the board's 8 symmetries of each position
-    value_mix: float = 0.5  # value target: (1 - mix) * outcome + mix * search root value
+    """Positions per gradient step."""
+    augment: bool = True
+    """Train on a random one of the board's 8 symmetries of each position."""
+    value_mix: float = 0.5
+    """Value target: (1 - mix) * outcome + mix * search root value."""
     lr: float = 3e-3
-    lr_final: float = 3e-4  # cosine decay from lr to lr_final over the iterations
+    """AdamW learning rate (cosine decay to lr_final over the iterations)."""
+    lr_final: float = 3e-4
+    """Final learning rate."""
     weight_decay: float = 1e-4
+    """AdamW weight decay."""
     hidden: int = 128
+    """Hidden width of the policy-value MLP."""
     eval_every: int = 10
+    """Iterations between evaluations (and the last iteration)."""
+    checkpoint_every: int = 10
+    """Iterations between checkpoints; 0: only at the end."""
     eval_games: int = 200
+    """Games per evaluation match (half as X, half as O)."""
     eval_simulations: int = 32
+    """Simulations per move of the evaluated search."""
     pure_mcts_simulations: int = 200
-    seed: int = 0
+    """Simulations per move of the pure-MCTS opponent."""
     out: str = "runs/mcts"
-    tiny: bool = False
+    """Run folder (a new numbered one beside it if it holds an earlier run and resume is false)."""
 
     def __post_init__(self) -> None:
-        if self.tiny:
-            self.iterations = min(self.iterations, 2)
-            self.games = min(self.games, 16)
-            self.num_simulations = min(self.num_simulations, 8)
-            self.eval_every = 1
-            self.eval_games = min(self.eval_games, 8)
-            self.eval_simulations = min(self.eval_simulations, 8)
-            self.pure_mcts_simulations = min(self.pure_mcts_simulations, 16)
+        super().__post_init__()
         if self.search not in ("puct", "gumbel"):
-            raise ValueError(f"--search must be 'puct' or 'gumbel', got {self.search!r}")
+            raise ConfigError(f"Config.search={self.search!r} is not allowed: expected 'puct' or 'gumbel'.")
         if self.qtransform not in QTRANSFORMS:
-            raise ValueError(
-                f"--qtransform must be one of {sorted(QTRANSFORMS)}, got {self.qtransform!r}"
-            )
-        if self.eval_games % 2:
-            raise ValueError(f"--eval_games must be even (half as X, half as O), got {self.eval_games}")
+            raise ConfigError(f"Config.qtransform={self.qtransform!r} is not allowed: expected one of "
+                              f"{sorted(QTRANSFORMS)}.")
+        if self.eval_games % 2 or self.eval_games < 2:
+            raise ConfigError(f"Config.eval_games={self.eval_games} must be even and >= 2 (half as X, half as O).")
+        for name in ("iterations", "games", "num_simulations", "epochs", "minibatch_size", "replay_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"Config.{name}={getattr(self, name)} is not allowed: expected an integer >= 1.")
 
 
 def _symmetries() -> torch.Tensor:
@@ -312,7 +327,14 @@ def play_match(game: TicTacToe, agent, opponent, num_games: int) -> dict[str, fl
 
 
 def plot(rows: list[dict], path: str) -> None:
-    """Losses, match results and losing-move counts of ``rows`` (metrics.csv rows) to ``path``."""
+    """Losses, match results and losing-move counts of ``rows`` (metric rows) to ``path``."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        import logging
+
+        logging.getLogger(__name__).warning("matplotlib is not installed: %s not drawn.", path)
+        return
     import matplotlib
 
     matplotlib.use("Agg")
@@ -325,7 +347,7 @@ def plot(rows: list[dict], path: str) -> None:
     ax_loss.set_xlabel("iteration")
     ax_loss.set_title("training loss")
     ax_loss.legend()
-    evals = [r for r in rows if r["vs_random_win"] != ""]
+    evals = [r for r in rows if "vs_random_win" in r]
     ev = [r["iteration"] for r in evals]
     for key, label in [
         ("vs_random_win", "search vs random: win"),
@@ -351,87 +373,75 @@ def plot(rows: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def main(cfg: Config) -> dict:
+def evaluate(cfg: Config, game: TicTacToe, solver: Solver, net, act, generator) -> dict[str, float]:
+    """Losing moves over all positions (search and net alone) and match results against a
+    random and a pure-MCTS player."""
+
+    def agent(state):
+        return act(state, noise=False, temperature=0.0, num_simulations=cfg.eval_simulations)["action"]
+
+    def greedy_net(state):
+        logits, _ = net_evaluator(net)(state)
+        return logits.masked_fill(~game.legal_actions(state), -torch.inf).argmax(-1)
+
+    rand = random_player(game, generator)
+    mcts = pure_mcts_player(game, cfg.pure_mcts_simulations, generator)
+    with torch.no_grad():
+        row = {"losing_moves": int(solver.blunders(agent)["losing"].sum()),
+               "net_losing_moves": int(solver.blunders(greedy_net)["losing"].sum())}
+    matches = {"vs_random": (agent, rand), "vs_mcts": (agent, mcts), "net_vs_random": (greedy_net, rand)}
+    for prefix, (player, opponent) in matches.items():
+        for k, v in play_match(game, player, opponent, cfg.eval_games).items():
+            row[f"{prefix}_{k}"] = v
+    return row
+
+
+def train(cfg: Config) -> dict:
+    """Run self-play training with ``cfg``; returns the summary (also ``summary.json``)."""
+    run = Run(cfg, "mcts", total=cfg.iterations, unit="iteration")
     torch.manual_seed(cfg.seed)
-    torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(cfg.seed)
-    os.makedirs(cfg.out, exist_ok=True)
     game = TicTacToe()
     solver = Solver()
     net = PolicyValueNet(cfg.hidden)
     optimizer = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     act = make_agent(cfg, game, net, generator)
-    replay = None
-    rows, start = [], time.perf_counter()
-    fields = ["iteration", "positions", "loss_policy", "loss_value", "vs_random_win",
-              "vs_random_draw", "vs_random_loss", "vs_mcts_win", "vs_mcts_draw", "vs_mcts_loss",
-              "net_vs_random_win", "net_vs_random_draw", "net_vs_random_loss", "losing_moves",
-              "net_losing_moves", "seconds"]  # fmt: skip
-    csv_path = os.path.join(cfg.out, "metrics.csv")
-    with open(csv_path, "w", newline="") as f:
-        csv.DictWriter(f, fieldnames=fields).writeheader()
-    for iteration in range(1, cfg.iterations + 1):
+    replay = StateBox(None)  # the latest replay_size positions (a TensorDict)
+    state = {"net": net, "optim": optimizer, "replay": replay, "generator": GeneratorState(generator)}
+    resumed = run.start(**state)
+    start = int(resumed["step"]) if resumed else 0
+    row: dict = {}
+    for iteration in range(start + 1, cfg.iterations + 1):
         net.eval()
         data = self_play(cfg, game, act, generator)
-        replay = data if replay is None else torch.cat([replay, data])[-cfg.replay_size :]
+        replay.value = data if replay.value is None else torch.cat([replay.value, data])[-cfg.replay_size :]
         progress = (iteration - 1) / max(cfg.iterations - 1, 1)
         for group in optimizer.param_groups:
             cosine = 0.5 * (1 + math.cos(math.pi * progress))
             group["lr"] = cfg.lr_final + (cfg.lr - cfg.lr_final) * cosine
         net.train()
-        losses = train_epochs(cfg, net, optimizer, replay, generator)
+        losses = train_epochs(cfg, net, optimizer, replay.value, generator)
         net.eval()
-        row = {"iteration": iteration, "positions": replay.shape[0], **losses}
-        row.update({k: "" for k in fields if k not in row})
-        if iteration % cfg.eval_every == 0 or iteration == cfg.iterations:
-
-            def agent(state):
-                return act(state, noise=False, temperature=0.0, num_simulations=cfg.eval_simulations)["action"]
-
-            def greedy_net(state):
-                logits, _ = net_evaluator(net)(state)
-                return logits.masked_fill(~game.legal_actions(state), -torch.inf).argmax(-1)
-
-            rand = random_player(game, generator)
-            mcts = pure_mcts_player(game, cfg.pure_mcts_simulations, generator)
-            with torch.no_grad():
-                found = solver.blunders(agent)
-                row["losing_moves"] = int(found["losing"].sum())
-                row["net_losing_moves"] = int(solver.blunders(greedy_net)["losing"].sum())
-            for prefix, (player, opponent) in {
-                "vs_random": (agent, rand), "vs_mcts": (agent, mcts), "net_vs_random": (greedy_net, rand),
-            }.items():  # fmt: skip
-                result = play_match(game, player, opponent, cfg.eval_games)
-                for k, v in result.items():
-                    if f"{prefix}_{k}" in fields:
-                        row[f"{prefix}_{k}"] = v
-        row["seconds"] = round(time.perf_counter() - start, 1)
-        rows.append(row)
-        with open(csv_path, "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=fields).writerow(row)
-        if row["vs_random_win"] != "":
-            plot(rows, os.path.join(cfg.out, "learning_curve.png"))
-        print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if v != ""))
+        row = {"positions": replay.value.shape[0], **losses}
+        if crossed(cfg.eval_every, iteration - 1, iteration) or iteration == cfg.iterations:
+            row.update(evaluate(cfg, game, solver, net, act, generator))
+        run.log(iteration, row)
+        print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                        for k, v in {"iteration": iteration, **row}.items()), flush=True)
+        run.maybe_checkpoint(iteration, **state)
+        if run.out_of_time():
+            break
+    last = int(run.step)
+    run.checkpoint(last, **state)
     torch.save(net.state_dict(), os.path.join(cfg.out, "model.pt"))
-    final = rows[-1]
-    summary = {"config": dataclasses.asdict(cfg), "final": final}
-    with open(os.path.join(cfg.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    final = dict(run.history.rows[-1]) if run.history.rows else {}
+    summary = run.finish({"iterations": last, "final": final})
+    if any("vs_random_win" in r for r in run.history.rows):
+        plot(run.history.rows, os.path.join(cfg.out, "learning_curve.png"))
     return summary
 
 
-def parse_args(argv: list[str] | None = None) -> Config:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for field in dataclasses.fields(Config):
-        if field.type in ("bool", bool) and field.default:
-            parser.add_argument(f"--no_{field.name}", dest=field.name, action="store_false")
-        elif field.type in ("bool", bool):
-            parser.add_argument(f"--{field.name}", action="store_true", default=field.default)
-        else:
-            kind = {"int": int, "float": float, "str": str}[str(field.type)]
-            parser.add_argument(f"--{field.name}", type=kind, default=field.default)
-    return Config(**vars(parser.parse_args(argv)))
-
+main = hydra_app(Config, train, name="mcts", recipes=Path(__file__).parent / "recipes")
 
 if __name__ == "__main__":
-    main(parse_args())
+    main()

@@ -2,31 +2,25 @@
 
 from __future__ import annotations
 
-import csv
-import importlib.util
-import sys
 import json
-from pathlib import Path
+import shutil
 
 import pytest
+import torch
 
-_APP = Path(__file__).resolve().parents[2] / "apps" / "mcts" / "train.py"
+from _load import load_app, read_rows
 
 
 def _load_app():
-    spec = importlib.util.spec_from_file_location("_mcts_app", _APP)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_app("mcts")
 
 
 @pytest.mark.parametrize("search", ["puct", "gumbel"])
 def test_tiny_alphazero_run(tmp_path, search):
     app = _load_app()
-    cfg = app.parse_args(["--tiny", "--search", search, "--out", str(tmp_path)])
-    summary = app.main(cfg)
-    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    cfg = app.main.load([f"search={search}", f"out={tmp_path}"], recipe="tiny")
+    summary = app.train(cfg)
+    rows = read_rows(tmp_path / "metrics.csv")
     assert len(rows) == cfg.iterations == 2
     assert (tmp_path / "learning_curve.png").stat().st_size > 10_000
     assert (tmp_path / "model.pt").exists()
@@ -38,7 +32,7 @@ def test_tiny_alphazero_run(tmp_path, search):
     # Even an untrained net with 8 simulations of search (it sees wins/losses one move
     # ahead) should rarely lose to a uniformly random player.
     assert final["vs_random_win"] + final["vs_random_draw"] >= 0.75
-    assert int(rows[-1]["positions"]) > int(rows[0]["positions"]) > 0
+    assert float(rows[-1]["positions"]) > float(rows[0]["positions"]) > 0
 
 
 def test_short_run_learns_to_avoid_losing_moves(tmp_path):
@@ -49,12 +43,11 @@ def test_short_run_learns_to_avoid_losing_moves(tmp_path):
     (16 simulations) plays ~500 of them.
     """
     app = _load_app()
-    cfg = app.parse_args([
-        "--iterations", "20", "--games", "64", "--num_simulations", "16", "--eval_every", "100",
-        "--eval_games", "40", "--eval_simulations", "16", "--pure_mcts_simulations", "16",
-        "--out", str(tmp_path),
+    cfg = app.main.load([
+        "iterations=20", "games=64", "num_simulations=16", "eval_every=100", "eval_games=40",
+        "eval_simulations=16", "pure_mcts_simulations=16", f"out={tmp_path}", "progress=false",
     ])  # fmt: skip
-    final = app.main(cfg)["final"]
+    final = app.train(cfg)["final"]
     assert final["losing_moves"] <= 60, final
     assert final["net_losing_moves"] <= 250, final
     assert final["vs_random_loss"] <= 0.05 and final["vs_random_win"] >= 0.8, final
@@ -63,7 +56,6 @@ def test_short_run_learns_to_avoid_losing_moves(tmp_path):
 @pytest.mark.parametrize("value_mix", [0.0, 0.5])
 def test_self_play_value_targets_are_the_movers_outcome(value_mix):
     """A scripted game (first empty cell): X wins on the 2-4-6 diagonal at ply 7."""
-    import torch
     from tensordict import TensorDict
 
     app = _load_app()
@@ -88,5 +80,24 @@ def test_self_play_value_targets_are_the_movers_outcome(value_mix):
 
 def test_config_rejects_unknown_search():
     app = _load_app()
-    with pytest.raises(ValueError, match="--search"):
+    with pytest.raises(ValueError, match="search"):
         app.Config(search="alphago")
+    with pytest.raises(ValueError, match="eval_games"):
+        app.main.load(["eval_games=3"])
+
+
+def test_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    """Interrupted after iteration 1 and resumed: the same metrics and the same final net as
+    the run that never stopped (net, optimiser, replay and generator come from the checkpoint)."""
+    app = _load_app()
+    full, part = tmp_path / "full", tmp_path / "part"
+    app.train(app.main.load([f"out={full}"], recipe="tiny"))
+    (part / "checkpoints").mkdir(parents=True)
+    shutil.copy(full / "checkpoints" / "step_1.pt", part / "checkpoints")
+    shutil.copy(full / "metrics.csv", part / "metrics.csv")
+    app.train(app.main.load([f"out={part}", "resume=true"], recipe="tiny"))
+    a, b = read_rows(full / "metrics.csv"), read_rows(part / "metrics.csv")
+    assert [{k: v for k, v in r.items() if k != "time_s"} for r in a] == \
+        [{k: v for k, v in r.items() if k != "time_s"} for r in b]
+    wa, wb = torch.load(full / "model.pt", weights_only=True), torch.load(part / "model.pt", weights_only=True)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

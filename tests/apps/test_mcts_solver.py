@@ -27,7 +27,9 @@ def app():
 
 @pytest.fixture(scope="module")
 def solver():
-    return _load("_mcts_solver", "tictactoe_solver.py").Solver()
+    from tdrl.core.mcts.tictactoe_solver import Solver
+
+    return Solver()
 
 
 def test_position_counts_and_opening_values(solver):

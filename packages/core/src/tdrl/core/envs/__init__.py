@@ -8,12 +8,11 @@ from .gym import GymEnv, GymWrapper, gym_space_to_spec
 from .batched import SerialEnv
 from .parallel import ParallelEnv, WorkerError
 from .pendulum import PendulumEnv
-from .factory import TORCH_ENVS, EnvRNGState, env_rng_state, make_env
+from .factory import TORCH_ENVS, env_rng_state, make_env
 
 __all__ = [
     "make_env",
     "env_rng_state",
-    "EnvRNGState",
     "TORCH_ENVS",
     "EnvBase",
     "GymEnv",

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+from tdrl.core.train.state import GeneratorState
 
 from .common import EnvBase
 from .gym import GymEnv
 from .pendulum import PendulumEnv
 
-__all__ = ["make_env", "TORCH_ENVS", "EnvRNGState", "env_rng_state"]
+__all__ = ["make_env", "TORCH_ENVS", "env_rng_state"]
 
 TORCH_ENVS = {"tdrl/Pendulum": PendulumEnv}
 """Batched pure-torch environments by id (``batch_size=(num_envs,)``)."""
@@ -47,23 +47,10 @@ def make_env(env_id: str, num_envs: int = 1, transforms: tuple = (), **gym_kwarg
     return TransformedEnv(base, Compose(*transforms))
 
 
-class EnvRNGState:
-    """``state_dict`` / ``load_state_dict`` of a torch env's ``torch.Generator`` (its reset RNG)."""
-
-    def __init__(self, generator: torch.Generator) -> None:
-        self.generator = generator
-
-    def state_dict(self) -> dict:
-        return {"state": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["state"])
-
-
-def env_rng_state(env: EnvBase) -> EnvRNGState | None:
+def env_rng_state(env: EnvBase) -> GeneratorState | None:
     """A checkpointable handle on the RNG of a pure-torch env (through transforms), or ``None``
     when the env's state cannot be checkpointed (Gymnasium simulators): then a resumed run
     must start fresh episodes."""
     base = getattr(env, "base_env", env)
     gen = getattr(base, "_generator", None)
-    return EnvRNGState(gen) if isinstance(base, tuple(TORCH_ENVS.values())) and gen is not None else None
+    return GeneratorState(gen) if isinstance(base, tuple(TORCH_ENVS.values())) and gen is not None else None

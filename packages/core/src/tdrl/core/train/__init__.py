@@ -21,6 +21,7 @@ from tdrl.core.train.plots import plot_curves
 from tdrl.core.train.progress import ProgressBar
 from tdrl.core.train.rl import EnvRunConfig, OffPolicyConfig, UpdateBudget, mean_metrics
 from tdrl.core.train.run import Run, crossed, run_folder
+from tdrl.core.train.state import GeneratorState, StateBox
 
 __all__ = [
     "Run",
@@ -28,6 +29,8 @@ __all__ = [
     "EnvRunConfig",
     "OffPolicyConfig",
     "UpdateBudget",
+    "GeneratorState",
+    "StateBox",
     "mean_metrics",
     "ConfigError",
     "hydra_app",
