@@ -30,6 +30,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl.core.envs import EnvBase
 from tdrl.core.specs import Bounded, Categorical, Composite, Unbounded
 
+from .._optional import available, require
 from ..keys import ACTION, ACTION_MASK, DONE, MASK, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ._groups import GroupMap, check_group_action, group_agents
 
@@ -42,7 +43,7 @@ def _families() -> list[tuple[str, list[str]]]:
     """``[(package, [task module names])]`` for the installed task families (no env import)."""
     out = []
     for name in _TASK_MODULES:
-        if importlib.util.find_spec(name.split(".")[0]) is None:
+        if not available(name.split(".")[0]):
             continue
         try:
             spec = importlib.util.find_spec(name)
@@ -57,11 +58,19 @@ def _families() -> list[tuple[str, list[str]]]:
 
 
 def pettingzoo_tasks() -> list[str]:
-    """Task names ``PettingZooEnv`` accepts (``simple_spread_v3``, ``tictactoe_v3``, ...)."""
+    """Task names ``PettingZooEnv`` accepts (``simple_spread_v3``, ``tictactoe_v3``, ...).
+
+    Raises:
+        ModuleNotFoundError: pettingzoo is not installed (the message names the pip line).
+    """
+    require("pettingzoo", extra="pettingzoo", what="PettingZooEnv")
     return sorted({t for _, tasks in _families() for t in tasks})
 
 
 def _make(task: str, parallel: bool | None, kwargs: dict):
+    require("pettingzoo", extra="pettingzoo", what=f"PettingZooEnv({task!r})")
+    if task.startswith("simple") and not available("mpe2"):  # MPE moved out of PettingZoo into mpe2
+        require("mpe2", extra="pettingzoo", what=f"PettingZooEnv({task!r}) (an MPE task)")
     for pkg, tasks in _families():
         if task in tasks:
             sub = importlib.import_module(f"{pkg}.{task}")

@@ -15,7 +15,6 @@ agent dim right after the batch dim:
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from collections.abc import Sequence
 
@@ -25,6 +24,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl.core.envs import EnvBase
 from tdrl.core.specs import Bounded, Categorical, Composite, Unbounded
 
+from .._optional import require
 from ..keys import ACTION, DONE, INFO, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ._groups import GroupMap, check_group_action, group_agents
 
@@ -32,11 +32,7 @@ __all__ = ["VmasEnv", "vmas_scenarios"]
 
 
 def _require_vmas():
-    if importlib.util.find_spec("vmas") is None:
-        raise ImportError("VmasEnv needs the vmas package: pip install 'tdrl-marl[vmas]' (or vmas).")
-    import vmas
-
-    return vmas
+    return require("vmas", extra="vmas", what="VmasEnv")
 
 
 def vmas_scenarios() -> list[str]:
