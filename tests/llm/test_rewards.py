@@ -123,3 +123,41 @@ def test_reward_functions_are_called_trl_style_or_positionally():
 
     with pytest.raises(TypeError, match=r"no_columns\(prompts, completions\).*\['answer'\].*\*\*kwargs"):
         compute_rewards([no_columns], ["p"], ["1"], {"answer": ["1"]})
+
+
+@pytest.fixture
+def release():
+    """An Event set at teardown, so that a reward left hanging in its thread ends with the test."""
+    import threading
+
+    ev = threading.Event()
+    yield ev
+    ev.set()
+
+
+def test_hanging_reward_times_out_scores_zero_and_is_counted(release, caplog):
+    def stuck_reward(prompts, completions, **kw):
+        release.wait()  # "forever": until the test ends
+        return [1.0] * len(completions)
+
+    t = time.monotonic()
+    with caplog.at_level("WARNING"):
+        total, per_fn, stats = compute_rewards(
+            [stuck_reward, math_answer_reward], ["p", "q"], ["1", "2"], {"answer": ["1", "3"]}, timeout=0.5
+        )
+    assert time.monotonic() - t < 0.5 + 1.0
+    torch.testing.assert_close(total, torch.tensor([1.0, 0.0]))  # the hung one gives 0, the other counts
+    assert stats["reward_timeouts"] == 1.0 and stats["reward_errors"] == 2.0
+    assert "stuck_reward did not return within 0.5 s" in caplog.text
+
+
+def test_reward_timeout_keeps_errors_and_values_of_a_fast_reward():
+    def boom(prompts, completions, **kw):
+        raise RuntimeError("boom")
+
+    total, _, stats = compute_rewards([math_answer_reward, boom], ["p"], ["1"], {"answer": ["1"]}, timeout=5.0)
+    assert total.tolist() == [1.0] and stats["reward_errors"] == 1.0 and stats["reward_timeouts"] == 0.0
+    _, _, stats = compute_rewards([math_answer_reward], ["p"], ["1"], {"answer": ["1"]}, timeout=None)
+    assert stats["reward_errors"] == 0.0
+    with pytest.raises(ValueError, match="timeout=-1"):
+        compute_rewards([math_answer_reward], ["p"], ["1"], {"answer": ["1"]}, timeout=-1)

@@ -129,3 +129,26 @@ def test_config_errors(tiny, data):
     _, model, tok = tiny
     with pytest.raises(KeyError, match="completion"):
         SFTTrainer(model, tok, data[0].remove_columns("completion"), SFTConfig(progress=False))
+
+
+def test_grpo_step_returns_when_a_reward_hangs(tiny, data):
+    """A reward that never returns must not stall training: the round ends after reward_timeout."""
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def hanging_reward(prompts, completions, **_):
+        release.wait()
+        return [0.0] * len(completions)
+
+    _, model, tok = tiny
+    cfg = GRPOConfig(steps=1, prompts_per_step=2, group_size=2, max_new_tokens=2, progress=False, reward_timeout=0.5)
+    trainer = GRPOTrainer(model, tok, [digit_fraction_reward, hanging_reward], data[0], cfg)
+    try:
+        t = time.monotonic()
+        m = trainer.step()
+        assert time.monotonic() - t < 30
+        assert m["reward_timeouts"] == 1.0 and m["reward_errors"] == 4.0
+    finally:
+        release.set()

@@ -15,13 +15,38 @@ from __future__ import annotations
 
 import abc
 import inspect
+import math
+import numbers
 
 import torch
 from tensordict import TensorDict
 
 from tdrl.llm import keys as K
 
-__all__ = ["Generator", "HFGenerator", "cache_kwarg", "completion_mask_from_eos", "unique_prompts", "unwrap_model"]
+__all__ = ["Generator", "HFGenerator", "cache_kwarg", "check_sampling", "completion_mask_from_eos", "unique_prompts", "unwrap_model"]
+
+
+def check_sampling(owner: str, max_new_tokens, temperature, top_p, top_k) -> None:
+    """Raise ``ValueError`` naming the field when a sampling setting is out of range.
+
+    ``max_new_tokens`` an integer >= 1; ``temperature`` finite and > 0 (greedy decoding is
+    ``generate(..., greedy=True)``); ``top_p`` in ``(0, 1]``; ``top_k`` an integer >= 0 (0: off).
+    """
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
+        raise ValueError(f"{owner}: max_new_tokens={max_new_tokens!r}; expected an integer >= 1")
+    if not _real(temperature) or not temperature > 0:
+        raise ValueError(
+            f"{owner}: temperature={temperature!r}; expected a finite number > 0 (for greedy decoding call "
+            f"generate(..., greedy=True))"
+        )
+    if not _real(top_p) or not 0 < top_p <= 1:
+        raise ValueError(f"{owner}: top_p={top_p!r}; expected a number in (0, 1] (1 disables nucleus filtering)")
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:
+        raise ValueError(f"{owner}: top_k={top_k!r}; expected an integer >= 0 (0 disables top-k filtering)")
+
+
+def _real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def unwrap_model(model):
@@ -155,8 +180,7 @@ class HFGenerator(Generator):
     """
 
     def __init__(self, model, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, use_generate: bool = False, share_prefix: bool = True):
-        if temperature <= 0:
-            raise ValueError(f"HFGenerator: temperature must be > 0, got {temperature}; use greedy=True for greedy decoding")
+        check_sampling("HFGenerator", max_new_tokens, temperature, top_p, top_k)
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_p, self.top_k = max_new_tokens, temperature, top_p, top_k
         self.use_generate = use_generate

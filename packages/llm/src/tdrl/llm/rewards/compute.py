@@ -1,19 +1,66 @@
-"""Apply several reward functions to a batch; a function that raises gives 0 and is counted."""
+"""Apply several reward functions to a batch; a function that raises or hangs gives 0 and is counted."""
 
 from __future__ import annotations
 
 import inspect
 import logging
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-__all__ = ["RewardFn", "bind_reward", "compute_rewards"]
+__all__ = ["DEFAULT_REWARD_TIMEOUT_S", "RewardFn", "RewardTimeout", "bind_reward", "call_with_timeout", "compute_rewards"]
 
 log = logging.getLogger(__name__)
 
 RewardFn = Callable[..., list[float]]
+
+DEFAULT_REWARD_TIMEOUT_S = 60.0
+
+
+class RewardTimeout(TimeoutError):
+    """A reward function did not return within its time limit."""
+
+
+def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str = "reward function") -> list:
+    """``call()`` in a daemon worker thread, waiting at most ``timeout`` seconds.
+
+    A Python thread cannot be killed: on a timeout the worker is abandoned and keeps running
+    in the background (as a daemon it does not keep the interpreter alive at exit). A reward
+    that can hang on external work should bound that work itself (the code sandbox does).
+
+    Args:
+        call: a no-argument callable.
+        timeout: seconds; ``None`` or ``0`` calls ``call`` in the caller's thread, without limit.
+        name: what to name in the error.
+
+    Raises:
+        RewardTimeout: ``call`` did not return in time.
+        Exception: whatever ``call`` raised.
+    """
+    if not timeout:
+        return call()
+    box: dict = {}
+
+    def work():
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name=f"tdrl-reward-{name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise RewardTimeout(
+            f"{name} did not return within {timeout:g} s (reward_timeout); its thread is left running "
+            f"in the background because Python threads cannot be killed. Make the function faster, "
+            f"bound its own waits, or raise the limit (GRPOConfig.reward_timeout)."
+        )
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _name(fn) -> str:
@@ -60,12 +107,16 @@ def compute_rewards(
     completions: Sequence[str],
     columns: Mapping[str, Sequence] | None = None,
     weights: Sequence[float] | None = None,
+    timeout: float | None = DEFAULT_REWARD_TIMEOUT_S,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Evaluate reward functions and sum them with weights.
 
-    A reward function that raises, returns the wrong number of values, or returns a value
-    that is not a finite number gives 0 for the affected samples; the count is reported.
-    A function whose signature cannot take the batch raises a ``TypeError`` at once.
+    A reward function that raises, does not return within ``timeout`` seconds, returns the
+    wrong number of values, or returns a value that is not a finite number gives 0 for the
+    affected samples; the count is reported. A function whose signature cannot take the batch
+    raises a ``TypeError`` at once. A function that times out is left running in a background
+    thread (threads cannot be killed), so the caller is never blocked longer than ``timeout``
+    per function.
 
     Args:
         reward_fns: ``K`` callables ``(prompts, completions, **columns) -> list[float]``,
@@ -75,25 +126,35 @@ def compute_rewards(
         completions: ``N`` completion texts.
         columns: extra dataset columns, each of length ``N``, passed as keyword arguments.
         weights: ``K`` weights (default all 1).
+        timeout: seconds each function may take per batch (default 60); ``None`` or ``0``:
+            no limit, the function runs in the caller's thread.
 
     Returns:
         ``(total [N], per_function [N, K], stats)`` where ``stats`` holds
-        ``"reward_errors"`` (samples that got 0 because of an error) and the mean of each
-        function (``"reward/<name>"``).
+        ``"reward_errors"`` (samples that got 0 because of an error or a timeout),
+        ``"reward_timeouts"`` (functions that timed out) and the mean of each function
+        (``"reward/<name>"``).
     """
+    if timeout is not None and not (timeout >= 0 and math.isfinite(timeout)):
+        raise ValueError(f"compute_rewards: timeout={timeout!r}; expected seconds > 0, or None / 0 for no limit")
     n = len(completions)
     weights = [1.0] * len(reward_fns) if weights is None else list(weights)
     if len(weights) != len(reward_fns):
         raise ValueError(f"compute_rewards: {len(reward_fns)} reward functions but {len(weights)} weights")
     per_fn = torch.zeros(n, len(reward_fns))
-    errors = 0
+    errors = timeouts = 0
     stats: dict[str, float] = {}
     calls = [bind_reward(fn, prompts, completions, dict(columns or {})) for fn in reward_fns]
     for k, (fn, call) in enumerate(zip(reward_fns, calls)):
         try:
-            values = list(call())
+            values = list(call_with_timeout(call, timeout, f"reward function {_name(fn)}"))
             if len(values) != n:
                 raise ValueError(f"returned {len(values)} values for {n} completions")
+        except RewardTimeout as exc:
+            log.warning("%s; its rewards are 0 for this batch", exc)
+            timeouts += 1
+            errors += n
+            values = [0.0] * n
         except Exception as exc:  # a broken reward must never stop training
             log.warning("reward function %s raised %r; its rewards are 0 for this batch", _name(fn), exc)
             errors += n
@@ -110,4 +171,5 @@ def compute_rewards(
         stats[f"reward/{_name(fn)}"] = per_fn[:, k].mean().item() if n else 0.0
     total = per_fn @ torch.tensor(weights, dtype=per_fn.dtype)
     stats["reward_errors"] = float(errors)
+    stats["reward_timeouts"] = float(timeouts)
     return total, per_fn, stats

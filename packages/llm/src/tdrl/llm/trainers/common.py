@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import os
 import random
 from collections.abc import Mapping, Sequence
@@ -25,9 +26,31 @@ __all__ = [
     "load_if_exists",
     "metric_history",
     "set_seed",
+    "check_int",
+    "check_number",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def check_int(owner: str, name: str, value, minimum: int) -> None:
+    """Raise ``ValueError`` unless ``value`` is an ``int`` (not a bool) ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{owner}.{name}={value!r}: expected an integer >= {minimum}")
+
+
+def check_number(owner: str, name: str, value, *, gt: float | None = None, ge: float | None = None,
+                 le: float | None = None, allow_inf: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` is a real number (finite unless ``allow_inf``) within the bounds."""
+    bounds = [f"> {gt:g}" if gt is not None else "", f">= {ge:g}" if ge is not None else "",
+              f"<= {le:g}" if le is not None else ""]
+    want = " and ".join(b for b in bounds if b)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+    ok = ok and (allow_inf or math.isfinite(value))
+    ok = ok and (gt is None or value > gt) and (ge is None or value >= ge) and (le is None or value <= le)
+    if not ok:
+        kind = "a number" if allow_inf else "a finite number"
+        raise ValueError(f"{owner}.{name}={value!r}: expected {kind}" + (f" {want}" if want else ""))
 
 
 def set_seed(seed: int) -> None:

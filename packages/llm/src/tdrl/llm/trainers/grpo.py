@@ -21,13 +21,15 @@ from tensordict import TensorDict
 from tdrl.llm import keys as K
 from tdrl.llm.advantages import group_advantages
 from tdrl.llm.data import PromptSampler, completion_texts, render_prompts, tokenize_prompts
-from tdrl.llm.generation import Generator, HFGenerator, unwrap_model
+from tdrl.llm.generation import Generator, HFGenerator, check_sampling, unwrap_model
 from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
 from tdrl.llm.losses import GRPOLoss, GRPOLossConfig
-from tdrl.llm.rewards.compute import compute_rewards
+from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, compute_rewards
 from tdrl.core.train import Logger, MetricHistory, ProgressBar, rng_state, save_checkpoint, set_rng_state
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
+    check_int,
+    check_number,
     checkpoint_file,
     dist_info,
     load_if_exists,
@@ -58,6 +60,10 @@ class GRPOConfig:
         lr, weight_decay, warmup_steps, max_grad_norm: optimisation (cosine decay to 10%).
         loss: a :class:`tdrl.llm.losses.GRPOLossConfig` (variants live there).
         reward_weights: one weight per reward function (default all 1).
+        reward_timeout: seconds each reward function may take per round (default 60); one that
+            takes longer scores 0 for the round and is counted in ``reward_errors`` /
+            ``reward_timeouts`` (its thread is left running: Python threads cannot be killed).
+            ``None`` or ``0``: no limit, the function runs in the trainer's thread.
         fused_logprobs: use the fused LM-head kernel; ``None`` checks once that it matches the
             model's logits and falls back to logits otherwise.
         share_prefix: generate and score each group's prompt once and share its KV cache
@@ -90,6 +96,7 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     loss: GRPOLossConfig = field(default_factory=GRPOLossConfig)
     reward_weights: Sequence[float] | None = None
+    reward_timeout: float | None = DEFAULT_REWARD_TIMEOUT_S
     fused_logprobs: bool | None = None
     share_prefix: bool | None = None
     fused_loss: bool | None = None
@@ -100,9 +107,26 @@ class GRPOConfig:
     progress: bool = True
 
     def __post_init__(self):
+        """Check every setting before any model work; errors name the field, the value and the range."""
+        own = "GRPOConfig"
+        for name, minimum in (("steps", 1), ("prompts_per_step", 1), ("epochs", 1), ("grad_accum", 1),
+                              ("warmup_steps", 0), ("checkpoint_every", 1), ("seed", 0)):
+            check_int(own, name, getattr(self, name), minimum)
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
+            raise ValueError(f"GRPOConfig.group_size={self.group_size!r}: expected an integer >= 2 for group advantages")
+        if self.minibatch_size is not None:
+            check_int(own, "minibatch_size", self.minibatch_size, 1)
+        check_sampling(own, self.max_new_tokens, self.temperature, self.top_p, self.top_k)
+        check_number(own, "lr", self.lr, ge=0)
+        check_number(own, "weight_decay", self.weight_decay, ge=0)
+        check_number(own, "max_grad_norm", self.max_grad_norm, gt=0, allow_inf=True)
+        check_number(own, "loss.beta", self.loss.beta, ge=0)
+        if self.reward_timeout is not None:
+            check_number(own, "reward_timeout", self.reward_timeout, ge=0)
+        if self.reward_weights is not None:
+            for i, w in enumerate(self.reward_weights):
+                check_number(own, f"reward_weights[{i}]", w)
         n = self.prompts_per_step * self.group_size
-        if self.group_size < 2:
-            raise ValueError(f"GRPOConfig.group_size must be >= 2 for group advantages, got {self.group_size}")
         mb = self.minibatch_size or n
         if n % mb or mb % self.grad_accum:
             raise ValueError(
@@ -201,7 +225,9 @@ class GRPOTrainer:
         ids, mask = ids.repeat_interleave(G, dim=0), mask.repeat_interleave(G, dim=0)
         gen = self.generator.generate(ids, mask)
         texts = completion_texts(self.tokenizer, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
-        rewards, per_fn, stats = compute_rewards(self.reward_fns, prompts, texts, columns, cfg.reward_weights)
+        rewards, per_fn, stats = compute_rewards(
+            self.reward_fns, prompts, texts, columns, cfg.reward_weights, timeout=cfg.reward_timeout
+        )
         n = len(prompts)
         td = TensorDict(
             {

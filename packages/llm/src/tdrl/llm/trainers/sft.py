@@ -17,6 +17,8 @@ from tdrl.llm.losses import SFTLoss
 from tdrl.core.train import Logger, MetricHistory, ProgressBar, rng_state, save_checkpoint, set_rng_state
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
+    check_int,
+    check_number,
     checkpoint_file,
     dist_info,
     load_if_exists,
@@ -67,6 +69,14 @@ class SFTConfig:
     progress: bool = True
 
     def __post_init__(self):
+        """Check every setting before any model work; errors name the field, the value and the range."""
+        own = "SFTConfig"
+        for name, minimum in (("steps", 1), ("batch_size", 1), ("grad_accum", 1), ("warmup_steps", 0),
+                              ("checkpoint_every", 1), ("seed", 0)):
+            check_int(own, name, getattr(self, name), minimum)
+        check_number(own, "lr", self.lr, ge=0)
+        check_number(own, "weight_decay", self.weight_decay, ge=0)
+        check_number(own, "max_grad_norm", self.max_grad_norm, gt=0, allow_inf=True)
         if self.batch_size % self.grad_accum:
             raise ValueError(f"SFTConfig: batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
 
