@@ -546,6 +546,10 @@ class GymEnv(GymWrapper):
         info_keys: Sequence[str] | Mapping[str, TensorSpec] | None = None,
         **kwargs,
     ) -> None:
+        if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(num_envs, int)
+                                     or num_envs < 1):
+            raise ValueError(f"GymEnv({env_id!r}): num_envs must be an int >= 1 (or None for a "
+                             f"single env), got {num_envs!r}.")
         gym = _require_gymnasium()
         self.env_id = env_id
         if num_envs is None:

@@ -115,7 +115,13 @@ class PendulumEnv(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         th = tensordict.get("th")
         thdot = tensordict.get("thdot")
-        u = tensordict.get(ACTION).clamp(-self.max_torque, self.max_torque)
+        u = tensordict.get(ACTION)
+        if u.shape != self.action_spec.shape:  # broadcasting would silently grow the batch
+            raise ValueError(
+                f"PendulumEnv expects an action of shape {tuple(self.action_spec.shape)} "
+                f"(batch_size {tuple(self.batch_size)} + (1,)), got {tuple(u.shape)}."
+            )
+        u = u.clamp(-self.max_torque, self.max_torque)
         cost = _angle_normalize(th).pow(2) + 0.1 * thdot.pow(2) + 0.001 * u.pow(2)
         g, m, l, dt = self.g, self.m, self.length, self.dt
         new_thdot = thdot + (3 * g / (2 * l) * th.sin() + 3.0 / (m * l**2) * u) * dt

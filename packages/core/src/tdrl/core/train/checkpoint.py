@@ -8,15 +8,21 @@ A checkpoint is a tree of plain data (tensors, dicts, lists, tuples, numbers, st
 * RNG states of ``random``, ``numpy`` and ``torch`` (CPU and CUDA) via :func:`rng_state`.
 
 Writes go to a temporary file in the same directory, are flushed and fsync'ed, then
-``os.replace``'d over the target: a crash never leaves a half-written checkpoint.
+``os.replace``'d over the target: a crash never leaves a half-written checkpoint. The
+temporary file a killed save left behind is deleted by the next save of the same target
+(one writer per target is assumed). :meth:`Checkpointer.load` falls back to the newest
+checkpoint that loads, with a warning naming any file that does not.
 """
 
 from __future__ import annotations
 
+import glob
+import logging
 import os
 import random
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,17 @@ __all__ = [
 ]
 
 _TD, _ND, _SIZE = "__tensordict__", "__ndarray__", "__size__"
+_log = logging.getLogger(__name__)
+
+
+def _remove_stale_tmp(path: Path) -> None:
+    """Delete the temporary files earlier, interrupted saves of ``path`` left behind."""
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        try:
+            stale.unlink()
+            _log.info("Removed %s, left by an interrupted checkpoint save.", stale)
+        except OSError:
+            pass
 
 
 def _encode(obj: Any) -> Any:
@@ -113,6 +130,7 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(path)
     payload = _encode(state)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -182,17 +200,36 @@ class Checkpointer:
             old.unlink(missing_ok=True)
         return path
 
+    def _load_newest(self) -> tuple[Path, dict]:
+        """The newest checkpoint that loads; a broken one (e.g. truncated by a full disk or
+        a copy) is skipped with a warning naming it."""
+        ckpts = self.checkpoints()
+        if not ckpts:
+            raise FileNotFoundError(f"No checkpoint (step_<n>.pt) in {self.directory}.")
+        broken = []
+        for path in reversed(ckpts):
+            try:
+                return path, load_checkpoint(path)
+            except Exception as err:  # noqa: BLE001 - torch raises many types on bad files
+                reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                broken.append(f"{path} ({reason})")
+                warnings.warn(f"Checkpoint {path} does not load ({reason}); trying the "
+                              "previous one.", RuntimeWarning, stacklevel=3)
+        raise RuntimeError(f"No checkpoint in {self.directory} loads: " + "; ".join(broken))
+
     def load(self, path: str | os.PathLike | None = None, restore_rng: bool = True,
              **objects: Any) -> dict:
-        """Restore ``objects`` (by name) from ``path`` (default: the latest checkpoint).
+        """Restore ``objects`` (by name) from ``path`` (default: the newest checkpoint that
+        loads; broken newer ones are skipped with a ``RuntimeWarning`` naming them).
 
         Returns:
             ``{"step": int, "extra": dict}``.
         """
-        path = Path(path) if path is not None else self.latest()
-        if path is None:
-            raise FileNotFoundError(f"No checkpoint (step_<n>.pt) in {self.directory}.")
-        state = load_checkpoint(path)
+        if path is not None:
+            path = Path(path)
+            state = load_checkpoint(path)
+        else:
+            path, state = self._load_newest()
         missing = set(objects) - set(state["objects"])
         if missing:
             raise KeyError(

@@ -80,6 +80,20 @@ def _select(name: str, backend: str, tensor: Tensor) -> Callable | None:
     return op
 
 
+def _check_unit(name: str, value: float | Tensor) -> None:
+    """Refuse a discount or trace decay outside ``[0, 1]`` (NaN included); tensors are
+    checked on the CPU only (elsewhere the check would synchronise the device)."""
+    if isinstance(value, Tensor):
+        if value.device.type != "cpu" or value.numel() == 0:
+            return
+        lo, hi = float(value.min()), float(value.max())
+    else:
+        lo = hi = float(value)
+    if not (0.0 <= lo and hi <= 1.0):
+        shown = value if not isinstance(value, Tensor) else f"values in [{lo}, {hi}]"
+        raise ValueError(f"{name} must lie in [0, 1], got {shown}.")
+
+
 def _check_time_shape(name: str, x: Tensor, ref: Tensor | None = None) -> None:
     if x.dim() < 2 or x.shape[-1] != 1:
         raise ValueError(
@@ -190,12 +204,15 @@ def gae(
         reward, value, next_value: ``[..., T, 1]`` float.
         done, terminated: ``[..., T, 1]`` bool. ``terminated`` stops bootstrapping,
             ``done`` (terminated or truncated) stops the lambda trace.
-        gamma: discount. lmbda: GAE lambda.
+        gamma: discount in ``[0, 1]``. lmbda: GAE lambda in ``[0, 1]``.
         backend: ``"auto"``, ``"torch"`` or ``"kernels"`` (see :func:`discounted_cumsum`).
 
     Returns:
         ``(advantage, value_target)``, both ``[..., T, 1]``, with
-        ``value_target = advantage + value``.
+        ``value_target = advantage + value`` (empty for ``T = 0``).
+
+    Raises:
+        ValueError: a shape is not ``[..., T, 1]`` or ``gamma`` / ``lmbda`` is outside ``[0, 1]``.
     """
     _check_time_shape("reward", reward)
     for name, t in (
@@ -205,11 +222,13 @@ def gae(
         ("terminated", terminated),
     ):
         _check_time_shape(name, t, reward)
+    _check_unit("gamma", gamma)
+    _check_unit("lmbda", lmbda)
     op = _select("gae", backend, reward)
+    if reward.shape[-2] == 0:  # no time steps, whatever the backend
+        return reward.clone(), value.clone()
     if op is not None:
         return op(reward, value, next_value, done.bool(), terminated.bool(), gamma, lmbda)
-    if reward.shape[-2] == 0:
-        return reward.clone(), value.clone()
     return gae_scan(reward, value, next_value, done, terminated, gamma, lmbda)
 
 

@@ -8,6 +8,20 @@ from .._dispatch import use_triton
 from .reference import discounted_cumsum_impl, gae_impl, reverse_scan_rows
 
 
+def _check_unit(name: str, value: float | torch.Tensor) -> None:
+    """Refuse a discount or trace decay outside ``[0, 1]`` (tensors: checked on the CPU;
+    on an accelerator the check would cost a synchronisation, so it is skipped there)."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu" or value.numel() == 0:
+            return
+        lo, hi = float(value.min()), float(value.max())
+    else:
+        lo = hi = float(value)
+    if not (0.0 <= lo and hi <= 1.0):  # also refuses NaN
+        shown = value if not isinstance(value, torch.Tensor) else f"values in [{lo}, {hi}]"
+        raise ValueError(f"{name} must lie in [0, 1], got {shown}.")
+
+
 def _scan_fn(*tensors: torch.Tensor | None):
     if use_triton(*tensors):
         from .triton import reverse_scan_rows_triton
@@ -58,14 +72,25 @@ def gae(
         next_value: ``[..., T, 1]`` values of the next states ``V(s[t+1])``.
         done: ``[..., T, 1]`` bool ``("next", "done")``.
         terminated: ``[..., T, 1]`` bool ``("next", "terminated")``.
-        gamma: discount factor (float or broadcastable tensor).
-        lmbda: GAE lambda (float or broadcastable tensor).
+        gamma: discount factor in ``[0, 1]`` (float or broadcastable tensor).
+        lmbda: GAE lambda in ``[0, 1]`` (float or broadcastable tensor).
 
     Returns:
         ``(advantage, value_target)``, both ``[..., T, 1]`` with
         ``value_target = advantage + value``; low-precision inputs are computed in float32
         and returned in their dtype. Differentiable with respect to the values and rewards.
+        ``T = 0`` gives empty tensors of the input shape.
+
+    Raises:
+        ValueError: ``gamma`` or ``lmbda`` outside ``[0, 1]``.
     """
+    _check_unit("gamma", gamma)
+    _check_unit("lmbda", lmbda)
+    if reward.dim() >= 2 and reward.shape[-2] == 0:  # no time steps: nothing to scan
+        out_dtype = torch.promote_types(reward.dtype, value.dtype)
+        if value.shape != reward.shape:
+            raise ValueError(f"value has shape {tuple(value.shape)}, reward {tuple(reward.shape)}.")
+        return reward.to(out_dtype).clone(), value.to(out_dtype).clone()
     return gae_impl(
         reward, value, next_value, done, terminated, gamma, lmbda,
         _scan_fn(reward, value, next_value, done, terminated),
