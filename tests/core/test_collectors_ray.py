@@ -91,3 +91,22 @@ def test_env_error_and_dead_actor_raise_worker_error():
         col2.update_policy_weights_(_policy(1.0))
     with pytest.raises(RuntimeError, match="shut down"):
         col2.next_batch()
+
+
+def test_more_actors_than_cpus_times_out_naming_the_actors(caplog):
+    """3 actors of 1 CPU on a 2-CPU Ray: one is never scheduled. The default wait is
+    finite; here timeout=3 fails in seconds with the actors and the cluster's CPUs named."""
+    import time
+
+    with caplog.at_level("WARNING", logger="tdrl.core.collectors.ray_collector"):
+        col = RayCollector(_make_env, _policy(0.0), num_collectors=3, frames_per_batch=6,
+                           timeout=3.0)
+    assert "3 actors ask for 3 CPUs in all, the Ray cluster has 2" in caplog.text
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match=r"did not collect a batch within timeout=3.0 s") as info:
+        col.next_batch()
+    assert time.monotonic() - t0 < 30
+    assert "3 actors asking {'num_cpus': 1} each, the cluster has 2.0 CPUs" in str(info.value)
+    with pytest.raises(RuntimeError, match="shut down"):
+        col.next_batch()
+    assert RayCollector.__init__.__kwdefaults__["timeout"] == 300.0

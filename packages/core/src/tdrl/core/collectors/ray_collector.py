@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import time
 from collections.abc import Callable, Iterator
 
 import torch
@@ -19,6 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
+from ..envs.parallel import DEFAULT_TIMEOUT_S, _WARN_EVERY_S
 from .single import Collector
 from .utils import split_trajectories
 
@@ -78,8 +80,12 @@ class RayCollector:
             ``{"num_cpus": 1}``.
         ray_init_config: arguments of ``ray.init`` if Ray is not initialised yet (then
             :meth:`shutdown` also shuts Ray down).
-        timeout: seconds to wait for a batch or a weight update before failing
-            (``None``: no limit; actor deaths and errors are reported at once).
+        timeout: seconds to wait for a batch, a weight update or a seed before failing
+            with a :class:`~tdrl.core.envs.WorkerError` naming the actors that did not
+            answer (and the cluster's CPUs: an actor Ray cannot schedule never answers);
+            default :data:`~tdrl.core.envs.parallel.DEFAULT_TIMEOUT_S` (300 s). ``None``
+            waits without limit, logging a warning every minute. Actor deaths and errors
+            are reported at once.
         Other arguments: as in :class:`~tdrl.core.collectors.Collector` (``seed`` seeds
         actor ``i`` with ``seed + 1000 * i``).
     """
@@ -101,8 +107,10 @@ class RayCollector:
         seed: int | None = None,
         remote_config: dict | None = None,
         ray_init_config: dict | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
     ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}.")
         ray = _require_ray()
         self._ray = ray
         self._owns_ray = False
@@ -130,7 +138,14 @@ class RayCollector:
                       init_random_frames=-(-init_random_frames // n) if sync else init_random_frames,
                       exploration_type=exploration_type, device=device,
                       max_frames_per_traj=max_frames_per_traj)
-        actor_cls = ray.remote(**(remote_config or {"num_cpus": 1}))(_CollectorActor)
+        self._remote_config = dict(remote_config or {"num_cpus": 1})
+        wanted = n * float(self._remote_config.get("num_cpus", 1))
+        have = self._cluster_cpus()
+        if have is not None and wanted > have:
+            _log.warning(
+                "RayCollector: %d actors ask for %g CPUs in all, the Ray cluster has %g; the "
+                "actors beyond it wait to be scheduled (timeout=%s s).", n, wanted, have, timeout)
+        actor_cls = ray.remote(**self._remote_config)(_CollectorActor)
         self._actors = [
             actor_cls.remote(create_env_fn, policy,
                              dict(kwargs, seed=None if seed is None else seed + 1000 * i), i, n)
@@ -139,19 +154,54 @@ class RayCollector:
         self._pending: dict = {}  # in-flight next_batch ref -> actor index (async)
 
     # ------------------------------------------------------------------ helpers
-    def _get(self, refs: list, what: str):
-        ray = self._ray
+    def _cluster_cpus(self) -> float | None:
         try:
-            return ray.get(refs, timeout=self.timeout)
-        except ray.exceptions.GetTimeoutError:
-            self.shutdown()
-            raise WorkerError(f"Ray collectors did not {what} within {self.timeout} s.") from None
+            return float(self._ray.cluster_resources().get("CPU", 0.0))
+        except Exception:  # noqa: BLE001 - informative only
+            return None
+
+    def _not_answered(self, actors: list[int], what: str, answered: list[int]) -> WorkerError:
+        self.shutdown()
+        return WorkerError(
+            f"RayCollector: actor(s) {actors} did not {what} within timeout={self.timeout} s"
+            f" (answered: {answered}). An actor that never answers is often one Ray could "
+            f"not schedule: {self.num_collectors} actors asking {self._remote_config} each, "
+            f"the cluster has {self._cluster_cpus()} CPUs. Otherwise the env or policy hangs; "
+            "pass a larger timeout= if this legitimately takes longer."
+        )
+
+    def _wait(self, refs: list, what: str, num_returns: int, owners: list[int]) -> list:
+        """``ray.wait`` with the collector's timeout (warning every minute when ``None``);
+        raises naming the actors (``owners[j]`` owns ``refs[j]``) that did not answer."""
+        ray, start = self._ray, time.monotonic()
+        while True:
+            left = (_WARN_EVERY_S if self.timeout is None
+                    else max(0.0, start + self.timeout - time.monotonic()))
+            ready, pending = ray.wait(refs, num_returns=num_returns, timeout=left)
+            if len(ready) >= num_returns:
+                return ready
+            late = [owners[refs.index(r)] for r in pending]
+            if self.timeout is None:
+                _log.warning("RayCollector: still waiting (timeout=None) for actors %s to %s "
+                             "after %.0f s.", late, what, time.monotonic() - start)
+                continue
+            raise self._not_answered(late, what, sorted(set(owners) - set(late)))
+
+    def _get(self, refs, what: str, owners: list[int] | None = None):
+        ray = self._ray
+        single = not isinstance(refs, list)
+        refs_l = [refs] if single else refs
+        owners = owners if owners is not None else list(range(len(refs_l)))
+        try:
+            self._wait(refs_l, what, len(refs_l), owners)
+            out = ray.get(refs_l)
         except ray.exceptions.RayActorError as err:
             self.shutdown()
             raise WorkerError(f"A Ray collector actor died; cannot {what}:\n{err}") from None
         except ray.exceptions.RayTaskError as err:
             self.shutdown()
             raise WorkerError(f"A Ray collector raised while trying to {what}:\n{err}") from None
+        return out[0] if single else out
 
     def _check_open(self) -> None:
         if self._closed:
@@ -168,13 +218,10 @@ class RayCollector:
             for i, a in enumerate(self._actors):
                 if i not in self._pending.values():
                     self._pending[a.next_batch.remote()] = i
-            ready, _ = self._ray.wait(list(self._pending), num_returns=1, timeout=self.timeout)
-            if not ready:
-                self.shutdown()
-                raise WorkerError(f"No Ray collector delivered a batch within {self.timeout} s.")
-            ref = ready[0]
+            refs = list(self._pending)
+            ref = self._wait(refs, "collect a batch", 1, [self._pending[r] for r in refs])[0]
             i = self._pending.pop(ref)
-            out = self._get(ref, "collect a batch")
+            out = self._get(ref, "collect a batch", [i])
             self._pending[self._actors[i].next_batch.remote()] = i
         self.frames += self.frames_per_batch
         return out
