@@ -15,7 +15,9 @@ from tdrl.marl.algorithms import ALGORITHMS, make_groups, make_ippo, make_mappo,
 from tdrl.marl.trainer import GroupPolicies, TrainConfig, evaluate, train_off_policy, train_on_policy
 from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_groups, make_vectorised_on_policy
 from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
-from tdrl.marl.runner import TASKS, BenchConfig, run_benchmark
+from tdrl.marl.runner import TASKS, BenchConfig, BenchmarkFailed, run_benchmark
+from tdrl.marl.checks import TeamRewardCheck, ZeroTeamRewardError
+from tdrl.marl.tasks import BENCHMARL_VMAS_TASKS
 
 try:  # the version lives in packages/marl/pyproject.toml; the installed metadata carries it
     __version__ = _dist_version("tdrl-marl")
@@ -61,4 +63,8 @@ __all__: list[str] = [
     "TASKS",
     "BenchConfig",
     "run_benchmark",
+    "BenchmarkFailed",
+    "BENCHMARL_VMAS_TASKS",
+    "TeamRewardCheck",
+    "ZeroTeamRewardError",
 ]

@@ -22,6 +22,7 @@ from tdrl.core.objectives import SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 
 from .algorithms import OffPolicyParts, OnPolicyParts
+from .checks import TeamRewardCheck
 from .keys import DONE, GROUP, NEXT, REWARD, VALUE_TARGET
 from .vectorised import SeedStackedModule
 
@@ -45,6 +46,10 @@ class TrainConfig:
             gradient steps per iteration.
         eval_interval: evaluate every this many iterations (and after the last); 0: never.
         eval_episodes: deterministic evaluation episodes (one batch of ``eval_env``).
+        check_team_reward: off-policy (QMIX/VDN) only: raise
+            :class:`~tdrl.marl.checks.ZeroTeamRewardError` when, over the first batches, the
+            team reward is exactly 0 wherever an agent is rewarded (a zero-sum game inside
+            one group); False trains anyway.
     """
 
     frames_per_batch: int = 6000
@@ -58,6 +63,7 @@ class TrainConfig:
     n_optimizer_steps: int = 100
     eval_interval: int = 5
     max_steps: int = 100
+    check_team_reward: bool = True
 
     def __post_init__(self) -> None:
         for name in ("frames_per_batch", "n_iters", "num_epochs", "minibatch_size", "n_optimizer_steps"):
@@ -390,6 +396,10 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
 
     ``parts`` is one group's bundle or ``{group: bundle}`` (one mixer per group, the sum of
     the groups' losses on the same sampled transitions, gradients clipped per group).
+
+    Raises:
+        ZeroTeamRewardError: with ``cfg.check_team_reward``, when a group's team reward
+            cancels out over the first batches (see :class:`~tdrl.marl.checks.TeamRewardCheck`).
     """
     groups = _as_groups(parts, group)
     n_envs = env.batch_size.numel()
@@ -401,12 +411,18 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     # never more room than the run will fill (the storage allocates its capacity at the first write)
     capacity = min(cfg.buffer_size, cfg.n_iters * n_steps * n_envs)
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
+    checks = {g: TeamRewardCheck(type(p.loss).__name__.removesuffix("Loss"), g, env)
+              for g, p in groups.items() if cfg.check_team_reward}
     td, history, frames = env.reset(), [], 0
     trackers = {g: EpisodeReturns(g) for g in groups}
     t0 = time.perf_counter()
     for it in range(cfg.n_iters):
         batch, td = collect(env, policy, td, n_steps)
         frames += batch.numel()
+        for g, check in checks.items():
+            agent_reward = batch.get((NEXT, g, REWARD), None)
+            if agent_reward is not None and check.active:
+                check.update(agent_reward, groups[g].loss.team_reward(batch))
         for p in groups.values():
             p.explore.step(batch.numel())
         returns, extra = _returns(trackers, batch)

@@ -103,7 +103,9 @@ class _ValueDecompositionLoss(LossModule):
         k = self.tensor_keys
         return self._get(td, "state" if k.state is not None else "observation")
 
-    def _team_reward(self, td: TensorDictBase) -> Tensor:
+    def team_reward(self, td: TensorDictBase) -> Tensor:
+        """The reward the mixed value is trained on, ``[*B, 1]``: the mean of the group's
+        rewards ``("next", group, "reward")``, or the shared ``("next", "reward")``."""
         r = td.get((NEXT, *self._tuple(self.tensor_keys.reward)), None)
         if r is None:
             r = td.get((NEXT, REWARD), None)
@@ -137,7 +139,7 @@ class _ValueDecompositionLoss(LossModule):
             next_chosen = next_q.gather(-1, selector.argmax(-1, keepdim=True))
             next_tot = self.target_mixer(next_chosen, self._state(next_td))
             terminated = next_td.get(self.tensor_keys.terminated).reshape(next_tot.shape)
-            target = self._team_reward(td) + c.gamma * (~terminated.bool()).to(next_tot.dtype) * next_tot
+            target = self.team_reward(td) + c.gamma * (~terminated.bool()).to(next_tot.dtype) * next_tot
         loss = distance_loss(q_tot, target, c.loss_function).mean()
         return self._output({
             "loss_qvalue": loss,
