@@ -170,17 +170,28 @@ def _require_hydra() -> None:
         )
 
 
+_JOB_LOGGING = {  # the run's log records on stderr, no log file (the run folder belongs to Run)
+    "version": 1,
+    "formatters": {"simple": {"format": "%(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "simple", "stream": "ext://sys.stderr"}},
+    "root": {"level": "WARNING", "handlers": ["console"]},
+    "loggers": {"tdrl": {"level": "INFO"}},
+    "disable_existing_loggers": False,
+}
+
+
 def _register(cls: type, name: str) -> None:
     """Store the schema ``<name>_schema`` and the app's base config ``<name>`` (the schema plus
     the run-folder conventions for Hydra) in Hydra's ConfigStore."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
+    store.store(group="hydra/job_logging", name="tdrl", node=_JOB_LOGGING)
     store.store(name=f"{name}_schema", node=cls)
     store.store(name=name, node={
-        "defaults": [f"{name}_schema", {"override hydra/job_logging": "none"}, "_self_"],
+        "defaults": [f"{name}_schema", {"override hydra/job_logging": "tdrl"}, "_self_"],
         "hydra": {
-            "run": {"dir": "${out}"},
+            "run": {"dir": "."},  # Hydra writes nothing there (no .hydra/, no log file): tdrl's Run owns out
             "sweep": {"dir": "${out}", "subdir": "${hydra.job.override_dirname}"},
             "output_subdir": None,  # the run folder's config.yaml is written by tdrl's Run
             "job": {"chdir": False, "config": {"override_dirname": {"exclude_keys": ["out", "progress"]}}},

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from tdrl.core.train.checkpoint import Checkpointer
-from tdrl.core.train.distributed import broadcast_object, is_main_process
+from tdrl.core.train.distributed import broadcast_object, is_main_process, rank_and_world
 from tdrl.core.train.history import MetricHistory, truncate_csv
 from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbLogger
 from tdrl.core.train.progress import ProgressBar
@@ -88,6 +88,9 @@ class Run:
         unit: what a step counts (``"frames"``, ``"round"``, ...): each metrics row gets this
             column beside ``step`` (``"step"``: no extra column).
         keep: checkpoints kept (older ones are deleted).
+        per_rank: under ``torch.distributed`` every rank also checkpoints its own state
+            (``checkpoints/rank<r>/``: samplers and RNG streams that differ per rank) and
+            restores it on resume; otherwise only rank 0 writes and every rank loads its file.
 
     Use::
 
@@ -100,9 +103,12 @@ class Run:
         run.finish({"eval_return": ...}, plots={"learning_curve.png": ("frames", ["train_return"])})
     """
 
-    def __init__(self, cfg: Any, name: str, total: int | None = None, unit: str = "step", keep: int = 2) -> None:
+    def __init__(self, cfg: Any, name: str, total: int | None = None, unit: str = "step", keep: int = 2,
+                 per_rank: bool = False) -> None:
         self.cfg, self.name, self.total, self.unit = cfg, name, total, unit
         self.main = is_main_process()
+        self.rank = rank_and_world()[0]
+        self.per_rank = per_rank and rank_and_world()[1] > 1
         threads = getattr(cfg, "threads", None)
         if threads:
             torch.set_num_threads(int(threads))
@@ -110,7 +116,9 @@ class Run:
                                                  if self.main else None)
         self.out = Path(folder)
         cfg.out = str(self.out)
-        self.ckpt = Checkpointer(self.out / "checkpoints", keep=keep)
+        ckpt_dir = self.out / "checkpoints"
+        self.ckpt = Checkpointer(ckpt_dir / f"rank{self.rank}" if self.per_rank and not self.main else ckpt_dir,
+                                 keep=keep)
         self.history = MetricHistory()
         self.bar: ProgressBar | None = None
         self.t0 = time.perf_counter()
@@ -215,7 +223,7 @@ class Run:
         """Write ``checkpoints/step_<step>.pt`` now (rank 0; other ranks return ``None``):
         every object's state, the metric history, the RNG states and ``extra``."""
         self._last_ckpt = step
-        if not self.main:
+        if not (self.main or self.per_rank):
             return None
         extra = {"step": int(step), "time_s": self.elapsed, "recent_episodes": list(self.recent_episodes),
                  **(extra or {})}
