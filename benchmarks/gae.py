@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--done-prob", type=float, default=0.01)
+    parser.add_argument("--record", action="store_true",
+                        help="also store the rows in benchmarks/results (then run make_results.py)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -96,8 +98,31 @@ def main() -> None:
                 f"{results[best_peer] / results[name]:.2f}x"
             )
         print(f"best: {best_ours} {results[best_ours]:.2f} ms vs {results[best_peer]:.2f} ms")
+        if args.record:
+            _record(args, results, ours, peers, best_peer)
     else:
         print("TorchRL not importable: run with .venv-bench/bin/python for the comparison.")
+
+
+# RESULTS.md row names of the contenders (section "Learning (library)")
+_ROWS = {
+    "tdrl gae (core torch scan)": 'tdrl values.gae, backend="torch" (core blocked scan, no kernels)',
+    "tdrl gae (kernels dispatch)": "tdrl values.gae, default (dispatches to tdrl.kernels.gae)",
+    "generalized_advantage_estimate": "TorchRL generalized_advantage_estimate (loop)",
+    "vec_generalized_advantage_estimate": "TorchRL vec_generalized_advantage_estimate",
+}
+
+
+def _record(args, results: dict, ours: dict, peers: dict, best_peer: str) -> None:
+    from records import write_record
+
+    table = (f"GAE, {args.envs} envs x {args.steps} steps ([{args.envs}, {args.steps}, 1] float32, "
+             f"~{args.done_prob:.0%} done)")
+    for name, ms in results.items():
+        row = _ROWS.get(name) or _ROWS[name.split()[-1]]
+        ratio = f"{results[best_peer] / ms:.2f}x faster" if name in ours else f"{results[best_peer] / ms:.2f}x"
+        write_record("Learning (library)", table, row, {"median ms": round(ms, 2)},
+                     peer="TorchRL loop", ratio=ratio)
 
 
 if __name__ == "__main__":

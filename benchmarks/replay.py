@@ -100,7 +100,10 @@ def main() -> None:
     ap.add_argument("--capacity", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--record", action="store_true",
+                    help="also store the rows in benchmarks/results (then run make_results.py)")
     args = ap.parse_args()
+    rec = _Recorder(args.capacity) if args.record else None
     cap, batch = args.capacity, make_batch(1024)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, capacity {cap}, "
           f"median of {args.repeats} rounds x {args.calls} calls (CPU time per call)")
@@ -122,6 +125,8 @@ def main() -> None:
                         ("sample", f"sample 256, {size} storage")):
         o, p = res[case]
         row(label, statistics.median(o), statistics.median(p) if p else None, "TorchRL TDRB")
+        if rec:
+            rec.add(case, statistics.median(o), statistics.median(p) if p else None)
     if peer is None:
         print("  TorchRL:", why)
     del peer
@@ -154,6 +159,34 @@ def main() -> None:
     if tpr is None:
         print(f"  TorchRL 0.14.1 prioritized buffer cannot run here: {why}")
     row(label, statistics.median(o), statistics.median(n), "naive multinomial")
+    if rec:
+        rec.add("prioritized", statistics.median(o), statistics.median(p) if p else None)
+        rec.add("naive", statistics.median(o), statistics.median(n))
+
+
+class _Recorder:
+    """Writes this run's rows into benchmarks/results (section "Replay buffers")."""
+
+    def __init__(self, capacity: int) -> None:
+        self.size = f"{capacity // 1000}k" if capacity < 1_000_000 else f"{capacity / 1e6:g}M"
+        self.table = f"Replay buffer calls, {self.size}-slot storages"
+
+    def add(self, case: str, ours: float, peer: float | None) -> None:
+        from records import write_record
+
+        rows = {
+            "extend": (f"extend 1024 transitions, TensorStorage({self.size})",
+                       f"TorchRL TensorDictReplayBuffer(LazyTensorStorage({self.size}))"),
+            "sample": (f"sample 256 from the full {self.size} storage", "TorchRL, same"),
+            "prioritized": (f"prioritized: sample 256 + update 256 priorities, {self.size} slots",
+                            "TorchRL prioritized" if peer is not None else "TorchRL prioritized: cannot run"),
+            "naive": ("prioritized, against a naive torch.multinomial over all priorities (O(N))",
+                      "torch.multinomial"),
+        }
+        row, peer_name = rows[case]
+        write_record("Replay buffers", self.table, row,
+                     {"tdrl us": round(ours), "peer us": None if peer is None else round(peer)},
+                     peer=peer_name, ratio=None if peer is None else f"x{peer / ours:.2f}")
 
 
 if __name__ == "__main__":

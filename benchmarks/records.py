@@ -1,0 +1,125 @@
+"""Machine-readable benchmark records: one JSON object per measured row.
+
+A benchmark calls :func:`write_record` for each row it measures; the record lands in
+``benchmarks/results/<section>.jsonl`` (one line per row), replacing the earlier record of the
+same ``(section, table, row)``: the files hold today's figures, git holds their history.
+``benchmarks/make_results.py`` turns the files into the tables of ``benchmarks/RESULTS.md``.
+
+Fields of a record:
+
+- ``section``: the RESULTS.md section (``"Replay buffers"``); ``table``: the table inside it;
+  ``row``: what was measured (``"sample 256 from the full 1M storage"``);
+- ``figures``: ``{column: value}`` in display order (numbers or short strings);
+- ``peer``: what the row is compared with, if anything; ``ratio``: the comparison, as text;
+- ``command``: the exact command that produced the figures; ``date``: when (UTC, ISO);
+  ``machine``: where (``"shared 2-core CPU box"``); ``note``: one optional sentence.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RESULTS_DIR", "FIELDS", "read_records", "record_path", "write_record", "this_command"]
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+FIELDS = ("section", "table", "row", "figures", "peer", "ratio", "command", "date", "machine", "note")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def record_path(section: str, results_dir: Path | None = None) -> Path:
+    """The ``.jsonl`` file that holds a section's records."""
+    return Path(results_dir or RESULTS_DIR) / f"{_slug(section)}.jsonl"
+
+
+def this_command() -> str:
+    """The command line that runs this process, relative to the repository root when possible."""
+    exe = os.path.relpath(sys.executable) if ".venv" in sys.executable else "python"
+    return shlex.join([exe, *sys.argv])
+
+
+def this_machine() -> str:
+    """A short description of this machine: CPU count and processor (or the GPU name)."""
+    return f"{os.cpu_count()}-core {platform.machine()} {platform.system()}"
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of one ``.jsonl`` file (empty when it does not exist)."""
+    if not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not a JSON record ({exc})") from exc
+    return out
+
+
+def write_record(
+    section: str,
+    table: str,
+    row: str,
+    figures: Mapping[str, Any],
+    *,
+    peer: str | None = None,
+    ratio: str | None = None,
+    command: str | None = None,
+    date: str | None = None,
+    machine: str | None = None,
+    note: str | None = None,
+    results_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Store one measured row, replacing an earlier record of the same (section, table, row).
+
+    Args:
+        section, table, row: where the row goes in RESULTS.md.
+        figures: the measured values, ``{column: value}``, in the order they are shown.
+        peer, ratio: what it is compared with and the comparison (text, e.g. ``"x4.04"``).
+        command: the exact command (default: this process's command line).
+        date: UTC time of the measurement (default: now).
+        machine: where it ran (default: CPU count and architecture of this machine).
+        note: one optional sentence shown under the table.
+        results_dir: where the ``.jsonl`` files live (default ``benchmarks/results``).
+
+    Returns:
+        The record written.
+    """
+    if not figures:
+        raise ValueError(f"record {section!r} / {table!r} / {row!r} has no figures")
+    record = {
+        "section": section,
+        "table": table,
+        "row": row,
+        "figures": dict(figures),
+        "peer": peer,
+        "ratio": ratio,
+        "command": command or this_command(),
+        "date": date or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine or this_machine(),
+        "note": note,
+    }
+    path = record_path(section, results_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = read_records(path)
+    key = (section, table, row)
+    for i, old in enumerate(records):
+        if (old["section"], old["table"], old["row"]) == key:
+            records[i] = record  # same place in its table: the row order stays stable
+            break
+    else:
+        records.append(record)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return record
