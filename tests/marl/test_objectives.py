@@ -148,3 +148,38 @@ def test_qmix_loss_trains_q_and_mixer_and_rejects_vdn_mixer():
     assert all(p.grad is None for p in loss.target_mixer.parameters())
     with pytest.raises(TypeError, match="QMixer"):
         QMIXLoss(qnet, nn.Identity())
+
+
+def test_mappo_surrogate_equals_core_ppo_off_policy_and_clipped():
+    """MAPPO's objective is core's clipped surrogate: without a mask it equals ``PPOLoss``'s
+    terms and actor gradients, at ratios away from 1 (some clipped)."""
+    from tdrl.core.objectives import PPOLoss
+    from tdrl.core.objectives.ppo import clipped_surrogate
+
+    torch.manual_seed(0)
+    actor = _discrete_actor()
+    td = TensorDict({"agents": {"observation": torch.randn(16, 2, 3)}}, [16])
+    actor(td)
+    td["agents", "action_log_prob"] = td["agents", "action_log_prob"] + 0.5 * torch.randn(16, 2)
+    td["agents", "advantage"] = torch.randn(16, 2, 1)
+    ours = MAPPOLoss(actor, None, MAPPOConfig(clip_epsilon=0.2))
+    core = PPOLoss(actor, None, clip_epsilon=0.2, entropy_coef=0.0)
+    core.set_keys(action=("agents", "action"), sample_log_prob=("agents", "action_log_prob"),
+                  advantage=("agents", "advantage"))
+    grads = []
+    for loss in (ours, core):
+        actor.zero_grad()
+        out = loss(td.clone())
+        out["loss_objective"].backward()
+        grads.append([p.grad.clone() for p in actor.parameters()])
+        if loss is ours:
+            first = out
+    assert 0.0 < float(first["clip_fraction"]) < 1.0  # both branches of the min are exercised
+    for key in ("loss_objective", "clip_fraction", "kl_approx", "ratio_mean"):
+        torch.testing.assert_close(first[key], out[key])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    # the shared function itself, by hand: ratio 2 with A=1 clips to 1.2; with A=-1 stays -2
+    s, r, _ = clipped_surrogate(torch.log(torch.tensor([2.0, 2.0])), torch.zeros(2), torch.tensor([1.0, -1.0]), 0.2)
+    torch.testing.assert_close(s, torch.tensor([1.2, -2.0]))
+    torch.testing.assert_close(r, torch.tensor([2.0, 2.0]))

@@ -19,7 +19,7 @@ from tdrl.core.objectives._nets import get_dist, run_module
 from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estimate
 from tdrl.core.values._utils import NestedKey
 
-__all__ = ["PPOKeys", "PPOLoss", "critic_loss", "align_advantage"]
+__all__ = ["PPOKeys", "PPOLoss", "critic_loss", "align_advantage", "clipped_surrogate"]
 
 
 @dataclass
@@ -43,6 +43,31 @@ def align_advantage(advantage: Tensor, log_prob: Tensor) -> Tensor:
         f"advantage has shape {tuple(advantage.shape)}, log-prob {tuple(log_prob.shape)}: "
         "expected the same shape or an extra trailing 1."
     )
+
+
+def clipped_surrogate(
+    log_prob: Tensor, old_log_prob: Tensor, advantage: Tensor, clip_epsilon: float | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """PPO's per-sample surrogate ``min(r A, clip(r, 1 - eps, 1 + eps) A)``, ``r = exp(lp - lp_old)``
+    (Schulman et al., 2017, arXiv:1707.06347, eq. 7); the one implementation the PPO losses share.
+
+    Args:
+        log_prob: ``[*B]`` log-probabilities under the current policy (with grad).
+        old_log_prob: ``[*B]`` log-probabilities under the sampling policy (detach it).
+        advantage: ``[*B]`` advantages (detach it).
+        clip_epsilon: the ratio clipping; ``None``: the plain surrogate ``r A``.
+
+    Returns:
+        ``(surrogate, ratio, log_ratio)``, each ``[*B]``: the surrogate is to be maximised
+        (the loss is ``-reduce(surrogate)``, with whatever mean or mask the caller needs).
+    """
+    log_ratio = log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    surrogate = ratio * advantage
+    if clip_epsilon is not None:
+        clipped = ratio.clamp(1.0 - clip_epsilon, 1.0 + clip_epsilon) * advantage
+        surrogate = torch.minimum(surrogate, clipped)
+    return surrogate, ratio, log_ratio
 
 
 def critic_loss(
@@ -138,13 +163,7 @@ class PPOLoss(LossModule):
         adv = align_advantage(self._get(td, "advantage"), lp).detach()
         if self.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / adv.std().clamp_min(1e-8)
-        log_ratio = lp - old_lp.detach()
-        ratio = log_ratio.exp()
-        surrogate = ratio * adv
-        if self.clip_epsilon is not None:
-            eps = self.clip_epsilon
-            clipped = ratio.clamp(1.0 - eps, 1.0 + eps) * adv
-            surrogate = torch.minimum(surrogate, clipped)
+        surrogate, ratio, log_ratio = clipped_surrogate(lp, old_lp.detach(), adv, self.clip_epsilon)
         terms["loss_objective"] = -surrogate.mean()
         use_kl = self._use_kl
         with torch.set_grad_enabled(use_kl and torch.is_grad_enabled()):

@@ -1,6 +1,9 @@
 """MAPPO (Yu et al., 2021, arXiv:2103.01955) and IPPO (de Witt et al., 2020,
 arXiv:2011.09533): the clipped PPO surrogate applied to every agent of a group.
 
+The surrogate is core's :func:`tdrl.core.objectives.ppo.clipped_surrogate` (the one
+implementation); this module adds the agent mask to its reductions and the per-agent critic.
+
 The two differ only in the critic: MAPPO's sees every agent (a centralised
 ``MultiAgentMLP``), IPPO's sees one agent's observation. Both read per-agent data
 ``[*B, n_agents, ...]`` under the group key; an optional ``(group, "mask")`` ``[*B, n]``
@@ -17,6 +20,7 @@ from torch import Tensor
 
 from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estimate
 from tdrl.core.objectives._nets import get_dist, run_module
+from tdrl.core.objectives.ppo import clipped_surrogate
 from tdrl.core.values._utils import NestedKey
 
 from ..keys import ACTION, ACTION_LOG_PROB, ADVANTAGE, GROUP, MASK, STATE_VALUE, VALUE_TARGET
@@ -130,9 +134,7 @@ class _MultiAgentPPOLoss(LossModule):
             )
         if c.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / adv.std().clamp_min(1e-8)
-        log_ratio = lp - old_lp
-        ratio = log_ratio.exp()
-        surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - c.clip_epsilon, 1 + c.clip_epsilon) * adv)
+        surrogate, ratio, log_ratio = clipped_surrogate(lp, old_lp, adv, c.clip_epsilon)
         terms["loss_objective"] = -masked_mean(surrogate, mask)
         with torch.no_grad():
             terms["clip_fraction"] = masked_mean(((ratio - 1).abs() > c.clip_epsilon).float(), mask)
