@@ -37,7 +37,7 @@ import tempfile
 import torch
 from tensordict import TensorDictBase
 
-from ._files import (ReplayFormatError, build_td, create_leaves, fsync_dir, fsync_file,
+from ._files import (ReplayFormatError, build_td, create_leaves, fsync_file,
                      leaf_specs, open_leaves, read_json, write_json)
 from .storages import TensorStorage
 
