@@ -191,7 +191,10 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-@pytest.mark.parametrize("readme", QUICK_STARTS, ids=_rel)
+LINKED = [ROOT / "README.md", *QUICK_STARTS, ROOT / "docs" / "ARCHITECTURE.md", ROOT / "CONTRIBUTING.md"]
+
+
+@pytest.mark.parametrize("readme", LINKED, ids=_rel)
 def test_package_readme_links_resolve(readme: Path):
     """Every relative link points at a file of the repository, and every ``#anchor`` into a
     Markdown file at one of its headings (so a renamed RESULTS.md section is caught)."""

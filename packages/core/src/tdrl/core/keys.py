@@ -1,4 +1,4 @@
-"""Canonical TensorDict keys of the tdrl data contract (see DESIGN.md).
+"""Canonical TensorDict keys of the tdrl data contract (see docs/ARCHITECTURE.md, "Data contract").
 
 Keys follow TorchRL so that code ports and outputs can be compared one to one.
 Step ``t`` lives at the root, step ``t+1`` under ``"next"``; time is the last batch dim.

@@ -1,4 +1,4 @@
-"""Canonical TensorDict keys of LLM rollouts (see DESIGN.md, "Data contract").
+"""Canonical TensorDict keys of LLM rollouts (see docs/ARCHITECTURE.md, "Data contract").
 
 A rollout holds one row per completion, batch ``(n_prompts * group_size,)``. Prompt tensors
 are left-padded to a common length ``P``; completion tensors are right-padded to ``C``.

@@ -1,4 +1,4 @@
-"""Keys of the multi-agent data contract (DESIGN.md), on top of :mod:`tdrl.core.keys`.
+"""Keys of the multi-agent data contract (docs/ARCHITECTURE.md), on top of :mod:`tdrl.core.keys`.
 
 Multi-agent data lives under a group key (``"agents"`` by default) with the agent dim right
 after the batch dims: ``("agents", "observation")`` is ``(*batch, n_agents, ...)``, per-agent

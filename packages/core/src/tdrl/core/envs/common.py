@@ -1,6 +1,6 @@
 """``EnvBase``: the TensorDict environment interface every tdrl environment implements.
 
-Data contract (DESIGN.md, TorchRL's conventions): ``reset`` returns the observation keys and
+Data contract (docs/ARCHITECTURE.md, TorchRL's conventions): ``reset`` returns the observation keys and
 the done flags at the root; ``step`` writes step ``t+1`` under ``"next"`` (observations,
 ``reward``, ``done``, ``terminated``, ``truncated``); reward and done flags have a trailing
 dim of 1; a rollout has shape ``(*batch_size, T)``.

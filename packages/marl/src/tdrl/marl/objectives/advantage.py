@@ -1,6 +1,6 @@
 """Multi-agent GAE: per-agent or shared rewards, values and done flags.
 
-Shapes (time is the dim before the agent dim; see DESIGN.md):
+Shapes (time is the dim before the agent dim; see docs/ARCHITECTURE.md):
 
 * per agent: ``[*B, T, n_agents, 1]``;
 * shared (team reward, global done, one value per team): ``[*B, T, 1]``, expanded over agents.
