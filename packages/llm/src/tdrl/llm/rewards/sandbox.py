@@ -86,12 +86,11 @@ class SandboxResult:
 
 # ----------------------------------------------------------------------------- commands
 def _python_roots() -> list[str]:
-    """Folders the interpreter needs (prefixes and the executable's folder), outside ``/usr``."""
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             os.path.dirname(os.path.abspath(sys.executable))}
-    paths = sorted(os.path.realpath(p) for p in paths if p) + sorted(p for p in paths if p)
+    """Folders the interpreter needs (its prefixes and the executable's folder) outside ``/usr``."""
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.abspath(sys.executable))}
+    paths |= {os.path.realpath(p) for p in paths}
     roots: list[str] = []
-    for p in sorted(set(paths), key=len):
+    for p in sorted(paths, key=len):  # parents first, so that a folder inside one is not bound twice
         if os.path.isdir(p) and not any(p == r or p.startswith(r.rstrip("/") + "/") for r in ("/usr", *roots)):
             roots.append(p)
     return roots
