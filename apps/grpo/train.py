@@ -3,31 +3,32 @@
 On its defaults (no download) it trains a tokenizer locally, builds a tiny Qwen2 model from a
 config, saves both and reloads them with ``from_pretrained``, warms the model up with a short
 SFT, then runs GRPO with a verifier reward, and reports held-out accuracy after SFT and after
-GRPO. ``--model PATH`` starts from any local Hugging Face causal LM instead.
+GRPO. ``model=PATH`` starts from any local Hugging Face causal LM instead.
 
-    python apps/grpo/train.py                 # the embedded default (~minutes on 2 CPU cores)
-    python apps/grpo/train.py --tiny          # a seconds-long smoke run (CI)
-    python apps/grpo/train.py --loss dapo --beta 0.02 --lora
+    python apps/grpo/train.py                         # the embedded default (~2 minutes on 2 CPU cores)
+    python apps/grpo/train.py --config-name tiny      # a seconds-long smoke run (CI)
+    python apps/grpo/train.py loss=dapo beta=0.02 lora=true
+    python apps/grpo/train.py resume=true             # continue GRPO from the last checkpoint
+    torchrun --nproc_per_node 2 apps/grpo/train.py -cn tiny   # data parallel: one job, one folder
 
-Outputs in ``--out``: ``sft/metrics.csv``, ``grpo/metrics.csv`` (with ``hparams.json``), ``reward_curve.png``,
-``summary.json``, the tiny model folder and the final model (``final/``). A rerun into the
-same ``--out`` starts afresh; ``--resume`` continues the GRPO phase from ``checkpoint.pt``
-(written every ``--checkpoint-every`` rounds and at the end) without redoing the SFT.
+Outputs in ``out`` (the run harness of ``tdrl.core.train``): ``config.yaml``, ``metrics.csv``
+(one row per GRPO round), ``reward_curve.png``, ``summary.json``, ``checkpoints/step_<n>.pt``
+(weights after SFT and the rounds so far, optimiser, schedule, prompt order, RNG; one per rank
+under data parallelism), ``sft/`` (the warm-up's own run folder), the tiny model folder and the
+final model (``final/``). ``resume=true`` continues GRPO without redoing the SFT; a rerun
+without it goes to a new numbered folder and never touches the earlier one.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
 import os
-import sys
-import time
 from dataclasses import dataclass
+from pathlib import Path
 
-import torch
-
+from tdrl.core.train import ConfigError, Run, RunConfig, crossed, hydra_app, init_from_env, plot_curves
 from tdrl.llm import (
     ArithmeticTask,
     GRPOConfig,
@@ -51,102 +52,98 @@ LOSS_PRESETS = {
 
 
 @dataclass
-class Config:
-    """Every knob of the app; each field is a ``--flag`` (underscores become dashes)."""
+class Config(RunConfig):
+    """GRPO of a causal LM on the arithmetic task, after a short SFT warm-up."""
 
-    out: str = "runs/grpo"
-    model: str = ""  # local HF causal LM folder; empty: build the tiny embedded model
-    arch: str = "qwen2"  # tiny model architecture: qwen2 | llama
+    model: str = ""
+    """Local Hugging Face causal LM folder; empty: build the tiny embedded model."""
+    arch: str = "qwen2"
+    """Tiny model architecture: qwen2 or llama."""
     hidden_size: int = 96
+    """Tiny model hidden size."""
     num_layers: int = 2
-    seed: int = 0
-    threads: int = 1  # torch threads; more than 1 on a shared 2-core machine is 10x slower under load
-    # task
+    """Tiny model layers."""
     max_value: int = 19
+    """Task: operands are drawn from 0..max_value."""
     ops: str = "+"
+    """Task: the operators used (e.g. "+-")."""
     n_train: int = 2000
+    """Task: training problems."""
     n_test: int = 200
-    # SFT warm start
+    """Task: held-out problems."""
     sft_steps: int = 150
+    """SFT warm-up steps (0: none)."""
     sft_batch: int = 64
+    """SFT batch size."""
     sft_lr: float = 3e-3
-    # GRPO
+    """SFT learning rate."""
     steps: int = 250
+    """GRPO rounds (the run's step unit)."""
     prompts_per_step: int = 64
+    """Prompts per round (per rank)."""
     group_size: int = 8
+    """Completions per prompt."""
     max_new_tokens: int = 4
+    """Completion length cap."""
     temperature: float = 1.0
+    """Sampling temperature."""
     lr: float = 2e-4
-    warmup: int = 20  # a fresh Adam without warm-up kicks every weight by ~lr and undoes SFT
+    """GRPO learning rate."""
+    warmup: int = 20
+    """GRPO warm-up steps (a fresh Adam without warm-up kicks every weight by ~lr and undoes SFT)."""
     epochs: int = 1
-    minibatch_size: int = 256  # 0: the whole rollout
+    """Passes over each rollout."""
+    minibatch_size: int = 256
+    """Completions per optimiser step; 0: the whole rollout."""
     grad_accum: int = 1
-    loss: str = "grpo"  # grpo | dapo | dr_grpo | gspo
+    """Micro-batches each minibatch is split into."""
+    loss: str = "grpo"
+    """Loss preset: grpo, dapo, dr_grpo or gspo."""
     beta: float = 0.0
-    tis_cap: float = 0.0  # 0: off
+    """KL weight to the reference model."""
+    tis_cap: float = 0.0
+    """Truncated importance-sampling cap; 0: off."""
     lora: bool = False
+    """Train LoRA adapters instead of all weights."""
     lora_rank: int = 8
-    checkpoint_every: int = 0  # 0: only at the end
-    resume: bool = False  # continue GRPO from --out/checkpoint.pt (SFT skipped); else start afresh
-    eval_every: int = 25  # held-out accuracy every N GRPO rounds (0: only at the end)
-    tiny: bool = False  # seconds-long smoke sizes (CI) for the settings not given as flags
+    """LoRA rank."""
+    eval_every: int = 25
+    """GRPO rounds between held-out accuracy checks; 0: only at the end."""
+    checkpoint_every: int = 0
+    """GRPO rounds between checkpoints; 0: only at the end."""
+    out: str = "runs/grpo"
+    """Run folder (a new numbered one beside it if it holds an earlier run and resume is false)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.loss not in LOSS_PRESETS:
-            raise SystemExit(f"--loss must be one of {sorted(LOSS_PRESETS)}, got {self.loss!r}")
+            raise ConfigError(f"Config.loss={self.loss!r} is not allowed: expected one of {sorted(LOSS_PRESETS)}.")
+        if self.arch not in ("qwen2", "llama"):
+            raise ConfigError(f"Config.arch={self.arch!r} is not allowed: expected 'qwen2' or 'llama'.")
+        if self.model and not Path(self.model).is_dir():
+            raise ConfigError(f"Config.model={self.model!r}: no such folder (a local Hugging Face model).")
+        self.grpo_config()  # every GRPO and SFT setting is checked now, before any work
+        self.sft_config()
+
+    def grpo_config(self) -> GRPOConfig:
+        loss = LOSS_PRESETS[self.loss](beta=self.beta, tis_cap=self.tis_cap or None)
+        return GRPOConfig(
+            steps=self.steps, prompts_per_step=self.prompts_per_step, group_size=self.group_size,
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, lr=self.lr, epochs=self.epochs,
+            minibatch_size=self.minibatch_size or None, grad_accum=self.grad_accum, loss=loss,
+            seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
+        )
+
+    def sft_config(self) -> SFTConfig:
+        return SFTConfig(steps=max(self.sft_steps, 1), batch_size=self.sft_batch, lr=self.sft_lr, warmup_steps=10,
+                         seed=self.seed, progress=self.progress)
 
 
-TINY = dict(hidden_size=32, num_layers=1, n_train=256, n_test=32, sft_steps=20, sft_batch=32, steps=4,
-            prompts_per_step=4, group_size=4, minibatch_size=0)
-
-
-def parse_args(argv=None) -> Config:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], argument_default=argparse.SUPPRESS)
-    for f in dataclasses.fields(Config):
-        name = "--" + f.name.replace("_", "-")
-        if f.type == "bool":
-            p.add_argument(name, action=argparse.BooleanOptionalAction, help=f"(default: {f.default})")
-        else:
-            typ = {"int": int, "float": float, "str": str}[f.type]
-            p.add_argument(name, type=typ, help=f"(default: {f.default!r})")
-    given = vars(p.parse_args(argv))  # only the flags on the command line
-    if given.get("tiny"):  # smoke sizes for every setting not given as a flag
-        given = {**TINY, **given}
-    return Config(**given)
-
-
-def plot_rewards(rows: list[dict], path: str, curve: list[tuple[int, float]]) -> None:
-    """Train reward per GRPO round (and a moving average) and the held-out accuracy curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [r["step"] for r in rows]
-    reward = [r["reward"] for r in rows]
-    k = max(1, len(reward) // 10)
-    smooth = [sum(reward[max(0, i - k + 1) : i + 1]) / len(reward[max(0, i - k + 1) : i + 1]) for i in range(len(reward))]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, reward, alpha=0.35, label="train reward")
-    ax.plot(steps, smooth, label=f"moving average ({k})")
-    ax.plot([c[0] for c in curve], [c[1] for c in curve], "o-", c="green",
-            label=f"held-out accuracy (greedy): {curve[0][1]:.2f} -> {curve[-1][1]:.2f}")
-    ax.set_xlabel("GRPO round")
-    ax.set_ylabel("reward / accuracy")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def main(argv=None) -> dict:
-    cfg = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    os.makedirs(cfg.out, exist_ok=True)
-    t_start = time.time()
-
+def main_job(cfg: Config) -> dict:
+    """SFT warm-up, then GRPO; returns the summary (also ``summary.json``)."""
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    init_from_env()  # torchrun: one job, rank 0 writes
+    run = Run(cfg, "grpo", total=cfg.steps, unit="round", per_rank=True)
     task = ArithmeticTask(max_value=cfg.max_value, ops=cfg.ops)
     train_ds, test_ds = task.splits(cfg.n_train, cfg.n_test, seed=cfg.seed)
     if cfg.model:
@@ -163,51 +160,38 @@ def main(argv=None) -> dict:
     def accuracy() -> float:
         return evaluate(model, tokenizer, test_ds, math_answer_reward, max_new_tokens=cfg.max_new_tokens)
 
-    ckpt = os.path.join(cfg.out, "checkpoint.pt")
-    sft_file = os.path.join(cfg.out, "sft", "accuracy.json")
-    resuming = cfg.resume and os.path.exists(ckpt)
-    if os.path.exists(ckpt) and not cfg.resume:
-        print(f"[grpo] {ckpt} is an earlier run's: starting afresh (--resume continues it)", flush=True)
-        os.remove(ckpt)
-    if resuming:  # the checkpoint holds the weights after SFT and the GRPO rounds done so far
-        print(f"[grpo] resuming GRPO from {ckpt}; SFT skipped", flush=True)
-        done = json.loads(open(sft_file).read()) if os.path.exists(sft_file) else {}
+    sft_file = run.out / "sft" / "accuracy.json"
+    if run.resuming:  # the checkpoint holds the weights after SFT and the GRPO rounds done so far
+        done = json.loads(sft_file.read_text()) if sft_file.exists() else {}
         acc0, acc_sft = done.get("start", float("nan")), done.get("after_sft", float("nan"))
     else:
         acc0 = accuracy()
-        sft = SFTTrainer(model, tokenizer, train_ds, SFTConfig(
-            steps=cfg.sft_steps, batch_size=cfg.sft_batch, lr=cfg.sft_lr, warmup_steps=10, seed=cfg.seed,
-            log_dir=os.path.join(cfg.out, "sft"),
-        ))
-        sft.train()
+        if cfg.sft_steps:
+            sft_cfg = dataclasses.replace(cfg, out=str(run.out / "sft"), resume=False, checkpoint_every=0)
+            sft_run = Run(sft_cfg, "sft", total=cfg.sft_steps)
+            SFTTrainer(model, tokenizer, train_ds, cfg.sft_config(), run=sft_run).train()
+            sft_run.finish({"steps": cfg.sft_steps})
         acc_sft = accuracy()
-        with open(sft_file, "w") as f:
-            json.dump({"start": acc0, "after_sft": acc_sft}, f)
+        if run.main:
+            sft_file.parent.mkdir(parents=True, exist_ok=True)
+            sft_file.write_text(json.dumps({"start": acc0, "after_sft": acc_sft}))
     print(f"held-out accuracy: start {acc0:.3f} -> after SFT {acc_sft:.3f}", flush=True)
 
-    loss_cfg = LOSS_PRESETS[cfg.loss](beta=cfg.beta, tis_cap=cfg.tis_cap or None)
-    every = cfg.checkpoint_every or cfg.steps
-    grpo = GRPOTrainer(model, tokenizer, [math_answer_reward], train_ds, GRPOConfig(
-        steps=cfg.steps, prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
-        max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, lr=cfg.lr, epochs=cfg.epochs,
-        minibatch_size=cfg.minibatch_size or None, grad_accum=cfg.grad_accum, loss=loss_cfg,
-        seed=cfg.seed, warmup_steps=cfg.warmup, log_dir=os.path.join(cfg.out, "grpo"),
-        checkpoint_path=ckpt, checkpoint_every=every,
-    ))
     curve: list[tuple[int, float]] = [(0, acc_sft)]
 
     def on_round(trainer, metrics):
-        if cfg.eval_every and trainer.step_count % cfg.eval_every == 0 and trainer.step_count < cfg.steps:
-            curve.append((trainer.step_count, accuracy()))
+        step = trainer.step_count
+        if crossed(cfg.eval_every, step - 1, step) and step < cfg.steps:
+            curve.append((step, accuracy()))
 
-    grpo.callback = on_round
+    grpo = GRPOTrainer(model, tokenizer, [math_answer_reward], train_ds, cfg.grpo_config(), callback=on_round,
+                       run=run)
     grpo.train()
     acc_grpo = accuracy()
     curve.append((grpo.step_count, acc_grpo))
     grpo.save_pretrained(os.path.join(cfg.out, "final"))
-    plot_rewards(grpo.metrics.rows, os.path.join(cfg.out, "reward_curve.png"), curve)
-    rows = grpo.metrics.rows
-    summary = {
+    rows = run.history.rows
+    summary = run.finish({
         "params": n_params,
         "accuracy_start": acc0,
         "accuracy_after_sft": acc_sft,
@@ -215,18 +199,28 @@ def main(argv=None) -> dict:
         "heldout_accuracy_curve": curve,
         "train_reward_first": rows[0]["reward"] if rows else None,
         "train_reward_last10": sum(r["reward"] for r in rows[-10:]) / max(1, len(rows[-10:])),
-        "wall_s": time.time() - t_start,
-        "config": dataclasses.asdict(cfg),
-    }
-    with open(os.path.join(cfg.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    })
+    if run.main:
+        plot_rewards(rows, run.out / "reward_curve.png", curve)
     print(
         f"held-out accuracy after SFT {acc_sft:.3f} -> after GRPO {acc_grpo:.3f} "
-        f"({acc_grpo - acc_sft:+.3f}); {n_params / 1e6:.2f}M params; {summary['wall_s']:.0f}s; outputs in {cfg.out}",
+        f"({acc_grpo - acc_sft:+.3f}); {n_params / 1e6:.2f}M params; {summary['time_s']:.0f}s; outputs in {cfg.out}",
         flush=True,
     )
     return summary
 
 
+def plot_rewards(rows: list[dict], path: Path, curve: list[tuple[int, float]]) -> None:
+    """Train reward per GRPO round (and a moving average) and the held-out accuracy curve."""
+    k = max(1, len(rows) // 10)
+    smooth = [dict(r, reward_avg=sum(x["reward"] for x in rows[max(0, i - k + 1): i + 1]) / len(rows[max(0, i - k + 1): i + 1]))
+              for i, r in enumerate(rows)]
+    points = smooth + [{"step": float(s), "heldout_accuracy": a} for s, a in curve]
+    plot_curves(sorted(points, key=lambda r: r["step"]), path, "step", ["reward", "reward_avg", "heldout_accuracy"],
+                title=f"GRPO: held-out accuracy {curve[0][1]:.2f} -> {curve[-1][1]:.2f}", ylabel="reward / accuracy")
+
+
+main = hydra_app(Config, main_job, name="grpo", recipes=Path(__file__).parent / "recipes")
+
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    main()

@@ -1,25 +1,28 @@
 """Supervised fine-tuning of a causal LM on (prompt, completion) pairs.
 
 On its defaults it trains the tiny embedded model on the synthetic arithmetic task and
-reports held-out accuracy; ``--model PATH`` takes a local Hugging Face causal LM and
-``--data FILE`` a local ``.jsonl``/``.csv``/``.parquet`` with ``prompt`` and ``completion``
+reports held-out accuracy; ``model=PATH`` takes a local Hugging Face causal LM and
+``data=FILE`` a local ``.jsonl``/``.csv``/``.parquet`` with ``prompt`` and ``completion``
 columns (and optionally ``answer`` for the accuracy check).
 
-    python apps/sft/train.py --steps 300
-    python apps/sft/train.py --model ./my_model --data train.jsonl --lora
+    python apps/sft/train.py steps=300
+    python apps/sft/train.py --config-name tiny          # a seconds-long smoke run (CI)
+    python apps/sft/train.py model=./my_model data=train.jsonl lora=true
+    torchrun --nproc_per_node 2 apps/sft/train.py        # data parallel, one run folder
+
+Outputs in ``out`` (the run harness of ``tdrl.core.train``): ``config.yaml``, ``metrics.csv``
+(one row per step), ``loss_curve.png``, ``summary.json``, ``checkpoints/step_<n>.pt``
+(weights, optimiser, schedule, data order, RNG; ``resume=true`` continues exactly), the tiny
+model folder and the final model (``final/``).
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
 import os
-import sys
 from dataclasses import dataclass
+from pathlib import Path
 
-import torch
-
+from tdrl.core.train import ConfigError, Run, RunConfig, hydra_app, init_from_env
 from tdrl.llm import (
     ArithmeticTask,
     SFTConfig,
@@ -34,74 +37,84 @@ from tdrl.llm import (
 
 
 @dataclass
-class Config:
-    """Every knob of the app; each field is a ``--flag``."""
+class Config(RunConfig):
+    """SFT of a causal LM (the tiny embedded model on the arithmetic task by default)."""
 
-    out: str = "runs/sft"
     model: str = ""
+    """Local Hugging Face causal LM folder; empty: build the tiny embedded model."""
     data: str = ""
+    """Local .jsonl/.csv/.parquet with prompt and completion columns; empty: the arithmetic task."""
     arch: str = "qwen2"
+    """Tiny model architecture: qwen2 or llama."""
     hidden_size: int = 96
+    """Tiny model hidden size."""
     num_layers: int = 2
+    """Tiny model layers."""
     steps: int = 300
+    """Optimiser steps (the run's step unit)."""
     batch_size: int = 64
+    """Examples per optimiser step (per rank)."""
     grad_accum: int = 1
+    """Micro-batches each step is split into."""
     lr: float = 3e-3
+    """AdamW learning rate (cosine decay)."""
     warmup: int = 10
+    """Warm-up steps."""
     lora: bool = False
-    seed: int = 0
-    threads: int = 1  # torch threads; more than 1 on a shared 2-core machine is 10x slower under load
+    """Train LoRA adapters instead of all weights."""
     max_new_tokens: int = 4
-    tiny: bool = False
+    """Tokens generated per held-out answer."""
+    checkpoint_every: int = 100
+    """Steps between checkpoints; 0: only at the end."""
+    out: str = "runs/sft"
+    """Run folder (a new numbered one beside it if it holds an earlier run and resume is false)."""
 
-    def __post_init__(self):
-        if self.tiny:
-            self.hidden_size, self.num_layers, self.steps, self.batch_size = 32, 1, 10, 16
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.arch not in ("qwen2", "llama"):
+            raise ConfigError(f"Config.arch={self.arch!r} is not allowed: expected 'qwen2' or 'llama'.")
+        if self.data and not Path(self.data).is_file():
+            raise ConfigError(f"Config.data={self.data!r}: no such file.")
+        if self.model and not Path(self.model).is_dir():
+            raise ConfigError(f"Config.model={self.model!r}: no such folder (a local Hugging Face model).")
+
+    def sft_config(self) -> SFTConfig:
+        """The trainer's settings (checked here, before any model work)."""
+        return SFTConfig(steps=self.steps, batch_size=self.batch_size, grad_accum=self.grad_accum, lr=self.lr,
+                         warmup_steps=self.warmup, seed=self.seed, progress=self.progress)
 
 
-def parse_args(argv=None) -> Config:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for f in dataclasses.fields(Config):
-        name = "--" + f.name.replace("_", "-")
-        if f.type == "bool":
-            p.add_argument(name, action=argparse.BooleanOptionalAction, default=f.default)
-        else:
-            p.add_argument(name, type={"int": int, "float": float, "str": str}[f.type], default=f.default)
-    return Config(**vars(p.parse_args(argv)))
-
-
-def main(argv=None) -> dict:
-    cfg = parse_args(argv)
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    os.makedirs(cfg.out, exist_ok=True)
+def train(cfg: Config) -> dict:
+    init_from_env()  # torchrun: one job, rank 0 writes
+    sft_cfg = cfg.sft_config()
+    run = Run(cfg, "sft", total=cfg.steps, per_rank=True)
     task = ArithmeticTask()
     if cfg.data:
         ds = load_prompt_dataset(cfg.data).train_test_split(test_size=0.1, seed=cfg.seed)
-        train, test = ds["train"], ds["test"]
+        train_ds, test_ds = ds["train"], ds["test"]
     else:
-        train, test = task.splits(2000, 200, seed=cfg.seed)
+        train_ds, test_ds = task.splits(2000, 200, seed=cfg.seed)
     if cfg.model:
         model, tok = load_model_and_tokenizer(cfg.model)
     else:
         model, tok = make_tiny_lm(os.path.join(cfg.out, "tiny_model"), task.corpus(), arch=cfg.arch, seed=cfg.seed,
-                                  hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, intermediate_size=3 * cfg.hidden_size)
+                                  hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                                  intermediate_size=3 * cfg.hidden_size)
     if cfg.lora:
         model = apply_lora(model)
-    trainer = SFTTrainer(model, tok, train, SFTConfig(
-        steps=cfg.steps, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, lr=cfg.lr, warmup_steps=cfg.warmup,
-        seed=cfg.seed, log_dir=os.path.join(cfg.out, "sft"),
-    ))
-    hist = trainer.train()
-    summary = {"final_loss": hist[-1]["loss"] if hist else None}
-    if "answer" in test.column_names:
-        summary["accuracy"] = evaluate(model, tok, test, math_answer_reward, max_new_tokens=cfg.max_new_tokens)
+    trainer = SFTTrainer(model, tok, train_ds, sft_cfg, run=run)
+    trainer.train()
+    rows = run.history.rows
+    summary = {"steps": trainer.step_count, "final_loss": rows[-1]["loss"] if rows else None}
+    if "answer" in test_ds.column_names:
+        summary["accuracy"] = evaluate(model, tok, test_ds, math_answer_reward, max_new_tokens=cfg.max_new_tokens)
     trainer.save_pretrained(os.path.join(cfg.out, "final"))
-    with open(os.path.join(cfg.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    summary = run.finish(summary, plots={"loss_curve.png": ("step", ["loss"])}, title="SFT")
     print(f"SFT done: {summary}; model in {os.path.join(cfg.out, 'final')}", flush=True)
     return summary
 
 
+main = hydra_app(Config, train, name="sft", recipes=Path(__file__).parent / "recipes")
+
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    main()

@@ -1,70 +1,94 @@
-"""apps/grpo/train.py --tiny: the main app runs end to end and writes its outputs."""
+"""apps/grpo/train.py: the main app's tiny recipe end to end, its outputs, resume without
+redoing SFT, reruns that never delete, settings checked before any work, and torchrun."""
 
 from __future__ import annotations
 
-import csv
-import importlib.util
 import json
+import os
+import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+import torch
 
-APP = Path(__file__).resolve().parents[2] / "apps" / "grpo" / "train.py"
+from _load import REPO, load_app, read_rows
 
 
-def _load_app():
-    spec = importlib.util.spec_from_file_location("grpo_app", APP)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["grpo_app"] = mod  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.fixture(scope="module")
+def app():
+    return load_app("grpo")
 
 
 @pytest.mark.slow
-def test_grpo_app_tiny(tmp_path):
-    app = _load_app()
+def test_grpo_app_tiny(app, tmp_path):
     out = tmp_path / "run"
-    summary = app.main(["--tiny", "--out", str(out), "--threads", "1"])
-    for name in ("sft/metrics.csv", "grpo/metrics.csv", "grpo/hparams.json", "reward_curve.png", "summary.json"):
+    summary = app.main(["-cn", "tiny", f"out={out}"])
+    for name in ("sft/metrics.csv", "metrics.csv", "config.yaml", "reward_curve.png", "summary.json"):
         assert (out / name).stat().st_size > 0, name
-    rows = list(csv.DictReader(open(out / "grpo" / "metrics.csv")))
+    rows = read_rows(out / "metrics.csv")
     assert len(rows) == 4 and {"reward", "kl", "clip_frac", "tokens_per_s", "step"} <= set(rows[0])
     saved = json.loads((out / "summary.json").read_text())
     assert saved["accuracy_after_sft"] == summary["accuracy_after_sft"]
     assert 0.0 <= summary["accuracy_after_grpo"] <= 1.0
-    # the final model reloads through from_pretrained, the path --model takes
+    # the final model reloads through from_pretrained, the path model= takes
     from tdrl.llm import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(out / "final")
     assert tok.padding_side == "left" and model.config.model_type == "qwen2"
-    # --model PATH: start from that local folder (here the tiny model just written)
-    summary2 = app.main(["--tiny", "--out", str(tmp_path / "run2"), "--model", str(out / "final"), "--threads", "1", "--sft-steps", "2", "--steps", "1"])
+    # model=PATH: start from that local folder (here the tiny model just written)
+    summary2 = app.main(["-cn", "tiny", f"out={tmp_path / 'run2'}", f"model={out / 'final'}", "sft_steps=2", "steps=1"])
     assert summary2["params"] == summary["params"]
-    # a rerun into the same folder starts afresh; --resume continues GRPO without redoing SFT
+    # resume=true continues GRPO from the last checkpoint without redoing SFT
     sft_rows = (out / "sft" / "metrics.csv").read_text()
-    resumed = app.main(["--tiny", "--out", str(out), "--threads", "1", "--resume", "--steps", "6"])
+    resumed = app.main(["-cn", "tiny", f"out={out}", "resume=true", "steps=6"])
     assert (out / "sft" / "metrics.csv").read_text() == sft_rows
     assert resumed["accuracy_after_sft"] == summary["accuracy_after_sft"]
-    rows = list(csv.DictReader(open(out / "grpo" / "metrics.csv")))
-    assert [int(float(r["step"])) for r in rows] == [1, 2, 3, 4, 5, 6]
-    app.main(["--tiny", "--out", str(out), "--threads", "1", "--steps", "2"])
-    rows = list(csv.DictReader(open(out / "grpo" / "metrics.csv")))
-    assert [int(float(r["step"])) for r in rows] == [1, 2]
+    assert [int(float(r["step"])) for r in read_rows(out / "metrics.csv")] == [1, 2, 3, 4, 5, 6]
+    # a rerun without resume never touches the earlier run: it gets a numbered folder
+    before = (out / "metrics.csv").read_text()
+    again = app.main(["-cn", "tiny", f"out={out}", "steps=2"])
+    assert again["out"] == str(tmp_path / "run-1") and (out / "metrics.csv").read_text() == before
+    assert [int(float(r["step"])) for r in read_rows(tmp_path / "run-1" / "metrics.csv")] == [1, 2]
 
 
-def test_grpo_app_rejects_unknown_loss():
-    app = _load_app()
-    with pytest.raises(SystemExit):
-        app.parse_args(["--loss", "nope"])
+def test_grpo_and_sft_settings_are_checked_before_any_work(app, tmp_path):
+    for bad, key in (("loss=nope", "loss"), ("lr=-1", "lr"), ("temperature=0", "temperature"),
+                     ("prompts_per_step=0", "prompts_per_step"), ("sft_lr=nan", "lr"),
+                     ("max_new_tokens=0", "max_new_tokens"), ("checkpoint_every=-1", "checkpoint_every")):
+        with pytest.raises(ValueError, match=key):
+            app.main.load([bad])
+    with pytest.raises(SystemExit) as info:  # the command line: exit 2, nothing written
+        app.main([f"out={tmp_path / 'x'}", "group_size=0"])
+    assert info.value.code == 2 and not (tmp_path / "x").exists()
 
 
-def test_tiny_fills_only_the_flags_not_given():
-    app = _load_app()
-    tiny = app.parse_args(["--tiny"])
-    assert (tiny.steps, tiny.hidden_size) == (app.TINY["steps"], app.TINY["hidden_size"])
-    full = app.Config()
-    # a flag given wins over --tiny, even one equal to the default
-    cfg = app.parse_args(["--steps", str(full.steps), "--tiny", "--lora"])
-    assert (cfg.steps, cfg.hidden_size, cfg.lora) == (full.steps, app.TINY["hidden_size"], True)
-    assert app.parse_args([]) == full
+def test_tiny_recipe_and_flags(app):
+    tiny = app.main.load(recipe="tiny")
+    assert (tiny.steps, tiny.hidden_size) == (4, 32)
+    cfg = app.main.load(["steps=250", "lora=true"], recipe="tiny")  # a flag wins over the recipe
+    assert (cfg.steps, cfg.hidden_size, cfg.lora) == (250, 32, True)
+    assert app.main.load() == app.Config()
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_is_one_job(tmp_path):
+    """``torchrun --nproc_per_node 2`` on the tiny recipe: one run folder written by rank 0,
+    each rank's checkpoint holds the same weights (DDP keeps the replicas equal)."""
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29671",
+         str(REPO / "apps" / "grpo" / "train.py"), "-cn", "tiny", f"out={out}", "steps=2", "sft_steps=4"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [p.name for p in tmp_path.iterdir()] == ["ddp"]  # one job, one folder
+    rows = read_rows(out / "metrics.csv")
+    assert [int(float(r["step"])) for r in rows] == [1, 2]  # rank 0 wrote each round once
+    from tdrl.core.train import load_checkpoint
+
+    rank0 = load_checkpoint(out / "checkpoints" / "step_2.pt")["objects"]["trainer"]
+    rank1 = load_checkpoint(out / "checkpoints" / "rank1" / "step_2.pt")["objects"]["trainer"]
+    assert rank0["model"].keys() == rank1["model"].keys()
+    assert all(torch.equal(rank0["model"][k], rank1["model"][k]) for k in rank0["model"])
+    assert rank0["sampler"] != rank1["sampler"] or rank0["rng"]["torch"].ne(rank1["rng"]["torch"]).any()

@@ -1,40 +1,54 @@
-"""apps/sft/train.py --tiny: SFT runs end to end on the embedded task and on a local data file."""
+"""apps/sft/train.py: the tiny recipe on the embedded task and on a local data file, and an
+exact resume."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
+import shutil
 
 import pytest
+import torch
 
-APP = Path(__file__).resolve().parents[2] / "apps" / "sft" / "train.py"
+from _load import load_app, read_rows
 
 
-def _load_app():
-    spec = importlib.util.spec_from_file_location("sft_app", APP)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["sft_app"] = mod  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.fixture(scope="module")
+def app():
+    return load_app("sft")
 
 
 @pytest.mark.slow
-def test_sft_app_tiny_and_local_data(tmp_path):
-    app = _load_app()
+def test_sft_app_tiny_and_local_data(app, tmp_path):
     out = tmp_path / "run"
-    summary = app.main(["--tiny", "--out", str(out)])
+    summary = app.main(["-cn", "tiny", f"out={out}"])
     assert 0.0 <= summary["accuracy"] <= 1.0 and summary["final_loss"] > 0
-    from tdrl.core.train import CSVLogger
-
-    logged = CSVLogger(out, "sft").read()
-    assert logged["step"] == [float(i) for i in range(1, 11)]
-    assert logged["loss"][-1] < logged["loss"][0], "ten SFT steps must lower the loss"
-    assert (out / "final" / "config.json").exists()
-    # --data: a local jsonl with prompt/completion/answer columns, --model: the folder just saved
+    logged = read_rows(out / "metrics.csv")
+    assert [float(r["step"]) for r in logged] == [float(i) for i in range(1, 11)]
+    assert float(logged[-1]["loss"]) < float(logged[0]["loss"]), "ten SFT steps must lower the loss"
+    assert (out / "final" / "config.json").exists() and (out / "config.yaml").exists()
+    # data=FILE: a local jsonl with prompt/completion/answer columns, model=: the folder just saved
     rows = [{"prompt": f"Q: {a}+{b}=", "completion": str(a + b), "answer": str(a + b)} for a in range(6) for b in range(6)]
     data = tmp_path / "train.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows))
-    s2 = app.main(["--tiny", "--out", str(tmp_path / "run2"), "--data", str(data), "--model", str(out / "final")])
-    assert "accuracy" in s2 and len(CSVLogger(tmp_path / "run2", "sft").read()["step"]) == 10  # --tiny: 10 steps
+    s2 = app.main(["-cn", "tiny", f"out={tmp_path / 'run2'}", f"data={data}", f"model={out / 'final'}"])
+    assert "accuracy" in s2 and len(read_rows(tmp_path / "run2" / "metrics.csv")) == 10
+    with pytest.raises(ValueError, match="data"):
+        app.main.load([f"data={tmp_path / 'missing.jsonl'}"])
+
+
+@pytest.mark.slow
+def test_sft_resume_equals_the_uninterrupted_run(app, tmp_path):
+    """Interrupted after the step-5 checkpoint and resumed: the same losses and final weights."""
+    full, part = tmp_path / "full", tmp_path / "part"
+    app.main(["-cn", "tiny", f"out={full}"])
+    (part / "checkpoints").mkdir(parents=True)
+    shutil.copy(full / "checkpoints" / "step_5.pt", part / "checkpoints")
+    shutil.copytree(full / "tiny_model", part / "tiny_model")
+    shutil.copy(full / "metrics.csv", part / "metrics.csv")
+    app.main(["-cn", "tiny", f"out={part}", "resume=true"])
+    a, b = read_rows(full / "metrics.csv"), read_rows(part / "metrics.csv")
+    assert [r["loss"] for r in a] == [r["loss"] for r in b] and len(b) == 10
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(full / "final" / "model.safetensors"), load_file(part / "final" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

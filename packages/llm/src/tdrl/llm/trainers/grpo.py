@@ -9,11 +9,10 @@ DDP averages gradients, and all replicas keep identical weights.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 from tensordict import TensorDict
@@ -25,16 +24,14 @@ from tdrl.llm.generation import Generator, HFGenerator, check_sampling, unwrap_m
 from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
 from tdrl.llm.losses import GRPOLoss, GRPOLossConfig
 from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, compute_rewards
-from tdrl.core.train import Logger, MetricHistory, ProgressBar, rng_state, save_checkpoint, set_rng_state
+from tdrl.core.train import Logger, ProgressBar, Run
+from tdrl.llm.trainers.base import TrainerBase
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
     check_int,
     check_number,
-    checkpoint_file,
     dist_info,
-    load_if_exists,
     make_optimizer,
-    metric_history,
     warmup_cosine,
     wrap_ddp,
 )
@@ -141,7 +138,7 @@ class GRPOConfig:
         return self.prompts_per_step * self.group_size
 
 
-class GRPOTrainer:
+class GRPOTrainer(TrainerBase):
     """Group Relative Policy Optimisation of a Hugging Face causal LM.
 
     Args:
@@ -155,6 +152,9 @@ class GRPOTrainer:
         generator: a :class:`tdrl.llm.generation.Generator` (default: :class:`HFGenerator`).
         callback: called as ``callback(trainer, metrics)`` after each round.
         loggers: extra :class:`tdrl.core.train.Logger` s (TensorBoard, wandb) fed on rank 0.
+        run: a :class:`tdrl.core.train.Run` to log and checkpoint through (the apps' run
+            folder; it restores the trainer when it resumes); ``None``: ``config.log_dir`` /
+            ``config.checkpoint_path``.
 
     Attributes:
         metrics: a :class:`tdrl.core.train.MetricHistory` of one row per round.
@@ -171,6 +171,7 @@ class GRPOTrainer:
         generator: Generator | None = None,
         callback: Callable | None = None,
         loggers: Sequence[Logger] = (),
+        run: Run | None = None,
     ):
         self.config = cfg = config or GRPOConfig()
         self.rank, self.world_size = dist_info()
@@ -196,13 +197,8 @@ class GRPOTrainer:
         )
         self._fast_path_checked = all(x is not None for x in (cfg.fused_logprobs, cfg.share_prefix, cfg.fused_loss))
         self.callback = callback
-        self.step_count = 0
-        self.metrics = MetricHistory()
         torch.manual_seed(cfg.seed + self.rank)
-        self.maybe_resume()
-        # the rows restored by a resume move into the history that also feeds the loggers
-        rows, self.metrics = self.metrics.rows, metric_history(cfg.log_dir, self.step_count, self.rank, loggers, asdict(cfg))
-        self.metrics.rows = rows
+        self._open_run(run, loggers)
 
     # ----------------------------------------------------------------------------- rollout
     @torch.no_grad()
@@ -350,10 +346,8 @@ class GRPOTrainer:
         metrics.update(stats)
         metrics.update(step_time=dt, gen_time=t_gen, tokens_per_s=n_tokens / dt, lr=self.scheduler.get_last_lr()[0])
         metrics = all_reduce_mean(metrics)
-        self.metrics.log(metrics, self.step_count)
+        self._record(metrics)
         metrics["step"] = float(self.step_count)
-        if cfg.checkpoint_path and self.step_count % cfg.checkpoint_every == 0:
-            self.save_checkpoint()
         if self.callback is not None:
             self.callback(self, metrics)
         return metrics
@@ -361,9 +355,8 @@ class GRPOTrainer:
     def train(self, steps: int | None = None) -> list[dict[str, float]]:
         """Run rounds until ``steps`` (default ``config.steps``) have been done in total."""
         steps = self.config.steps if steps is None else steps
-        disable = not self.config.progress or self.rank != 0
         history = []
-        with ProgressBar(total=steps, desc="grpo", disable=disable, initial=self.step_count) as bar:
+        with ProgressBar(total=steps, desc="grpo", disable=not self._own_progress, initial=self.step_count) as bar:
             while self.step_count < steps:
                 m = self.step()
                 history.append(m)
@@ -371,52 +364,9 @@ class GRPOTrainer:
                     1, reward=m["reward"], acc=m["accuracy"], kl=m.get("kl", 0.0),
                     clip=m.get("clip_frac", 0.0), tok_s=round(m["tokens_per_s"]),
                 )
-        if self.config.checkpoint_path:
-            self.save_checkpoint()
+        self._final_checkpoint()
         return history
 
-    # ----------------------------------------------------------------------------- state
-    def state_dict(self) -> dict:
-        return {
-            "model": unwrap_model(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "sampler": self.sampler.state_dict(),
-            "step": self.step_count,
-            "rng": rng_state(),
-            "metrics": self.metrics.state_dict(),
-        }
-
-    def save_checkpoint(self, path: str | None = None) -> None:
-        """Save everything needed to resume (rank 0 writes; all ranks hold the same weights)."""
-        path = path or self.config.checkpoint_path
-        if path is None:
-            raise ValueError("GRPOTrainer.save_checkpoint: no path given and config.checkpoint_path is None")
-        save_checkpoint(checkpoint_file(path, self.rank, self.world_size), self.state_dict())
-
-    def maybe_resume(self) -> bool:
-        """Load ``config.checkpoint_path`` when it exists; returns whether it did."""
-        path = self.config.checkpoint_path
-        if path is None:
-            return False
-        state = load_if_exists(checkpoint_file(path, self.rank, self.world_size))
-        if state is None:
-            return False
-        unwrap_model(self.model).load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.sampler.load_state_dict(state["sampler"])
-        self.step_count = state["step"]
-        set_rng_state(state["rng"])
-        self.metrics.load_state_dict(state["metrics"])
-        log.info("resumed GRPO from %s at step %d", os.fspath(path), self.step_count)
-        return True
-
-    def save_pretrained(self, folder: str) -> None:
-        """``save_pretrained`` of the model (adapters only for a peft model) and the tokenizer."""
-        if self.rank == 0:
-            unwrap_model(self.model).save_pretrained(folder)
-            self.tokenizer.save_pretrained(folder)
 
 
 def _is_peft(model) -> bool:

@@ -6,24 +6,21 @@ import logging
 import time
 from contextlib import nullcontext
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from tdrl.llm import keys as K
 from tdrl.llm.data import PromptSampler, render_prompts, tokenize_sft
-from tdrl.llm.generation import unwrap_model
 from tdrl.llm.losses import SFTLoss
-from tdrl.core.train import Logger, MetricHistory, ProgressBar, rng_state, save_checkpoint, set_rng_state
+from tdrl.core.train import Logger, ProgressBar, Run
+from tdrl.llm.trainers.base import TrainerBase
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
     check_int,
     check_number,
-    checkpoint_file,
     dist_info,
-    load_if_exists,
     make_optimizer,
-    metric_history,
     warmup_cosine,
     wrap_ddp,
 )
@@ -81,7 +78,7 @@ class SFTConfig:
             raise ValueError(f"SFTConfig: batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
 
 
-class SFTTrainer:
+class SFTTrainer(TrainerBase):
     """Supervised fine-tuning of a causal LM; loss only on completion tokens (+ EOS).
 
     Args:
@@ -90,12 +87,15 @@ class SFTTrainer:
         train_dataset: rows with ``"prompt"`` and ``config.completion_column``.
         config: an :class:`SFTConfig`.
         loggers: extra :class:`tdrl.core.train.Logger` s (TensorBoard, wandb) fed on rank 0.
+        run: a :class:`tdrl.core.train.Run` to log and checkpoint through (it restores the
+            trainer when it resumes); ``None``: ``config.log_dir`` / ``config.checkpoint_path``.
 
     Attributes:
         metrics: a :class:`tdrl.core.train.MetricHistory` of one row per step.
     """
 
-    def __init__(self, model, tokenizer, train_dataset, config: SFTConfig | None = None, loggers: Sequence[Logger] = ()):
+    def __init__(self, model, tokenizer, train_dataset, config: SFTConfig | None = None, loggers: Sequence[Logger] = (),
+                 run: Run | None = None):
         self.config = cfg = config or SFTConfig()
         if cfg.completion_column not in train_dataset.column_names:
             raise KeyError(f"SFTTrainer: dataset has no {cfg.completion_column!r} column; columns are {train_dataset.column_names}")
@@ -107,11 +107,7 @@ class SFTTrainer:
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
         self.loss_fn = SFTLoss(fused=cfg.fused_logprobs)
-        self.step_count = 0
-        self.metrics = MetricHistory()
-        self.maybe_resume()
-        rows, self.metrics = self.metrics.rows, metric_history(cfg.log_dir, self.step_count, self.rank, loggers, asdict(cfg))
-        self.metrics.rows = rows
+        self._open_run(run, loggers)
 
     def step(self) -> dict[str, float]:
         """One optimiser step on one batch. Returns its metrics."""
@@ -139,61 +135,18 @@ class SFTTrainer:
         dt = time.perf_counter() - t0
         n_all = int(td[K.COMPLETION_MASK].sum()) + int(td[K.PROMPT_MASK].sum())
         metrics = all_reduce_mean({"loss": loss_sum, "grad_norm": float(gn), "tokens_per_s": n_all / dt, "lr": self.scheduler.get_last_lr()[0]})
-        self.metrics.log(metrics, self.step_count)
+        self._record(metrics)
         metrics["step"] = float(self.step_count)
-        if cfg.checkpoint_path and self.step_count % cfg.checkpoint_every == 0:
-            self.save_checkpoint()
         return metrics
 
     def train(self, steps: int | None = None) -> list[dict[str, float]]:
         """Run until ``steps`` (default ``config.steps``) optimiser steps have been done."""
         steps = self.config.steps if steps is None else steps
-        disable = not self.config.progress or self.rank != 0
         history = []
-        with ProgressBar(total=steps, desc="sft", disable=disable, initial=self.step_count) as bar:
+        with ProgressBar(total=steps, desc="sft", disable=not self._own_progress, initial=self.step_count) as bar:
             while self.step_count < steps:
                 m = self.step()
                 history.append(m)
                 bar.update(1, loss=m["loss"], tok_s=round(m["tokens_per_s"]))
-        if self.config.checkpoint_path:
-            self.save_checkpoint()
+        self._final_checkpoint()
         return history
-
-    def state_dict(self) -> dict:
-        return {
-            "model": unwrap_model(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "sampler": self.sampler.state_dict(),
-            "step": self.step_count,
-            "rng": rng_state(),
-            "metrics": self.metrics.state_dict(),
-        }
-
-    def save_checkpoint(self, path: str | None = None) -> None:
-        path = path or self.config.checkpoint_path
-        if path is None:
-            raise ValueError("SFTTrainer.save_checkpoint: no path given and config.checkpoint_path is None")
-        save_checkpoint(checkpoint_file(path, self.rank, self.world_size), self.state_dict())
-
-    def maybe_resume(self) -> bool:
-        path = self.config.checkpoint_path
-        if path is None:
-            return False
-        state = load_if_exists(checkpoint_file(path, self.rank, self.world_size))
-        if state is None:
-            return False
-        unwrap_model(self.model).load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.sampler.load_state_dict(state["sampler"])
-        self.step_count = state["step"]
-        set_rng_state(state["rng"])
-        self.metrics.load_state_dict(state["metrics"])
-        log.info("resumed SFT at step %d", self.step_count)
-        return True
-
-    def save_pretrained(self, folder: str) -> None:
-        if self.rank == 0:
-            unwrap_model(self.model).save_pretrained(folder)
-            self.tokenizer.save_pretrained(folder)

@@ -1,0 +1,121 @@
+"""What :class:`GRPOTrainer` and :class:`SFTTrainer` share: their state for checkpoints, the
+run they log and checkpoint through, and ``save_pretrained``.
+
+With a :class:`tdrl.core.train.Run` (what the apps pass) the trainer's metrics are the run's
+history (``<out>/metrics.csv``, TensorBoard / wandb as the run is configured), its checkpoints
+are the run's (``<out>/checkpoints/step_<n>.pt``, every rank its own under data parallelism)
+and a resumed run restores the trainer exactly. Without one, the config's ``log_dir`` and
+``checkpoint_path`` (library use) do the same on their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from tdrl.core.train import Logger, MetricHistory, Run, rng_state, save_checkpoint, set_rng_state
+from tdrl.llm.generation import unwrap_model
+from tdrl.llm.trainers.common import checkpoint_file, load_if_exists, metric_history
+
+__all__ = ["TrainerBase"]
+
+log = logging.getLogger(__name__)
+
+
+class TrainerBase:
+    """State, logging and checkpoints of an LLM trainer (subclasses set ``model``,
+    ``tokenizer``, ``optimizer``, ``scheduler``, ``sampler``, ``config``, ``rank``,
+    ``world_size`` before calling :meth:`_open_run`)."""
+
+    name = "trainer"
+
+    def _open_run(self, run: Run | None, loggers: Sequence[Logger]) -> None:
+        """Attach the run (restoring the trainer when it resumes) or the config's own log
+        folder and checkpoint file."""
+        self.run = run
+        self.step_count = 0
+        self.metrics = MetricHistory()
+        if run is not None:
+            run.start(trainer=self)
+            self.metrics = run.history
+            self.metrics.loggers.extend(loggers if run.main else [])
+            return
+        self.maybe_resume()
+        # the rows restored by a resume move into the history that also feeds the loggers
+        rows = self.metrics.rows
+        self.metrics = metric_history(self.config.log_dir, self.step_count, self.rank, loggers, asdict(self.config))
+        self.metrics.rows = rows
+
+    def _record(self, metrics: Mapping[str, float]) -> None:
+        """Log one step's metrics and checkpoint when due."""
+        if self.run is not None:
+            self.run.log(self.step_count, metrics)
+            self.run.maybe_checkpoint(self.step_count, trainer=self)
+            return
+        self.metrics.log(metrics, self.step_count)
+        cfg = self.config
+        if cfg.checkpoint_path and self.step_count % cfg.checkpoint_every == 0:
+            self.save_checkpoint()
+
+    def _final_checkpoint(self) -> None:
+        if self.run is not None:
+            self.run.checkpoint(self.step_count, trainer=self)
+        elif self.config.checkpoint_path:
+            self.save_checkpoint()
+
+    @property
+    def _own_progress(self) -> bool:
+        """Whether the trainer draws its own progress bar (the run has one otherwise)."""
+        return self.run is None and self.config.progress and self.rank == 0
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: weights (adapters included), optimiser,
+        schedule, data order, step, RNG states and the metric rows."""
+        return {
+            "model": unwrap_model(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "step": self.step_count,
+            "rng": rng_state(),
+            "metrics": self.metrics.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        unwrap_model(self.model).load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.step_count = int(state["step"])
+        set_rng_state(state["rng"])
+        self.metrics.load_state_dict(state["metrics"])
+
+    def save_checkpoint(self, path: str | None = None) -> None:
+        """Save :meth:`state_dict` to ``path`` (default ``config.checkpoint_path``; one file per
+        rank under data parallelism)."""
+        path = path or self.config.checkpoint_path
+        if path is None:
+            raise ValueError(f"{type(self).__name__}.save_checkpoint: no path given and config.checkpoint_path is None")
+        save_checkpoint(checkpoint_file(path, self.rank, self.world_size), self.state_dict())
+
+    def maybe_resume(self) -> bool:
+        """Load ``config.checkpoint_path`` when it exists; returns whether it did."""
+        path = self.config.checkpoint_path
+        if path is None:
+            return False
+        state = load_if_exists(checkpoint_file(path, self.rank, self.world_size))
+        if state is None:
+            return False
+        self.load_state_dict(state)
+        log.info("resumed %s from %s at step %d", self.name, os.fspath(path), self.step_count)
+        return True
+
+    def save_pretrained(self, folder: str) -> None:
+        """``save_pretrained`` of the model (adapters only for a peft model) and the tokenizer (rank 0)."""
+        if self.rank == 0:
+            unwrap_model(self.model).save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
