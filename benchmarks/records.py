@@ -107,7 +107,7 @@ def write_record(
         "peer": peer,
         "ratio": ratio,
         "command": command or this_command(),
-        "date": date or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": date or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine or this_machine(),
         "note": note,
     }

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
+import shutil
 import subprocess
 import sys
 import textwrap
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -181,7 +183,7 @@ def _quick_start(pkg: str):
 
 
 @pytest.fixture(scope="module")
-def torch_base(tmp_path_factory) -> Path:
+def torch_base(tmp_path_factory) -> Iterator[Path]:
     """A venv holding only torch 2.13.0 (and its own dependencies); the per-package venvs see
     it through a ``.pth`` file, so torch is unpacked once."""
     base = tmp_path_factory.mktemp("install") / "base"
@@ -190,14 +192,25 @@ def torch_base(tmp_path_factory) -> Path:
                     "-q", "--no-input", TORCH], check=True, timeout=600)
     site = subprocess.run([str(base / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
-    return Path(site)
+    yield Path(site)
+    shutil.rmtree(base, ignore_errors=True)  # ~1 GB; pytest keeps its last temp folders
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pkg", PACKAGES)
 def test_package_installs_alone_and_its_quick_start_runs(pkg, torch_base, tmp_path):
     """Each package in a fresh venv with exactly the pip line its README's quick start prints
-    (plus a constraint that keeps torch at 2.13.0), then the quick start's Python blocks."""
+    (plus a constraint that keeps torch at 2.13.0), then the quick start's Python blocks.
+
+    The four take ~3.5 min on the shared 2-core box (the llm venv is the largest).
+    """
+    try:
+        _install_and_run(pkg, torch_base, tmp_path)
+    finally:
+        shutil.rmtree(tmp_path / "venv", ignore_errors=True)
+
+
+def _install_and_run(pkg: str, torch_base: Path, tmp_path: Path) -> None:
     import shlex
 
     line, code = _quick_start(pkg)
