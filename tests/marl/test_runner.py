@@ -40,6 +40,17 @@ def test_every_task_trains_and_evaluates_every_seed(task, algo, tmp_path):
     (summary,) = result["summary"]
     assert summary["vectorised"] is (algo == "mappo") and math.isfinite(summary["final_return_mean"])
     assert result["failures"] == []
+    # every evaluation episode is kept (one per eval sub-env of its seed), and marl-eval's JSON
+    for r in rows:
+        assert len(r["eval_episode_returns"]) == 2
+        assert math.isclose(sum(r["eval_episode_returns"]) / 2, r["eval_return"], rel_tol=1e-5, abs_tol=1e-6)
+    runs = json.loads((tmp_path / "marl_eval.json").read_text())["vmas"][task][algo]
+    assert sorted(runs) == [f"seed_{s}" for s in seeds]
+    for r in rows:
+        run = runs[f"seed_{r['seed']}"]
+        assert run[f"step_{r['iter']}"] == {"step_count": r["frames"], "return": r["eval_episode_returns"]}
+        best = max(x for q in rows if q["seed"] == r["seed"] for x in q["eval_episode_returns"])
+        assert run["absolute_metrics"] == {"return": [best]}
     lines = (tmp_path / "evaluations.jsonl").read_text().splitlines()
     assert [(d["seed"], d["iter"], d["eval_return"]) for d in map(json.loads, lines)] == [
         (r["seed"], r["iter"], r["eval_return"]) for r in rows]

@@ -8,6 +8,8 @@ policy every ``eval_interval`` iterations and writes, under ``out_dir``:
   the speed-up of vectorised seeds over seeds run one after another);
 * ``evaluations.csv`` and ``evaluations.jsonl`` -- every evaluation (algorithm, task, seed,
   iteration, frames, time), appended as it is made;
+* ``marl_eval.json`` -- the same evaluations (every episode's return) in marl-eval's layout,
+  as BenchMARL writes it (:func:`marl_eval_json`);
 * ``failures.jsonl`` -- the pairs that raised, with the error and its traceback;
 * ``curves_<task>.png`` -- evaluation return against frames, one line per algorithm
   (mean over seeds, min-max band).
@@ -42,7 +44,7 @@ from .tasks import BENCHMARL_VMAS_TASKS, vmas_task
 from .trainer import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_groups
 
-__all__ = ["TASKS", "BenchConfig", "BenchmarkFailed", "run_benchmark", "write_results"]
+__all__ = ["TASKS", "BenchConfig", "BenchmarkFailed", "marl_eval_json", "run_benchmark", "write_results"]
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +163,13 @@ def _rows(algo, task, seed, history, seed_index=None):
         if seed_index is not None and "train_return_seeds" in rec:
             train = rec["train_return_seeds"][seed_index]
         if not math.isnan(ret):
+            episodes = rec.get("eval_episode_returns", [])
+            if seed_index is not None and "eval_return_seeds" in rec:  # seed-major blocks
+                k = len(episodes) // len(rec["eval_return_seeds"])
+                episodes = episodes[seed_index * k:(seed_index + 1) * k]
             out.append({"algorithm": algo, "task": task, "seed": seed, "iter": rec["iter"],
                         "frames": rec["frames"], "time_s": round(rec["time_s"], 3),
-                        "eval_return": ret, "train_return": train})
+                        "eval_return": ret, "train_return": train, "eval_episode_returns": episodes})
     return out
 
 
@@ -266,6 +272,28 @@ def run_benchmark(cfg: BenchConfig) -> dict:
 _FIELDS = ["algorithm", "task", "seed", "iter", "frames", "time_s", "eval_return", "train_return"]
 
 
+def marl_eval_json(evaluations: list[dict], environment: str = "vmas") -> dict:
+    """The evaluations in marl-eval's layout (what BenchMARL's ``JsonWriter`` writes).
+
+    ``{environment: {task: {algorithm: {"seed_<s>": {"step_<k>": {"step_count": frames,
+    "return": [episode returns]}, ..., "absolute_metrics": {"return": [best]}}}}}}``, with
+    ``k`` counting the run's evaluations (https://github.com/instadeepai/marl-eval#usage-).
+    """
+    data: dict = {environment: {}}
+    for r in sorted(evaluations, key=lambda r: (r["task"], r["algorithm"], r["seed"], r["iter"])):
+        run = data[environment].setdefault(r["task"], {}).setdefault(r["algorithm"], {}).setdefault(
+            f"seed_{r['seed']}", {"absolute_metrics": {}})
+        returns = list(r.get("eval_episode_returns") or [r["eval_return"]])
+        run[f"step_{len(run) - 1}"] = {"step_count": r["frames"], "return": returns}
+        best = max([*returns, *run["absolute_metrics"].get("return", [])])
+        run["absolute_metrics"]["return"] = [best]
+    return data
+
+
+def _write_marl_eval(out: Path, evaluations: list[dict]) -> None:
+    (out / "marl_eval.json").write_text(json.dumps(marl_eval_json(evaluations), indent=1))
+
+
 def _json_line(row: dict) -> str:
     """One JSON line; NaN (no episode ended) becomes null, which strict JSON readers accept."""
     return json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}) + "\n"
@@ -288,9 +316,10 @@ class _ResultWriter:
     def add_evaluations(self, rows: list[dict]) -> None:
         self.result["evaluations"].extend(rows)
         with open(self.out / "evaluations.csv", "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=_FIELDS).writerows(rows)
+            csv.DictWriter(f, fieldnames=_FIELDS, extrasaction="ignore").writerows(rows)
         with open(self.out / "evaluations.jsonl", "a") as f:
             f.writelines(_json_line(r) for r in rows)
+        _write_marl_eval(self.out, self.result["evaluations"])
 
     def add_failure(self, algo: str, task: str, err: BaseException) -> None:
         failure = {"algorithm": algo, "task": task, "error": f"{type(err).__name__}: {err}"}
@@ -372,9 +401,10 @@ def write_results(cfg: BenchConfig, result: dict) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(_markdown(cfg, result))
     with open(out / "evaluations.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=_FIELDS)
+        writer = csv.DictWriter(f, fieldnames=_FIELDS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(result["evaluations"])
     (out / "evaluations.jsonl").write_text("".join(_json_line(r) for r in result["evaluations"]))
+    _write_marl_eval(out, result["evaluations"])
     _write_plots(cfg, out, result["evaluations"])
     return out

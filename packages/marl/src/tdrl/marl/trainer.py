@@ -219,6 +219,7 @@ def _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_see
         per_group = evaluate_groups(eval_env, policy, cfg.max_steps, list(groups))
         per_env = torch.stack(list(per_group.values())).mean(0)
         rec["eval_return"] = float(per_env.mean())
+        rec["eval_episode_returns"] = per_env.flatten().tolist()  # seed-major with n_seeds > 1
         if len(per_group) > 1:
             rec.update({f"eval_return/{g}": float(v.mean()) for g, v in per_group.items()})
         if n_seeds > 1:  # eval_env holds n_seeds blocks of sub-envs, seed-major
@@ -357,7 +358,8 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
 
     Returns:
         One record per iteration: ``iter``, ``frames``, ``time_s``, ``train_return``,
-        ``eval_return`` (NaN when not evaluated), ``loss``; with several groups also
+        ``eval_return`` (NaN when not evaluated) and, when evaluated, ``eval_episode_returns``
+        (one return per evaluation sub-env, seed-major), ``loss``; with several groups also
         ``train_return/<group>`` and ``eval_return/<group>`` (the plain entries are the mean
         over groups); with ``n_seeds > 1``, ``train_return_seeds`` and (when evaluated)
         ``eval_return_seeds``: one entry per seed.
