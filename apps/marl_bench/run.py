@@ -1,78 +1,87 @@
 """MARL benchmark: algorithms x tasks x seeds on VMAS -> results.md, evaluations.csv, PNG curves.
 
-Every field of :class:`tdrl.marl.runner.BenchConfig` is a command-line option; tuples are
-comma-separated. Examples:
+Every field of :class:`tdrl.marl.runner.BenchConfig` (BenchMARL's experiment settings and
+task configs) is a ``key=value`` setting, beside the run-folder settings every app shares:
 
-    python apps/marl_bench/run.py --tiny                      # CI budget, tens of seconds
-    python apps/marl_bench/run.py --algorithms mappo,qmix --tasks navigation --seeds 0,1,2 \\
-        --n_iters 50 --compare_sequential true --out_dir runs/nav
-    python apps/marl_bench/run.py --tasks navigation --device cuda   # VMAS + training on a GPU
+    python apps/marl_bench/run.py --config-name tiny              # CI budget, tens of seconds
+    python apps/marl_bench/run.py algorithms=[mappo,qmix] tasks=[navigation] seeds=[0,1,2] \\
+        n_iters=50 compare_sequential=true out=runs/nav
+    python apps/marl_bench/run.py -m algorithm=mappo,qmix task=navigation seed=0,1   # BenchMARL's spelling
+    python apps/marl_bench/run.py tasks=[navigation] device=cuda  # VMAS + training on a GPU
+
+Outputs in ``out`` (each sweep job in its own sub-folder): ``config.yaml``, ``results.md``
+(mean ± std over seeds of the final deterministic evaluation return, frames/s, wall time),
+``evaluations.csv`` / ``.jsonl`` (every evaluation, written as it is made),
+``curves_<task>.png``, ``failures.jsonl`` (pairs that raised) and ``summary.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import sys
-import typing
+from dataclasses import dataclass
+from pathlib import Path
 
+from tdrl.core.train import ConfigError, Run, RunConfig, hydra_app
+from tdrl.marl import BenchmarkFailed
 from tdrl.marl.runner import BenchConfig, run_benchmark
 
 
-def _parse_value(text: str, default, annotation: str):
-    if "tuple" in annotation:
-        kind = int if ("int" in annotation) else str
-        return tuple(kind(x) for x in text.split(",") if x)
-    if isinstance(default, bool):
-        if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
-            raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
-        return text.lower() in ("1", "true", "yes")
-    if "None" in annotation and text.lower() == "none":
-        return None
-    if "float" in annotation:
-        return float(text)
-    if "int" in annotation:
-        return int(text)
-    return text
+@dataclass
+class Config(RunConfig, BenchConfig):
+    """Algorithms x tasks x seeds on VMAS with BenchMARL's task configs and budgets."""
+
+    algorithm: str = ""
+    """One algorithm (BenchMARL's algorithm=...); empty: the algorithms list."""
+    task: str = ""
+    """One task (BenchMARL's task=...); empty: the tasks list."""
+    seeds: tuple[int, ...] | None = None
+    """Seeds to run (one training run each); null: the single seed of `seed`."""
+    out: str = "runs/marl_bench"
+    """Run folder (a new numbered one beside it if it holds an earlier run)."""
+
+    def __post_init__(self) -> None:
+        RunConfig.__post_init__(self)
+        if self.algorithm:
+            self.algorithms = (self.algorithm,)
+        if self.task:
+            self.tasks = (self.task,)
+        if self.seeds is None:
+            self.seeds = (self.seed,)
+        try:
+            BenchConfig.__post_init__(self)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
 
 
-def parse_args(argv: list[str] | None = None) -> BenchConfig:
-    """A :class:`BenchConfig` from the defaults overridden by ``--field value`` options."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    hints = typing.get_type_hints(BenchConfig)
-    for f in dataclasses.fields(BenchConfig):
-        ann = str(hints[f.name])
-        if f.name == "tiny":
-            parser.add_argument("--tiny", action="store_true", help="CI-sized budget (tens of seconds)")
-            continue
-        parser.add_argument(f"--{f.name}", type=str, default=None, help=f"{ann} (default {f.default!r})")
-    ns = parser.parse_args(argv)
-    kwargs = {}
-    for f in dataclasses.fields(BenchConfig):
-        value = getattr(ns, f.name)
-        if f.name == "tiny":
-            kwargs["tiny"] = bool(value)
-        elif value is not None:
-            try:
-                kwargs[f.name] = _parse_value(value, f.default, str(hints[f.name]))
-            except (ValueError, argparse.ArgumentTypeError) as err:
-                parser.error(f"--{f.name}: {err}")
-    try:
-        return BenchConfig(**kwargs)
-    except ValueError as err:
-        parser.error(str(err))
+def bench_config(cfg: Config, out: Path) -> BenchConfig:
+    """The runner's settings (already checked and, with ``tiny``, already shrunk)."""
+    values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(BenchConfig)}
+    return BenchConfig(**{**values, "out_dir": str(out), "tiny": False})
 
 
-def main(argv: list[str] | None = None) -> int:
+def main_job(cfg: Config) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg = parse_args(argv)
-    result = run_benchmark(cfg)
-    print((__import__("pathlib").Path(cfg.out_dir) / "results.md").read_text())
-    print(f"Wrote {cfg.out_dir}/results.md, evaluations.csv and curves_*.png "
-          f"({len(result['evaluations'])} evaluations).")
-    return 0
+    run = Run(cfg, "marl_bench")
+    run.start()
+    failed = None
+    try:
+        result = run_benchmark(bench_config(cfg, run.out))
+    except BenchmarkFailed as err:
+        failed, result = err, err.result
+    summary = run.finish({"summary": result["summary"], "speedups": result["speedups"],
+                          "failures": [{k: f[k] for k in ("algorithm", "task", "error")} for f in result["failures"]],
+                          "evaluations": len(result["evaluations"])})
+    print((run.out / "results.md").read_text())
+    print(f"Wrote {run.out}/results.md, evaluations.csv and curves_*.png ({len(result['evaluations'])} evaluations).")
+    if failed is not None:
+        sys.stderr.write(f"error: {failed}\n")
+        raise SystemExit(1)
+    return summary
 
+
+main = hydra_app(Config, main_job, name="marl_bench", recipes=Path(__file__).parent / "recipes")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,29 +1,28 @@
-"""apps/marl_bench --tiny: a results table, a CSV of every evaluation and PNG curves."""
+"""apps/marl_bench: the tiny recipe writes a results table, a CSV of every evaluation and PNG
+curves; BenchMARL's -m spelling sweeps seeds and algorithms; bad names are refused before work."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
-from pathlib import Path
+import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
-_APP = Path(__file__).resolve().parents[2] / "apps" / "marl_bench" / "run.py"
+from _load import REPO, load_app
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("marl_bench_run", _APP)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.fixture(scope="module")
+def app():
+    return load_app("marl_bench", "run.py")
 
 
-def test_marl_bench_tiny_writes_table_csv_and_curves(tmp_path, capsys):
-    app = _load()
+def test_marl_bench_tiny_writes_table_csv_and_curves(app, tmp_path, capsys):
     out = tmp_path / "bench"
-    assert app.main(["--tiny", "--tasks", "navigation", "--algorithms", "mappo,qmix", "--seeds", "0,1",
-                     "--compare_sequential", "true", "--out_dir", str(out)]) == 0
+    summary = app.main(["-cn", "tiny", "tasks=[navigation]", "algorithms=[mappo,qmix]", "seeds=[0,1]",
+                        "compare_sequential=true", f"out={out}"])
     table = (out / "results.md").read_text()
     assert "| mappo | navigation | 2 |" in table and "| qmix | navigation | 2 |" in table
     assert "speed-up" in table
@@ -32,24 +31,37 @@ def test_marl_bench_tiny_writes_table_csv_and_curves(tmp_path, capsys):
     assert len(rows) == 2 * 2 * 2
     assert {r["seed"] for r in rows} == {"0", "1"}
     assert (out / "curves_navigation.png").stat().st_size > 1000
+    assert json.loads((out / "summary.json").read_text())["evaluations"] == summary["evaluations"] == 8
     assert "mappo" in capsys.readouterr().out
 
 
-def test_marl_bench_bad_names_list_valid_ones(capsys):
-    app = _load()
-    with pytest.raises(SystemExit):
-        app.parse_args(["--tasks", "navigatoin"])
-    err = capsys.readouterr().err
-    assert "navigatoin" in err and "balance" in err and "navigation" in err
-    with pytest.raises(SystemExit):
-        app.parse_args(["--algorithms", "mapo"])
-    assert "mappo" in capsys.readouterr().err
+def test_benchmarl_style_sweep_of_seeds_and_algorithms(tmp_path):
+    """``-m algorithm=mappo,qmix seed=0,1``: four jobs, each its own folder and table."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "apps" / "marl_bench" / "run.py"), "-cn", "tiny", "task=navigation",
+         f"out={tmp_path}", "-m", "algorithm=mappo,qmix", "seed=0,1"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    assert len(sweep) == 4
+    for algo in ("mappo", "qmix"):
+        for seed in (0, 1):
+            folder = tmp_path / f"algorithm={algo},seed={seed}"
+            rows = list(csv.DictReader(open(folder / "evaluations.csv")))
+            assert {r["algorithm"] for r in rows} == {algo} and {r["seed"] for r in rows} == {str(seed)}
 
 
-def test_marl_bench_device_option(capsys):
-    app = _load()
-    assert app.parse_args(["--device", "cpu"]).device == "cpu"
+def test_marl_bench_bad_names_list_valid_ones(app):
+    with pytest.raises(ValueError, match="navigatoin") as info:
+        app.main.load(["tasks=[navigatoin]"])
+    assert "balance" in str(info.value) and "navigation" in str(info.value)
+    with pytest.raises(ValueError, match="mappo"):
+        app.main.load(["algorithm=mapo"])
+
+
+def test_marl_bench_device_option(app):
+    assert app.main.load(["device=cpu"]).device == "cpu"
     if not torch.cuda.is_available():
-        with pytest.raises(SystemExit):
-            app.parse_args(["--device", "cuda"])
-        assert "CUDA is not available" in capsys.readouterr().err
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            app.main.load(["device=cuda"])

@@ -87,13 +87,47 @@ def _check(cfg: Any, name: str, ok: bool, allowed: str) -> None:
 
 
 # ------------------------------------------------------------------ docs and help
+def _section_docs(doc: str) -> dict[str, str]:
+    """Field help from a Google-style ``Args:`` / ``Attributes:`` section of a class docstring
+    (``name: text`` or ``a, b: text`` shared by several names; indented lines continue)."""
+    docs: dict[str, str] = {}
+    lines = textwrap.dedent("\n".join(doc.splitlines()[1:])).splitlines()
+    inside, names, indent = False, [], None
+    for line in lines:
+        stripped = line.strip()
+        if stripped in ("Args:", "Attributes:", "Fields:"):
+            inside, names, indent = True, [], None
+            continue
+        if not inside:
+            continue
+        if not stripped:
+            continue
+        here = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = here
+        if here < indent:
+            inside = False
+            continue
+        head, sep, text = stripped.partition(":")
+        if here == indent and sep and all(n.strip().isidentifier() for n in head.split(",")):
+            names = [n.strip() for n in head.split(",")]
+            for n in names:
+                docs[n] = text.strip()
+        elif names:
+            for n in names:
+                docs[n] = f"{docs[n]} {stripped}".strip()
+    return docs
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """Help text of each field of the dataclass ``cls``: the string literal right below the
-    field in the class body (bases first, subclasses override)."""
+    field in the class body, else its line in the class docstring's ``Args:`` /
+    ``Attributes:`` section (bases first, subclasses override)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass) or klass is object:
             continue
+        docs.update({k: " ".join(v.split()) for k, v in _section_docs(klass.__doc__ or "").items()})
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
         except (OSError, TypeError, SyntaxError):
