@@ -43,7 +43,16 @@ from tdrl.core.envs import make_env as make_task
 from tdrl.core.modules import MLP, IndependentNormal, MaskedCategorical, ProbabilisticActor, ValueOperator
 from tdrl.core.objectives import PPOLoss, total_loss
 from tdrl.core.specs import Categorical, OneHot
-from tdrl.core.train import ConfigError, EnvRunConfig, Run, crossed, episode_returns, evaluate_episodes, hydra_app
+from tdrl.core.train import (
+    ConfigError,
+    EnvRunConfig,
+    Run,
+    crossed,
+    episode_returns,
+    evaluate_episodes,
+    finish_env_run,
+    hydra_app,
+)
 from tdrl.core.values import gae
 
 
@@ -299,30 +308,20 @@ def train(cfg: Config) -> dict:
             row["eval_return"] = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 10_000)
         run.log(frames, row, show=("train_return", "eval_return", "fps"))
         run.maybe_checkpoint(frames, extra={"iteration": it}, **state)
-        if cfg.stop_return is not None and row.get("eval_return", -math.inf) >= cfg.stop_return:
-            break
-        if run.out_of_time():
+        if run.should_stop(row):
             break
     frames = collector.frames
     run.checkpoint(frames, extra={"iteration": it}, **state)
     collector.shutdown()
     env.close()
     eval_return = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 20_000)
-    run.log(frames, {"eval_return": eval_return})
     torch.save(
         {"actor": actor.state_dict(), "critic": critic.state_dict(),
          "obs_norm": obs_norm.state_dict() if obs_norm is not None else None,
          "config": dataclasses.asdict(cfg)},
         os.path.join(cfg.out, "model.pt"),
     )
-    train = run.recent_episodes[-5:]
-    summary = run.finish(
-        {"env_id": cfg.env_id, "frames": frames, "iterations": it, "eval_return": eval_return,
-         "eval_episodes": cfg.eval_episodes, "train_return_last5": sum(train) / len(train) if train else None},
-        plots={"learning_curve.png": ("frames", ["train_return", "eval_return"])}, title=f"PPO {cfg.env_id}")
-    print(f"[ppo] {cfg.env_id}: eval return {eval_return:.1f} over {cfg.eval_episodes} "
-          f"episodes after {frames} frames ({summary['time_s']:.0f} s)", flush=True)
-    return summary
+    return finish_env_run(run, cfg, frames, eval_return, f"PPO {cfg.env_id}", iterations=it)
 
 
 def evaluate_checkpoint(cfg: Config, path: str | None = None) -> dict:

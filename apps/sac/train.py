@@ -47,6 +47,7 @@ from tdrl.core.train import (
     crossed,
     episode_returns,
     evaluate_episodes,
+    finish_env_run,
     hydra_app,
     mean_metrics,
 )
@@ -161,9 +162,7 @@ def train(cfg: Config) -> dict:
         if row:
             run.log(frames, row, show=("train_return", "eval_return", "alpha"))
         run.maybe_checkpoint(frames, **state)
-        if cfg.stop_return is not None and row.get("eval_return", -float("inf")) >= cfg.stop_return:
-            break
-        if run.out_of_time():
+        if run.should_stop(row):
             break
     frames = collector.frames
     run.checkpoint(frames, **state)
@@ -171,17 +170,9 @@ def train(cfg: Config) -> dict:
     env.close()
     eval_return = evaluate_episodes(env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes,
                                     cfg.seed + 20_000)
-    run.log(frames, {"eval_return": eval_return})
     torch.save({"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict(),
                 "config": dataclasses.asdict(cfg)}, os.path.join(cfg.out, "model.pt"))
-    train_last = run.recent_episodes[-5:]
-    summary = run.finish(
-        {"env_id": cfg.env_id, "frames": frames, "updates": budget.updates, "eval_return": eval_return,
-         "eval_episodes": cfg.eval_episodes,
-         "train_return_last5": sum(train_last) / len(train_last) if train_last else None},
-        plots={"learning_curve.png": ("frames", ["train_return", "eval_return"])}, title=f"SAC {cfg.env_id}")
-    print(f"[sac] {cfg.env_id}: eval return {eval_return:.1f} over {cfg.eval_episodes} "
-          f"episodes after {frames} frames ({summary['time_s']:.0f} s)", flush=True)
+    summary = finish_env_run(run, cfg, frames, eval_return, f"SAC {cfg.env_id}", updates=budget.updates)
     return summary
 
 

@@ -12,8 +12,9 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.core.train.config import ConfigError, RunConfig
+from tdrl.core.train.run import Run
 
-__all__ = ["EnvRunConfig", "OffPolicyConfig", "UpdateBudget", "mean_metrics"]
+__all__ = ["EnvRunConfig", "OffPolicyConfig", "UpdateBudget", "mean_metrics", "finish_env_run"]
 
 
 def _at_least(cfg, names: Sequence[str], low: int) -> None:
@@ -123,3 +124,22 @@ def mean_metrics(stats: Sequence[TensorDictBase]) -> dict[str, float]:
     if not stats:
         return {}
     return {k: float(v) for k, v in torch.stack(list(stats)).mean().items()}
+
+
+def finish_env_run(run: Run, cfg: EnvRunConfig, frames: int, eval_return: float, title: str, **extra) -> dict:
+    """End an environment run: log the final evaluation, write ``summary.json`` (task, frames,
+    final evaluation, the mean return of the last 5 training episodes, ``extra``) and
+    ``learning_curve.png`` (training and evaluation return against frames); print one line.
+
+    Returns:
+        The summary.
+    """
+    run.log(frames, {"eval_return": eval_return})
+    last = run.recent_episodes[-5:]
+    summary = run.finish(
+        {"env_id": cfg.env_id, "frames": frames, "eval_return": eval_return, "eval_episodes": cfg.eval_episodes,
+         "train_return_last5": sum(last) / len(last) if last else None, **extra},
+        plots={"learning_curve.png": ("frames", ["train_return", "eval_return"])}, title=title)
+    print(f"[{run.name}] {cfg.env_id}: eval return {eval_return:.1f} over {cfg.eval_episodes} "
+          f"episodes after {frames} frames ({summary['time_s']:.0f} s)", flush=True)
+    return summary

@@ -194,6 +194,15 @@ class Run:
         limit = getattr(self.cfg, "time_limit_s", 0.0)
         return bool(limit) and self.elapsed > limit
 
+    def should_stop(self, row: Mapping[str, Any]) -> bool:
+        """Whether training should end after this row: ``cfg.stop_return`` (when set) reached
+        by the row's ``eval_return``, or ``cfg.time_limit_s`` passed."""
+        target = getattr(self.cfg, "stop_return", None)
+        if target is not None and row.get("eval_return", -math.inf) >= target:
+            log.info("%s: eval_return %.4g reached stop_return %.4g.", self.name, row["eval_return"], target)
+            return True
+        return self.out_of_time()
+
     # ------------------------------------------------------------------ per step
     def record_episodes(self, returns: list[float]) -> float:
         """Remember finished training episodes' returns (the last 100 are checkpointed);
