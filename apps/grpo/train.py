@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tdrl.core.train import ConfigError, Run, RunConfig, crossed, hydra_app, init_from_env, plot_curves
+from tdrl.core.train import ConfigError, Run, RunConfig, crossed, hydra_app, init_from_env, main_process_first, plot_curves
 from tdrl.llm import (
     ArithmeticTask,
     GRPOConfig,
@@ -37,6 +37,7 @@ from tdrl.llm import (
     SFTConfig,
     SFTTrainer,
     apply_lora,
+    check_model_source,
     evaluate,
     load_model_and_tokenizer,
     make_tiny_lm,
@@ -56,7 +57,7 @@ class Config(RunConfig):
     """GRPO of a causal LM on the arithmetic task, after a short SFT warm-up."""
 
     model: str = ""
-    """Local Hugging Face causal LM folder; empty: build the tiny embedded model."""
+    """Local Hugging Face causal LM folder or registered name (smollm2-135m-instruct); empty: the tiny embedded model."""
     arch: str = "qwen2"
     """Tiny model architecture: qwen2 or llama."""
     hidden_size: int = 96
@@ -120,8 +121,11 @@ class Config(RunConfig):
             raise ConfigError(f"Config.loss={self.loss!r} is not allowed: expected one of {sorted(LOSS_PRESETS)}.")
         if self.arch not in ("qwen2", "llama"):
             raise ConfigError(f"Config.arch={self.arch!r} is not allowed: expected 'qwen2' or 'llama'.")
-        if self.model and not Path(self.model).is_dir():
-            raise ConfigError(f"Config.model={self.model!r}: no such folder (a local Hugging Face model).")
+        if self.model:  # a local folder or a registered name (tdrl.llm.MODELS), loadable here
+            try:
+                check_model_source(self.model)
+            except (FileNotFoundError, ModuleNotFoundError) as exc:
+                raise ConfigError(f"Config.model={self.model!r}: {exc}") from None
         self.grpo_config()  # every GRPO and SFT setting is checked now, before any work
         self.sft_config()
 
@@ -149,10 +153,12 @@ def main_job(cfg: Config) -> dict:
     if cfg.model:
         model, tokenizer = load_model_and_tokenizer(cfg.model)
     else:
-        model, tokenizer = make_tiny_lm(
-            os.path.join(cfg.out, "tiny_model"), task.corpus(), arch=cfg.arch, seed=cfg.seed,
-            hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, intermediate_size=3 * cfg.hidden_size,
-        )
+        folder = os.path.join(cfg.out, "tiny_model")
+        with main_process_first() as first:  # rank 0 builds and saves it, the others load it
+            model, tokenizer = make_tiny_lm(
+                folder, task.corpus(), arch=cfg.arch, seed=cfg.seed, hidden_size=cfg.hidden_size,
+                num_layers=cfg.num_layers, intermediate_size=3 * cfg.hidden_size,
+            ) if first else load_model_and_tokenizer(folder)
     if cfg.lora:
         model = apply_lora(model, r=cfg.lora_rank, alpha=2 * cfg.lora_rank)
     n_params = sum(p.numel() for p in model.parameters())
@@ -175,7 +181,8 @@ def main_job(cfg: Config) -> dict:
         if run.main:
             sft_file.parent.mkdir(parents=True, exist_ok=True)
             sft_file.write_text(json.dumps({"start": acc0, "after_sft": acc_sft}))
-    print(f"held-out accuracy: start {acc0:.3f} -> after SFT {acc_sft:.3f}", flush=True)
+    if run.main:
+        print(f"held-out accuracy: start {acc0:.3f} -> after SFT {acc_sft:.3f}", flush=True)
 
     curve: list[tuple[int, float]] = [(0, acc_sft)]
 
@@ -200,8 +207,9 @@ def main_job(cfg: Config) -> dict:
         "train_reward_first": rows[0]["reward"] if rows else None,
         "train_reward_last10": sum(r["reward"] for r in rows[-10:]) / max(1, len(rows[-10:])),
     })
-    if run.main:
-        plot_rewards(rows, run.out / "reward_curve.png", curve)
+    if not run.main:
+        return summary
+    plot_rewards(rows, run.out / "reward_curve.png", curve)
     print(
         f"held-out accuracy after SFT {acc_sft:.3f} -> after GRPO {acc_grpo:.3f} "
         f"({acc_grpo - acc_sft:+.3f}); {n_params / 1e6:.2f}M params; {summary['time_s']:.0f}s; outputs in {cfg.out}",

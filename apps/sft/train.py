@@ -22,12 +22,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tdrl.core.train import ConfigError, Run, RunConfig, hydra_app, init_from_env
+from tdrl.core.train import ConfigError, Run, RunConfig, hydra_app, init_from_env, main_process_first
 from tdrl.llm import (
     ArithmeticTask,
     SFTConfig,
     SFTTrainer,
     apply_lora,
+    check_model_source,
     evaluate,
     load_model_and_tokenizer,
     load_prompt_dataset,
@@ -41,7 +42,7 @@ class Config(RunConfig):
     """SFT of a causal LM (the tiny embedded model on the arithmetic task by default)."""
 
     model: str = ""
-    """Local Hugging Face causal LM folder; empty: build the tiny embedded model."""
+    """Local Hugging Face causal LM folder or registered name (smollm2-135m-instruct); empty: the tiny embedded model."""
     data: str = ""
     """Local .jsonl/.csv/.parquet with prompt and completion columns; empty: the arithmetic task."""
     arch: str = "qwen2"
@@ -75,8 +76,11 @@ class Config(RunConfig):
             raise ConfigError(f"Config.arch={self.arch!r} is not allowed: expected 'qwen2' or 'llama'.")
         if self.data and not Path(self.data).is_file():
             raise ConfigError(f"Config.data={self.data!r}: no such file.")
-        if self.model and not Path(self.model).is_dir():
-            raise ConfigError(f"Config.model={self.model!r}: no such folder (a local Hugging Face model).")
+        if self.model:  # a local folder or a registered name (tdrl.llm.MODELS), loadable here
+            try:
+                check_model_source(self.model)
+            except (FileNotFoundError, ModuleNotFoundError) as exc:
+                raise ConfigError(f"Config.model={self.model!r}: {exc}") from None
 
     def sft_config(self) -> SFTConfig:
         """The trainer's settings (checked here, before any model work)."""
@@ -97,9 +101,11 @@ def train(cfg: Config) -> dict:
     if cfg.model:
         model, tok = load_model_and_tokenizer(cfg.model)
     else:
-        model, tok = make_tiny_lm(os.path.join(cfg.out, "tiny_model"), task.corpus(), arch=cfg.arch, seed=cfg.seed,
-                                  hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-                                  intermediate_size=3 * cfg.hidden_size)
+        folder = os.path.join(cfg.out, "tiny_model")
+        with main_process_first() as first:  # rank 0 builds and saves it, the others load it
+            model, tok = make_tiny_lm(folder, task.corpus(), arch=cfg.arch, seed=cfg.seed,
+                                      hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                                      intermediate_size=3 * cfg.hidden_size) if first else load_model_and_tokenizer(folder)
     if cfg.lora:
         model = apply_lora(model)
     trainer = SFTTrainer(model, tok, train_ds, sft_cfg, run=run)
@@ -110,7 +116,8 @@ def train(cfg: Config) -> dict:
         summary["accuracy"] = evaluate(model, tok, test_ds, math_answer_reward, max_new_tokens=cfg.max_new_tokens)
     trainer.save_pretrained(os.path.join(cfg.out, "final"))
     summary = run.finish(summary, plots={"loss_curve.png": ("step", ["loss"])}, title="SFT")
-    print(f"SFT done: {summary}; model in {os.path.join(cfg.out, 'final')}", flush=True)
+    if run.main:
+        print(f"SFT done: {summary}; model in {os.path.join(cfg.out, 'final')}", flush=True)
     return summary
 
 

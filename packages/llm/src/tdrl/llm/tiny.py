@@ -8,8 +8,9 @@ with ``from_pretrained``, the same path any local Hugging Face model takes.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 __all__ = ["train_tokenizer", "build_tiny_model", "make_tiny_lm", "load_model_and_tokenizer"]
 
@@ -154,15 +155,22 @@ def make_tiny_lm(folder: str | os.PathLike, corpus: Iterable[str], arch: str = "
     os.makedirs(folder, exist_ok=True)
     tokenizer = train_tokenizer(corpus, vocab_size=vocab_size)
     model = build_tiny_model(tokenizer, arch=arch, seed=seed, **model_kwargs)
-    from transformers.utils import logging as hf_logging
-
-    quiet = hf_logging.is_progress_bar_enabled()
-    if quiet:  # no "Writing model shards" / "Loading weights" bars for a tiny model
-        hf_logging.disable_progress_bar()
-    try:
+    with no_hf_progress():  # no "Writing model shards" / "Loading weights" bars for a tiny model
         tokenizer.save_pretrained(folder)
         model.save_pretrained(folder)
         return load_model_and_tokenizer(folder)
+
+
+@contextlib.contextmanager
+def no_hf_progress() -> Iterator[None]:
+    """Turn off ``transformers``' progress bars inside the block (restored after)."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    if shown:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
     finally:
-        if quiet:
+        if shown:
             hf_logging.enable_progress_bar()

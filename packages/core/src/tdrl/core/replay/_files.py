@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from tdrl.core.train.checkpoint import from_plain_data, to_plain_data
+
 __all__ = ["ReplayFormatError", "DTYPES", "leaf_specs", "create_leaves", "open_leaves",
            "write_json", "read_json", "fsync_dir", "fsync_file", "build_td", "encode_state",
            "decode_state", "save_state", "load_state"]
@@ -181,34 +183,17 @@ def build_td(leaves: dict, rows: int) -> TensorDictBase:
 
 
 # ---------------------------------------------------------------------- weights-only state
-_TD_TAG = "__tensordict__"
-
-
 def encode_state(obj: Any) -> Any:
-    """Turn TensorDicts into plain dicts so that ``torch.load(weights_only=True)`` reads it."""
-    if isinstance(obj, TensorDictBase):
-        return {_TD_TAG: encode_state(obj.to_dict()), "batch_size": list(obj.batch_size)}
-    if isinstance(obj, dict):
-        return {k: encode_state(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(encode_state(v) for v in obj)
-    if obj is None or isinstance(obj, (torch.Tensor, bool, int, float, str)):
-        return obj
-    raise TypeError(
-        f"Cannot dump an object of type {type(obj).__name__}: a dumped replay buffer holds "
-        "tensors, TensorDicts, numbers, strings, lists and dicts only (it is loaded without "
-        "pickle)."
-    )
+    """Turn TensorDicts into plain dicts so that ``torch.load(weights_only=True)`` reads it
+    (the checkpoints' encoding, :func:`tdrl.core.train.checkpoint.to_plain_data`)."""
+    try:
+        return to_plain_data(obj)
+    except TypeError as err:
+        raise TypeError(f"{err} A dumped replay buffer is loaded without pickle.") from None
 
 
 def decode_state(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        if _TD_TAG in obj:
-            return TensorDict(decode_state(obj[_TD_TAG]), batch_size=obj["batch_size"])
-        return {k: decode_state(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(decode_state(v) for v in obj)
-    return obj
+    return from_plain_data(obj)
 
 
 def save_state(path: str, state: Any) -> None:

@@ -13,7 +13,13 @@ from tdrl.core.train.checkpoint import (
     set_rng_state,
 )
 from tdrl.core.train.config import ConfigError, RunConfig, config_help, field_docs, hydra_app, load_config
-from tdrl.core.train.distributed import broadcast_object, init_from_env, is_main_process, rank_and_world
+from tdrl.core.train.distributed import (
+    broadcast_object,
+    init_from_env,
+    is_main_process,
+    main_process_first,
+    rank_and_world,
+)
 from tdrl.core.train.evaluation import episode_returns, evaluate_episodes
 from tdrl.core.train.history import MetricHistory, truncate_csv
 from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbLogger
@@ -47,6 +53,7 @@ __all__ = [
     "is_main_process",
     "rank_and_world",
     "broadcast_object",
+    "main_process_first",
     "Logger",
     "CSVLogger",
     "TensorboardLogger",

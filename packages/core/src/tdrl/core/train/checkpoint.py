@@ -31,6 +31,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 __all__ = [
+    "to_plain_data",
+    "from_plain_data",
     "save_checkpoint",
     "load_checkpoint",
     "rng_state",
@@ -52,9 +54,11 @@ def _remove_stale_tmp(path: Path) -> None:
             pass
 
 
-def _encode(obj: Any) -> Any:
+def to_plain_data(obj: Any) -> Any:
+    """``obj`` as plain data that ``torch.load(weights_only=True)`` reads: TensorDicts, numpy
+    arrays and ``torch.Size`` encoded as tagged dicts (:func:`from_plain_data` decodes them)."""
     if isinstance(obj, TensorDictBase):
-        return {_TD: _encode(obj.to_dict()), "batch_size": list(obj.batch_size)}
+        return {_TD: to_plain_data(obj.to_dict()), "batch_size": list(obj.batch_size)}
     if isinstance(obj, torch.Size):
         return {_SIZE: list(obj)}
     if isinstance(obj, np.ndarray):
@@ -62,11 +66,11 @@ def _encode(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, dict):
-        return {k: _encode(v) for k, v in obj.items()}
+        return {k: to_plain_data(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_encode(v) for v in obj]
+        return [to_plain_data(v) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(_encode(v) for v in obj)
+        return tuple(to_plain_data(v) for v in obj)
     if obj is None or isinstance(obj, (torch.Tensor, bool, int, float, str)):
         return obj
     raise TypeError(
@@ -76,19 +80,20 @@ def _encode(obj: Any) -> Any:
     )
 
 
-def _decode(obj: Any) -> Any:
+def from_plain_data(obj: Any) -> Any:
+    """The inverse of :func:`to_plain_data`."""
     if isinstance(obj, dict):
         if _TD in obj:
-            return TensorDict(_decode(obj[_TD]), batch_size=obj["batch_size"])
+            return TensorDict(from_plain_data(obj[_TD]), batch_size=obj["batch_size"])
         if _ND in obj:
             return obj[_ND].numpy()
         if _SIZE in obj:
             return torch.Size(obj[_SIZE])
-        return {k: _decode(v) for k, v in obj.items()}
+        return {k: from_plain_data(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_decode(v) for v in obj]
+        return [from_plain_data(v) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(_decode(v) for v in obj)
+        return tuple(from_plain_data(v) for v in obj)
     return obj
 
 
@@ -131,7 +136,7 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(path)
-    payload = _encode(state)
+    payload = to_plain_data(state)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -149,7 +154,7 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
     """Load a checkpoint written by :func:`save_checkpoint` with ``weights_only=True``."""
     payload = torch.load(path, map_location=map_location, weights_only=True)
-    return _decode(payload)
+    return from_plain_data(payload)
 
 
 class Checkpointer:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["init_from_env", "rank_and_world", "is_main_process", "broadcast_object"]
+__all__ = ["init_from_env", "rank_and_world", "is_main_process", "broadcast_object", "main_process_first"]
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +61,17 @@ def broadcast_object(value: Any) -> Any:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+@contextmanager
+def main_process_first() -> Iterator[bool]:
+    """Run the block on rank 0 first, then on the other ranks (which may then read what rank
+    0 wrote, e.g. a model folder); yields whether this is rank 0. A single process just runs it."""
+    rank, world = rank_and_world()
+    if world > 1 and rank != 0:
+        dist.barrier()
+    try:
+        yield rank == 0
+    finally:
+        if world > 1 and rank == 0:
+            dist.barrier()
