@@ -9,7 +9,6 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from tdrl.core.collectors import Collector
-from tdrl.core.collectors._gym_loop import plan_gym_loop
 from tdrl.core.envs import GymEnv
 
 
@@ -45,7 +44,7 @@ def _assert_same(a: TensorDict, b: TensorDict) -> None:
 def test_dict_loop_batches_equal_the_generic_loop(kwargs):
     fast, fast_col = _collect(True, **kwargs)
     slow, slow_col = _collect(False, **kwargs)
-    assert plan_gym_loop(fast_col, fast_col._td) is not None  # the dict loop did run
+    assert fast_col._dict_plan(fast_col._td) is not None  # the dict loop did run
     for a, b in zip(fast, slow):
         _assert_same(a, b)
     _assert_same(fast_col._td, slow_col._td)  # the carried root, too
@@ -70,19 +69,19 @@ def test_dict_loop_batches_are_independent_of_later_steps():
 def test_setups_outside_the_dict_loop_use_the_generic_one():
     col = Collector(GymEnv("Pendulum-v1"), _policy(), frames_per_batch=8)
     col._td = col._start()
-    assert plan_gym_loop(col, col._td) is not None
+    assert col._dict_plan(col._td) is not None
     checked = Collector(GymEnv("Pendulum-v1", check_actions=True), _policy(), frames_per_batch=8)
-    assert plan_gym_loop(checked, checked._start()) is None
+    assert checked._dict_plan(checked._start()) is None
     infos = Collector(GymEnv("Pendulum-v1", info_keys=("x",)), _policy(), frames_per_batch=8)
-    assert plan_gym_loop(infos, infos._start()) is None
+    assert infos._dict_plan(infos._start()) is None
     seq = Collector(GymEnv("Pendulum-v1"), lambda td: td.set("action", td["observation"][..., :1]),
                     frames_per_batch=8)
-    assert plan_gym_loop(seq, seq._start()) is None
+    assert seq._dict_plan(seq._start()) is None
     other_key = Collector(GymEnv("Pendulum-v1"), _policy(out_key="loc"), frames_per_batch=8)
-    assert plan_gym_loop(other_key, other_key._start()) is None
+    assert other_key._dict_plan(other_key._start()) is None
     with_next = col._td.clone()
     with_next.set(("next", "h"), torch.zeros(1))
-    assert plan_gym_loop(col, with_next) is None
+    assert col._dict_plan(with_next) is None
 
 
 @pytest.mark.parametrize("kwargs", [{"init_random_frames": 20}, {"max_frames_per_traj": 30}])

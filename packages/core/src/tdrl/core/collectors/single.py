@@ -17,10 +17,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
-from ..envs import EnvBase, GymWrapper
+from ..envs import EnvBase
 from ..envs._fastpath import paused_gc, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
-from ._gym_loop import plan_gym_loop, run_gym_loop
 from .utils import split_trajectories
 
 __all__ = ["Collector", "as_interaction_type"]
@@ -177,8 +176,9 @@ class Collector:
         seed: seed of the env (``env.set_seed``).
     """
 
-    # one plain Gymnasium env + a plain TensorDictModule run a specialised loop on dicts
-    # (see ``_gym_loop``; same batches). False forces the generic loop (tests, A/B timing).
+    # an env with a dict stepper (``EnvBase.dict_stepper``: a GymEnv, also behind the
+    # transforms the apps use) runs a loop on plain dicts (``_dict_rollout``; the same
+    # batches). False forces the generic loop (tests, A/B timing).
     _dict_loop: bool = True
 
     def __init__(
@@ -230,7 +230,6 @@ class Collector:
         self._step_count = torch.zeros((*shape, 1), dtype=torch.long)
         self._reward_keys = set(self.env.reward_keys)
         self._make_root = plain_td_maker(self.env.batch_size, self.env.device)
-        self._gym_hint = isinstance(self.env, GymWrapper)
         self._closed = False
 
     # ------------------------------------------------------------------ policy
@@ -312,10 +311,10 @@ class Collector:
         max_steps = self.max_frames_per_traj
         plan = None
         if self._dict_loop and not random_left and max_steps is None and policy is not None:
-            plan = plan_gym_loop(self, td)
+            plan = self._dict_plan(td)
         with set_interaction_type(self.exploration_type), torch.no_grad(), paused_gc():
-            if plan is not None:  # one plain Gymnasium env, a plain policy module
-                out, ids = run_gym_loop(self, td, self.steps_per_batch, plan)
+            if plan is not None:  # the env steps on plain dicts
+                out, ids = self._dict_rollout(td, self.steps_per_batch, plan)
                 td = self._td
             for t in range(self.steps_per_batch if plan is None else 0):
                 if random_left > t * n_envs or policy is None:
@@ -372,9 +371,9 @@ class Collector:
         if root is None:  # nested entries: new containers, so the root shares none with nxt
             root = nxt.exclude(*rk)
         done = root._tensordict[DONE] if type(root) is TensorDict else root.get(DONE)
-        # a GymWrapper stepped directly knows whether any sub-env is done (a Python bool,
-        # no tensor op); wrappers (transforms) may change the flags, so only then
-        hint = None if cut or not self._gym_hint else self.env._last_any_done
+        # a GymWrapper knows whether any sub-env is done (a Python bool, no tensor op);
+        # wrappers that may change the flags (transforms) say None
+        hint = None if cut else self.env.last_any_done
         if hint is None:
             hint = done.item() if done.numel() == 1 else bool(done.any())
         if hint:
@@ -392,6 +391,90 @@ class Collector:
             if self.max_frames_per_traj is not None:
                 self._step_count.masked_fill_(done.reshape(self._step_count.shape), 0)
         return root
+
+    # ------------------------------------------------------------------ dict loop
+    def _dict_plan(self, td: TensorDictBase) -> tuple | None:
+        """``(stepper, module, in_keys, out_key)`` when :meth:`_dict_rollout` can run from the
+        root ``td``, else ``None`` (the generic loop runs).
+
+        ``stepper`` is the env's :meth:`~tdrl.core.envs.EnvBase.dict_stepper`. A plain
+        ``TensorDictModule`` (string keys, one out-key) gives its ``module``, called on the
+        in-keys; any other policy module whose out-keys are plain strings is called on a
+        TensorDict (``module`` is ``None``)."""
+        from tensordict.nn import TensorDictModule, TensorDictModuleBase
+
+        env, policy = self.env, self.policy
+        if self.policy_device != env.device:
+            return None
+        if (type(td) is not TensorDict or td.is_locked or td.device != env.device
+                or NEXT in td.keys()
+                or not all(isinstance(v, torch.Tensor) for v in td.values())):
+            return None
+        module = in_keys = out_key = None
+        if type(policy) is TensorDictModule and self._call is not policy:  # see _fast_call
+            in_keys, out_keys = list(policy.in_keys), list(policy.out_keys)
+            if len(out_keys) != 1 or any(k not in td.keys() for k in in_keys):
+                return None
+            module, out_key = policy.module, out_keys[0]
+        elif isinstance(policy, TensorDictModuleBase):
+            out_keys = list(policy.out_keys)
+            if not out_keys or not all(isinstance(k, str) and k != NEXT for k in out_keys):
+                return None
+        else:
+            return None
+        if any(k not in out_keys for k in env.action_keys):
+            return None  # the policy does not write the action: the generic loop says so
+        stepper = env.dict_stepper()
+        if stepper is None:
+            return None
+        return stepper, module, in_keys, out_key
+
+    def _dict_rollout(self, td: TensorDict, steps: int, plan: tuple) -> tuple[TensorDict, list]:
+        """Run ``steps`` env steps from the root ``td`` on plain ``{key: tensor}`` dicts.
+
+        Does what the generic loop does (policy, ``env.step``, the next root) with the
+        env's dict stepper and one stack at the end; resets go through :meth:`_next_root`.
+
+        Returns:
+            ``(batch, traj_ids)``: the batch ``(*env_batch, steps)`` without trajectory ids,
+            and the per-step trajectory-id tensors. ``self._td`` is the new root.
+        """
+        stepper, module, in_keys, out_key = plan
+        env, call = self.env, self._call
+        batch_size, device = env.batch_size, env.device
+        nb = len(batch_size)
+        make_root, rk = self._make_root, self._reward_keys
+        tensor = torch.Tensor
+        roots, nexts, ids = [], [], []
+        root = td._tensordict  # the root's own dict: the policy writes into it, as in the loop
+        for _ in range(steps):
+            if module is not None:  # a plain TensorDictModule: what it does, on the dict
+                out = module(*[root[k] for k in in_keys])
+                if type(out) is tuple:
+                    out = out[0]
+                if type(out) is tensor and out.device == device and out.shape[:nb] == batch_size:
+                    root[out_key] = out
+                else:  # what the TensorDict does with it (casts, device moves, errors)
+                    holder = make_root(root)
+                    holder.set(out_key, out)
+                    root = holder._tensordict
+            else:
+                holder = call(make_root(root))
+                root = holder._tensordict if type(holder) is TensorDict else dict(holder.items())
+            nxt, any_done = stepper(root)
+            roots.append(root)
+            nexts.append(nxt)
+            ids.append(self._traj_ids)
+            if any_done is None:
+                done = nxt[DONE]
+                any_done = done.item() if done.numel() == 1 else bool(done.any())
+            if any_done:  # the generic reset path (new trajectory ids)
+                reset = self._next_root(make_root(nxt))
+                root = reset._tensordict if type(reset) is TensorDict else dict(reset.items())
+            else:
+                root = {k: v for k, v in nxt.items() if k not in rk}
+        self._td = make_root(root)
+        return _stack_dicts(roots, nexts, make_root, nb), ids
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         while self.total_frames < 0 or self.frames < self.total_frames:
@@ -432,3 +515,27 @@ class Collector:
     def __repr__(self) -> str:
         return (f"Collector(env={self.env!r}, frames_per_batch={self.frames_per_batch}, "
                 f"total_frames={self.total_frames}, frames={self.frames})")
+
+
+def _stack_dicts(roots: list, nexts: list, make_root, dim: int) -> TensorDict:
+    """Stack per-step root and ``"next"`` dicts into one TensorDict ``(*env_batch, T)``."""
+    n_root, n_next = len(roots[0]), len(nexts[0])
+    try:
+        if any(len(r) != n_root for r in roots) or any(len(n) != n_next for n in nexts):
+            raise KeyError
+        nxt = {k: torch.stack([n[k] for n in nexts], dim) for k in nexts[0]}
+        source = {k: torch.stack([r[k] for r in roots], dim) for k in roots[0]}
+    except (KeyError, RuntimeError, TypeError):
+        # keys differ between steps: the generic per-step TensorDicts and their stack
+        steps = []
+        for r, n in zip(roots, nexts):
+            step = make_root(r)
+            step.set(NEXT, make_root(n))
+            steps.append(step)
+        return _stack_steps(steps, dim)
+    proto = make_root({})
+    size = list(proto.batch_size)
+    size.insert(dim, len(roots))
+    size, device = torch.Size(size), proto.device
+    source[NEXT] = TensorDict._new_unsafe(nxt, batch_size=size, device=device)
+    return TensorDict._new_unsafe(source, batch_size=size, device=device)

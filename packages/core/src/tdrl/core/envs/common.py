@@ -290,6 +290,26 @@ class EnvBase:
             out.set(key, torch.where(_mask_like(mask, new, n), new, prev))
         return out
 
+    @property
+    def last_any_done(self) -> bool | None:
+        """Whether any sub-env was done at the last ``step``, when the env knows it without a
+        tensor op (a Python bool), else ``None``. Wrappers that may change the done flags
+        (transforms) answer ``None``."""
+        return None
+
+    def dict_stepper(self) -> Callable[[dict], tuple[dict, bool | None]] | None:
+        """A function doing what ``step`` does, on plain dicts, or ``None`` when this env has none.
+
+        ``stepper(root)`` reads the action (and any state input) from ``root``, a dict of
+        tensors of the root TensorDict of step ``t``, and returns ``(next, any_done)``:
+        ``next`` is a new dict holding what ``step`` would write under ``"next"`` (same
+        keys, key order and values) and ``any_done`` is :attr:`last_any_done` after the step.
+        Collectors use it to skip building TensorDicts per step; resets still go through
+        ``reset``. The answer holds for the env's current settings: ask again after a change
+        (``check_actions``, transforms, info keys).
+        """
+        return None
+
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Apply the action in ``tensordict`` and write step ``t+1`` under ``"next"``.
 

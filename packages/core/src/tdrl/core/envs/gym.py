@@ -374,6 +374,28 @@ class GymWrapper(EnvBase):
             action = tensordict.get(ACTION)
         return self._step_impl(self._env.step(self._act_conv(action)))
 
+    @property
+    def last_any_done(self) -> bool | None:
+        """Whether any sub-env was done at the last step (``None`` before the first one)."""
+        return self._last_any_done
+
+    def dict_stepper(self) -> Callable[[dict], tuple[dict, bool | None]] | None:
+        """``step`` on plain dicts (see :meth:`EnvBase.dict_stepper`) for array observations
+        on the CPU without info keys or action checks; ``None`` otherwise."""
+        impl = getattr(self._step_impl, "__func__", None)
+        if (self.check_actions or self._info_reader is not None or self._slab is None
+                or impl not in (GymWrapper._step_slab, GymWrapper._step_vector_slab)
+                or type(self).step is not EnvBase.step or type(self)._step is not GymWrapper._step):
+            return None
+        source = self._step_slab_source if impl is GymWrapper._step_slab else self._step_vector_slab_source
+        gym_step, act_conv = self._env.step, self._act_conv
+
+        def stepper(root: dict) -> tuple[dict, bool | None]:
+            nxt = source(gym_step(act_conv(root[ACTION])))
+            return nxt, self._last_any_done
+
+        return stepper
+
     def _step_slab(self, out: tuple) -> TensorDictBase:
         """Single env, array observation, CPU: outputs written into slab rows."""
         return self._make_td(self._step_slab_source(out))

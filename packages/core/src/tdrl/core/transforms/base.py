@@ -8,7 +8,9 @@ A transform sits between an environment and its user (see ``TransformedEnv``):
   holding a ``"_reset"`` mask, or ``None``); by default ``_call(td_reset)``;
 * ``inv(td)`` rewrites the input of ``step`` on its way to the base env (actions);
 * ``transform_*_spec`` rewrite the specs so that the transformed env describes its data;
-* ``forward(td)`` applies ``_call`` to any TensorDict (e.g. replay-buffer data).
+* ``forward(td)`` applies ``_call`` to any TensorDict (e.g. replay-buffer data);
+* ``dict_step(batch_size, device)`` optionally gives ``_step`` on plain dicts, so that a
+  ``TransformedEnv`` can offer its base env's dict stepper (``EnvBase.dict_stepper``).
 
 Key names follow TorchRL: ``in_keys``/``out_keys`` for the forward direction,
 ``in_keys_inv`` (keys the base env reads) / ``out_keys_inv`` (keys the user writes).
@@ -18,7 +20,7 @@ Transforms are ``nn.Module``s, so their statistics live in ``state_dict()``.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -26,9 +28,23 @@ from torch import nn
 
 from ..specs import Composite
 
-__all__ = ["Transform", "Compose"]
+__all__ = ["Transform", "Compose", "DictStep"]
 
 NestedKey = str | tuple
+DictStep = tuple[Callable[[dict, dict], None], bool]
+"""``(fn, keeps_done)``: ``fn(root, next)`` does ``_step`` on plain dicts of tensors, rewriting
+``next`` in place; ``keeps_done`` says that it never changes the done flags."""
+
+
+def overrides(obj, cls: type, *names: str) -> bool:
+    """Whether ``type(obj)`` overrides any of the methods ``names`` of ``cls`` (then a dict
+    hook written for ``cls`` would not do what the subclass does)."""
+    return any(getattr(type(obj), n) is not getattr(cls, n) for n in names)
+
+
+def str_keys(*key_lists) -> bool:
+    """Whether every key of every list is a plain string (the dict hooks handle no nesting)."""
+    return all(isinstance(k, str) for keys in key_lists for k in keys)
 
 
 def _as_keys(keys) -> list:
@@ -126,6 +142,15 @@ class Transform(nn.Module):
                 td.set(k_in, self._inv_apply_transform(val))
         return td
 
+    def dict_step(self, batch_size: torch.Size, device: torch.device) -> DictStep | None:
+        """``_step`` on plain dicts (see :data:`DictStep`), or ``None``: this transform has no
+        such hook, and envs behind it take the generic path.
+
+        Args:
+            batch_size, device: those of the env the transform sits in.
+        """
+        return None
+
     # ------------------------------------------------------------------ specs
     def transform_observation_spec(self, spec: Composite) -> Composite:
         return spec
@@ -201,6 +226,21 @@ class Compose(Transform):
         for t in self.transforms:
             td_reset = t._reset(td, td_reset)
         return td_reset
+
+    def dict_step(self, batch_size, device) -> DictStep | None:
+        """Every transform's hook in order; ``None`` if one of them has none."""
+        if overrides(self, Compose, "_step"):
+            return None
+        hooks = [t.dict_step(batch_size, device) for t in self.transforms]
+        if any(h is None for h in hooks):
+            return None
+        fns = [fn for fn, _ in hooks]
+
+        def fn(root: dict, nxt: dict) -> None:
+            for f in fns:
+                f(root, nxt)
+
+        return fn, all(keeps for _, keeps in hooks)
 
     def inv(self, td):
         for t in reversed(self.transforms):

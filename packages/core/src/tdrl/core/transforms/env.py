@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tensordict import TensorDictBase
 
 from ..envs.common import EnvBase
@@ -80,6 +82,26 @@ class TransformedEnv(EnvBase):
         else:
             next_td = self.base_env.step(td_in).get(NEXT)
         return self.transform._step(tensordict, next_td)
+
+    def dict_stepper(self) -> Callable[[dict], tuple[dict, bool | None]] | None:
+        """The base env's dict stepper followed by every transform's ``dict_step`` hook (see
+        :meth:`EnvBase.dict_stepper`); ``None`` when the base env or a transform has none,
+        when a transform rewrites the action (``inv``) or when actions are checked."""
+        if (self.check_actions or self.transform.has_inv or type(self).step is not EnvBase.step
+                or type(self)._step is not TransformedEnv._step):
+            return None
+        base = self.base_env.dict_stepper()
+        hook = None if base is None else self.transform.dict_step(self.batch_size, self.device)
+        if hook is None:
+            return None
+        transform, keeps_done = hook
+
+        def stepper(root: dict) -> tuple[dict, bool | None]:
+            nxt, any_done = base(root)
+            transform(root, nxt)
+            return nxt, any_done if keeps_done else None
+
+        return stepper
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
         out = self.base_env._reset_unmerged(tensordict, **kwargs)

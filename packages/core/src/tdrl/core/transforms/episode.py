@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 
 from ..keys import DONE, EPISODE_REWARD, IS_INIT, REWARD, STEP_COUNT, TRUNCATED
 from ..specs import Bounded, Categorical, Composite, Unbounded
-from .base import Transform
+from .base import DictStep, Transform, overrides, str_keys
 
 __all__ = ["RewardSum", "StepCounter", "InitTracker"]
 
@@ -47,6 +47,20 @@ class RewardSum(Transform):
             prev = td.get(k_out, None)
             next_td.set(k_out, r if prev is None else prev + r)
         return next_td
+
+    def dict_step(self, batch_size, device) -> DictStep | None:
+        """``_step`` on plain dicts: ``next[out] = root[out] + next[in]``."""
+        if overrides(self, RewardSum, "_step") or not str_keys(self.in_keys, self.out_keys):
+            return None
+        pairs = list(zip(self.in_keys, self.out_keys, strict=True))
+
+        def fn(root: dict, nxt: dict) -> None:
+            for k_in, k_out in pairs:
+                r = nxt[k_in]
+                prev = root.get(k_out)
+                nxt[k_out] = r if prev is None else prev + r
+
+        return fn, True
 
     def _reset(self, td, td_reset):
         env = self.parent
@@ -117,6 +131,28 @@ class StepCounter(Transform):
             next_td.set(self.done_key, next_td.get(self.done_key) | hit)
         return next_td
 
+    def dict_step(self, batch_size, device) -> DictStep | None:
+        """``_step`` on plain dicts; with ``max_steps`` it may set the done flags."""
+        if overrides(self, StepCounter, "_step", "_zeros") or not str_keys(
+                [self.step_count_key, self.truncated_key, self.done_key]):
+            return None
+        key, trunc_key, done_key, limit = (self.step_count_key, self.truncated_key, self.done_key,
+                                           self.max_steps)
+        shape = (*batch_size, 1)
+
+        def fn(root: dict, nxt: dict) -> None:
+            prev = root.get(key)
+            if prev is None:
+                prev = torch.zeros(shape, dtype=torch.int64, device=device)
+            count = prev + 1
+            nxt[key] = count
+            if limit is not None:
+                hit = count >= limit
+                nxt[trunc_key] = nxt[trunc_key] | hit
+                nxt[done_key] = nxt[done_key] | hit
+
+        return fn, limit is None
+
     def _call(self, td):
         return td
 
@@ -154,6 +190,17 @@ class InitTracker(Transform):
         next_td.set(self.init_key, torch.zeros((*next_td.batch_size, 1), dtype=torch.bool,
                                                device=next_td.device))
         return next_td
+
+    def dict_step(self, batch_size, device) -> DictStep | None:
+        """``_step`` on plain dicts: ``next[init_key]`` all False."""
+        if overrides(self, InitTracker, "_step") or not isinstance(self.init_key, str):
+            return None
+        key, shape = self.init_key, (*batch_size, 1)
+
+        def fn(root: dict, nxt: dict) -> None:
+            nxt[key] = torch.zeros(shape, dtype=torch.bool, device=device)
+
+        return fn, True
 
     def _call(self, td):
         return td

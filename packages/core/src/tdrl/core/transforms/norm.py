@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 
 from ..keys import OBSERVATION, REWARD
 from ..specs import Bounded, Composite, Unbounded
-from .base import Transform
+from .base import DictStep, Transform, overrides, str_keys
 
 __all__ = ["ObservationNorm", "VecNorm", "RewardScaling"]
 
@@ -223,6 +223,24 @@ class VecNorm(_ResizingBuffers, Transform):
         env = self.parent
         rows = _reset_mask(td, len(env.batch_size)) if env is not None else None
         return self._process(td_reset, rows, update=True)
+
+    def dict_step(self, batch_size, device) -> DictStep | None:
+        """``_step`` (update the statistics unless frozen, then normalise) on plain dicts."""
+        if (overrides(self, VecNorm, "_step", "_process", "_update", "_normalize")
+                or not str_keys(self.in_keys, self.out_keys)):
+            return None
+        pairs = list(enumerate(zip(self.in_keys, self.out_keys, strict=True)))
+
+        def fn(root: dict, nxt: dict) -> None:
+            for i, (k_in, k_out) in pairs:
+                x = nxt.get(k_in)
+                if x is None:
+                    continue
+                if not self.frozen:
+                    self._update(i, x, self._n_batch(x, i))
+                nxt[k_out] = self._normalize(i, x)
+
+        return fn, True
 
     def _spec(self, spec: Composite) -> Composite:
         for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):

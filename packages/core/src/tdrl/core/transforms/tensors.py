@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from ..keys import OBSERVATION
 from ..specs import Bounded, Composite, Unbounded
 from ..specs._base import TensorSpec
-from .base import Transform
+from .base import DictStep, Transform, overrides, str_keys
 
 __all__ = ["DTypeCastTransform", "DoubleToFloat", "CatTensors", "CatFrames"]
 
@@ -56,6 +56,22 @@ class DTypeCastTransform(Transform):
 
     def _inv_apply_transform(self, x):
         return x.to(self.dtype_in) if x.dtype == self.dtype_out else x
+
+    def dict_step(self, batch_size, device) -> DictStep | None:
+        """The cast of ``_call`` on plain dicts (string keys only)."""
+        if (overrides(self, DTypeCastTransform, "_step", "_call", "_apply_transform")
+                or not str_keys(self.in_keys, self.out_keys)):
+            return None
+        pairs = list(zip(self.in_keys, self.out_keys, strict=True))
+        dtype_in, dtype_out = self.dtype_in, self.dtype_out
+
+        def fn(root: dict, nxt: dict) -> None:
+            for k_in, k_out in pairs:
+                val = nxt.get(k_in)
+                if val is not None:
+                    nxt[k_out] = val.to(dtype_out) if val.dtype == dtype_in else val
+
+        return fn, True
 
     def _cast_spec(self, spec: Composite, keys_attr: str, auto: bool) -> Composite:
         keys = getattr(self, keys_attr)
