@@ -42,7 +42,8 @@ def test_failing_reward_gives_zero_and_is_counted():
         return [float("nan"), 2.0]
 
     total, per_fn, stats = compute_rewards(
-        [math_answer_reward, broken, half_nan], ["p", "q"], ["1", "2"], {"answer": ["1", "3"]}, weights=[1.0, 1.0, 0.5]
+        [math_answer_reward, broken, half_nan], ["p", "q"], ["1", "2"], {"answer": ["1", "3"]}, weights=[1.0, 1.0, 0.5],
+        on_error="zero",  # the default, "raise_if_all", stops at a function failing on the whole batch
     )
     torch.testing.assert_close(total, torch.tensor([1.0, 1.0]))  # 1 + 0 + 0.5*0 ; 0 + 0 + 0.5*2
     assert stats["reward_errors"] == 3.0  # two samples of `broken`, one NaN
@@ -155,7 +156,8 @@ def test_reward_timeout_keeps_errors_and_values_of_a_fast_reward():
     def boom(prompts, completions, **kw):
         raise RuntimeError("boom")
 
-    total, _, stats = compute_rewards([math_answer_reward, boom], ["p"], ["1"], {"answer": ["1"]}, timeout=5.0)
+    total, _, stats = compute_rewards([math_answer_reward, boom], ["p"], ["1"], {"answer": ["1"]}, timeout=5.0,
+                                      on_error="zero")
     assert total.tolist() == [1.0] and stats["reward_errors"] == 1.0 and stats["reward_timeouts"] == 0.0
     _, _, stats = compute_rewards([math_answer_reward], ["p"], ["1"], {"answer": ["1"]}, timeout=None)
     assert stats["reward_errors"] == 0.0

@@ -12,8 +12,11 @@ from tdrl.llm import keys
 from tdrl.llm.advantages import group_advantages
 from tdrl.llm.data import (
     PromptSampler,
+    completion_text,
     completion_texts,
     concat_prompt_completion,
+    conversation_pairs,
+    expand_conversations,
     load_prompt_dataset,
     render_prompts,
     tokenize_prompts,
@@ -32,6 +35,7 @@ from tdrl.llm.losses import (
     tis_weights,
 )
 from tdrl.llm.lora import apply_lora
+from tdrl.llm.models import MODELS, check_model_source, is_model_source, load_model_and_tokenizer, model_installed, resolve_model
 from tdrl.llm.rewards import (
     code_execution_reward,
     compute_rewards,
@@ -41,8 +45,9 @@ from tdrl.llm.rewards import (
     run_python_sandboxed,
     think_answer_format_reward,
 )
+from tdrl.llm.rewards.compute import ON_REWARD_ERROR, RewardFunctionError
 from tdrl.llm.tasks import ArithmeticTask
-from tdrl.llm.tiny import build_tiny_model, load_model_and_tokenizer, make_tiny_lm, train_tokenizer
+from tdrl.llm.tiny import build_tiny_model, make_tiny_lm, train_tokenizer
 from tdrl.llm.trainers import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer, evaluate
 from tdrl.llm.vllm_generator import VLLMGenerator
 
@@ -55,29 +60,37 @@ __all__ = [
     "__version__",
     "ArithmeticTask",
     "GRPOConfig",
+    "MODELS",
+    "ON_REWARD_ERROR",
     "GRPOLoss",
     "GRPOLossConfig",
     "GRPOTrainer",
     "Generator",
     "HFGenerator",
     "PromptSampler",
+    "RewardFunctionError",
     "SFTConfig",
     "SFTLoss",
     "SFTTrainer",
     "VLLMGenerator",
     "apply_lora",
     "build_tiny_model",
+    "check_model_source",
     "code_execution_reward",
     "completion_hidden",
     "completion_logprobs",
     "completion_mask_from_eos",
+    "completion_text",
     "completion_texts",
     "compute_rewards",
     "concat_prompt_completion",
+    "conversation_pairs",
     "evaluate",
+    "expand_conversations",
     "fused_path_matches",
     "group_advantages",
     "grpo_objective",
+    "is_model_source",
     "k3_kl",
     "keys",
     "load_model_and_tokenizer",
@@ -85,10 +98,12 @@ __all__ = [
     "logprobs_from_hidden",
     "make_tiny_lm",
     "masked_reduce",
+    "model_installed",
     "math_answer_reward",
     "number_only_format_reward",
     "regex_format_reward",
     "render_prompts",
+    "resolve_model",
     "run_python_sandboxed",
     "sequence_level_logprobs",
     "think_answer_format_reward",

@@ -3,6 +3,10 @@
 A dataset row is a mapping with a ``"prompt"`` column (a string, or a list of chat messages
 ``[{"role": ..., "content": ...}]`` rendered with the tokenizer's chat template) and any
 extra columns (e.g. ``"answer"``) that reward functions receive as keyword arguments.
+For SFT a row holds a ``"completion"`` (a string, or TRL's ``[{"role": "assistant", ...}]``),
+or a whole conversation in a ``"messages"`` column (TRL's conversational format): each
+assistant turn becomes one (prompt = the turns before it, completion = its content) example,
+so the loss falls on the assistant turns only (:func:`conversation_pairs`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ __all__ = [
     "completion_texts",
     "PromptSampler",
     "tokenize_sft",
+    "completion_text",
+    "conversation_pairs",
+    "expand_conversations",
 ]
 
 
@@ -243,3 +250,75 @@ def tokenize_sft(tokenizer, prompts: Sequence[str], completions: Sequence[str], 
         batch_size=[len(rows)],
         device=device,
     )
+
+
+def completion_text(completion: Any) -> str:
+    """A completion as text: a string as is; TRL's ``[{"role": "assistant", "content": ...}]``
+    (one assistant message) as its content.
+
+    Raises:
+        ValueError: a message list that is not exactly one assistant message.
+    """
+    if isinstance(completion, str):
+        return completion
+    msgs = list(completion)
+    if len(msgs) != 1 or not isinstance(msgs[0], Mapping) or msgs[0].get("role") != "assistant":
+        raise ValueError(
+            "completion_text: a conversational completion must be one assistant message "
+            f"[{{'role': 'assistant', 'content': ...}}], got {msgs!r:.200}; put longer conversations "
+            "in a 'messages' column instead"
+        )
+    return msgs[0]["content"]
+
+
+def conversation_pairs(messages: Sequence[Mapping[str, str]]) -> list[tuple[list[dict], str]]:
+    """One SFT example per assistant turn of a conversation.
+
+    The prompt of turn ``i`` is the conversation before it (rendered later with the chat
+    template and its generation prompt); the completion is the turn's content, followed by
+    EOS in :func:`tokenize_sft`. Every token of the conversation outside the assistant turns
+    is prompt, so the loss is on the assistant turns only (TRL's ``assistant_only_loss``).
+
+    Args:
+        messages: ``[{"role": ..., "content": ...}, ...]`` with at least one assistant turn.
+
+    Returns:
+        ``[(prompt_messages, completion_text), ...]``, one per assistant turn, in order.
+
+    Raises:
+        ValueError: no assistant turn, an assistant turn first, or a message without role/content.
+    """
+    msgs = [dict(m) for m in messages]
+    for j, m in enumerate(msgs):
+        if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ValueError(f"conversation_pairs: message {j} has no string 'role' and 'content': {m!r:.200}")
+    pairs = [(msgs[:i], m["content"]) for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    if not pairs:
+        raise ValueError(f"conversation_pairs: no assistant turn to learn in {msgs!r:.200}")
+    if not pairs[0][0]:
+        raise ValueError("conversation_pairs: the conversation starts with an assistant turn; nothing prompts it")
+    return pairs
+
+
+def expand_conversations(dataset, messages_column: str = "messages", completion_column: str = "completion"):
+    """A conversational SFT dataset as (prompt, completion) rows, one per assistant turn.
+
+    Args:
+        dataset: a ``datasets.Dataset`` with ``messages_column``.
+        messages_column: the column of conversations.
+        completion_column: the name of the completion column to write.
+
+    Returns:
+        A ``datasets.Dataset`` with ``"prompt"`` (message lists), ``completion_column`` and the
+        other columns repeated for each turn.
+    """
+    import datasets
+
+    if messages_column not in dataset.column_names:
+        raise KeyError(f"expand_conversations: no {messages_column!r} column; columns are {dataset.column_names}")
+    rows = []
+    for row in dataset:
+        for prompt, completion in conversation_pairs(row[messages_column]):
+            extra = {k: v for k, v in row.items() if k not in (messages_column, "prompt", completion_column)}
+            rows.append({**extra, "prompt": prompt, completion_column: completion})
+    return datasets.Dataset.from_list(rows)

@@ -1,4 +1,6 @@
-"""Apply several reward functions to a batch; a function that raises or hangs gives 0 and is counted."""
+"""Apply several reward functions to a batch: TRL's calling convention, per-call timeouts, and
+what a failure does (a function that fails on a whole batch stops the run; a sample that fails
+alone scores 0 and is counted)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,19 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-__all__ = ["DEFAULT_REWARD_TIMEOUT_S", "RewardFn", "RewardTimeout", "bind_reward", "call_with_timeout", "compute_rewards"]
+__all__ = [
+    "DEFAULT_REWARD_TIMEOUT_S",
+    "ON_REWARD_ERROR",
+    "RewardFn",
+    "RewardFunctionError",
+    "RewardTimeout",
+    "as_messages",
+    "bind_reward",
+    "call_with_timeout",
+    "compute_rewards",
+    "is_conversational",
+    "wants_text",
+]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +115,54 @@ def bind_reward(fn: RewardFn, prompts: Sequence, completions: Sequence[str], col
         ) from None
 
 
+ON_REWARD_ERROR = ("raise_if_all", "zero", "raise")
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function failed in a way that must stop training (see ``on_error``)."""
+
+
+def is_conversational(prompts: Sequence) -> bool:
+    """Whether the prompts are chat-message lists (TRL's conversational format)."""
+    return bool(prompts) and all(isinstance(p, Sequence) and not isinstance(p, str) for p in prompts)
+
+
+def wants_text(fn) -> bool:
+    """Whether ``fn`` reads completions as plain text even for conversational prompts.
+
+    tdrl's own rewards (:mod:`tdrl.llm.rewards`) do; any other function gets TRL's message lists
+    unless it sets ``fn.text_completions = True``.
+    """
+    flag = getattr(fn, "text_completions", None)
+    if flag is not None:
+        return bool(flag)
+    return getattr(fn, "__module__", "").startswith("tdrl.llm.rewards")
+
+
+def as_messages(completions: Sequence[str]) -> list[list[dict]]:
+    """TRL's conversational completions: ``[[{"role": "assistant", "content": text}], ...]``."""
+    return [[{"role": "assistant", "content": c}] for c in completions]
+
+
+def _slice(columns: Mapping[str, Sequence], i: int) -> dict[str, list]:
+    return {k: [v[i]] for k, v in columns.items()}
+
+
+def _fail_message(name: str, n_failed: int | None, n: int, exc: BaseException, conversational: bool) -> str:
+    hint = ""
+    if conversational and isinstance(exc, (TypeError, AttributeError, KeyError, IndexError)):
+        hint = (" The prompts are chat messages, so each completion is a message list "
+                "[{'role': 'assistant', 'content': text}] (TRL's convention): read c[0]['content'], "
+                "or set text_completions = True on the function to get plain text.")
+    if n_failed is None:  # on_error="raise": the batch call's own error
+        return (f"reward function {name} raised on this batch of {n} completions: {type(exc).__name__}: {exc} "
+                f"(traceback chained above; GRPOConfig.on_reward_error='raise').{hint}")
+    return (f"reward function {name} failed on {n_failed} of {n} completions of this batch, the first with "
+            f"{type(exc).__name__}: {exc} (traceback chained above).{hint} A function that fails on a whole "
+            f"batch is taken as a bug, not a flaky sample; GRPOConfig.on_reward_error='zero' scores such "
+            f"batches 0 and trains on.")
+
+
 def compute_rewards(
     reward_fns: Sequence[RewardFn],
     prompts: Sequence,
@@ -108,57 +170,93 @@ def compute_rewards(
     columns: Mapping[str, Sequence] | None = None,
     weights: Sequence[float] | None = None,
     timeout: float | None = DEFAULT_REWARD_TIMEOUT_S,
+    on_error: str = "raise_if_all",
+    logged: set[str] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Evaluate reward functions and sum them with weights.
 
-    A reward function that raises, does not return within ``timeout`` seconds, returns the
-    wrong number of values, or returns a value that is not a finite number gives 0 for the
-    affected samples; the count is reported. A function whose signature cannot take the batch
-    raises a ``TypeError`` at once. A function that times out is left running in a background
-    thread (threads cannot be killed), so the caller is never blocked longer than ``timeout``
-    per function.
+    Conversational prompts (message lists) hand each function its completions as TRL does,
+    ``[{"role": "assistant", "content": text}]``, except tdrl's own rewards and functions with
+    ``text_completions = True``, which get the text.
+
+    A function that raises on the batch is called again on each completion alone, to tell
+    the samples that fail from those that do not. What happens then is ``on_error``:
+
+    - ``"raise_if_all"`` (default): a function that fails on every completion of the batch is
+      a bug: :class:`RewardFunctionError` is raised at once with the first traceback chained;
+      the completions that fail alone score 0 and are counted;
+    - ``"zero"``: every failure scores 0 and is counted (training never stops for a reward);
+    - ``"raise"``: the first failure of any kind (a raise, a timeout, a wrong count) is raised.
+
+    A function that does not return within ``timeout`` seconds (left running in a background
+    thread: threads cannot be killed), returns the wrong number of values, or returns a value
+    that is not a finite number, gives 0 for the affected samples and is counted (``"raise"``
+    raises instead, but a non-finite value is always scored 0). The first traceback of each
+    function is logged once per name in ``logged``. A function whose signature cannot take
+    the batch raises a ``TypeError`` at once.
 
     Args:
         reward_fns: ``K`` callables ``(prompts, completions, **columns) -> list[float]``,
             called with keywords when their signature allows it (TRL's convention, so
             ``def f(completions, **kwargs)`` works), else positionally.
-        prompts: ``N`` prompts.
+        prompts: ``N`` prompts (strings or message lists).
         completions: ``N`` completion texts.
         columns: extra dataset columns, each of length ``N``, passed as keyword arguments.
         weights: ``K`` weights (default all 1).
         timeout: seconds each function may take per batch (default 60); ``None`` or ``0``:
             no limit, the function runs in the caller's thread.
+        on_error: ``"raise_if_all"``, ``"zero"`` or ``"raise"`` (above).
+        logged: names of functions whose first traceback was already logged (updated); the
+            trainer keeps one set per run. ``None``: log every batch's first traceback.
 
     Returns:
         ``(total [N], per_function [N, K], stats)`` where ``stats`` holds
-        ``"reward_errors"`` (samples that got 0 because of an error or a timeout),
+        ``"reward_errors"`` (samples that got 0 because of an error, a timeout or a bad value),
         ``"reward_timeouts"`` (functions that timed out) and the mean of each function
         (``"reward/<name>"``).
+
+    Raises:
+        RewardFunctionError: as ``on_error`` says.
     """
     if timeout is not None and not (timeout >= 0 and math.isfinite(timeout)):
         raise ValueError(f"compute_rewards: timeout={timeout!r}; expected seconds > 0, or None / 0 for no limit")
+    if on_error not in ON_REWARD_ERROR:
+        raise ValueError(f"compute_rewards: on_error={on_error!r}; expected one of {ON_REWARD_ERROR}")
     n = len(completions)
     weights = [1.0] * len(reward_fns) if weights is None else list(weights)
     if len(weights) != len(reward_fns):
         raise ValueError(f"compute_rewards: {len(reward_fns)} reward functions but {len(weights)} weights")
+    columns = dict(columns or {})
+    conversational = is_conversational(prompts)
+    messages = as_messages(completions) if conversational else None
     per_fn = torch.zeros(n, len(reward_fns))
     errors = timeouts = 0
     stats: dict[str, float] = {}
-    calls = [bind_reward(fn, prompts, completions, dict(columns or {})) for fn in reward_fns]
+    given = [completions if messages is None or wants_text(fn) else messages for fn in reward_fns]
+    calls = [bind_reward(fn, prompts, c, columns) for fn, c in zip(reward_fns, given)]
     for k, (fn, call) in enumerate(zip(reward_fns, calls)):
+        name = _name(fn)
         try:
-            values = list(call_with_timeout(call, timeout, f"reward function {_name(fn)}"))
-            if len(values) != n:
-                raise ValueError(f"returned {len(values)} values for {n} completions")
+            values = _checked(call_with_timeout(call, timeout, f"reward function {name}"), n)
         except RewardTimeout as exc:
+            if on_error == "raise":
+                raise RewardFunctionError(f"{exc} (GRPOConfig.on_reward_error='raise')") from exc
             log.warning("%s; its rewards are 0 for this batch", exc)
             timeouts += 1
             errors += n
             values = [0.0] * n
-        except Exception as exc:  # a broken reward must never stop training
-            log.warning("reward function %s raised %r; its rewards are 0 for this batch", _name(fn), exc)
-            errors += n
-            values = [0.0] * n
+        except Exception as exc:
+            if on_error == "raise":
+                raise RewardFunctionError(_fail_message(name, None, n, exc, conversational)) from exc
+            values, failed, first = _one_by_one(fn, prompts, given[k], columns, timeout, name, exc)
+            if on_error == "raise_if_all" and failed == n:
+                raise RewardFunctionError(_fail_message(name, failed, n, first, conversational)) from first
+            errors += failed
+            if logged is None or name not in logged:
+                log.warning("reward function %s failed on %d of %d completions (scored 0; counted in reward_errors); "
+                            "the first traceback:", name, failed, n, exc_info=first)
+                if logged is not None:
+                    logged.add(name)
         for i, v in enumerate(values):
             try:
                 v = float(v)
@@ -168,8 +266,34 @@ def compute_rewards(
                 errors += 1
                 v = 0.0
             per_fn[i, k] = v
-        stats[f"reward/{_name(fn)}"] = per_fn[:, k].mean().item() if n else 0.0
+        stats[f"reward/{name}"] = per_fn[:, k].mean().item() if n else 0.0
     total = per_fn @ torch.tensor(weights, dtype=per_fn.dtype)
     stats["reward_errors"] = float(errors)
     stats["reward_timeouts"] = float(timeouts)
     return total, per_fn, stats
+
+
+def _checked(values, n: int) -> list:
+    values = list(values)
+    if len(values) != n:
+        raise ValueError(f"returned {len(values)} values for {n} completions")
+    return values
+
+
+def _one_by_one(fn, prompts, completions, columns, timeout, name, batch_exc) -> tuple[list, int, BaseException]:
+    """Call ``fn`` on each sample alone after the batch call raised ``batch_exc``.
+
+    Returns:
+        ``(values, n_failed, first_exception)``; a failed sample's value is 0 (NaN is not
+        used: it would count the sample twice).
+    """
+    values, failed, first = [], 0, None
+    for i in range(len(completions)):
+        try:
+            call = bind_reward(fn, [prompts[i]], [completions[i]], _slice(columns, i))
+            values.append(_checked(call_with_timeout(call, timeout, f"reward function {name}"), 1)[0])
+        except Exception as exc:  # counted by the caller; a timeout here counts as a failure too
+            failed += 1
+            first = first or exc
+            values.append(0.0)
+    return values, failed, first or batch_exc

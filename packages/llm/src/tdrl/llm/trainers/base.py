@@ -18,11 +18,26 @@ from typing import Any
 
 from tdrl.core.train import Logger, MetricHistory, Run, rng_state, save_checkpoint, set_rng_state
 from tdrl.llm.generation import unwrap_model
+from tdrl.llm.tiny import no_hf_progress
 from tdrl.llm.trainers.common import checkpoint_file, load_if_exists, metric_history
 
-__all__ = ["TrainerBase"]
+__all__ = ["TrainerBase", "model_and_tokenizer"]
 
 log = logging.getLogger(__name__)
+
+
+def model_and_tokenizer(model, tokenizer, owner: str):
+    """``(model, tokenizer)`` for a trainer: a ``str`` / path ``model`` (a registered name such
+    as ``"smollm2-135m-instruct"``, a local folder or a hub id, as TRL's trainers take) is loaded
+    with :func:`tdrl.llm.models.load_model_and_tokenizer`; its tokenizer is used unless one is given."""
+    if isinstance(model, (str, os.PathLike)):
+        from tdrl.llm.models import load_model_and_tokenizer
+
+        model, loaded = load_model_and_tokenizer(model)
+        return model, tokenizer if tokenizer is not None else loaded
+    if tokenizer is None:
+        raise TypeError(f"{owner}: a tokenizer is needed when model is a model object (pass tokenizer=, or a model name/path)")
+    return model, tokenizer
 
 
 class TrainerBase:
@@ -117,5 +132,6 @@ class TrainerBase:
     def save_pretrained(self, folder: str) -> None:
         """``save_pretrained`` of the model (adapters only for a peft model) and the tokenizer (rank 0)."""
         if self.rank == 0:
-            unwrap_model(self.model).save_pretrained(folder)
-            self.tokenizer.save_pretrained(folder)
+            with no_hf_progress():
+                unwrap_model(self.model).save_pretrained(folder)
+                self.tokenizer.save_pretrained(folder)

@@ -23,9 +23,9 @@ from tdrl.llm.data import PromptSampler, completion_texts, render_prompts, token
 from tdrl.llm.generation import Generator, HFGenerator, check_sampling, unwrap_model
 from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
 from tdrl.llm.losses import GRPOLoss, GRPOLossConfig
-from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, compute_rewards
+from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, ON_REWARD_ERROR, compute_rewards
 from tdrl.core.train import Logger, ProgressBar, Run
-from tdrl.llm.trainers.base import TrainerBase
+from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
     check_int,
@@ -61,6 +61,12 @@ class GRPOConfig:
             takes longer scores 0 for the round and is counted in ``reward_errors`` /
             ``reward_timeouts`` (its thread is left running: Python threads cannot be killed).
             ``None`` or ``0``: no limit, the function runs in the trainer's thread.
+        on_reward_error: what a reward function that raises does
+            (:func:`tdrl.llm.rewards.compute_rewards`): ``"raise_if_all"`` (default) stops the run
+            with its traceback when it fails on every completion of a round (a bug must not
+            train on zeros) and scores 0 the completions that fail alone (counted in
+            ``reward_errors``, the first traceback logged once); ``"zero"`` never stops;
+            ``"raise"`` stops at the first failure of any kind (timeouts included).
         fused_logprobs: use the fused LM-head kernel; ``None`` checks once that it matches the
             model's logits and falls back to logits otherwise.
         share_prefix: generate and score each group's prompt once and share its KV cache
@@ -94,6 +100,7 @@ class GRPOConfig:
     loss: GRPOLossConfig = field(default_factory=GRPOLossConfig)
     reward_weights: Sequence[float] | None = None
     reward_timeout: float | None = DEFAULT_REWARD_TIMEOUT_S
+    on_reward_error: str = "raise_if_all"
     fused_logprobs: bool | None = None
     share_prefix: bool | None = None
     fused_loss: bool | None = None
@@ -120,6 +127,8 @@ class GRPOConfig:
         check_number(own, "loss.beta", self.loss.beta, ge=0)
         if self.reward_timeout is not None:
             check_number(own, "reward_timeout", self.reward_timeout, ge=0)
+        if self.on_reward_error not in ON_REWARD_ERROR:
+            raise ValueError(f"GRPOConfig.on_reward_error={self.on_reward_error!r}: expected one of {ON_REWARD_ERROR}")
         if self.reward_weights is not None:
             for i, w in enumerate(self.reward_weights):
                 check_number(own, f"reward_weights[{i}]", w)
@@ -142,10 +151,15 @@ class GRPOTrainer(TrainerBase):
     """Group Relative Policy Optimisation of a Hugging Face causal LM.
 
     Args:
-        model: the policy (a ``transformers`` causal LM, optionally a peft model).
-        tokenizer: its tokenizer (with a pad token).
-        reward_fns: callables ``(prompts, completions, **columns) -> list[float]``.
-        train_dataset: rows with ``"prompt"`` and the columns the rewards read.
+        model: the policy (a ``transformers`` causal LM, optionally a peft model), or, as TRL's
+            trainers take it, a name / path to load: a registered name (``"smollm2-135m-instruct"``),
+            a local folder or a hub id (:func:`tdrl.llm.models.load_model_and_tokenizer`).
+        tokenizer: its tokenizer (with a pad token); optional when ``model`` is a name / path.
+        reward_fns: callables ``(prompts, completions, **columns) -> list[float]``; with
+            conversational prompts the completions are message lists
+            ``[{"role": "assistant", "content": text}]`` as in TRL (tdrl's own rewards get text).
+        train_dataset: rows with ``"prompt"`` (a string, or a chat-message list rendered with the
+            tokenizer's chat template) and the columns the rewards read.
         config: a :class:`GRPOConfig`.
         ref_model: frozen reference for the KL term (default: a copy of ``model`` when
             ``config.loss.beta > 0``; for a peft model, the base with adapters disabled).
@@ -163,9 +177,9 @@ class GRPOTrainer(TrainerBase):
     def __init__(
         self,
         model,
-        tokenizer,
-        reward_fns: Sequence[Callable] | Callable,
-        train_dataset,
+        tokenizer=None,
+        reward_fns: Sequence[Callable] | Callable | None = None,
+        train_dataset=None,
         config: GRPOConfig | None = None,
         ref_model=None,
         generator: Generator | None = None,
@@ -174,6 +188,9 @@ class GRPOTrainer(TrainerBase):
         run: Run | None = None,
     ):
         self.config = cfg = config or GRPOConfig()
+        if reward_fns is None or train_dataset is None:
+            raise TypeError("GRPOTrainer: reward_fns and train_dataset are required")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, "GRPOTrainer")
         self.rank, self.world_size = dist_info()
         self.tokenizer = tokenizer
         self.reward_fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
@@ -197,6 +214,7 @@ class GRPOTrainer(TrainerBase):
         )
         self._fast_path_checked = all(x is not None for x in (cfg.fused_logprobs, cfg.share_prefix, cfg.fused_loss))
         self.callback = callback
+        self._reward_errors_logged: set[str] = set()  # reward functions whose first traceback is logged
         torch.manual_seed(cfg.seed + self.rank)
         self._open_run(run, loggers)
 
@@ -222,7 +240,8 @@ class GRPOTrainer(TrainerBase):
         gen = self.generator.generate(ids, mask)
         texts = completion_texts(self.tokenizer, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
         rewards, per_fn, stats = compute_rewards(
-            self.reward_fns, prompts, texts, columns, cfg.reward_weights, timeout=cfg.reward_timeout
+            self.reward_fns, prompts, texts, columns, cfg.reward_weights, timeout=cfg.reward_timeout,
+            on_error=cfg.on_reward_error, logged=self._reward_errors_logged,
         )
         n = len(prompts)
         td = TensorDict(

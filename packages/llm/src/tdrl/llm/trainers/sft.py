@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 
 from tdrl.llm import keys as K
-from tdrl.llm.data import PromptSampler, render_prompts, tokenize_sft
+from tdrl.llm.data import PromptSampler, completion_text, expand_conversations, render_prompts, tokenize_sft
 from tdrl.llm.losses import SFTLoss
 from tdrl.core.train import Logger, ProgressBar, Run
-from tdrl.llm.trainers.base import TrainerBase
+from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
     check_int,
@@ -39,7 +39,11 @@ class SFTConfig:
         batch_size: examples per optimiser step per rank.
         grad_accum: micro-batches each step is split into.
         lr, weight_decay, warmup_steps, max_grad_norm: optimisation (cosine decay to 10%).
-        completion_column: the dataset column holding targets.
+        completion_column: the dataset column holding targets (strings, or TRL's
+            ``[{"role": "assistant", "content": ...}]``).
+        messages_column: the column of whole conversations (TRL's conversational format), used
+            when the dataset has no ``completion_column``: each assistant turn is one example,
+            the loss on its tokens only (:func:`tdrl.llm.data.conversation_pairs`).
         fused_logprobs: compute the loss from the decoder's hidden states through the fused
             LM-head cross-entropy (:func:`tdrl.kernels.fused_linear_cross_entropy`); ``False``
             goes through the model's full logits.
@@ -58,6 +62,7 @@ class SFTConfig:
     warmup_steps: int = 10
     max_grad_norm: float = 1.0
     completion_column: str = "completion"
+    messages_column: str = "messages"
     fused_logprobs: bool = True
     seed: int = 0
     checkpoint_path: str | None = None
@@ -82,9 +87,11 @@ class SFTTrainer(TrainerBase):
     """Supervised fine-tuning of a causal LM; loss only on completion tokens (+ EOS).
 
     Args:
-        model: a ``transformers`` causal LM (optionally peft).
-        tokenizer: its tokenizer.
-        train_dataset: rows with ``"prompt"`` and ``config.completion_column``.
+        model: a ``transformers`` causal LM (optionally peft), or a name / path to load (a
+            registered name such as ``"smollm2-135m-instruct"``, a local folder or a hub id).
+        tokenizer: its tokenizer; optional when ``model`` is a name / path.
+        train_dataset: rows with ``"prompt"`` and ``config.completion_column``, or whole
+            conversations in ``config.messages_column``.
         config: an :class:`SFTConfig`.
         loggers: extra :class:`tdrl.core.train.Logger` s (TensorBoard, wandb) fed on rank 0.
         run: a :class:`tdrl.core.train.Run` to log and checkpoint through (it restores the
@@ -94,11 +101,18 @@ class SFTTrainer(TrainerBase):
         metrics: a :class:`tdrl.core.train.MetricHistory` of one row per step.
     """
 
-    def __init__(self, model, tokenizer, train_dataset, config: SFTConfig | None = None, loggers: Sequence[Logger] = (),
-                 run: Run | None = None):
+    def __init__(self, model, tokenizer=None, train_dataset=None, config: SFTConfig | None = None,
+                 loggers: Sequence[Logger] = (), run: Run | None = None):
         self.config = cfg = config or SFTConfig()
-        if cfg.completion_column not in train_dataset.column_names:
-            raise KeyError(f"SFTTrainer: dataset has no {cfg.completion_column!r} column; columns are {train_dataset.column_names}")
+        if train_dataset is None:
+            raise TypeError("SFTTrainer: train_dataset is required")
+        names = train_dataset.column_names
+        if cfg.completion_column not in names and cfg.messages_column in names:
+            train_dataset = expand_conversations(train_dataset, cfg.messages_column, cfg.completion_column)
+        elif cfg.completion_column not in names:
+            raise KeyError(f"SFTTrainer: dataset has neither a {cfg.completion_column!r} nor a {cfg.messages_column!r} "
+                           f"column; columns are {names}")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, "SFTTrainer")
         self.rank, self.world_size = dist_info()
         self.model, self.tokenizer = model, tokenizer
         self.ddp_model = wrap_ddp(model)
@@ -114,7 +128,8 @@ class SFTTrainer(TrainerBase):
         cfg = self.config
         t0 = time.perf_counter()
         batch = next(self.sampler)
-        td = tokenize_sft(self.tokenizer, render_prompts(self.tokenizer, batch["prompt"]), batch[cfg.completion_column], self.device)
+        targets = [completion_text(c) for c in batch[cfg.completion_column]]
+        td = tokenize_sft(self.tokenizer, render_prompts(self.tokenizer, batch["prompt"]), targets, self.device)
         self.ddp_model.train()
         self.optimizer.zero_grad(set_to_none=True)
         chunks = td.split(cfg.batch_size // cfg.grad_accum)
