@@ -7,6 +7,7 @@ A loss returns a TensorDict: its ``loss_*`` entries are summed for the gradient
 from __future__ import annotations
 
 from tdrl.core.objectives.a2c import A2CLoss
+from tdrl.core.objectives.bc import BCKeys, BCLoss, GaussianBCLoss
 from tdrl.core.objectives.common import LossModule, make_target, total_loss
 from tdrl.core.objectives.cql import CQLLoss
 from tdrl.core.objectives.ddpg import DDPGLoss, QKeys
@@ -17,6 +18,7 @@ from tdrl.core.objectives.ppo import PPOKeys, PPOLoss
 from tdrl.core.objectives.sac import EntropyTemperature, SACLoss
 from tdrl.core.objectives.targets import HardUpdate, SoftUpdate
 from tdrl.core.objectives.td3 import TD3Loss
+from tdrl.core.objectives.td3_bc import TD3BCLoss
 
 __all__ = [
     "LossModule",
@@ -34,6 +36,10 @@ __all__ = [
     "EntropyTemperature",
     "IQLLoss",
     "CQLLoss",
+    "BCLoss",
+    "GaussianBCLoss",
+    "BCKeys",
+    "TD3BCLoss",
     "QKeys",
     "SoftUpdate",
     "HardUpdate",
