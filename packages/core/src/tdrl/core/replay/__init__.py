@@ -4,7 +4,8 @@ See :class:`ReplayBuffer`. Storages: :class:`ListStorage`, :class:`TensorStorage
 (lazy, any device), :class:`MemmapStorage` (files on disk, crash-safe). Samplers:
 :class:`RandomSampler`, :class:`SamplerWithoutReplacement`, :class:`PrioritizedSampler`
 (vectorised :class:`SumMinTree`), :class:`SliceSampler`. Writers:
-:class:`RoundRobinWriter`, :class:`MaxValueWriter`.
+:class:`RoundRobinWriter`, :class:`MaxValueWriter`. Hindsight goal relabelling on sample:
+:class:`HERTransform`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .buffer import (
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
+from .her import HERTransform, her_relabel_fraction
 from .prioritized import WEIGHT_KEY, PrioritizedSampler
 from .samplers import RandomSampler, Sampler, SamplerWithoutReplacement
 from .slice_sampler import SliceSampler
@@ -41,6 +43,8 @@ __all__ = [
     "SamplerWithoutReplacement",
     "PrioritizedSampler",
     "SliceSampler",
+    "HERTransform",
+    "her_relabel_fraction",
     "SumMinTree",
     "WEIGHT_KEY",
     "Writer",
