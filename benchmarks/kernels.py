@@ -42,13 +42,10 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "kernels" / "src"))
-
-from tdrl.kernels import (  # noqa: E402
+from tdrl.kernels import (
     fused_linear_cross_entropy,
     fused_linear_logprobs,
     fused_linear_pg_loss,

@@ -18,9 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script beside records.py
-
-from records import RESULTS_DIR, read_records  # noqa: E402
+from records import RESULTS_DIR, read_records  # a script beside records.py
 
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 
