@@ -29,6 +29,7 @@ from tdrl.core import keys as K
 from tdrl.core.replay.storages import Storage, TensorStorage
 
 __all__ = ["EPISODE", "DatasetFormatError", "episode_to_td", "obs_keys", "split_episodes",
+           "check_transitions",
            "fill_storage"]
 
 EPISODE = "episode"
