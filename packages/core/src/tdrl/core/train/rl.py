@@ -4,6 +4,7 @@ ratio, and the per-row mean of loss diagnostics."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from tensordict import TensorDictBase
 
 from tdrl.core.train.config import ConfigError, RunConfig
 from tdrl.core.train.run import Run
+
+log = logging.getLogger(__name__)
 
 __all__ = ["EnvRunConfig", "OffPolicyConfig", "UpdateBudget", "mean_metrics", "finish_env_run"]
 
@@ -129,7 +132,7 @@ def mean_metrics(stats: Sequence[TensorDictBase]) -> dict[str, float]:
 def finish_env_run(run: Run, cfg: EnvRunConfig, frames: int, eval_return: float, title: str, **extra) -> dict:
     """End an environment run: log the final evaluation, write ``summary.json`` (task, frames,
     final evaluation, the mean return of the last 5 training episodes, ``extra``) and
-    ``learning_curve.png`` (training and evaluation return against frames); print one line.
+    ``learning_curve.png`` (training and evaluation return against frames); log one line.
 
     Returns:
         The summary.
@@ -140,6 +143,6 @@ def finish_env_run(run: Run, cfg: EnvRunConfig, frames: int, eval_return: float,
         {"env_id": cfg.env_id, "frames": frames, "eval_return": eval_return, "eval_episodes": cfg.eval_episodes,
          "train_return_last5": sum(last) / len(last) if last else None, **extra},
         plots={"learning_curve.png": ("frames", ["train_return", "eval_return"])}, title=title)
-    print(f"[{run.name}] {cfg.env_id}: eval return {eval_return:.1f} over {cfg.eval_episodes} "
-          f"episodes after {frames} frames ({summary['time_s']:.0f} s)", flush=True)
+    log.info("%s %s: eval return %.1f over %d episodes after %d frames (%.0f s)", run.name, cfg.env_id,
+             eval_return, cfg.eval_episodes, frames, summary["time_s"])
     return summary
