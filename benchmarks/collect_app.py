@@ -14,7 +14,9 @@ observation of finished sub-envs, and one stack of every output per batch.
 Cases: CartPole-v1 with 8 envs x 32 steps (the PPO defaults) and HalfCheetah-v5 with 8 envs x
 256 steps (the halfcheetah recipe). Figures are frames per CPU second of this process
 (``time.process_time``), median over ``--repeats`` rounds; in each round both contenders
-collect ``--batches`` batches, interleaved. One torch thread.
+collect ``--batches`` batches, interleaved. A third contender is the same app env collected by
+the Collector's generic loop (``_dict_loop = False``: the path every app took before the dict
+loop served transformed envs), so before and after come from one run. One torch thread.
 """
 
 from __future__ import annotations
@@ -139,9 +141,16 @@ def measure(app, env_id: str, num_envs: int, steps: int, repeats: int, batches: 
     collector = app.Collector(env, actor, frames_per_batch=num_envs * steps, total_frames=-1,
                               device=torch.device("cpu"), seed=0)
     hand = HandLoop(env_id, num_envs, steps, actor, continuous, seed=0)
-    it = iter(collector)
+    # the same app env once more, collected by the generic loop (the path before the dict loop
+    # served transformed envs), for an A/B in the same run
+    generic_env = app.make_env(cfg, num_envs, app.VecNorm(clip=10.0) if continuous else None)
+    generic = app.Collector(generic_env, actor, frames_per_batch=num_envs * steps, total_frames=-1,
+                            device=torch.device("cpu"), seed=0)
+    generic._dict_loop = False
+    it, it_generic = iter(collector), iter(generic)
     runs = {"tdrl": lambda: [next(it) for _ in range(batches)],
-            "hand": lambda: [hand.run() for _ in range(batches)]}
+            "hand": lambda: [hand.run() for _ in range(batches)],
+            "generic": lambda: [next(it_generic) for _ in range(batches)]}
     for run in runs.values():  # warm-up
         run()
     frames = num_envs * steps * batches
@@ -152,6 +161,7 @@ def measure(app, env_id: str, num_envs: int, steps: int, repeats: int, batches: 
             run()
             res[k].append(frames / (time.process_time() - start))
     collector.shutdown()
+    generic.shutdown()
     hand.env.close()
     return {k: statistics.median(v) for k, v in res.items()} | {"all": res}
 
@@ -172,21 +182,26 @@ def main() -> None:
         env_id, n, steps = cases[name]
         batches = args.batches or max(1, math.ceil(2048 / (n * steps)))
         med = measure(app, env_id, n, steps, args.repeats, batches)
-        ratio = med["tdrl"] / med["hand"]
+        ratio, before = med["tdrl"] / med["hand"], med["generic"] / med["hand"]
         print(f"{env_id} {n} envs x {steps} steps: tdrl Collector {med['tdrl']:8.0f} f/s | "
-              f"hand-written loop {med['hand']:8.0f} f/s | ratio x{ratio:.2f}")
+              f"hand-written loop {med['hand']:8.0f} f/s | ratio x{ratio:.2f} | generic loop "
+              f"{med['generic']:8.0f} f/s (x{before:.2f})")
+        print("  per round, tdrl/hand:", " ".join(f"{a / b:.2f}" for a, b in zip(med["all"]["tdrl"], med["all"]["hand"])))
         if args.record:
             sys.path.insert(0, str(REPO / "benchmarks"))
             from records import write_record
 
             row = f"{env_id}, {n} envs x {steps} steps" + (f" ({args.label})" if args.label else "")
             write_record(SECTION, TABLE, row,
-                         {"tdrl Collector f/s": round(med["tdrl"]), "hand-written loop f/s": round(med["hand"])},
+                         {"tdrl Collector f/s": round(med["tdrl"]), "hand-written loop f/s": round(med["hand"]),
+                          "generic loop f/s (before)": round(med["generic"]),
+                          "generic / loop": f"x{before:.2f}"},
                          peer="hand-written gymnasium.vector loop, same transforms and policy",
                          ratio=f"x{ratio:.2f} the loop",
                          machine="shared 2-core CPU box, one torch thread",
                          note=f"Median of {args.repeats} rounds of {batches} batches, interleaved; the "
-                              "env and actor built by apps/ppo/train.py.")
+                              "env and actor built by apps/ppo/train.py; 'generic loop' is the same "
+                              "Collector with its dict loop off (the path before).")
 
 
 if __name__ == "__main__":
