@@ -207,6 +207,7 @@ class ReplayBuffer:
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
         state = self.state_dict()
+        _remove_stale_dumps(path)  # left by a dump killed mid-way: at most current + new exist
         existing = [int(m.group(1)) for n in os.listdir(path) if (m := _DUMP.fullmatch(n))]
         name = f"dump_{max(existing, default=0) + 1}"
         folder = os.path.join(path, name)
@@ -259,6 +260,21 @@ class ReplayBuffer:
 
 _DUMP = re.compile(r"dump_(\d+)")
 _POINTER = "CURRENT.json"
+
+
+def _remove_stale_dumps(path: str) -> None:
+    """Delete the ``dump_<n>`` folders ``CURRENT.json`` does not name (incomplete dumps, or
+    older ones whose deletion a kill interrupted); with no readable pointer none is loadable."""
+    current = None
+    pointer = os.path.join(path, _POINTER)
+    if os.path.exists(pointer):
+        try:
+            current = read_json(pointer, _DUMP_FORMAT).get("dump")
+        except ReplayFormatError:
+            return  # not ours to clean: loads() will say what is wrong
+    for n in os.listdir(path):
+        if _DUMP.fullmatch(n) and n != current:
+            shutil.rmtree(os.path.join(path, n), ignore_errors=True)
 _DUMP_FORMAT = "tdrl-replay-dump-1"
 _LEAVES_FORMAT = "tdrl-leaves-1"
 _FILES = "files"
