@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tdrl.core.train import ConfigError, Run, RunConfig, crossed, hydra_app, init_from_env, main_process_first, plot_curves
+from tdrl.core.train import ConfigError, Run, crossed, hydra_app, init_from_env, plot_curves
 from tdrl.llm import (
     ArithmeticTask,
     GRPOConfig,
@@ -36,13 +36,10 @@ from tdrl.llm import (
     GRPOTrainer,
     SFTConfig,
     SFTTrainer,
-    apply_lora,
-    check_model_source,
     evaluate,
-    load_model_and_tokenizer,
-    make_tiny_lm,
     math_answer_reward,
 )
+from tdrl.llm.run_config import LMRunConfig
 
 LOSS_PRESETS = {
     "grpo": GRPOLossConfig.grpo,
@@ -53,17 +50,9 @@ LOSS_PRESETS = {
 
 
 @dataclass
-class Config(RunConfig):
+class Config(LMRunConfig):
     """GRPO of a causal LM on the arithmetic task, after a short SFT warm-up."""
 
-    model: str = ""
-    """Local Hugging Face causal LM folder or registered name (smollm2-135m-instruct); empty: the tiny embedded model."""
-    arch: str = "qwen2"
-    """Tiny model architecture: qwen2 or llama."""
-    hidden_size: int = 96
-    """Tiny model hidden size."""
-    num_layers: int = 2
-    """Tiny model layers."""
     max_value: int = 19
     """Task: operands are drawn from 0..max_value."""
     ops: str = "+"
@@ -104,10 +93,6 @@ class Config(RunConfig):
     """KL weight to the reference model."""
     tis_cap: float = 0.0
     """Truncated importance-sampling cap; 0: off."""
-    lora: bool = False
-    """Train LoRA adapters instead of all weights."""
-    lora_rank: int = 8
-    """LoRA rank."""
     eval_every: int = 25
     """GRPO rounds between held-out accuracy checks; 0: only at the end."""
     checkpoint_every: int = 0
@@ -119,13 +104,6 @@ class Config(RunConfig):
         super().__post_init__()
         if self.loss not in LOSS_PRESETS:
             raise ConfigError(f"Config.loss={self.loss!r} is not allowed: expected one of {sorted(LOSS_PRESETS)}.")
-        if self.arch not in ("qwen2", "llama"):
-            raise ConfigError(f"Config.arch={self.arch!r} is not allowed: expected 'qwen2' or 'llama'.")
-        if self.model:  # a local folder or a registered name (tdrl.llm.MODELS), loadable here
-            try:
-                check_model_source(self.model)
-            except (FileNotFoundError, ModuleNotFoundError) as exc:
-                raise ConfigError(f"Config.model={self.model!r}: {exc}") from None
         self.grpo_config()  # every GRPO and SFT setting is checked now, before any work
         self.sft_config()
 
@@ -150,17 +128,7 @@ def main_job(cfg: Config) -> dict:
     run = Run(cfg, "grpo", total=cfg.steps, unit="round", per_rank=True)
     task = ArithmeticTask(max_value=cfg.max_value, ops=cfg.ops)
     train_ds, test_ds = task.splits(cfg.n_train, cfg.n_test, seed=cfg.seed)
-    if cfg.model:
-        model, tokenizer = load_model_and_tokenizer(cfg.model)
-    else:
-        folder = os.path.join(cfg.out, "tiny_model")
-        with main_process_first() as first:  # rank 0 builds and saves it, the others load it
-            model, tokenizer = make_tiny_lm(
-                folder, task.corpus(), arch=cfg.arch, seed=cfg.seed, hidden_size=cfg.hidden_size,
-                num_layers=cfg.num_layers, intermediate_size=3 * cfg.hidden_size,
-            ) if first else load_model_and_tokenizer(folder)
-    if cfg.lora:
-        model = apply_lora(model, r=cfg.lora_rank, alpha=2 * cfg.lora_rank)
+    model, tokenizer = cfg.build_model(task.corpus())
     n_params = sum(p.numel() for p in model.parameters())
 
     def accuracy() -> float:

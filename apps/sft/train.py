@@ -22,35 +22,24 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tdrl.core.train import ConfigError, Run, RunConfig, hydra_app, init_from_env, main_process_first
+from tdrl.core.train import ConfigError, Run, hydra_app, init_from_env
 from tdrl.llm import (
     ArithmeticTask,
     SFTConfig,
     SFTTrainer,
-    apply_lora,
-    check_model_source,
     evaluate,
-    load_model_and_tokenizer,
     load_prompt_dataset,
-    make_tiny_lm,
     math_answer_reward,
 )
+from tdrl.llm.run_config import LMRunConfig
 
 
 @dataclass
-class Config(RunConfig):
+class Config(LMRunConfig):
     """SFT of a causal LM (the tiny embedded model on the arithmetic task by default)."""
 
-    model: str = ""
-    """Local Hugging Face causal LM folder or registered name (smollm2-135m-instruct); empty: the tiny embedded model."""
     data: str = ""
     """Local .jsonl/.csv/.parquet with prompt and completion columns; empty: the arithmetic task."""
-    arch: str = "qwen2"
-    """Tiny model architecture: qwen2 or llama."""
-    hidden_size: int = 96
-    """Tiny model hidden size."""
-    num_layers: int = 2
-    """Tiny model layers."""
     steps: int = 300
     """Optimiser steps (the run's step unit)."""
     batch_size: int = 64
@@ -61,8 +50,6 @@ class Config(RunConfig):
     """AdamW learning rate (cosine decay)."""
     warmup: int = 10
     """Warm-up steps."""
-    lora: bool = False
-    """Train LoRA adapters instead of all weights."""
     max_new_tokens: int = 4
     """Tokens generated per held-out answer."""
     checkpoint_every: int = 100
@@ -72,15 +59,8 @@ class Config(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.arch not in ("qwen2", "llama"):
-            raise ConfigError(f"Config.arch={self.arch!r} is not allowed: expected 'qwen2' or 'llama'.")
         if self.data and not Path(self.data).is_file():
             raise ConfigError(f"Config.data={self.data!r}: no such file.")
-        if self.model:  # a local folder or a registered name (tdrl.llm.MODELS), loadable here
-            try:
-                check_model_source(self.model)
-            except (FileNotFoundError, ModuleNotFoundError) as exc:
-                raise ConfigError(f"Config.model={self.model!r}: {exc}") from None
 
     def sft_config(self) -> SFTConfig:
         """The trainer's settings (checked here, before any model work)."""
@@ -98,16 +78,7 @@ def train(cfg: Config) -> dict:
         train_ds, test_ds = ds["train"], ds["test"]
     else:
         train_ds, test_ds = task.splits(2000, 200, seed=cfg.seed)
-    if cfg.model:
-        model, tok = load_model_and_tokenizer(cfg.model)
-    else:
-        folder = os.path.join(cfg.out, "tiny_model")
-        with main_process_first() as first:  # rank 0 builds and saves it, the others load it
-            model, tok = make_tiny_lm(folder, task.corpus(), arch=cfg.arch, seed=cfg.seed,
-                                      hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-                                      intermediate_size=3 * cfg.hidden_size) if first else load_model_and_tokenizer(folder)
-    if cfg.lora:
-        model = apply_lora(model)
+    model, tok = cfg.build_model(task.corpus())
     trainer = SFTTrainer(model, tok, train_ds, sft_cfg, run=run)
     trainer.train()
     rows = run.history.rows
