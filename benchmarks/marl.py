@@ -1,9 +1,10 @@
-"""MAPPO training frames/s on VMAS navigation: tdrl.marl vs BenchMARL 1.5, in one run.
+"""MAPPO training frames/s on a VMAS task (default navigation): tdrl.marl vs BenchMARL 1.5, in one run.
 
 Both sides train MAPPO (shared TanhNormal actor, centralised shared critic, MLP 256x256 Tanh,
-clip 0.2, lambda 0.9, gamma 0.99, Adam lr 5e-5 eps 1e-6, grad-norm clip 5) on VMAS
-navigation with BenchMARL's task settings (3 agents, 100 steps, lidar 0.35, collisions) and
-the same budget: ``--envs`` vectorised envs, ``--frames`` frames per batch, ``--epochs``
+clip 0.2, lambda 0.9, gamma 0.99, Adam lr 5e-5 eps 1e-6, grad-norm clip 5) on the VMAS
+``--task`` with BenchMARL's task settings on both sides (``tdrl.marl.tasks``: the scenario
+kwargs and episode length of BenchMARL's YAML, e.g. navigation: 3 agents, 100 steps, lidar
+0.35, collisions) and the same budget: ``--envs`` vectorised envs, ``--frames`` frames per batch, ``--epochs``
 passes over each batch in minibatches of ``--minibatch`` frames, ``--iters`` iterations.
 Frames/s = frames / wall time of the training loop (collection + advantage + updates; env
 and model construction excluded on both sides); frames/CPU-s uses the process CPU time of
@@ -43,8 +44,18 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARL_PY = ROOT / ".venv-benchmarl" / "bin" / "python"
-NAV_KWARGS = dict(n_agents=3, collisions=True, agents_with_same_goal=1, split_goals=False,
-                  observe_all_goals=False, shared_rew=False, lidar_range=0.35, agent_radius=0.1)
+
+
+def _task(name: str) -> dict:
+    """BenchMARL's task values from ``tdrl/marl/tasks.py``, read by path (the BenchMARL venv
+    has no tdrl installed; the module is plain data)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_tdrl_marl_tasks", ROOT / "packages" / "marl" / "src" / "tdrl" / "marl" / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.vmas_task(name)
 
 
 try:  # only inside .venv-benchmarl; module level so that BenchMARL can pickle it
@@ -128,7 +139,9 @@ def run_tdrl(args, seed: int) -> dict:
     from tdrl.marl.trainer import TrainConfig, train_on_policy
 
     torch.manual_seed(seed)
-    env = VmasEnv("navigation", num_envs=args.envs, max_steps=100, seed=seed, device=args.device, **NAV_KWARGS)
+    task = _task(args.task)
+    env = VmasEnv(task["scenario"], num_envs=args.envs, max_steps=task["max_steps"], seed=seed,
+                  device=args.device, **task["kwargs"])
     parts = make_mappo(env, MAPPOConfig(gamma=0.99, lmbda=0.9), num_cells=(256, 256))  # on env.device
     cfg = TrainConfig(frames_per_batch=args.frames, n_iters=args.iters, num_epochs=args.epochs,
                       minibatch_size=args.minibatch, lr=5e-5, adam_eps=1e-6, max_grad_norm=5.0,
@@ -164,8 +177,9 @@ def run_benchmarl(args, seed: int) -> dict:
     cfg.evaluation, cfg.render, cfg.loggers, cfg.create_json = False, False, [], False
     cfg.checkpoint_interval, cfg.checkpoint_at_end = 0, False
     cfg.save_folder = tempfile.mkdtemp(prefix="benchmarl_")
-    task = VmasTask.NAVIGATION.get_from_yaml()
-    task.config.update({"max_steps": 100, **NAV_KWARGS})
+    values = _task(args.task)
+    task = VmasTask[args.task.upper()].get_from_yaml()
+    task.config.update({"max_steps": values["max_steps"], **values["kwargs"]})
     exp = Experiment(task=task, algorithm_config=MappoConfig.get_from_yaml(),
                      model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
                      seed=seed, config=cfg, callbacks=[_LastReturn()])
@@ -186,7 +200,8 @@ def run_benchmarl(args, seed: int) -> dict:
 def _benchmarl_subprocess(args, seed: int) -> dict:
     cmd = [str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--seed", str(seed),
            "--envs", str(args.envs), "--frames", str(args.frames), "--epochs", str(args.epochs),
-           "--minibatch", str(args.minibatch), "--iters", str(args.iters), "--device", args.device]
+           "--minibatch", str(args.minibatch), "--iters", str(args.iters), "--device", args.device,
+           "--task", args.task]
     cmd += ["--profile"] if args.profile else []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
@@ -198,6 +213,8 @@ def _benchmarl_subprocess(args, seed: int) -> dict:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--side", choices=["both", "tdrl", "benchmarl"], default="both")
+    p.add_argument("--task", default="navigation",
+                   help="a BenchMARL VMAS task (tdrl.marl.tasks): balance, navigation, sampling, transport, wheel")
     p.add_argument("--envs", type=int, default=600)
     p.add_argument("--frames", type=int, default=60_000)
     p.add_argument("--epochs", type=int, default=4)
@@ -209,6 +226,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda[:index]: VMAS, networks and training, both sides")
     args = p.parse_args(argv)
     _check_device(args.device)
+    try:
+        n_agents = _task(args.task)["kwargs"]["n_agents"]
+    except KeyError as err:
+        sys.exit(f"--task: {err.args[0]}")
     torch.set_num_threads(1)
     if args.side == "benchmarl":
         print(json.dumps(run_benchmarl(args, args.seed)))
@@ -228,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"repeat {r}: tdrl {ours[-1]}  benchmarl {theirs[-1]}", flush=True)
     fps = lambda runs, k="wall_s": statistics.median(x["frames"] / x[k] for x in runs)  # noqa: E731
     ret = lambda runs: statistics.median(x["return"] for x in runs)  # noqa: E731
-    print(f"\nMAPPO, VMAS navigation, {args.envs} envs x 3 agents, {args.frames} frames/batch, "
+    print(f"\nMAPPO, VMAS {args.task}, {args.envs} envs x {n_agents} agents, {args.frames} frames/batch, "
           f"{args.epochs} epochs x minibatch {args.minibatch}, {args.iters} iters, median of {args.repeats}, "
           f"device {args.device}")
     print(f"{'':12s}{'frames/s':>12s}{'frames/CPU-s':>14s}{'return (last batch)':>22s}")

@@ -90,8 +90,17 @@ def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
     actor_params = _stack_tdmodule([p.policy.module[0] for p in per_seed])
     critic = _stack_tdmodule([p.critic for p in per_seed])
     policy = ProbabilisticTensorDictSequential(actor_params, *list(first.policy.module[1:]))
+    est = first.estimator
+    if first.loss.value_norm is not None or est.value_norm is not None or est.average_advantage:
+        raise ValueError(
+            f"group {group!r}: value normalisation and average_advantage are not supported with "
+            "vectorised seeds (their statistics would be shared by the seeds); build the parts "
+            "without value_norm and with average_advantage=False, or run the seeds one after another."
+        )
     loss = type(first.loss)(policy, critic, first.loss.config, group=group)
-    estimator = type(first.estimator)(first.estimator.gamma, first.estimator.lmbda, group, critic)
+    # reuse_values stays off: the seed-stacked critic needs [n_seeds * N] seed-major batches, and
+    # the reuse path evaluates it on a masked subset of the next observations.
+    estimator = type(est)(est.gamma, est.lmbda, group, critic)
     return OnPolicyParts(policy, critic, loss, estimator)
 
 
