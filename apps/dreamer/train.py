@@ -78,6 +78,8 @@ class Config(OffPolicyConfig):
     """Classes per latent."""
     horizon: int = 15
     """Imagination horizon."""
+    imag_starts: int = 0
+    """Posterior states imagined from per update (a random subset; 0: all, as the paper)."""
     gamma: float = 0.997
     lmbda: float = 0.95
     """Lambda of the imagined returns."""
@@ -118,7 +120,8 @@ def env_for(cfg: Config, num_envs: int = 1):
 def make_agent(env, cfg: Config) -> DreamerV3:
     obs_dim = env.observation_spec["observation"].shape[-1]
     dcfg = DreamerConfig(deter=cfg.deter, stoch=cfg.stoch, classes=cfg.classes, hidden=cfg.hidden[0],
-                         layers=len(cfg.hidden), horizon=cfg.horizon, gamma=cfg.gamma, lmbda=cfg.lmbda,
+                         layers=len(cfg.hidden), horizon=cfg.horizon, imag_starts=cfg.imag_starts,
+                         gamma=cfg.gamma, lmbda=cfg.lmbda,
                          entropy=cfg.entropy)
     return DreamerV3(obs_dim, env.action_spec.shape[-1], discrete=False, cfg=dcfg)
 

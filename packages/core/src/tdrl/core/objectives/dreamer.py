@@ -97,6 +97,8 @@ class DreamerConfig:
     slow_critic_decay: float = 0.98
     slow_reg: float = 1.0
     return_decay: float = 0.99
+    imag_starts: int = 0
+    """Posterior states to imagine from per update (a random subset; 0: all of them, as the paper)."""
 
 
 class DreamerV3(nn.Module):
@@ -182,6 +184,9 @@ class DreamerV3(nn.Module):
         world model and the critic, which are not trained by it.
         """
         c = self.cfg
+        if 0 < c.imag_starts < h.shape[0]:
+            pick = torch.randperm(h.shape[0], device=h.device)[:c.imag_starts]
+            h, z = h[pick], z[pick]
         backprop = not self.discrete
         policy = (lambda f: self.actor(f)[0]) if backprop else (lambda f: self.actor(f)[0].detach())
         with torch.set_grad_enabled(backprop):
