@@ -49,7 +49,10 @@ class TwoHot(nn.Module):
         super().__init__()
         if num_bins < 2:
             raise ValueError(f"TwoHot: num_bins={num_bins} is not allowed: expected >= 2.")
-        self.register_buffer("bins", symexp(torch.linspace(low, high, num_bins)), persistent=False)
+        grid = torch.linspace(low, high, num_bins, dtype=torch.float64)
+        if low == -high and num_bins % 2:
+            grid[num_bins // 2] = 0.0  # an exact zero bin (rewards of 0 are common)
+        self.register_buffer("bins", symexp(grid).float(), persistent=False)
 
     @property
     def num_bins(self) -> int:
@@ -91,7 +94,7 @@ def straight_through_sample(logits: Tensor, generator: torch.Generator | None = 
     flat = probs.reshape(-1, probs.shape[-1])
     idx = torch.multinomial(flat.detach(), 1, generator=generator).reshape(probs.shape[:-1])
     onehot = nn.functional.one_hot(idx, probs.shape[-1]).to(probs.dtype)
-    return onehot + probs - probs.detach()
+    return onehot + (probs - probs.detach())  # exactly one-hot forward
 
 
 def norm_mlp(in_features: int, out_features: int, hidden: int, layers: int,
