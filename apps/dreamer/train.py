@@ -14,7 +14,7 @@ losses (RSSM world model, two-hot reward and critic heads, percentile-normalised
 
 The paper's "train ratio" (replayed steps per agent step) is ``utd_ratio * batch_size * seq_len``.
 
-    python apps/dreamer/train.py --config-name cartpole_balance   # the CPU learning recipe
+    python apps/dreamer/train.py --config-name cartpole_swingup   # the CPU learning recipe
     python apps/dreamer/train.py --config-name gpu                # the paper's sizes (GPU)
     python apps/dreamer/train.py --config-name tiny               # a seconds-long smoke run (CI)
     python apps/dreamer/train.py resume=true
