@@ -25,6 +25,11 @@ def dreamer():
 def test_config_checks(dreamer):
     cfg = dreamer.main.load(["deter=32", "hidden=[8,8]"], recipe="tiny")
     assert cfg.deter == 32 and cfg.hidden == (8, 8) and cfg.total_frames == 120
+    gpu = dreamer.main.load([], recipe="gpu")  # the paper's model size S
+    assert (gpu.deter, gpu.stoch, gpu.classes, gpu.hidden, gpu.batch_size, gpu.seq_len) == (
+        512, 32, 32, (512, 512), 16, 64) and gpu.utd_ratio * 16 * 64 == 512 and gpu.device == "cuda"
+    cpu = dreamer.main.load([], recipe="cartpole_swingup")
+    assert cpu.env_id == "dmc/cartpole-swingup" and cpu.total_frames == 16_000
     with pytest.raises(ValueError, match="num_envs"):
         dreamer.Config(num_envs=2)
     with pytest.raises(ValueError, match="seq_len"):
