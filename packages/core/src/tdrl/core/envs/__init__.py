@@ -1,4 +1,5 @@
-"""Environments: ``EnvBase`` and its implementations (Gymnasium, batched torch, multi-process)."""
+"""Environments: ``EnvBase`` and its implementations (Gymnasium, DeepMind Control, batched torch,
+multi-process)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from .gym import GymEnv, GymWrapper, gym_space_to_spec
 from .batched import SerialEnv
 from .parallel import ParallelEnv, WorkerError
 from .pendulum import PendulumEnv
+from .dm_control import DMControlEnv, parse_dmc_id
 from .factory import TORCH_ENVS, env_rng_state, make_env
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "env_rng_state",
     "TORCH_ENVS",
     "EnvBase",
+    "DMControlEnv",
     "GymEnv",
     "GymWrapper",
     "ParallelEnv",
@@ -23,6 +26,7 @@ __all__ = [
     "WorkerError",
     "check_env_specs",
     "gym_space_to_spec",
+    "parse_dmc_id",
     "make_done_spec",
     "step_mdp",
 ]

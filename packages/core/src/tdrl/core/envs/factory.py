@@ -1,7 +1,8 @@
 """Environments by name, as the apps build them: ``make_env("CartPole-v1", num_envs=8)``.
 
 A Gymnasium id gives a vectorised :class:`GymEnv`; ``tdrl/Pendulum`` gives the batched
-pure-torch :class:`PendulumEnv`, whose whole state travels in the TensorDict (so a run on it
+pure-torch :class:`PendulumEnv`, ``dmc/<domain>-<task>`` a DeepMind Control
+:class:`DMControlEnv` (``dmc/cartpole-balance``; the ``dmc`` extra), whose whole state travels in the TensorDict (so a run on it
 resumes bit-identically: :func:`env_rng_state` checkpoints its reset RNG).
 """
 
@@ -25,11 +26,13 @@ def make_env(env_id: str, num_envs: int = 1, transforms: tuple = (), **gym_kwarg
     """The env ``env_id`` with ``num_envs`` sub-envs, wrapped in ``transforms`` (if any).
 
     Args:
-        env_id: a Gymnasium id (``"HalfCheetah-v5"``) or one of :data:`TORCH_ENVS`.
+        env_id: a Gymnasium id (``"HalfCheetah-v5"``), one of :data:`TORCH_ENVS`, or
+            ``"dmc/<domain>-<task>"`` (a :class:`DMControlEnv`).
         num_envs: batch size (Gymnasium: a vector env of that many copies).
         transforms: transforms applied in order (a :class:`TransformedEnv` over a ``Compose``).
         **gym_kwargs: passed to :class:`GymEnv` (e.g. ``categorical_action_encoding``,
-            ``wrappers``); ignored for the torch envs.
+            ``wrappers``) or :class:`DMControlEnv` (``action_repeat``, ``pixels``, ...);
+            ignored for the torch envs.
 
     Returns:
         The env (a :class:`TransformedEnv` when ``transforms`` is not empty).
@@ -38,6 +41,10 @@ def make_env(env_id: str, num_envs: int = 1, transforms: tuple = (), **gym_kwarg
         raise ValueError(f"make_env({env_id!r}): num_envs={num_envs} is not allowed: expected >= 1.")
     if env_id in TORCH_ENVS:
         base = TORCH_ENVS[env_id](batch_size=(num_envs,))
+    elif env_id.startswith("dmc/"):
+        from .dm_control import make_dmc
+
+        base = make_dmc(env_id, num_envs, **gym_kwargs)
     else:
         base = GymEnv(env_id, num_envs=num_envs, **gym_kwargs)
     if not transforms:

@@ -1,4 +1,4 @@
-"""Networks, actors, critics, distributions, exploration and recurrent modules."""
+"""Networks, actors, critics, distributions, exploration, recurrent and world-model modules."""
 
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ from tdrl.core.modules.exploration import (
 )
 from tdrl.core.modules.models import MLP, ConvNet
 from tdrl.core.modules.recurrent import GRUModule, LSTMModule
+from tdrl.core.modules.world_model import (
+    RSSM,
+    DreamerActor,
+    ReturnNormalizer,
+    TwoHot,
+    straight_through_sample,
+    symexp,
+    symlog,
+    unimix_logits,
+)
 
 __all__ = [
     "MLP",
@@ -44,4 +54,12 @@ __all__ = [
     "OrnsteinUhlenbeckModule",
     "GRUModule",
     "LSTMModule",
+    "RSSM",
+    "DreamerActor",
+    "ReturnNormalizer",
+    "TwoHot",
+    "straight_through_sample",
+    "symexp",
+    "symlog",
+    "unimix_logits",
 ]

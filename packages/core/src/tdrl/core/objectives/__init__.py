@@ -12,6 +12,7 @@ from tdrl.core.objectives.common import LossModule, make_target, total_loss
 from tdrl.core.objectives.cql import CQLLoss
 from tdrl.core.objectives.ddpg import DDPGLoss, QKeys
 from tdrl.core.objectives.discrete_sac import DiscreteSACLoss
+from tdrl.core.objectives.dreamer import DreamerConfig, DreamerV3, kl_balance
 from tdrl.core.objectives.dqn import DQNKeys, DQNLoss
 from tdrl.core.objectives.iql import IQLLoss
 from tdrl.core.objectives.ppo import PPOKeys, PPOLoss
@@ -28,6 +29,9 @@ __all__ = [
     "PPOKeys",
     "A2CLoss",
     "DQNLoss",
+    "DreamerV3",
+    "DreamerConfig",
+    "kl_balance",
     "DQNKeys",
     "DDPGLoss",
     "TD3Loss",
