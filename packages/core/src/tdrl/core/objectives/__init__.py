@@ -15,6 +15,7 @@ from tdrl.core.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.core.objectives.dqn import DQNKeys, DQNLoss
 from tdrl.core.objectives.iql import IQLLoss
 from tdrl.core.objectives.ppo import PPOKeys, PPOLoss
+from tdrl.core.objectives.redq import REDQLoss
 from tdrl.core.objectives.sac import EntropyTemperature, SACLoss
 from tdrl.core.objectives.targets import HardUpdate, SoftUpdate
 from tdrl.core.objectives.td3 import TD3Loss
@@ -32,6 +33,7 @@ __all__ = [
     "DDPGLoss",
     "TD3Loss",
     "SACLoss",
+    "REDQLoss",
     "DiscreteSACLoss",
     "EntropyTemperature",
     "IQLLoss",
