@@ -11,6 +11,7 @@ from tdrl.core.modules.actors import (
     QValueModule,
     ValueOperator,
 )
+from tdrl.core.modules.decision_transformer import DecisionTransformer, DecisionTransformerPolicy
 from tdrl.core.modules.distributions import (
     IndependentNormal,
     MaskedCategorical,
@@ -44,4 +45,6 @@ __all__ = [
     "OrnsteinUhlenbeckModule",
     "GRUModule",
     "LSTMModule",
+    "DecisionTransformer",
+    "DecisionTransformerPolicy",
 ]

@@ -13,6 +13,7 @@ from tdrl.core.objectives.cql import CQLLoss
 from tdrl.core.objectives.ddpg import DDPGLoss, QKeys
 from tdrl.core.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.core.objectives.dqn import DQNKeys, DQNLoss
+from tdrl.core.objectives.dt import DTKeys, DTLoss, returns_to_go, sample_windows
 from tdrl.core.objectives.iql import IQLLoss
 from tdrl.core.objectives.ppo import PPOKeys, PPOLoss
 from tdrl.core.objectives.redq import REDQLoss
@@ -42,6 +43,10 @@ __all__ = [
     "GaussianBCLoss",
     "BCKeys",
     "TD3BCLoss",
+    "DTLoss",
+    "DTKeys",
+    "returns_to_go",
+    "sample_windows",
     "QKeys",
     "SoftUpdate",
     "HardUpdate",
