@@ -34,7 +34,7 @@ from torch import nn
 
 from tdrl.core import DoubleToFloat, RewardSum
 from tdrl.core.collectors import Collector
-from tdrl.core.datasets import read_d4rl, write_d4rl
+from tdrl.core.datasets import read_d4rl, read_minari, write_d4rl
 from tdrl.core.envs import make_env
 from tdrl.core.modules import (MLP, Actor, DecisionTransformer, DecisionTransformerPolicy, NormalParamExtractor,
                                ProbabilisticActor, TanhNormal, ValueOperator)
@@ -55,7 +55,8 @@ class Config(EnvRunConfig):
     algorithm: str = "td3_bc"
     """bc, td3_bc, iql, cql or dt."""
     dataset: str = ""
-    """A D4RL-style HDF5 file; empty: collect dataset_frames of random actions on env_id first."""
+    """A D4RL-style HDF5 file or a local Minari dataset folder; empty: collect dataset_frames of
+    random actions on env_id first."""
     dataset_frames: int = 10_000
     """Frames of the random dataset made when no dataset is given."""
     steps: int = 20_000
@@ -95,8 +96,9 @@ class Config(EnvRunConfig):
         super().__post_init__()
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"Config.algorithm={self.algorithm!r} is not allowed: expected one of {ALGORITHMS}.")
-        if self.dataset and not Path(self.dataset).is_file():
-            raise ConfigError(f"Config.dataset={self.dataset!r}: no such file (a D4RL-style HDF5).")
+        if self.dataset and not Path(self.dataset).exists():
+            raise ConfigError(f"Config.dataset={self.dataset!r}: no such file or folder (a D4RL-style HDF5 "
+                              "file or a Minari dataset folder).")
         for name in ("steps", "batch_size", "log_every", "dataset_frames", "context", "embed_dim", "num_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"Config.{name}={getattr(self, name)} is not allowed: expected an integer >= 1.")
@@ -225,7 +227,7 @@ def train(cfg: Config) -> dict:
     path = Path(cfg.dataset) if cfg.dataset else run.out / "dataset.hdf5"
     if not cfg.dataset and not path.exists():
         random_dataset(cfg, path)
-    data = read_d4rl(path)
+    data = read_minari(path) if path.is_dir() else read_d4rl(path)
     buffer = ReplayBuffer(storage=LazyTensorStorage(data.shape[0]), batch_size=cfg.batch_size)
     buffer.extend(data.exclude("episode"))
     probe = env_for(cfg, 1)
