@@ -69,6 +69,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--dt-steps", type=int, default=3000)
     ap.add_argument("--algorithms", default="bc,td3_bc,iql,cql,dt")
+    ap.add_argument("--dataset", default="", help="reuse a Minari dataset folder this script built before")
+    ap.add_argument("--sac-return", type=float, default=float("nan"), help="with --dataset: its SAC checkpoint's return")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/offline_learning")
     args = ap.parse_args()
@@ -79,7 +81,7 @@ def main() -> None:
     root = Path(args.out)
     sac, offline = load_app("sac"), load_app("offline")
     t0 = time.time()
-    folder, sac_return = build_dataset(sac, args, root)
+    folder, sac_return = (Path(args.dataset), args.sac_return) if args.dataset else build_dataset(sac, args, root)
     for algo in args.algorithms.split(","):
         steps = args.dt_steps if algo == "dt" else args.steps
         extra = dict(batch_size=64, lr=1e-4, context=20, embed_dim=64, num_layers=2) if algo == "dt" else {}
