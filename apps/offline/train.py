@@ -1,12 +1,16 @@
 """Offline RL and imitation from a fixed dataset: BC, TD3+BC (Fujimoto & Gu, 2021), IQL
-(Kostrikov et al., 2022) and CQL (Kumar et al., 2020) on a D4RL-style HDF5 file.
+(Kostrikov et al., 2022), CQL (Kumar et al., 2020) and the Decision Transformer (Chen et al.,
+2021) on a D4RL-style HDF5 file.
 
 A linear script built from tdrl parts: the dataset (``dataset=FILE``, read by
 :func:`tdrl.core.datasets.read_d4rl`; without one, a dataset of uniformly random actions on
 ``env_id`` is collected and written to ``out/dataset.hdf5`` first) in a :class:`ReplayBuffer`,
 one loss per ``algorithm``, ``steps`` gradient steps on sampled batches, deterministic
 evaluation episodes in the env every ``eval_every`` steps, and the run harness of
-``tdrl.core.train``.
+``tdrl.core.train``. ``algorithm=dt`` trains a :class:`DecisionTransformer` on windows of
+``context`` steps (observations normalised by the dataset's mean and std, returns-to-go
+divided by ``return_scale``) and evaluates it conditioned on the dataset's best episode
+return (or ``target_return``), decremented by each reward.
 
     python apps/offline/train.py algorithm=td3_bc dataset=halfcheetah-medium.hdf5 env_id=HalfCheetah-v5
     python apps/offline/train.py -m algorithm=bc,td3_bc,iql,cql        # one folder each, sweep.json
@@ -24,20 +28,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
 from tdrl.core import DoubleToFloat, RewardSum
 from tdrl.core.collectors import Collector
-from tdrl.core.datasets import read_d4rl, write_d4rl
+from tdrl.core.datasets import read_d4rl, read_minari, write_d4rl
 from tdrl.core.envs import make_env
-from tdrl.core.modules import MLP, Actor, NormalParamExtractor, ProbabilisticActor, TanhNormal, ValueOperator
-from tdrl.core.objectives import BCLoss, CQLLoss, IQLLoss, SoftUpdate, TD3BCLoss, total_loss
+from tdrl.core.modules import (MLP, Actor, DecisionTransformer, DecisionTransformerPolicy, NormalParamExtractor,
+                               ProbabilisticActor, TanhNormal, ValueOperator)
+from tdrl.core.objectives import (BCLoss, CQLLoss, DTLoss, IQLLoss, SoftUpdate, TD3BCLoss, returns_to_go,
+                                  sample_windows, total_loss)
+from tdrl.core.objectives.dt import episode_timesteps
 from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
 from tdrl.core.train import ConfigError, EnvRunConfig, Run, crossed, evaluate_episodes, hydra_app, mean_metrics
 
-ALGORITHMS = ("bc", "td3_bc", "iql", "cql")
+ALGORITHMS = ("bc", "td3_bc", "iql", "cql", "dt")
 
 
 @dataclass
@@ -46,9 +53,10 @@ class Config(EnvRunConfig):
 
     env_id: str = "Pendulum-v1"
     algorithm: str = "td3_bc"
-    """bc, td3_bc, iql or cql."""
+    """bc, td3_bc, iql, cql or dt."""
     dataset: str = ""
-    """A D4RL-style HDF5 file; empty: collect dataset_frames of random actions on env_id first."""
+    """A D4RL-style HDF5 file or a local Minari dataset folder; empty: collect dataset_frames of
+    random actions on env_id first."""
     dataset_frames: int = 10_000
     """Frames of the random dataset made when no dataset is given."""
     steps: int = 20_000
@@ -62,6 +70,18 @@ class Config(EnvRunConfig):
     tau: float = 0.005
     """Polyak factor of the target networks."""
     hidden: tuple[int, ...] = (256, 256)
+    context: int = 20
+    """dt: window length K (steps per sequence)."""
+    embed_dim: int = 128
+    """dt: token width."""
+    num_layers: int = 3
+    """dt: transformer blocks (one head each)."""
+    return_scale: float = 1000.0
+    """dt: returns-to-go are divided by it."""
+    target_from_dataset: bool = True
+    """dt: condition the evaluation on the dataset's best episode return (false: on target_return)."""
+    target_return: float = 0.0
+    """dt: the return to condition on when target_from_dataset is false."""
     eval_episodes: int = 5
     eval_every: int = 5_000
     """Gradient steps between evaluations; 0: only at the end."""
@@ -76,13 +96,16 @@ class Config(EnvRunConfig):
         super().__post_init__()
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"Config.algorithm={self.algorithm!r} is not allowed: expected one of {ALGORITHMS}.")
-        if self.dataset and not Path(self.dataset).is_file():
-            raise ConfigError(f"Config.dataset={self.dataset!r}: no such file (a D4RL-style HDF5).")
-        for name in ("steps", "batch_size", "log_every", "dataset_frames"):
+        if self.dataset and not Path(self.dataset).exists():
+            raise ConfigError(f"Config.dataset={self.dataset!r}: no such file or folder (a D4RL-style HDF5 "
+                              "file or a Minari dataset folder).")
+        for name in ("steps", "batch_size", "log_every", "dataset_frames", "context", "embed_dim", "num_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"Config.{name}={getattr(self, name)} is not allowed: expected an integer >= 1.")
         if not self.lr > 0 or not 0 < self.tau <= 1 or not 0 <= self.gamma <= 1:
             raise ConfigError(f"Config: lr={self.lr} must be > 0, tau={self.tau} in (0, 1], gamma={self.gamma} in [0, 1].")
+        if not self.return_scale > 0:
+            raise ConfigError(f"Config.return_scale={self.return_scale} is not allowed: expected > 0.")
 
 
 def env_for(cfg: Config, num_envs: int):
@@ -108,6 +131,60 @@ def episode_mean_return(data: TensorDictBase) -> float:
     sums = torch.zeros(int(data["episode"].max()) + 1).index_add_(0, data["episode"], data["next", "reward"].squeeze(-1))
     complete = torch.unique(data["episode"][ends])
     return float(sums[complete].mean()) if len(complete) else float("nan")
+
+
+def episode_best_return(data: TensorDictBase) -> float:
+    """Best return among the dataset's complete episodes."""
+    ends = data["next", "done"].squeeze(-1)
+    sums = torch.zeros(int(data["episode"].max()) + 1).index_add_(0, data["episode"], data["next", "reward"].squeeze(-1))
+    return float(sums[torch.unique(data["episode"][ends])].max())
+
+
+class _DT:
+    """The Decision Transformer's data and evaluation: windows of normalised observations and
+    scaled returns-to-go, and episodes conditioned on a target return."""
+
+    def __init__(self, cfg: Config, data: TensorDictBase, obs_dim: int, act_dim: int, low: float, high: float):
+        self.cfg = cfg
+        obs = data["observation"].float()
+        self.mean, self.std = obs.mean(0), obs.std(0).clamp_min(1e-3)
+        episode = data["episode"]
+        self.seq = TensorDict(observation=(obs - self.mean) / self.std, action=data["action"].float(),
+                              returns_to_go=returns_to_go(data["next", "reward"].float(), episode)[:, None] / cfg.return_scale,
+                              timestep=episode_timesteps(episode), episode=episode, batch_size=data.shape)
+        self.target = episode_best_return(data) if cfg.target_from_dataset else cfg.target_return
+        self.model = DecisionTransformer(obs_dim, act_dim, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
+                                         context=cfg.context, max_timestep=int(self.seq["timestep"].max()) + 2,
+                                         action_low=low, action_high=high)
+
+    def sample(self) -> TensorDict:
+        return sample_windows(self.seq, self.cfg.context, self.cfg.batch_size)
+
+    def evaluate(self, seed: int) -> float:
+        """Mean return of ``eval_episodes`` first episodes, conditioned on the target."""
+        from tdrl.core import step_mdp
+
+        n = self.cfg.eval_episodes
+        env = env_for(self.cfg, n)
+        env.set_seed(seed)
+        td = env.reset()
+        policy = DecisionTransformerPolicy(self.model, self.target, n, self.cfg.return_scale)
+        finished, returns = torch.zeros(n, dtype=torch.bool), torch.zeros(n)
+        while not bool(finished.all()):
+            td["action"] = policy.act((td["observation"].float() - self.mean) / self.std)
+            td = env.step(td)
+            policy.observe(td["next", "reward"].reshape(n))
+            done = td["next", "done"].reshape(n)
+            first = done & ~finished
+            returns[first] = td["next", "episode_reward"].reshape(n)[first]
+            finished |= done
+            td = step_mdp(td)
+            if bool(done.any()) and not bool(finished.all()):
+                td["_reset"] = done.unsqueeze(-1)
+                td = env.reset(td).exclude("_reset")
+        env.close()
+        self.model.train()
+        return float(returns.mean())
 
 
 def make_loss(cfg: Config, obs_dim: int, act_dim: int, low: float, high: float):
@@ -150,7 +227,7 @@ def train(cfg: Config) -> dict:
     path = Path(cfg.dataset) if cfg.dataset else run.out / "dataset.hdf5"
     if not cfg.dataset and not path.exists():
         random_dataset(cfg, path)
-    data = read_d4rl(path)
+    data = read_minari(path) if path.is_dir() else read_d4rl(path)
     buffer = ReplayBuffer(storage=LazyTensorStorage(data.shape[0]), batch_size=cfg.batch_size)
     buffer.extend(data.exclude("episode"))
     probe = env_for(cfg, 1)
@@ -158,21 +235,26 @@ def train(cfg: Config) -> dict:
     low, high = float(spec.low.min()), float(spec.high.max())
     obs_dim, act_dim = probe.observation_spec["observation"].shape[-1], spec.shape[-1]
     probe.close()
-    loss_fn, actor = make_loss(cfg, obs_dim, act_dim, low, high)
+    dt = _DT(cfg, data, obs_dim, act_dim, low, high) if cfg.algorithm == "dt" else None
+    loss_fn, actor = (DTLoss(dt.model), dt.model) if dt else make_loss(cfg, obs_dim, act_dim, low, high)
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
-    updater = SoftUpdate(loss_fn, tau=cfg.tau) if cfg.algorithm != "bc" else None
+    updater = SoftUpdate(loss_fn, tau=cfg.tau) if cfg.algorithm not in ("bc", "dt") else None
     state = {"loss": loss_fn, "optim": optim}
     resumed = run.start(**state)
     start = int(resumed["step"]) if resumed else 0
 
     def evaluate(seed: int) -> float:
+        if dt is not None:
+            return dt.evaluate(seed)
         return evaluate_episodes(env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes, seed)
 
     stats = []
     for step in range(start + 1, cfg.steps + 1):
-        out = loss_fn(buffer.sample())
+        out = loss_fn(dt.sample() if dt else buffer.sample())
         optim.zero_grad(set_to_none=True)
         total_loss(out).backward()
+        if dt is not None:  # the paper clips the gradient norm at 0.25
+            nn.utils.clip_grad_norm_(loss_fn.parameters(), 0.25)
         optim.step()
         if updater is not None:
             updater.step()
@@ -190,7 +272,8 @@ def train(cfg: Config) -> dict:
     run.checkpoint(run.step, **state)
     eval_return = evaluate(cfg.seed + 20_000)
     run.log(run.step, {"eval_return": eval_return})
-    torch.save({"actor": actor.state_dict(), "algorithm": cfg.algorithm}, os.path.join(cfg.out, "model.pt"))
+    extra = {"obs_mean": dt.mean, "obs_std": dt.std, "target_return": dt.target} if dt else {}
+    torch.save({"actor": actor.state_dict(), "algorithm": cfg.algorithm, **extra}, os.path.join(cfg.out, "model.pt"))
     summary = run.finish({"algorithm": cfg.algorithm, "env_id": cfg.env_id, "steps": run.step, "dataset": str(path),
                           "dataset_transitions": data.shape[0], "dataset_return": episode_mean_return(data),
                           "eval_return": eval_return, "eval_episodes": cfg.eval_episodes},

@@ -1,4 +1,5 @@
-"""Soft actor-critic (Haarnoja et al., 2018) on MuJoCo tasks; Pendulum-v1 as a quick option.
+"""Soft actor-critic (Haarnoja et al., 2018) on MuJoCo tasks; Pendulum-v1 as a quick option;
+REDQ (Chen et al., 2021) with ``algorithm=redq``.
 
 A linear TorchRL-style script built from tdrl parts: a :class:`GymEnv` (or the torch
 :class:`PendulumEnv` with ``--env_id tdrl/Pendulum``), a :class:`ProbabilisticActor` with a
@@ -8,10 +9,14 @@ frames), a :class:`ReplayBuffer` over a :class:`LazyTensorStorage`, :class:`Soft
 the target critics, and the run harness of ``tdrl.core.train`` (run folder, metrics,
 checkpoints, exact resume). Each collected batch is one step
 of every sub-env; then ``utd_ratio`` gradient steps on sampled batches per collected frame.
+``algorithm=redq`` swaps in :class:`REDQLoss` (``num_critics`` critics, each target the min
+over a random ``critic_subset`` of them, the actor on their mean); the paper's high
+update-to-data ratio is ``utd_ratio`` (20 in the ``redq`` recipe).
 
     python apps/sac/train.py                                    # HalfCheetah-v5, 1M frames
     python apps/sac/train.py env_id=Pendulum-v1 total_frames=8000 learning_starts=500
     python apps/sac/train.py --config-name tiny                 # a seconds-long smoke run (CI)
+    python apps/sac/train.py --config-name redq                 # REDQ: 10 critics, subsets of 2, UTD 20
     python apps/sac/train.py resume=true                        # continue from the last checkpoint
 
 Outputs in ``out``: ``config.yaml``, ``metrics.csv`` (``step`` = frames), ``learning_curve.png``,
@@ -37,7 +42,7 @@ from tdrl.core import DoubleToFloat, RewardSum
 from tdrl.core.collectors import Collector
 from tdrl.core.envs import env_rng_state, make_env
 from tdrl.core.modules import MLP, NormalParamExtractor, ProbabilisticActor, TanhNormal, ValueOperator
-from tdrl.core.objectives import SACLoss, SoftUpdate, total_loss
+from tdrl.core.objectives import REDQLoss, SACLoss, SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
 from tdrl.core.train import (
     ConfigError,
@@ -69,6 +74,12 @@ class Config(OffPolicyConfig):
     alpha_init: float = 1.0
     """Initial entropy temperature (tuned automatically)."""
     hidden: tuple[int, ...] = (256, 256)
+    algorithm: str = "sac"
+    """``sac`` (clipped double-Q over all critics) or ``redq`` (min over a random subset)."""
+    num_critics: int = 2
+    """Q networks in the ensemble (2 for SAC; the REDQ paper uses 10)."""
+    critic_subset: int = 2
+    """REDQ only: critics drawn per update for the target's minimum (the paper's M = 2)."""
     eval_episodes: int = 5
     checkpoint_every: int = 50_000
     """Frames between checkpoints; 0: only at the end."""
@@ -80,6 +91,13 @@ class Config(OffPolicyConfig):
         if not (self.actor_lr > 0 and self.critic_lr > 0):
             raise ConfigError(f"Config.actor_lr={self.actor_lr} / critic_lr={self.critic_lr}: "
                               "learning rates must be > 0.")
+        if self.algorithm not in ("sac", "redq"):
+            raise ConfigError(f"Config.algorithm={self.algorithm!r}: expected 'sac' or 'redq'.")
+        if self.num_critics < 1:
+            raise ConfigError(f"Config.num_critics={self.num_critics}: must be >= 1.")
+        if self.algorithm == "redq" and not 1 <= self.critic_subset <= self.num_critics:
+            raise ConfigError(f"Config.critic_subset={self.critic_subset}: REDQ needs "
+                              f"1 <= critic_subset <= num_critics={self.num_critics}.")
 
 
 def env_for(cfg: Config, num_envs: int):
@@ -106,12 +124,18 @@ def make_actor_critic(env, cfg: Config):
 
 def train(cfg: Config) -> dict:
     """Run SAC with ``cfg``; returns a summary dict (also written to ``summary.json``)."""
-    run = Run(cfg, "sac", total=cfg.total_frames, unit="frames")
+    run = Run(cfg, cfg.algorithm, total=cfg.total_frames, unit="frames")
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
     env = env_for(cfg, cfg.num_envs)
     actor, qvalue = make_actor_critic(env, cfg)
-    loss_fn = SACLoss(actor, qvalue, gamma=cfg.gamma, alpha_init=cfg.alpha_init).to(device)
+    if cfg.algorithm == "redq":
+        loss_fn = REDQLoss(actor, qvalue, num_qvalue_nets=cfg.num_critics,
+                           subset_size=cfg.critic_subset, gamma=cfg.gamma,
+                           alpha_init=cfg.alpha_init).to(device)
+    else:
+        loss_fn = SACLoss(actor, qvalue, num_qvalue_nets=cfg.num_critics, gamma=cfg.gamma,
+                          alpha_init=cfg.alpha_init).to(device)
     optim = torch.optim.Adam([
         {"params": list(actor.parameters()), "lr": cfg.actor_lr},
         {"params": list(loss_fn.qvalue.parameters()), "lr": cfg.critic_lr},
@@ -172,7 +196,7 @@ def train(cfg: Config) -> dict:
                                     cfg.seed + 20_000)
     torch.save({"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict(),
                 "config": dataclasses.asdict(cfg)}, os.path.join(cfg.out, "model.pt"))
-    summary = finish_env_run(run, cfg, frames, eval_return, f"SAC {cfg.env_id}", updates=budget.updates)
+    summary = finish_env_run(run, cfg, frames, eval_return, f"{cfg.algorithm.upper()} {cfg.env_id}", updates=budget.updates)
     return summary
 
 

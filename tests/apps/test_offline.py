@@ -16,16 +16,17 @@ def app():
     return load_app("offline")
 
 
-@pytest.mark.parametrize("algorithm", ["bc", "td3_bc", "iql", "cql"])
+@pytest.mark.parametrize("algorithm", ["bc", "td3_bc", "iql", "cql", "dt"])
 def test_tiny_run_for_every_algorithm(app, tmp_path, algorithm):
     out = tmp_path / "run"
-    summary = app.main(["-cn", "tiny", f"out={out}", f"algorithm={algorithm}"])
+    small_dt = ["context=5", "embed_dim=32", "num_layers=1"] if algorithm == "dt" else []
+    summary = app.main(["-cn", "tiny", f"out={out}", f"algorithm={algorithm}", *small_dt])
     assert summary["steps"] == 60 and summary["dataset_transitions"] == 1000
     assert math.isfinite(summary["eval_return"]) and math.isfinite(summary["dataset_return"])
     rows = read_rows(out / "metrics.csv")
     losses = [float(r["loss_actor"]) for r in rows if r.get("loss_actor")]
     assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
-    if algorithm == "bc":  # imitation of the dataset actions improves
+    if algorithm in ("bc", "dt"):  # imitation of the dataset actions improves
         assert losses[-1] < losses[0]
     assert json.loads((out / "summary.json").read_text())["algorithm"] == algorithm
     for name in ("dataset.hdf5", "model.pt", "learning_curve.png", "config.yaml"):
@@ -42,7 +43,7 @@ def test_a_given_dataset_is_used_as_is(app, tmp_path):
 
 
 def test_bad_settings_are_refused(app, tmp_path):
-    for bad, key in (("algorithm=dt", "algorithm"), (f"dataset={tmp_path / 'none.hdf5'}", "dataset"),
+    for bad, key in (("algorithm=dqn", "algorithm"), ("context=0", "context"), ("return_scale=0", "return_scale"), (f"dataset={tmp_path / 'none.hdf5'}", "dataset"),
                      ("steps=0", "steps"), ("lr=-1", "lr")):
         with pytest.raises(ValueError, match=key):
             app.main.load([bad])

@@ -95,3 +95,21 @@ def test_resumed_run_is_bit_identical(sac, tmp_path):
     for key in ("actor", "qvalue"):
         assert all(torch.equal(wa[key][k], wb[key][k]) for k in wa[key]), key
     assert summary["eval_return"] == json.loads((full / "summary.json").read_text())["eval_return"]
+
+
+def test_tiny_redq_run(sac, tmp_path):
+    """``algorithm=redq``: an ensemble of 4 critics, subsets of 2, two updates per frame."""
+    cfg = sac.main.load(["env_id=Pendulum-v1", f"out={tmp_path}", "algorithm=redq",
+                         "num_critics=4", "critic_subset=2", "utd_ratio=2"], recipe="tiny")
+    summary = sac.train(cfg)
+    assert summary["frames"] == 200 and summary["updates"] == 202
+    state = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert {k.split(".")[0] for k in state["qvalue"]} == {"0", "1", "2", "3"}
+    with open(tmp_path / "metrics.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("q_std")]
+    assert rows and all(math.isfinite(float(r["q_std"])) for r in rows)
+    redq = sac.main.load([], recipe="redq")
+    assert (redq.algorithm, redq.num_critics, redq.critic_subset, redq.utd_ratio) == ("redq", 10, 2, 20)
+    for bad in (["algorithm=td4"], ["algorithm=redq", "critic_subset=3", "num_critics=2"]):
+        with pytest.raises(ValueError, match=bad[-1].split("=")[0]):
+            sac.main.load(bad, recipe="tiny")

@@ -11,6 +11,7 @@ from tdrl.core.modules.actors import (
     QValueModule,
     ValueOperator,
 )
+from tdrl.core.modules.decision_transformer import DecisionTransformer, DecisionTransformerPolicy
 from tdrl.core.modules.distributions import (
     IndependentNormal,
     MaskedCategorical,
@@ -62,4 +63,6 @@ __all__ = [
     "symexp",
     "symlog",
     "unimix_logits",
+    "DecisionTransformer",
+    "DecisionTransformerPolicy",
 ]

@@ -14,8 +14,10 @@ from tdrl.core.objectives.ddpg import DDPGLoss, QKeys
 from tdrl.core.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.core.objectives.dreamer import DreamerConfig, DreamerV3, kl_balance
 from tdrl.core.objectives.dqn import DQNKeys, DQNLoss
+from tdrl.core.objectives.dt import DTKeys, DTLoss, returns_to_go, sample_windows
 from tdrl.core.objectives.iql import IQLLoss
 from tdrl.core.objectives.ppo import PPOKeys, PPOLoss
+from tdrl.core.objectives.redq import REDQLoss
 from tdrl.core.objectives.sac import EntropyTemperature, SACLoss
 from tdrl.core.objectives.targets import HardUpdate, SoftUpdate
 from tdrl.core.objectives.td3 import TD3Loss
@@ -36,6 +38,7 @@ __all__ = [
     "DDPGLoss",
     "TD3Loss",
     "SACLoss",
+    "REDQLoss",
     "DiscreteSACLoss",
     "EntropyTemperature",
     "IQLLoss",
@@ -44,6 +47,10 @@ __all__ = [
     "GaussianBCLoss",
     "BCKeys",
     "TD3BCLoss",
+    "DTLoss",
+    "DTKeys",
+    "returns_to_go",
+    "sample_windows",
     "QKeys",
     "SoftUpdate",
     "HardUpdate",
