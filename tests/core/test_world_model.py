@@ -155,8 +155,8 @@ def test_losses_train_what_they_should(discrete):
     batch = _batch()
     wm, (h, z) = agent.world_model_loss(batch)
     assert h.shape == (3 * 7, 16) and z.shape == (3 * 7, 16) and not h.requires_grad
-    assert float(wm["loss_reward"]) == pytest.approx(math.log(255), rel=1e-4)  # zero-init head: uniform
-    assert float(wm["loss_kl"]) >= 0.6 - 1e-6
+    assert float(wm["loss_reward"].detach()) == pytest.approx(math.log(255), rel=1e-4)  # zero-init head: uniform
+    assert float(wm["loss_kl"].detach()) >= 0.6 - 1e-6
     ac = agent.actor_critic_loss(h, z)
     actor = list(agent.actor.parameters())
     ac["loss_actor"].backward(inputs=actor)
