@@ -93,6 +93,9 @@ class Config(LMRunConfig):
     """KL weight to the reference model."""
     tis_cap: float = 0.0
     """Truncated importance-sampling cap; 0: off."""
+    async_generation: bool = False
+    """Generate round k+1 in a background thread while round k trains (one step off-policy; set
+    tis_cap to correct it; not bit-reproducible, and a resumed run regenerates its first round)."""
     eval_every: int = 25
     """GRPO rounds between held-out accuracy checks; 0: only at the end."""
     checkpoint_every: int = 0
@@ -114,6 +117,7 @@ class Config(LMRunConfig):
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, lr=self.lr, epochs=self.epochs,
             minibatch_size=self.minibatch_size or None, grad_accum=self.grad_accum, loss=loss,
             seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
+            async_generation=self.async_generation,
         )
 
     def sft_config(self) -> SFTConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from tdrl.llm.rewards.compute import map_bounded
 from tdrl.llm.rewards.sandbox import SandboxResult, run_python_sandboxed, sandbox_mode
 
 __all__ = ["SandboxResult", "run_python_sandboxed", "sandbox_mode", "extract_code", "code_execution_reward"]
@@ -19,27 +20,42 @@ def extract_code(text: str) -> str:
     return blocks[-1] if blocks else text
 
 
-def code_execution_reward(timeout: float = 5.0, memory_mb: int = 512):
+def code_execution_reward(timeout: float = 5.0, memory_mb: int = 512, workers: int = 4):
     """A reward that runs each completion's code followed by its tests in the sandbox.
 
     The dataset must have a ``tests`` column: a string of Python (e.g. ``assert`` lines) run
     after the completion's code. The reward is 1.0 when the program exits with status 0
     within the limits, else 0.0.
 
+    Programs run ``workers`` at a time (threads, each waiting on its own sandboxed process),
+    every one under the same per-program limits; a batch therefore takes about
+    ``ceil(N / workers)`` program times instead of ``N``. Keep the batch's worst case,
+    ``ceil(N / workers) * (timeout + 1)`` s, under ``GRPOConfig.reward_timeout``.
+
     Args:
         timeout: per-program wall-clock seconds.
         memory_mb: per-program address-space limit.
+        workers: programs run at once (``1``: one after another).
 
     Returns:
         A reward callable ``(prompts, completions, tests, **columns) -> list[float]``.
+
+    Raises:
+        ValueError: a limit is not positive or ``workers`` is not an integer >= 1.
     """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"code_execution_reward: workers={workers!r}; expected an integer >= 1")
+    for name, value in (("timeout", timeout), ("memory_mb", memory_mb)):
+        if not value > 0:
+            raise ValueError(f"code_execution_reward: {name}={value!r}; expected a positive number")
+
+    def run_one(pair) -> float:
+        c, t = pair
+        res = run_python_sandboxed(extract_code(c) + "\n\n" + t + "\n", timeout=timeout, memory_mb=memory_mb)
+        return 1.0 if res.ok else 0.0
 
     def reward(prompts: Sequence, completions: Sequence[str], tests: Sequence[str], **_) -> list[float]:
-        out = []
-        for c, t in zip(completions, tests, strict=True):
-            res = run_python_sandboxed(extract_code(c) + "\n\n" + t + "\n", timeout=timeout, memory_mb=memory_mb)
-            out.append(1.0 if res.ok else 0.0)
-        return out
+        return map_bounded(run_one, list(zip(completions, tests, strict=True)), workers)
 
     reward.__name__ = "code_execution_reward"
     return reward

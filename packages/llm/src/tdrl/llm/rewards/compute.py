@@ -1,14 +1,22 @@
 """Apply several reward functions to a batch: TRL's calling convention, per-call timeouts, and
 what a failure does (a function that fails on a whole batch stops the run; a sample that fails
-alone scores 0 and is counted)."""
+alone scores 0 and is counted).
+
+A reward function may be a coroutine function (``async def``): it is awaited on an event loop
+of its own with ``asyncio.wait_for``, so one that never returns is *cancelled* at its timeout
+(a blocking function cannot be: its thread is abandoned). Blocking work inside a reward
+(running programs, HTTP calls) can be spread over a bounded pool with :func:`map_bounded`.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -22,7 +30,9 @@ __all__ = [
     "bind_reward",
     "call_with_timeout",
     "compute_rewards",
+    "is_async_reward",
     "is_conversational",
+    "map_bounded",
     "wants_text",
 ]
 
@@ -37,22 +47,78 @@ class RewardTimeout(TimeoutError):
     """A reward function did not return within its time limit."""
 
 
-def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str = "reward function") -> list:
+def is_async_reward(fn) -> bool:
+    """Whether ``fn`` is a coroutine function (``async def``, or an object with ``async def __call__``)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+def _timeout_message(name: str, timeout: float, cancelled: bool) -> str:
+    if cancelled:
+        return (f"{name} did not return within {timeout:g} s (reward_timeout); the coroutine was cancelled. "
+                f"Make it faster, bound its own waits, or raise the limit (GRPOConfig.reward_timeout).")
+    return (f"{name} did not return within {timeout:g} s (reward_timeout); its thread is left running "
+            f"in the background because Python threads cannot be killed. Make the function faster, "
+            f"bound its own waits, or raise the limit (GRPOConfig.reward_timeout).")
+
+
+def _await_with_timeout(call: Callable[[], object], timeout: float | None, name: str) -> list:
+    """Run the coroutine ``call()`` makes on a fresh event loop, cancelling it after ``timeout`` s.
+
+    The loop runs in a daemon thread of its own, so this works whether or not the caller is
+    already inside an event loop (a notebook) and whatever the coroutine blocks on; the wait for
+    that thread is bounded too (a coroutine that blocks its loop without awaiting cannot be
+    cancelled, and is then abandoned like a blocking function).
+    """
+
+    async def main():
+        if not timeout:
+            return await call()
+        try:
+            return await asyncio.wait_for(call(), timeout)
+        except asyncio.TimeoutError:
+            raise RewardTimeout(_timeout_message(name, timeout, cancelled=True)) from None
+
+    box: dict = {}
+
+    def work():
+        try:
+            box["value"] = asyncio.run(main())
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name=f"tdrl-reward-{name}", daemon=True)
+    worker.start()
+    worker.join(None if not timeout else timeout + 5.0)  # cancellation itself may take a moment
+    if worker.is_alive():
+        raise RewardTimeout(_timeout_message(name, timeout, cancelled=False))
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str = "reward function",
+                      is_async: bool = False) -> list:
     """``call()`` in a daemon worker thread, waiting at most ``timeout`` seconds.
 
     A Python thread cannot be killed: on a timeout the worker is abandoned and keeps running
     in the background (as a daemon it does not keep the interpreter alive at exit). A reward
-    that can hang on external work should bound that work itself (the code sandbox does).
+    that can hang on external work should bound that work itself (the code sandbox does), or
+    be a coroutine: with ``is_async=True``, ``call()`` returns a coroutine, which is awaited
+    on its own event loop and cancelled at the timeout.
 
     Args:
-        call: a no-argument callable.
-        timeout: seconds; ``None`` or ``0`` calls ``call`` in the caller's thread, without limit.
+        call: a no-argument callable (returning a coroutine when ``is_async``).
+        timeout: seconds; ``None`` or ``0`` calls ``call`` in the caller's thread, without limit
+            (a coroutine still gets a loop of its own).
         name: what to name in the error.
+        is_async: ``call()`` returns a coroutine.
 
     Raises:
         RewardTimeout: ``call`` did not return in time.
         Exception: whatever ``call`` raised.
     """
+    if is_async:
+        return _await_with_timeout(call, timeout, name)
     if not timeout:
         return call()
     box: dict = {}
@@ -67,14 +133,30 @@ def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
-        raise RewardTimeout(
-            f"{name} did not return within {timeout:g} s (reward_timeout); its thread is left running "
-            f"in the background because Python threads cannot be killed. Make the function faster, "
-            f"bound its own waits, or raise the limit (GRPOConfig.reward_timeout)."
-        )
+        raise RewardTimeout(_timeout_message(name, timeout, cancelled=False))
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def map_bounded(fn: Callable, items: Sequence, workers: int) -> list:
+    """``[fn(x) for x in items]`` with at most ``workers`` calls running at once (threads).
+
+    For blocking work that releases the GIL (subprocesses, I/O): the code-execution reward
+    runs its programs this way. Results keep the order of ``items``; the first exception raised
+    by a call is raised after every started call has finished (no call is left running).
+
+    Raises:
+        ValueError: ``workers`` is not a positive integer.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"map_bounded: workers={workers!r}; expected an integer >= 1")
+    items = list(items)
+    if workers == 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="tdrl-reward-pool") as pool:
+        futures = [pool.submit(fn, x) for x in items]
+        return [f.result() for f in futures]
 
 
 def _name(fn) -> str:
@@ -188,16 +270,16 @@ def compute_rewards(
     - ``"zero"``: every failure scores 0 and is counted (training never stops for a reward);
     - ``"raise"``: the first failure of any kind (a raise, a timeout, a wrong count) is raised.
 
-    A function that does not return within ``timeout`` seconds (left running in a background
-    thread: threads cannot be killed), returns the wrong number of values, or returns a value
+    A function that does not return within ``timeout`` seconds (a coroutine is cancelled; a
+    blocking function is left running in a background thread: threads cannot be killed), returns the wrong number of values, or returns a value
     that is not a finite number, gives 0 for the affected samples and is counted (``"raise"``
     raises instead, but a non-finite value is always scored 0). The first traceback of each
     function is logged once per name in ``logged``. A function whose signature cannot take
     the batch raises a ``TypeError`` at once.
 
     Args:
-        reward_fns: ``K`` callables ``(prompts, completions, **columns) -> list[float]``,
-            called with keywords when their signature allows it (TRL's convention, so
+        reward_fns: ``K`` callables ``(prompts, completions, **columns) -> list[float]``, or
+            coroutine functions whose coroutine returns that list; called with keywords when their signature allows it (TRL's convention, so
             ``def f(completions, **kwargs)`` works), else positionally.
         prompts: ``N`` prompts (strings or message lists).
         completions: ``N`` completion texts.
@@ -237,7 +319,7 @@ def compute_rewards(
     for k, (fn, call) in enumerate(zip(reward_fns, calls)):
         name = _name(fn)
         try:
-            values = _checked(call_with_timeout(call, timeout, f"reward function {name}"), n)
+            values = _checked(call_with_timeout(call, timeout, f"reward function {name}", is_async_reward(fn)), n)
         except RewardTimeout as exc:
             if on_error == "raise":
                 raise RewardFunctionError(f"{exc} (GRPOConfig.on_reward_error='raise')") from exc
@@ -291,7 +373,7 @@ def _one_by_one(fn, prompts, completions, columns, timeout, name, batch_exc) -> 
     for i in range(len(completions)):
         try:
             call = bind_reward(fn, [prompts[i]], [completions[i]], _slice(columns, i))
-            values.append(_checked(call_with_timeout(call, timeout, f"reward function {name}"), 1)[0])
+            values.append(_checked(call_with_timeout(call, timeout, f"reward function {name}", is_async_reward(fn)), 1)[0])
         except Exception as exc:  # counted by the caller; a timeout here counts as a failure too
             failed += 1
             first = first or exc

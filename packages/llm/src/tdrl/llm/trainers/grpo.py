@@ -59,7 +59,8 @@ class GRPOConfig:
         reward_weights: one weight per reward function (default all 1).
         reward_timeout: seconds each reward function may take per round (default 60); one that
             takes longer scores 0 for the round and is counted in ``reward_errors`` /
-            ``reward_timeouts`` (its thread is left running: Python threads cannot be killed).
+            ``reward_timeouts`` (a coroutine reward, ``async def``, is cancelled; a blocking one's
+            thread is left running: Python threads cannot be killed).
             ``None`` or ``0``: no limit, the function runs in the trainer's thread.
         on_reward_error: what a reward function that raises does
             (:func:`tdrl.llm.rewards.compute_rewards`): ``"raise_if_all"`` (default) stops the run
@@ -75,6 +76,12 @@ class GRPOConfig:
             (:func:`tdrl.kernels.fused_linear_pg_loss`; GSPO never is); ``None`` checks once
             that it reproduces the two-step loss (value, statistics, gradients) and falls
             back to it otherwise.
+        async_generation: overlap generation with training, one step off-policy: while round
+            ``k`` trains, a background thread generates (and scores) round ``k+1`` with a snapshot
+            of the weights taken before round ``k``'s updates. Set ``loss.tis_cap`` to correct the
+            lag with truncated importance sampling (the generator's log-probs against the
+            trainer's). Sampling then depends on thread timing (not bit-reproducible), and a
+            resumed run regenerates its first round. Needs the default generator.
         seed: base seed (rank ``r`` samples with ``seed + r``).
         checkpoint_path: file for resumable checkpoints (``None``: none).
         checkpoint_every: rounds between checkpoints.
@@ -104,6 +111,7 @@ class GRPOConfig:
     fused_logprobs: bool | None = None
     share_prefix: bool | None = None
     fused_loss: bool | None = None
+    async_generation: bool = False
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 50
@@ -190,6 +198,9 @@ class GRPOTrainer(TrainerBase):
         self.config = cfg = config or GRPOConfig()
         if reward_fns is None or train_dataset is None:
             raise TypeError("GRPOTrainer: reward_fns and train_dataset are required")
+        if cfg.async_generation and generator is not None:
+            raise ValueError("GRPOConfig.async_generation=True needs the default generator (generator=None): "
+                             "it generates with a snapshot copy of the model")
         model, tokenizer = model_and_tokenizer(model, tokenizer, "GRPOTrainer")
         self.rank, self.world_size = dist_info()
         self.tokenizer = tokenizer
@@ -215,16 +226,26 @@ class GRPOTrainer(TrainerBase):
         self._fast_path_checked = all(x is not None for x in (cfg.fused_logprobs, cfg.share_prefix, cfg.fused_loss))
         self.callback = callback
         self._reward_errors_logged: set[str] = set()  # reward functions whose first traceback is logged
+        self._pending = None  # async_generation: the background round (a Future) and its thread pool
+        if cfg.async_generation:
+            import copy
+            from concurrent.futures import ThreadPoolExecutor
+
+            snapshot = copy.deepcopy(unwrap_model(model)).eval().requires_grad_(False)
+            self._async_generator = HFGenerator(snapshot, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
+                                                cfg.top_k, share_prefix=cfg.share_prefix is not False)
+            self._async_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tdrl-grpo-gen")
         torch.manual_seed(cfg.seed + self.rank)
         self._open_run(run, loggers)
 
     # ----------------------------------------------------------------------------- rollout
     @torch.no_grad()
-    def rollout(self, batch: dict[str, list]) -> tuple[TensorDict, dict[str, float]]:
+    def rollout(self, batch: dict[str, list], generator: Generator | None = None) -> tuple[TensorDict, dict[str, float]]:
         """Generate ``group_size`` completions per prompt and score them.
 
         Args:
             batch: dataset columns, each a list of ``prompts_per_step`` values.
+            generator: what generates (default ``self.generator``).
 
         Returns:
             ``(td, stats)``: the rollout TensorDict ``[prompts_per_step * group_size]`` and
@@ -237,7 +258,7 @@ class GRPOTrainer(TrainerBase):
         # tokenise each prompt once, then repeat its row for the group
         ids, mask = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, batch["prompt"]), self.device)
         ids, mask = ids.repeat_interleave(G, dim=0), mask.repeat_interleave(G, dim=0)
-        gen = self.generator.generate(ids, mask)
+        gen = (generator or self.generator).generate(ids, mask)
         texts = completion_texts(self.tokenizer, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
         rewards, per_fn, stats = compute_rewards(
             self.reward_fns, prompts, texts, columns, cfg.reward_weights, timeout=cfg.reward_timeout,
@@ -323,7 +344,7 @@ class GRPOTrainer(TrainerBase):
         """One generation round and its updates. Returns the round's metrics."""
         cfg = self.config
         t0 = time.perf_counter()
-        td, stats = self.rollout(next(self.sampler))
+        td, stats = self._next_rollout()
         if not self._fast_path_checked:
             self._fast_path_checked = True
             self._check_fast_path(td[: min(2 * cfg.group_size, td.shape[0])])
@@ -371,6 +392,23 @@ class GRPOTrainer(TrainerBase):
             self.callback(self, metrics)
         return metrics
 
+    def _next_rollout(self) -> tuple[TensorDict, dict[str, float]]:
+        """This round's rollout; with ``async_generation``, the one generated in the background
+        during the previous round (the first round generates in the foreground), after starting
+        the next one with a snapshot of the current weights."""
+        if not self.config.async_generation:
+            return self.rollout(next(self.sampler))
+        if self._pending is None:
+            td, stats = self.rollout(next(self.sampler), self._async_generator)
+        else:
+            td, stats = self._pending.result()
+        snapshot = self._async_generator.model
+        with torch.no_grad():
+            for dst, src in zip(snapshot.parameters(), unwrap_model(self.model).parameters(), strict=True):
+                dst.copy_(src)
+        self._pending = self._async_pool.submit(self.rollout, next(self.sampler), self._async_generator)
+        return td, stats
+
     def train(self, steps: int | None = None) -> list[dict[str, float]]:
         """Run rounds until ``steps`` (default ``config.steps``) have been done in total."""
         steps = self.config.steps if steps is None else steps
@@ -383,6 +421,9 @@ class GRPOTrainer(TrainerBase):
                     1, reward=m["reward"], acc=m["accuracy"], kl=m.get("kl", 0.0),
                     clip=m.get("clip_frac", 0.0), tok_s=round(m["tokens_per_s"]),
                 )
+        if self._pending is not None:  # the round generated for a step that will not run
+            self._pending.result()
+            self._pending = None
         self._final_checkpoint()
         return history
 

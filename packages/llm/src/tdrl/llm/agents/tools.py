@@ -1,0 +1,115 @@
+"""Tools a policy calls inside its turn: ``<python>code</python>`` run in the code sandbox.
+
+A tool never raises and never hangs: a malformed call, a program that times out, one whose
+sandbox is killed (memory, output, signal) or fails, all come back as an error text that the
+model reads as the tool's output, and are counted in :class:`ToolStats`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tdrl.llm.rewards.sandbox import run_python_sandboxed
+
+__all__ = ["PythonTool", "ToolResult", "ToolStats", "parse_tool_call"]
+
+ERROR_KINDS = ("malformed", "timeout", "killed", "failed", "sandbox")
+
+
+def parse_tool_call(text: str, tag: str = "python") -> tuple[str | None, str | None]:
+    """The first ``<tag>...</tag>`` call of ``text``.
+
+    Returns:
+        ``(code, None)`` for a well-formed call, ``(None, None)`` when there is no call, and
+        ``(None, reason)`` for a malformed one (an opening tag never closed, an empty call).
+    """
+    if not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
+        raise ValueError(f"parse_tool_call: tag={tag!r}; expected a name like 'python'")
+    open_, close = f"<{tag}>", f"</{tag}>"
+    start = text.find(open_)
+    if start < 0:
+        return None, ("a closing tag without its opening tag" if close in text else None)
+    end = text.find(close, start + len(open_))
+    if end < 0:
+        return None, f"{open_} is never closed with {close}"
+    code = text[start + len(open_):end].strip()
+    if not code:
+        return None, f"the {open_} call is empty"
+    return code, None
+
+
+@dataclass
+class ToolResult:
+    """What a tool call gave: ``text`` (shown to the model) and ``error`` (its kind, or ``None``)."""
+
+    text: str
+    error: str | None = None
+
+
+@dataclass
+class ToolStats:
+    """Counts of tool calls and of their errors by kind (``malformed``, ``timeout``, ``killed``,
+    ``failed``: a non-zero exit, ``sandbox``: the sandbox itself could not run)."""
+
+    calls: int = 0
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
+
+    def add(self, result: ToolResult) -> None:
+        self.calls += 1
+        if result.error is not None:
+            self.errors[result.error] += 1
+
+    def as_metrics(self) -> dict[str, float]:
+        return {"tool_calls": float(self.calls), **{f"tool_errors/{k}": float(v) for k, v in self.errors.items()}}
+
+
+class PythonTool:
+    """Run the code of a ``<python>`` call in :func:`tdrl.llm.run_python_sandboxed`.
+
+    The output shown to the model is ``<output>stdout</output>`` (at most ``max_chars``
+    characters) or ``<output>error: ...</output>``.
+
+    Args:
+        timeout: wall-clock seconds per call (the sandbox is killed after it).
+        memory_mb: address-space limit per call.
+        max_chars: characters of output kept for the model.
+        tag: the call's tag (``<python>``).
+    """
+
+    def __init__(self, timeout: float = 2.0, memory_mb: int = 256, max_chars: int = 200, tag: str = "python"):
+        for name, value in (("timeout", timeout), ("memory_mb", memory_mb), ("max_chars", max_chars)):
+            if not value > 0:
+                raise ValueError(f"PythonTool: {name}={value!r}; expected a positive number")
+        parse_tool_call("", tag)  # checks the tag
+        self.timeout, self.memory_mb, self.max_chars, self.tag = timeout, memory_mb, max_chars, tag
+
+    def _wrap(self, body: str, error: str | None) -> ToolResult:
+        body = body.strip()
+        if len(body) > self.max_chars:
+            body = body[: self.max_chars] + "..."
+        return ToolResult(f"<output>{body}</output>", error)
+
+    def __call__(self, turn_text: str) -> ToolResult | None:
+        """The tool's answer to a policy turn, or ``None`` when the turn makes no call."""
+        code, problem = parse_tool_call(turn_text, self.tag)
+        if problem is not None:
+            return self._wrap(f"error: malformed tool call: {problem}", "malformed")
+        if code is None:
+            return None
+        try:
+            res = run_python_sandboxed(code, timeout=self.timeout, memory_mb=self.memory_mb,
+                                       max_output=4 * self.max_chars + 1024)
+        except Exception as exc:  # the sandbox could not run at all: still an answer, never a crash
+            return self._wrap(f"error: the sandbox could not run: {type(exc).__name__}: {exc}", "sandbox")
+        if res.timed_out:
+            return self._wrap(f"error: timed out after {self.timeout:g} s", "timeout")
+        # killed by a signal: negative, or 128 + signal when a wrapper (bwrap's init, prlimit) reports it
+        signum = -res.returncode if res.returncode < 0 else res.returncode - 128 if res.returncode > 128 else 0
+        if signum or res.output_truncated:
+            why = "its output was too long" if res.output_truncated else f"signal {signum}"
+            return self._wrap(f"error: the sandbox was killed ({why})", "killed")
+        if res.returncode != 0:
+            last = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
+            return self._wrap(f"error: {last}", "failed")
+        return self._wrap(res.stdout, None)
