@@ -1,4 +1,4 @@
-"""Environments: ``EnvBase`` and its implementations (Gymnasium, batched torch, multi-process)."""
+"""Environments: ``EnvBase`` and its implementations (Gymnasium, EnvPool, batched torch, multi-process)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from .batched import SerialEnv
 from .parallel import ParallelEnv, WorkerError
 from .pendulum import PendulumEnv
 from .factory import TORCH_ENVS, env_rng_state, make_env
+from .envpool import EnvPoolEnv
 
 __all__ = [
     "make_env",
     "env_rng_state",
     "TORCH_ENVS",
     "EnvBase",
+    "EnvPoolEnv",
     "GymEnv",
     "GymWrapper",
     "ParallelEnv",
