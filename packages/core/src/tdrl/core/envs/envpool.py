@@ -28,13 +28,13 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from .._optional import require
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
-from ..specs import Categorical, Composite, OneHot
+from ..specs import Composite, OneHot
 from ._fastpath import plain_td_maker
-from .common import RESET_KEY, EnvBase
+from .common import RESET_KEY, EnvBase, _set_unsafe, step_mdp
 from .gym import _to_numpy, gym_space_to_spec
 
 __all__ = ["EnvPoolEnv"]
@@ -135,6 +135,7 @@ class EnvPoolEnv(EnvBase):
         self._last_obs: np.ndarray | None = None
         self._unreset: np.ndarray | None = None  # sub-envs done at the last step, not reset yet
         self._last_any_done: bool | None = None
+        self._false = torch.zeros((self.num_envs, 1), dtype=torch.bool)  # read-only
 
     # ------------------------------------------------------------------ pool
     def _build(self, seed: int):
@@ -155,29 +156,30 @@ class EnvPoolEnv(EnvBase):
     @staticmethod
     def _action_converter(spec) -> Callable[[torch.Tensor], np.ndarray]:
         if isinstance(spec, OneHot):
-            return lambda a: a.argmax(-1).numpy() if a.device.type == "cpu" else _to_numpy(a.argmax(-1))
-        if isinstance(spec, Categorical):
-            return _to_numpy
-        return _to_numpy
+            return lambda a: _to_numpy(a).argmax(-1)
+        return _to_numpy  # Categorical indices, Box arrays
 
     # ------------------------------------------------------------------ EnvBase
+    def _reset_rows(self, mask_np: np.ndarray, prev_obs: np.ndarray) -> np.ndarray:
+        """Reset the sub-envs in ``mask_np`` (not all): ``prev_obs`` with their rows replaced."""
+        obs_rows, info = self._pool.reset(np.flatnonzero(mask_np).astype(np.int32))
+        obs = prev_obs.copy()
+        obs[np.asarray(info["env_id"])] = obs_rows
+        self._last_obs = obs
+        if self._unreset is not None:
+            self._unreset &= ~mask_np
+            if not self._unreset.any():
+                self._unreset = None
+        return obs
+
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
         if kwargs:
             raise TypeError(f"EnvPoolEnv.reset takes no keyword arguments, got {sorted(kwargs)}.")
         mask = None if tensordict is None else tensordict.get(RESET_KEY, None)
-        n = self.num_envs
         if mask is not None and self._pending_seed is None and self._last_obs is not None:
-            mask_np = mask.reshape(n).cpu().numpy().astype(np.bool_)
+            mask_np = mask.reshape(self.num_envs).cpu().numpy().astype(np.bool_)
             if not mask_np.all():
-                ids = np.flatnonzero(mask_np).astype(np.int32)
-                obs_rows, info = self._pool.reset(ids)
-                obs = self._last_obs.copy()
-                obs[np.asarray(info["env_id"])] = obs_rows
-                self._last_obs = obs
-                if self._unreset is not None:
-                    self._unreset &= ~mask_np
-                    if not self._unreset.any():
-                        self._unreset = None
+                obs = self._reset_rows(mask_np, self._last_obs)
                 return self._out({OBSERVATION: self._obs_tensor(obs)})
         if self._pending_seed is not None:
             self._pool.close()
@@ -187,6 +189,52 @@ class EnvPoolEnv(EnvBase):
         self._last_obs = obs
         self._unreset = None
         return self._out({OBSERVATION: self._obs_tensor(obs)})
+
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        """:meth:`EnvBase.reset`; a partial reset of a flat CPU TensorDict (what
+        ``step_and_maybe_reset`` and the collectors pass) is done here in numpy: same
+        output (observation rows replaced, done flags of the reset rows cleared, the other
+        entries carried over), a fraction of the tensor ops."""
+        fast = (tensordict is not None and not kwargs and type(tensordict) is TensorDict
+                and self._on_cpu and self._pending_seed is None and self._last_obs is not None)
+        if fast:
+            src = tensordict._tensordict
+            mask, prev = src.get(RESET_KEY), src.get(OBSERVATION)
+            fast = (mask is not None and mask.dtype == torch.bool and mask.device.type == "cpu"
+                    and prev is not None and tuple(prev.shape) == self._obs_shape
+                    and prev.dtype == self._obs_dtype
+                    and not any(isinstance(v, TensorDictBase) for v in src.values()))
+        if not fast:
+            return super().reset(tensordict, **kwargs)
+        self._assert_open()
+        mask_np = mask.numpy().reshape(self.num_envs)
+        if mask_np.all() or not mask_np.any():
+            return super().reset(tensordict)
+        obs = self._reset_rows(mask_np, prev.numpy())
+        keep = ~mask_np.reshape(self.num_envs, 1)
+        out = {k: v for k, v in src.items() if k != RESET_KEY}
+        out[OBSERVATION] = self._obs_tensor(obs)
+        for key in (DONE, TERMINATED, TRUNCATED):
+            flag = out.get(key)
+            out[key] = (self._false if flag is None or flag.shape != (self.num_envs, 1)
+                        else torch.from_numpy(flag.numpy() & keep))
+        return self._make_td(out)
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """:meth:`EnvBase.step_and_maybe_reset`, told by the step whether any sub-env is done
+        (a Python bool) instead of reducing the done tensor."""
+        if type(self).step is not EnvBase.step:
+            return super().step_and_maybe_reset(tensordict)
+        tensordict = self.step(tensordict)
+        next_root = step_mdp(tensordict, self.reward_keys)
+        if self._last_any_done:
+            _set_unsafe(next_root, RESET_KEY, next_root.get(DONE).clone())
+            next_root = self.reset(next_root)
+            if RESET_KEY in next_root.keys():
+                del next_root[RESET_KEY]
+        return tensordict, next_root
 
     def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(obs)
@@ -221,13 +269,14 @@ class EnvPoolEnv(EnvBase):
         if any_done:
             self._unreset = done.copy()
         self._last_obs = obs
-        rew = torch.from_numpy(reward).view(n, 1)
+        # numpy reshapes: a fraction of the cost of torch views
+        rew = torch.from_numpy(reward.reshape(n, 1))
         return {
             OBSERVATION: self._obs_tensor(obs),
             REWARD: rew if rew.dtype == torch.float32 else rew.float(),
-            DONE: torch.from_numpy(done).view(n, 1),
-            TERMINATED: torch.from_numpy(term).view(n, 1),
-            TRUNCATED: torch.from_numpy(trunc).view(n, 1),
+            DONE: torch.from_numpy(done.reshape(n, 1)),
+            TERMINATED: torch.from_numpy(term.reshape(n, 1)),
+            TRUNCATED: torch.from_numpy(trunc.reshape(n, 1)),
         }
 
     @property
