@@ -2,11 +2,14 @@
 
 :class:`Collector` (one process), :class:`MultiSyncCollector` and
 :class:`MultiAsyncCollector` (worker processes, shared-memory batches and weights),
-:class:`RayCollector` (Ray actors, weights through the object store).
+:class:`RayCollector` (Ray actors, weights through the object store),
+:class:`InferenceCollector` (env workers sharing one auto-batching policy server).
 """
 
 from __future__ import annotations
 
+from .inference_collector import InferenceCollector
+from .inference_server import InferenceServer
 from .multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
 from .ray_collector import RayCollector
 from .single import Collector, as_interaction_type
@@ -19,6 +22,8 @@ __all__ = [
     "MultiAsyncCollector",
     "WorkerError",
     "RayCollector",
+    "InferenceCollector",
+    "InferenceServer",
     "as_interaction_type",
     "split_trajectories",
     "MASK_KEY",

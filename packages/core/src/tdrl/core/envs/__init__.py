@@ -1,5 +1,5 @@
-"""Environments: ``EnvBase`` and its implementations (Gymnasium, DeepMind Control, batched torch,
-multi-process)."""
+"""Environments: ``EnvBase`` and its implementations (Gymnasium, DeepMind Control, EnvPool,
+batched torch, multi-process)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from .parallel import ParallelEnv, WorkerError
 from .pendulum import PendulumEnv
 from .dm_control import DMControlEnv, parse_dmc_id
 from .factory import TORCH_ENVS, env_rng_state, make_env
+from .envpool import EnvPoolEnv
 
 __all__ = [
     "make_env",
@@ -18,6 +19,7 @@ __all__ = [
     "TORCH_ENVS",
     "EnvBase",
     "DMControlEnv",
+    "EnvPoolEnv",
     "GymEnv",
     "GymWrapper",
     "ParallelEnv",

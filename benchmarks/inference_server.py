@@ -1,0 +1,105 @@
+"""Inference server benchmark: 8 CPU env workers, a 64x64 MLP policy, frames/s in one run.
+
+Contenders (the same 8 Pendulum-v1 GymEnv workers, the same policy, one torch thread each):
+
+- ``InferenceCollector(transport="process")``: spawned env workers, one batched policy
+  forward in the trainer's server thread;
+- ``InferenceCollector(transport="thread")``: env workers as threads of the trainer;
+- ``InferenceCollector(transport="local")``: the same process workers each running their
+  own policy copy (no server);
+- ``MultiSyncCollector``: the existing multi-process collector (a Collector per worker).
+
+Targets (issue 21): server >= 1.5x the own-copy workers, and no slower than MultiSync.
+Median of ``--repeats`` batches after one warm-up batch; start-up is not timed.
+
+    flock /tmp/tdrl-cpu.lock python benchmarks/inference_server.py --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+
+import torch
+
+warnings.filterwarnings("ignore")
+torch.set_num_threads(1)
+
+
+def make_env():
+    from tdrl.core.envs import GymEnv
+
+    return GymEnv("Pendulum-v1")
+
+
+def make_policy():
+    from tensordict.nn import TensorDictModule
+
+    from tdrl.core.modules import MLP
+
+    torch.manual_seed(0)
+    return TensorDictModule(MLP(3, 1, num_cells=(64, 64), activation=torch.nn.Tanh),
+                            ["observation"], ["action"])
+
+
+def _fps(col, frames: int, repeats: int) -> float:
+    col.next_batch()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        col.next_batch()
+        times.append(time.perf_counter() - t)
+    return frames / statistics.median(times)
+
+
+def main() -> None:
+    from tdrl.core.collectors import InferenceCollector, MultiSyncCollector
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--frames", type=int, default=1600, help="frames per batch over all workers")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--record", action="store_true")
+    args = p.parse_args()
+    policy = make_policy()
+    fps = {}
+    for name in ("process", "thread", "local", "multisync"):
+        if name == "multisync":
+            col = MultiSyncCollector(make_env, policy, num_workers=args.workers,
+                                     frames_per_batch=args.frames)
+        else:
+            col = InferenceCollector(make_env, policy, num_workers=args.workers,
+                                     frames_per_batch=args.frames, transport=name)
+        fps[name] = _fps(col, args.frames, args.repeats)
+        extra = ""
+        if name in ("process", "thread"):
+            extra = f" (mean rows per forward {col.server.rows / max(1, col.server.forwards):.1f})"
+        print(f"{name:<10} {fps[name]:9.0f} frames/s{extra}", flush=True)
+        col.shutdown()
+    best = max(fps["process"], fps["thread"])
+    print(f"server (best transport) / own copies = {best / fps['local']:.2f}x (target >= 1.5x); "
+          f"/ MultiSync = {best / fps['multisync']:.2f}x (target >= 1.0x)", flush=True)
+    if args.record:
+        from records import write_record
+
+        load = os.getloadavg()[0]
+        write_record(
+            "Collectors", f"Inference server, {args.workers} env workers, MLP 3-64-64-1, Pendulum-v1",
+            f"{args.frames} frames/batch",
+            {"server process f/s": round(fps["process"]), "server thread f/s": round(fps["thread"]),
+             "own policy copy f/s": round(fps["local"]), "MultiSync f/s": round(fps["multisync"])},
+            peer="the same workers with their own policy copy; MultiSyncCollector",
+            ratio=f"x{best / fps['local']:.2f} own copies (target 1.5x); "
+                  f"x{best / fps['multisync']:.2f} MultiSync (target 1.0x)",
+            machine=f"shared 2-core CPU box, load {load:.1f}, one torch thread per process",
+            note=(f"Median of {args.repeats} batches after a warm-up. {args.workers} worker "
+                  "processes on 2 shared cores: batching saves per-call policy overhead, it "
+                  "cannot add cores."),
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Inference server and InferenceCollector: one batched forward equals per-request calls,
+the same data under a fixed seed over the thread and process transports and a plain
+Collector loop, live weights with a version, and faults (a raising env, a killed worker)
+that raise WorkerError without leaving processes behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+
+from tdrl.core.collectors import InferenceCollector, InferenceServer
+from tdrl.core.envs import GymEnv, WorkerError
+
+pytest.importorskip("gymnasium")
+
+
+class _Argmax(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.net(x).argmax(-1)
+
+
+def _make_env():
+    return GymEnv("CartPole-v1", categorical_action_encoding=True)
+
+
+class _Boom(Exception):
+    pass
+
+
+def _make_bad_env():
+    env = _make_env()
+
+    def step(td):
+        raise _Boom("env exploded")
+
+    env._step = step
+    return env
+
+
+def _policy(seed=0):
+    torch.manual_seed(seed)
+    return TensorDictModule(_Argmax(), ["observation"], ["action"])
+
+
+def test_one_batched_forward_equals_the_per_request_calls():
+    torch.manual_seed(0)
+    mlp = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["out"])
+    server = InferenceServer(mlp, max_batch=16)
+    reqs = [TensorDict({"observation": torch.randn(*b, 3)}, b) for b in [(4,), (), (2, 3)]]
+    outs, version = server.forward(reqs)
+    assert version == 0 and server.forwards == 1 and server.rows == 11
+    for req, out in zip(reqs, outs, strict=True):
+        assert out.batch_size == req.batch_size and list(out.keys()) == ["out"]
+        torch.testing.assert_close(out["out"], mlp.module(req["observation"]))
+    with torch.no_grad():
+        mlp.module.weight.add_(1.0)  # the server serves its own copy until told
+    assert torch.equal(server.forward(reqs[:1])[0][0]["out"], outs[0]["out"])
+    assert server.update_weights(mlp) == 1
+    torch.testing.assert_close(server.forward(reqs[:1])[0][0]["out"], mlp.module(reqs[0]["observation"]))
+    with pytest.raises(TypeError, match="in_keys"):
+        InferenceServer(torch.nn.Linear(3, 2))
+    with pytest.raises(ValueError, match="max_batch"):
+        InferenceServer(mlp, max_batch=0)
+
+
+def _reference(policy, seed: int, steps: int, workers: int) -> list:
+    """Worker i's data by hand: its own env seeded seed + 1000 i, the policy per step."""
+    out = []
+    for i in range(workers):
+        env = _make_env()
+        env.set_seed(seed + 1000 * i)
+        out.append(env.rollout(steps, policy, break_when_any_done=False))
+    return out
+
+
+def test_thread_and_process_transports_give_the_same_data_and_live_weights():
+    pol = _policy()
+    got = {}
+    for transport in ("thread", "process"):
+        with InferenceCollector(_make_env, pol, num_workers=2, frames_per_batch=60,
+                                transport=transport, seed=3, timeout=60) as col:
+            a, b = col.next_batch(), col.next_batch()
+            got[transport] = torch.cat([a, b], -1)
+            assert col.server.forwards < col.server.rows  # requests were batched
+            assert (got[transport]["collector", "policy_version"] == 0).all()
+            assert col.update_policy_weights_() == 1
+            assert (col.next_batch()["collector", "policy_version"] == 1).all()
+            if transport == "process":
+                procs = col.workers
+                os.kill(procs[1].pid, signal.SIGKILL)
+                with pytest.raises(WorkerError, match=r"worker 1 \(pid \d+\) died"):
+                    col.next_batch()
+                assert not any(p.is_alive() for p in procs)
+    ref = _reference(pol, 3, 60, 2)
+    assert got["thread"].batch_size == (2, 60) and got["thread"]["next", "done"].any()
+    for i in range(2):
+        assert (got["thread"][i].exclude("collector") == ref[i]).all()
+    assert (got["thread"] == got["process"]).all()
+
+
+def test_a_raising_env_and_bad_arguments_are_reported():
+    col = InferenceCollector(_make_bad_env, _policy(), num_workers=2, frames_per_batch=8, timeout=20)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker \d raised:(.|\n)*env exploded"):
+        col.next_batch()
+    assert time.monotonic() - start < 10
+    assert not any(t.is_alive() for t in col.workers)
+    with pytest.raises(RuntimeError, match="shut down"):
+        col.next_batch()
+    with pytest.raises(ValueError, match="transport must be one of"):
+        InferenceCollector(_make_env, _policy(), frames_per_batch=8, transport="carrier-pigeon")
+    with pytest.raises(TypeError, match="not an env instance"):
+        InferenceCollector(_make_env(), _policy(), frames_per_batch=8)

@@ -1,0 +1,205 @@
+"""EnvPool wrapper: the Gymnasium wrapper's rollout tests on EnvPool's CartPole and MuJoCo
+tasks: specs, terminated vs truncated, auto-reset that loses and fakes nothing (replayed
+against raw EnvPool and against Gymnasium's own CartPole dynamics), seeds, the collector's
+dict loop, and clear errors."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from tensordict.nn import TensorDictModule
+
+envpool = pytest.importorskip("envpool", reason='needs envpool: pip install "packages/core[envpool]"')
+
+from tdrl.core.collectors import Collector  # noqa: E402
+from tdrl.core.envs import EnvPoolEnv, check_env_specs  # noqa: E402
+from tdrl.core.specs import Bounded, Categorical, OneHot, Unbounded  # noqa: E402
+
+
+def _raw(env_id: str, seed: int, n: int = 1, **kwargs):
+    with warnings.catch_warnings():  # Gymnasium on EnvPool's float64 Box bounds
+        warnings.simplefilter("ignore", UserWarning)
+        pool = envpool.make(env_id, env_type="gymnasium", num_envs=n, batch_size=n, seed=seed,
+                            num_threads=1, **kwargs)
+        pool.observation_space  # noqa: B018 - the warning fires on first use
+    return pool
+
+
+def test_cartpole_keys_shapes_dtypes_and_specs():
+    env = EnvPoolEnv("CartPole-v1", 4, num_threads=1, seed=0)
+    assert env.batch_size == (4,)
+    assert isinstance(env.action_spec, OneHot) and env.action_spec.shape == (4, 2)
+    assert env.action_spec.dtype == torch.int64
+    obs = env.observation_spec["observation"]
+    assert isinstance(obs, Bounded) and obs.shape == (4, 4) and obs.dtype == torch.float32
+    r = env.rollout(5, break_when_any_done=False)
+    got = {k: (tuple(r[k].shape), r[k].dtype) for k in r.keys(True, True)}
+    flag = ((4, 5, 1), torch.bool)
+    assert got == {
+        "action": ((4, 5, 2), torch.int64), "observation": ((4, 5, 4), torch.float32),
+        "done": flag, "terminated": flag, "truncated": flag,
+        ("next", "observation"): ((4, 5, 4), torch.float32),
+        ("next", "reward"): ((4, 5, 1), torch.float32),
+        ("next", "done"): flag, ("next", "terminated"): flag, ("next", "truncated"): flag,
+    }
+    assert torch.equal(r["next", "reward"], torch.ones(4, 5, 1))
+    check_env_specs(env, max_steps=30)
+    cat = EnvPoolEnv("CartPole-v1", 2, num_threads=1, categorical_action_encoding=True)
+    assert isinstance(cat.action_spec, Categorical) and cat.action_spec.shape == (2,)
+    check_env_specs(cat, max_steps=30)
+    assert env.set_seed(5) == 9
+
+
+def test_terminated_and_truncated_are_kept_apart():
+    env = EnvPoolEnv("CartPole-v1", 1, num_threads=1, seed=0, categorical_action_encoding=True,
+                     max_episode_steps=3)
+    flip = iter(range(100))
+    r = env.rollout(10, policy=lambda td: td.set("action", torch.tensor([next(flip) % 2])))
+    assert r.batch_size == (1, 3)
+    assert r["next", "truncated"].flatten().tolist() == [False, False, True]
+    assert not r["next", "terminated"].any()
+    assert torch.equal(r["next", "done"], r["next", "truncated"])
+    env = EnvPoolEnv("CartPole-v1", 1, num_threads=1, seed=0, categorical_action_encoding=True)
+    r = env.rollout(100, policy=lambda td: td.set("action", torch.tensor([1])))  # falls over
+    assert r["next", "terminated"][0, -1].item() and not r["next", "truncated"].any()
+    assert r.batch_size[1] < 100
+
+
+def _replay_sub_env(r, seed: int, **kwargs) -> None:
+    """Check sub-env rollout ``r`` (T,) step by step against a fresh one-env pool seeded like
+    sub-env ``i`` (``seed + i``), resetting it by hand where the episode ended."""
+    raw = _raw("CartPole-v1", seed, **kwargs)
+    obs, _ = raw.reset()
+    for t in range(r.batch_size[0]):
+        np.testing.assert_array_equal(r["observation"][t].numpy(), obs[0])
+        obs, rew, term, trunc, _ = raw.step(r["action"][t].numpy().reshape(1))
+        np.testing.assert_array_equal(r["next", "observation"][t].numpy(), obs[0])
+        assert r["next", "reward"][t].item() == rew[0] == 1.0
+        assert r["next", "terminated"][t].item() == term[0]
+        assert r["next", "truncated"][t].item() == trunc[0]
+        if term[0] or trunc[0]:
+            obs, _ = raw.reset(np.zeros(1, np.int32))
+
+
+def _gymnasium_step(obs: np.ndarray, action: int) -> np.ndarray:
+    """Gymnasium's CartPole dynamics from state ``obs``: an independent check that a
+    transition is real."""
+    env = gym.make("CartPole-v1").unwrapped
+    env.reset(seed=0)
+    env.state = obs.astype(np.float64)
+    return env.step(action)[0]
+
+
+def test_auto_reset_loses_and_fakes_nothing():
+    torch.manual_seed(0)
+    env = EnvPoolEnv("CartPole-v1", 3, num_threads=2, seed=10, categorical_action_encoding=True,
+                     max_episode_steps=15)
+    r = env.rollout(60, break_when_any_done=False)
+    assert r.batch_size == (3, 60)
+    assert r["next", "terminated"].sum() >= 2 and r["next", "truncated"].sum() >= 2
+    for i in range(3):
+        _replay_sub_env(r[i], 10 + i, max_episode_steps=15)
+    # every transition follows Gymnasium's dynamics (no reset step passed off as one)
+    flat = r.reshape(-1)
+    for j in range(0, 180, 7):
+        want = _gymnasium_step(flat["observation"][j].numpy(), int(flat["action"][j]))
+        np.testing.assert_allclose(flat["next", "observation"][j].numpy(), want, rtol=1e-4, atol=1e-5)
+    # a reset row starts a fresh episode: small CartPole state, done flags cleared
+    starts = r["next", "done"][:, :-1, 0]
+    assert (r["observation"][:, 1:][starts].abs() <= 0.05).all()
+    assert not r["done"].any()
+    env.close()
+
+
+def test_same_seed_same_data_and_a_new_seed_rebuilds_the_pool():
+    env = EnvPoolEnv("CartPole-v1", 2, num_threads=1, categorical_action_encoding=True)
+    env.set_seed(3)
+    a = env.rollout(30, policy=lambda td: td.set("action", torch.tensor([0, 1])),
+                    break_when_any_done=False)
+    env.set_seed(3)
+    b = env.rollout(30, policy=lambda td: td.set("action", torch.tensor([0, 1])),
+                    break_when_any_done=False)
+    assert (a == b).all()
+    env.set_seed(4)  # sub-env 0 now gets seed 4, which was sub-env 1 under seed 3
+    c = env.rollout(30, policy=lambda td: td.set("action", torch.tensor([1, 1])),
+                    break_when_any_done=False)
+    assert torch.equal(c["observation"][0, 0], a["observation"][1, 0])
+    assert not torch.equal(c["observation"][1, 0], a["observation"][1, 0])
+
+
+def test_a_step_over_an_unreset_finished_sub_env_is_refused():
+    env = EnvPoolEnv("CartPole-v1", 2, num_threads=1, seed=0, categorical_action_encoding=True,
+                     max_episode_steps=2)
+    td = env.reset()
+    for _ in range(2):
+        td = env.step(td.set("action", torch.tensor([0, 1])))
+        nxt = td["next"].exclude("reward")
+        td = nxt
+    with pytest.raises(RuntimeError, match=r"sub-envs \[0, 1\] finished at the last step"):
+        env.step(td.set("action", torch.tensor([0, 1])))
+    td["_reset"] = td["done"].clone()
+    td = env.reset(td)
+    env.step(td.set("action", torch.tensor([0, 1])))  # reset first: a real step
+
+
+@pytest.mark.parametrize("env_id, obs_dim, act_dim", [("HalfCheetah-v5", 17, 6), ("Hopper-v5", 11, 3)])
+def test_mujoco_rollout_matches_raw_envpool(env_id, obs_dim, act_dim):
+    env = EnvPoolEnv(env_id, 2, num_threads=1, seed=0, max_episode_steps=10)
+    spec = env.observation_spec["observation"]
+    assert isinstance(spec, Unbounded) and spec.dtype == torch.float64  # as GymEnv
+    assert isinstance(env.action_spec, Bounded) and env.action_spec.shape == (2, act_dim)
+    torch.manual_seed(0)
+    r = env.rollout(25, break_when_any_done=False)
+    assert r["observation"].shape == (2, 25, obs_dim) and r["next", "reward"].dtype == torch.float32
+    assert r["next", "truncated"].sum() + r["next", "terminated"].sum() >= 4
+    raw = _raw(env_id, 0, n=2, max_episode_steps=10)
+    obs, _ = raw.reset()
+    for t in range(25):
+        np.testing.assert_array_equal(r["observation"][:, t].numpy(), obs)
+        obs, rew, term, trunc, _ = raw.step(r["action"][:, t].numpy())
+        np.testing.assert_array_equal(r["next", "observation"][:, t].numpy(), obs)
+        np.testing.assert_array_equal(r["next", "reward"][:, t, 0].numpy(), rew)
+        done = term | trunc
+        if done.any():
+            obs_rows, info = raw.reset(np.flatnonzero(done).astype(np.int32))
+            obs = obs.copy()
+            obs[info["env_id"]] = obs_rows
+    check_env_specs(env)
+    env.close()
+
+
+def test_collector_dict_loop_equals_the_generic_loop():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    policy = TensorDictModule(lambda x: torch.nn.functional.one_hot(net(x).argmax(-1), 2),
+                              ["observation"], ["action"])
+    out = []
+    for dict_loop in (True, False):
+        env = EnvPoolEnv("CartPole-v1", 3, num_threads=1, max_episode_steps=20)
+        col = Collector(env, policy, frames_per_batch=90, seed=5)
+        col._dict_loop = dict_loop
+        assert (env.dict_stepper() is not None)
+        it = iter(col)
+        out.append(torch.cat([next(it), next(it)], -1))
+        col.shutdown()
+    assert out[0].batch_size == (3, 60) and out[0]["next", "done"].sum() >= 3
+    assert (out[0] == out[1]).all()
+
+
+def test_bad_input_and_a_missing_extra_are_reported(monkeypatch):
+    with pytest.raises(ValueError, match="EnvPool has no task 'CartPol-v1'.*CartPole-v1"):
+        EnvPoolEnv("CartPol-v1", 2)
+    with pytest.raises(ValueError, match="num_envs must be an int >= 1, got 0"):
+        EnvPoolEnv("CartPole-v1", 0)
+    env = EnvPoolEnv("CartPole-v1", 2, num_threads=1, check_actions=True)
+    td = env.reset().set("action", torch.zeros(2, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"'action' has shape \(2, 3\).*expects shape \(2, 2\)"):
+        env.step(td)
+    monkeypatch.setitem(sys.modules, "envpool", None)
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "packages/core\[envpool\]"'):
+        EnvPoolEnv("CartPole-v1", 2)
