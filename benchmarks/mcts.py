@@ -7,12 +7,23 @@ The Python version is what one writes by hand: a ``Node`` object per node, one t
 time, one batch-1 model call per simulation. tests/core/test_mcts_reference.py checks that
 the two give the same visit counts.
 
+With ``--mctx`` the same search also runs in **mctx** (JAX, ``jit``, CPU, one thread) in its
+own venv (``/work/venvs/mctx``, see benchmarks/setup_peers.sh) as a subprocess on the same
+weights and root embeddings (benchmarks/mcts_mctx.py), and the ratio tdrl / mctx is printed;
+``--record`` writes those rows to benchmarks/results/mcts.jsonl.
+
 Run:  python benchmarks/mcts.py  [--simulations 32 --repeats 3 --batch-sizes 1 64 512]
+      python benchmarks/mcts.py --mctx --skip-peer --record
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import math
 import statistics
 import time
@@ -174,7 +185,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 512])
     parser.add_argument("--device", default="cpu", help="device of the tensor search (the Python one stays on the CPU)")
-    parser.add_argument("--skip-peer", action="store_true", help="time only the tensor search")
+    parser.add_argument("--skip-peer", action="store_true", help="skip the Python-object MCTS")
+    parser.add_argument("--mctx", action="store_true", help="also run mctx in its venv")
+    parser.add_argument("--mctx-python", default=os.environ.get("MCTX_PYTHON", "/work/venvs/mctx/bin/python"))
+    parser.add_argument("--record", action="store_true", help="record the mctx rows")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, device_model = TinyModel(), TinyModel().to(args.device)
@@ -182,6 +196,7 @@ def main() -> None:
     print(f"MCTS, PUCT, {n} simulations per tree, tiny model (dim 8, 4 actions), 1 thread, "
           f"tdrl on {args.device}")  # fmt: skip
     print(f"{'B':>5} {'tdrl sims/s':>14} {'python sims/s':>14} {'ratio':>8}")
+    ours_rates, ours_visits = {}, {}
     for batch in args.batch_sizes:
         embeddings = torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))
         on_device = embeddings.to(args.device)
@@ -200,11 +215,61 @@ def main() -> None:
         ours()  # warm-up
         t_ours = _median_time(ours, args.repeats)
         rate_ours = batch * n / t_ours
+        ours_rates[batch] = rate_ours
+        ours_visits[batch] = muzero_policy(
+            model.root(embeddings[:4]), model.recurrent, n, dirichlet_fraction=0.0, temperature=0.0
+        )["visit_counts"].tolist()
         if args.skip_peer:
             print(f"{batch:>5} {rate_ours:>14,.0f} {'-':>14} {'-':>8}")
             continue
         rate_plain = batch * n / _median_time(plain, args.repeats)
         print(f"{batch:>5} {rate_ours:>14,.0f} {rate_plain:>14,.0f} {rate_ours / rate_plain:>7.1f}x")
+    if args.mctx:
+        _versus_mctx(args, model, ours_rates, ours_visits)
+
+
+def _versus_mctx(args, model: TinyModel, ours_rates: dict, ours_visits: dict) -> None:
+    """Run benchmarks/mcts_mctx.py in the mctx venv on the same weights; print the ratios."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "w.npz")
+        weights = {k: getattr(model, k).numpy() for k in ("dynamics", "reward_head", "policy_head", "value_head")}
+        import numpy as np
+
+        np.savez(path, discount=np.float32(model.discount), **weights)
+        for b in args.batch_sizes:
+            emb = torch.randn(b, 8, generator=torch.Generator().manual_seed(b))
+            np.save(path.replace(".npz", f"_emb{b}.npy"), emb.numpy())
+        env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+                   JAX_PLATFORMS="cpu", PYTHONPATH="")  # fmt: skip
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcts_mctx.py")
+        cmd = [args.mctx_python, script, path, str(args.simulations), str(args.repeats),
+               *map(str, args.batch_sizes)]  # fmt: skip
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            sys.exit(f"mctx side failed (is {args.mctx_python} the mctx venv?):\n{proc.stderr[-2000:]}")
+        peer = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"\nvs mctx {peer['mctx']} (jax {peer['jax']}, jit, CPU, one thread)")
+    print(f"{'B':>5} {'tdrl sims/s':>14} {'mctx sims/s':>14} {'ratio':>8}  same visits (first 4 trees)")
+    targets = {1: 0.5, 64: 1.0, 512: 1.0}
+    for b in args.batch_sizes:
+        theirs = peer["rates"][str(b)]
+        ratio = ours_rates[b] / theirs
+        same = peer["visits"][str(b)] == [[int(v) for v in row] for row in ours_visits[b]]
+        print(f"{b:>5} {ours_rates[b]:>14,.0f} {theirs:>14,.0f} {ratio:>7.2f}x  {same}")
+        if args.record:
+            from records import write_record
+
+            target = targets.get(b)
+            verdict = "" if target is None else f" (target {target}x: {'met' if ratio >= target else 'not met'})"
+            write_record(
+                "MCTS", "Batched search vs mctx (JAX jit, CPU)", f"B={b} trees",
+                {"tdrl sims/s": round(ours_rates[b]), "mctx sims/s": round(theirs)},
+                peer=f"mctx {peer['mctx']} (jax {peer['jax']})", ratio=f"{ratio:.2f}x{verdict}",
+                note=f"PUCT, {args.simulations} simulations, min-max Q (qtransform_by_parent_and_siblings), "
+                "no root noise, tiny model (dim 8, 4 actions), same weights and roots; both on one CPU "
+                "thread (XLA_FLAGS single-threaded); median of repeats, jit compile excluded; "
+                f"visit counts of the first 4 trees identical: {same}",
+            )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -15,3 +15,10 @@ PIP="$VENV/bin/pip"
     -e packages/kernels -e "packages/core[apps]" -e packages/marl -e packages/llm \
     matplotlib tqdm psutil
 "$VENV/bin/python" -c "import torchrl, tensordict, tdrl.core; print('torchrl', torchrl.__version__, 'tensordict', tensordict.__version__)"
+
+# mctx (JAX on CPU) for benchmarks/mcts.py --mctx: its own plain venv (no torch, no tdrl);
+# benchmarks/mcts.py runs benchmarks/mcts_mctx.py in it as a subprocess on the same weights.
+MCTX_VENV=${MCTX_VENV:-/work/venvs/mctx}
+[ -x "$MCTX_VENV/bin/python" ] || python3 -m venv "$MCTX_VENV"
+"$MCTX_VENV/bin/pip" install -q jax jaxlib mctx numpy
+"$MCTX_VENV/bin/python" -c "import mctx, jax; print('mctx', mctx.__version__, 'jax', jax.__version__)"

@@ -22,6 +22,7 @@ from .fused_linear import (
 )
 from .logprobs import token_logprobs, token_logprobs_reference
 from .pg_loss import pg_token_loss, pg_token_loss_reference
+from .recurrent import gru_reference, gru_sequence, lstm_reference, lstm_sequence
 from .scan import discounted_cumsum, discounted_cumsum_reference, gae, gae_reference
 
 try:  # the version lives in packages/kernels/pyproject.toml; the installed metadata carries it
@@ -42,6 +43,10 @@ __all__ = [
     "fused_linear_pg_loss_reference",
     "gae",
     "gae_reference",
+    "gru_reference",
+    "gru_sequence",
+    "lstm_reference",
+    "lstm_sequence",
     "pg_token_loss",
     "pg_token_loss_reference",
     "token_logprobs",

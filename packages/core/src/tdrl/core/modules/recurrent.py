@@ -12,6 +12,10 @@ Two modes, as in TorchRL:
   to zero wherever ``is_init[..., t]`` is True, so several episodes can share a row.
 
 In both modes the state is zeroed where ``is_init`` is True before the step is taken.
+The time loop is ``tdrl.kernels.gru_sequence`` / ``lstm_sequence`` (one layer at a time)
+when ``tdrl.kernels`` is installed: Triton on CUDA, a fused torch path with hand-written
+BPTT on the CPU, its step-by-step reference under ``TDRL_KERNELS=torch``. Without it, the
+state is stepped through ``torch.nn``'s own GRU / LSTM one step at a time (slower).
 In step mode a missing state is taken as zeros and written at the root, so that all steps
 of a collected batch carry the same keys (no ``TensorDictPrimer`` transform is needed).
 """
@@ -27,6 +31,7 @@ from torch import Tensor, nn
 
 from tdrl.core import keys as K
 from tdrl.core.values._utils import NestedKey, require
+from tdrl.core.values.functional import _kernel_op
 
 __all__ = ["GRUModule", "LSTMModule"]
 
@@ -60,12 +65,40 @@ class _RecurrentModule(TensorDictModuleBase):
         shape = (*batch_shape, self.rnn.num_layers, self.rnn.hidden_size)
         return {k: torch.zeros(shape, device=device) for k in self.state_keys}
 
-    # state helpers: tuple of tensors [L, N, H] ----------------------------------------
-    def _pack(self, states: tuple[Tensor, ...]):
-        return states[0] if len(states) == 1 else states
+    def _run_layers(self, xs: Tensor, states: list[Tensor], init: Tensor):
+        """All layers over time with the dispatched op (``tdrl.kernels.gru_sequence`` /
+        ``lstm_sequence``): layer ``l`` reads layer ``l - 1``'s outputs, and every layer's
+        state is reset at the same steps. States ``[L, N, H]`` in, ``[N, T, L, H]`` out."""
+        rnn, layer_in = self.rnn, xs
+        op = _kernel_op("gru_sequence" if isinstance(rnn, nn.GRU) else "lstm_sequence")
+        if op is None:
+            return self._step_loop(xs, states, init)
+        per_layer: list[list[Tensor]] = [[] for _ in states]
+        for layer in range(rnn.num_layers):
+            w = [getattr(rnn, f"{n}_l{layer}") for n in ("weight_ih", "weight_hh")]
+            b = [getattr(rnn, f"{n}_l{layer}", None) for n in ("bias_ih", "bias_hh")]
+            if isinstance(rnn, nn.GRU):
+                seqs = (op(layer_in, states[0][layer], init, *w, *b),)
+            else:
+                seqs = op(layer_in, states[0][layer], states[1][layer], init, *w, *b)
+            for lst, seq in zip(per_layer, seqs):
+                lst.append(seq)
+            layer_in = seqs[0]
+        return layer_in, [torch.stack(lst, 2) for lst in per_layer]
 
-    def _unpack(self, hidden) -> tuple[Tensor, ...]:
-        return (hidden,) if isinstance(hidden, Tensor) else tuple(hidden)
+    def _step_loop(self, xs: Tensor, states: list[Tensor], init: Tensor):
+        """Without ``tdrl.kernels``: ``self.rnn`` one step at a time, state zeroed at resets."""
+        outs, per_step = [], [[] for _ in states]
+        hidden = tuple(states)
+        for t in range(xs.shape[1]):
+            keep = (~init[:, t]).view(1, -1, 1).to(xs.dtype)
+            hidden = tuple(h * keep for h in hidden)
+            o, new = self.rnn(xs[:, t : t + 1], hidden[0] if len(hidden) == 1 else hidden)
+            hidden = (new,) if isinstance(new, Tensor) else tuple(new)
+            outs.append(o)
+            for lst, h in zip(per_step, hidden):
+                lst.append(h.transpose(0, 1))  # [N, L, H]
+        return torch.cat(outs, 1), [torch.stack(lst, 1) for lst in per_step]
 
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         name = type(self).__name__
@@ -94,28 +127,7 @@ class _RecurrentModule(TensorDictModuleBase):
             init = torch.zeros(N, n_time, dtype=torch.bool, device=x.device)
         else:
             init = is_init.bool().reshape(N, n_time)
-        # fast path: GRU with one layer and no reset after t=0 -> one cuDNN-style call
-        if (
-            isinstance(self.rnn, nn.GRU)
-            and L == 1
-            and not bool(init[:, 1:].any())
-        ):
-            h0 = states[0].masked_fill(init[:, 0].view(1, N, 1), 0.0)
-            out, _ = self.rnn(xs, h0)
-            per_step = [out.unsqueeze(2)]  # [N, T, 1, H]
-        else:
-            outs, per_step_lists = [], [[] for _ in states]
-            hidden = tuple(states)
-            for t in range(n_time):
-                keep = (~init[:, t]).view(1, N, 1).to(x.dtype)
-                hidden = tuple(h * keep for h in hidden)
-                o, new = self.rnn(xs[:, t : t + 1], self._pack(hidden))
-                hidden = self._unpack(new)
-                outs.append(o)
-                for lst, h in zip(per_step_lists, hidden):
-                    lst.append(h.transpose(0, 1))  # [N, L, H]
-            out = torch.cat(outs, dim=1)
-            per_step = [torch.stack(lst, dim=1) for lst in per_step_lists]  # [N, T, L, H]
+        out, per_step = self._run_layers(xs, states, init)  # [N, T, H], [[N, T, L, H]]
         if self.recurrent_mode:
             td.set(self.out_key, out.reshape(*batch, n_time, H))
             for key, s in zip(self.state_keys, per_step):
