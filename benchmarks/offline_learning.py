@@ -68,6 +68,8 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=50)
     ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--dt-steps", type=int, default=3000)
+    ap.add_argument("--dt-context", type=int, default=20)
+    ap.add_argument("--dt-lr", type=float, default=1e-4)
     ap.add_argument("--algorithms", default="bc,td3_bc,iql,cql,dt")
     ap.add_argument("--dataset", default="", help="reuse a Minari dataset folder this script built before")
     ap.add_argument("--sac-return", type=float, default=float("nan"), help="with --dataset: its SAC checkpoint's return")
@@ -84,7 +86,7 @@ def main() -> None:
     folder, sac_return = (Path(args.dataset), args.sac_return) if args.dataset else build_dataset(sac, args, root)
     for algo in args.algorithms.split(","):
         steps = args.dt_steps if algo == "dt" else args.steps
-        extra = dict(batch_size=64, lr=1e-4, context=20, embed_dim=64, num_layers=2) if algo == "dt" else {}
+        extra = dict(batch_size=64, lr=args.dt_lr, context=args.dt_context, embed_dim=64, num_layers=2) if algo == "dt" else {}
         cfg = offline.Config(env_id=args.env_id, algorithm=algo, dataset=str(folder), steps=steps, eval_every=0,
                              eval_episodes=10, checkpoint_every=0, progress=False, seed=args.seed,
                              out=str(root / algo), **extra)
