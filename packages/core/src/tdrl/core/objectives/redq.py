@@ -95,18 +95,6 @@ class REDQLoss(SACLoss):
             "q_std": qs.std(0).mean(),
         }
 
-    def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
-        """``loss_actor = alpha log pi(a|s) - mean_i Q_i(s, a)``, ``a ~ pi``
-        (reparameterised), plus ``loss_alpha`` and the entropy diagnostic."""
-        action, log_prob = self._sample(td)
-        q = self._qs(self.qvalue, td, action, detach_params=True).mean(0)
-        log_prob = self._align(log_prob, q)
-        out = {
-            "loss_actor": (self.temperature.alpha * log_prob - q).mean(),
-            "entropy": -log_prob.mean(),
-            "alpha": self.temperature.alpha,
-        }
-        loss_alpha = self.temperature.loss(log_prob)
-        if loss_alpha is not None:
-            out["loss_alpha"] = loss_alpha
-        return out
+    def _actor_q(self, qs: Tensor) -> Tensor:
+        """REDQ's actor maximises the mean over all critics (SAC's :meth:`actor_loss` otherwise)."""
+        return qs.mean(0)

@@ -145,11 +145,15 @@ class SACLoss(LossModule):
             "target_mean": target.mean(),
         }
 
+    def _actor_q(self, qs: Tensor) -> Tensor:
+        """The critics' value the actor maximises, from the stacked ``[N, ...]`` Q values: the min."""
+        return qs.min(0).values
+
     def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """``loss_actor = alpha log pi(a|s) - min_i Q_i(s, a)``, ``a ~ pi`` (reparameterised),
         plus ``loss_alpha`` and the entropy diagnostic."""
         action, log_prob = self._sample(td)
-        q = self._qs(self.qvalue, td, action, detach_params=True).min(0).values
+        q = self._actor_q(self._qs(self.qvalue, td, action, detach_params=True))
         log_prob = self._align(log_prob, q)
         out = {
             "loss_actor": (self.temperature.alpha * log_prob - q).mean(),
