@@ -31,6 +31,7 @@ import time
 import torch
 
 from tdrl.core.mcts import RecurrentOutput, RootOutput, muzero_policy
+from tdrl.core.mcts.small_batch import SMALL_BATCH
 
 
 class TinyModel:
@@ -266,7 +267,9 @@ def _versus_mctx(args, model: TinyModel, ours_rates: dict, ours_visits: dict) ->
                 {"tdrl sims/s": round(ours_rates[b]), "mctx sims/s": round(theirs)},
                 peer=f"mctx {peer['mctx']} (jax {peer['jax']})", ratio=f"{ratio:.2f}x{verdict}",
                 note=f"PUCT, {args.simulations} simulations, min-max Q (qtransform_by_parent_and_siblings), "
-                "no root noise, tiny model (dim 8, 4 actions), same weights and roots; both on one CPU "
+                "no root noise, tiny model (dim 8, 4 actions), same weights and roots; tdrl keeps the "
+                f"statistics in Python floats up to B={SMALL_BATCH} trees (mcts/small_batch.py), in "
+                "tensors above; both on one CPU "
                 "thread (XLA_FLAGS single-threaded); median of repeats, jit compile excluded; "
                 f"visit counts of the first 4 trees identical: {same}",
             )  # fmt: skip

@@ -31,6 +31,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
 from .fused import fused_rule
+from .small_batch import SMALL_BATCH, python_search
 from .selection import SelectionFn
 from .tree import (
     supports_node_batches,
@@ -56,6 +57,7 @@ def search(
     max_depth: int | None = None,
     two_player: bool = False,
     extra: TensorDictBase | None = None,
+    method: str = "auto",
 ) -> Tree:
     """Run ``num_simulations`` simulations in each of ``B`` trees.
 
@@ -75,6 +77,10 @@ def search(
             act there and rewards by the player who acted; the search negates discounts so
             that a child's value counts against its parent.
         extra: per-tree extras ``[B]`` stored in ``tree.extra`` (e.g. the root Gumbel).
+        method: ``"tensor"`` (statistics in the tree's tensors), ``"python"`` (in Python
+            floats, :mod:`~tdrl.core.mcts.small_batch`: only the default PUCT rule at the root
+            and below it, on the CPU) or ``"auto"``: ``"python"`` where it applies and
+            ``B <= SMALL_BATCH``, else ``"tensor"``. Both build the same tree.
 
     Returns:
         The filled :class:`Tree`.
@@ -84,8 +90,28 @@ def search(
     max_depth = num_simulations if max_depth is None else max_depth
     if max_depth < 1:
         raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+    if method not in ("auto", "tensor", "python"):
+        raise ValueError(f"method must be 'auto', 'tensor' or 'python', got {method!r}")
     tree, wrapped = init_tree(root, num_simulations + 1, extra)
     store = _EmbeddingStore(tree.embeddings, wrapped)
+    if method != "tensor":
+        rule = fused_rule(interior_action_selection_fn)
+        usable = (
+            rule is not None
+            and root_action_selection_fn is interior_action_selection_fn
+            and tree.node_data.device.type == "cpu"
+        )
+        if method == "python" and not usable:
+            raise ValueError(
+                "method='python' needs the default PUCT rule (puct_selection, optionally with "
+                "pb_c_init / pb_c_base / the default qtransform) at the root and below it, "
+                "on the CPU; use method='tensor' or 'auto' for other rules"
+            )
+        if usable and (method == "python" or tree.batch_size <= SMALL_BATCH):
+            python_search(
+                tree, store, recurrent_fn, rule, num_simulations, max_depth, two_player
+            )
+            return tree
     device = tree.node_data.device
     offsets = tree.flat_index(torch.zeros(tree.batch_size, dtype=torch.int64, device=device))
     # A tree of s simulations is at most s deep, so below this every path ends unexpanded.
@@ -257,6 +283,7 @@ class _EmbeddingStore:
         self.keys = list(embeddings.keys(include_nested=True, leaves_only=True))
         self.leaves = [embeddings.get(key).flatten(0, 1) for key in self.keys]
         self.batch = embeddings.batch_size[:1]
+        self.grids = [leaf.unflatten(0, (self.batch[0], -1)) for leaf in self.leaves]  # [B, N]
 
     def read(self, flat: Tensor) -> TensorDictBase | Tensor:
         rows = [leaf.index_select(0, flat) for leaf in self.leaves]
@@ -266,12 +293,11 @@ class _EmbeddingStore:
 
     def write_slot(self, slot: int, values: TensorDictBase | Tensor) -> None:
         """Write ``values`` (batch ``[B]``) into node slot ``slot`` of every tree."""
-        batch = self.batch[0]
         if self.wrapped:
-            self.leaves[0].unflatten(0, (batch, -1))[:, slot] = values
+            self.grids[0][:, slot] = values
             return
-        for leaf, value in self._pairs(values):
-            leaf.unflatten(0, (batch, -1))[:, slot] = value
+        for grid, (_, value) in zip(self.grids, self._pairs(values), strict=True):
+            grid[:, slot] = value
 
     def write(self, flat: Tensor, values: TensorDictBase | Tensor) -> None:
         if self.wrapped:
@@ -300,7 +326,7 @@ def _vector(x: Tensor, batch: int, name: str, dtype: torch.dtype) -> Tensor:
         x = x.squeeze(-1)
     if x.shape != (batch,):
         raise ValueError(f"recurrent_fn {name} must be [B]={batch}, got {tuple(x.shape)}")
-    return x.to(dtype)
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def _expand(
