@@ -1,9 +1,10 @@
 """Environments by name, as the apps build them: ``make_env("CartPole-v1", num_envs=8)``.
 
-A Gymnasium id gives a vectorised :class:`GymEnv`; ``tdrl/Pendulum`` gives the batched
-pure-torch :class:`PendulumEnv`, ``dmc/<domain>-<task>`` a DeepMind Control
-:class:`DMControlEnv` (``dmc/cartpole-balance``; the ``dmc`` extra), whose whole state travels in the TensorDict (so a run on it
-resumes bit-identically: :func:`env_rng_state` checkpoints its reset RNG).
+A Gymnasium id gives a vectorised :class:`GymEnv`; ``tdrl/Pendulum`` the batched pure-torch
+:class:`PendulumEnv`, whose whole state travels in the TensorDict (so a run on it resumes
+bit-identically: :func:`env_rng_state` checkpoints its reset RNG); ``dmc/<domain>-<task>`` a
+DeepMind Control :class:`DMControlEnv` (``dmc/cartpole-balance``; the ``dmc`` extra);
+``brax/<name>`` a Brax :class:`~tdrl.core.envs.brax.BraxEnv` (``brax/ant``; the ``brax`` extra).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ def make_env(env_id: str, num_envs: int = 1, transforms: tuple = (), **gym_kwarg
 
     Args:
         env_id: a Gymnasium id (``"HalfCheetah-v5"``), one of :data:`TORCH_ENVS`, or
-            ``"dmc/<domain>-<task>"`` (a :class:`DMControlEnv`).
+            ``"dmc/<domain>-<task>"`` (a :class:`DMControlEnv`), or ``"brax/<name>"`` (a
+            :class:`~tdrl.core.envs.brax.BraxEnv`, the ``brax`` extra).
         num_envs: batch size (Gymnasium: a vector env of that many copies).
         transforms: transforms applied in order (a :class:`TransformedEnv` over a ``Compose``).
         **gym_kwargs: passed to :class:`GymEnv` (e.g. ``categorical_action_encoding``,
-            ``wrappers``) or :class:`DMControlEnv` (``action_repeat``, ``pixels``, ...);
+            ``wrappers``), :class:`DMControlEnv` (``action_repeat``, ``pixels``, ...) or
+            ``BraxEnv`` (``backend``, ``episode_length``, ...);
             ignored for the torch envs.
 
     Returns:
@@ -45,6 +48,10 @@ def make_env(env_id: str, num_envs: int = 1, transforms: tuple = (), **gym_kwarg
         from .dm_control import make_dmc
 
         base = make_dmc(env_id, num_envs, **gym_kwargs)
+    elif env_id.startswith("brax/"):
+        from .brax import BraxEnv
+
+        base = BraxEnv(env_id[len("brax/"):], num_envs, **gym_kwargs)
     else:
         base = GymEnv(env_id, num_envs=num_envs, **gym_kwargs)
     if not transforms:

@@ -1,0 +1,231 @@
+"""Brax: batched JAX physics environments as a tdrl env, tensors passed through DLPack.
+
+:class:`BraxEnv` holds ``num_envs`` copies of a Brax environment
+(``brax.envs.get_environment(name, backend=...)``) vectorised with ``jax.vmap`` and stepped by
+one jitted function; ``batch_size=(num_envs,)``. Observations, rewards and flags cross from
+JAX to torch with ``torch.from_dlpack`` (no copy on the same device) and actions the other
+way with ``jax.dlpack.from_dlpack``. Keys, shapes and dtypes follow the data contract of
+:class:`~tdrl.core.envs.GymEnv`: ``"observation"`` ``(num_envs, D)`` float32, ``"action"``
+``(num_envs, A)`` in ``[-1, 1]``, ``"reward"`` ``(num_envs, 1)`` (summed over
+``action_repeat``), ``"terminated"`` when the physics says the episode ended, ``"truncated"``
+at ``episode_length`` steps (Brax's ``EpisodeWrapper`` counts them; a step that both ends
+and hits the limit is ``terminated``).
+
+Resets are tdrl's, not Brax's ``AutoResetWrapper``: a partial reset (a ``"_reset"`` mask, as
+``step_and_maybe_reset`` and the collectors pass) draws fresh states for the masked
+sub-envs only, inside one jitted function, so every ``step`` is a real transition.
+
+Seeding: the env holds a JAX PRNG key; every reset splits it into one key per sub-env.
+``set_seed(s)`` sets the key to ``PRNGKey(s)``.
+
+Compilation: the jitted reset / step / partial reset are built once per (environment,
+backend, ``num_envs``, ``episode_length``, ``action_repeat``) in a process and shared by
+every ``BraxEnv`` of that configuration; the first reset and step compile (seconds to tens
+of seconds on a CPU). JAX's CPU threads: set ``XLA_FLAGS`` (e.g.
+``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``) before the first
+``import jax``.
+
+Needs the ``brax`` extra (``pip install "packages/core[brax]"``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from tensordict import TensorDictBase
+
+from .._optional import require
+from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from ..specs import Bounded, Composite, Unbounded
+from ._fastpath import plain_td_maker
+from .common import RESET_KEY, EnvBase
+
+__all__ = ["BraxEnv"]
+
+BACKENDS = ("generalized", "positional", "spring", "mjx")
+
+
+def _require_brax():
+    return require("brax", extra="brax", what="BraxEnv")
+
+
+@lru_cache(maxsize=None)
+def _compiled(name: str, backend: str, num_envs: int, episode_length: int, action_repeat: int):
+    """The vectorised env and its jitted ``reset(key)``, ``step(state, action)`` and
+    ``pick(mask, fresh, state)`` (the masked sub-envs' rows from ``fresh``), built once per
+    configuration; a partial reset is a full ``reset`` then ``pick``, so that only the cheap
+    ``pick`` compiles beside ``reset`` and ``step``."""
+    _require_brax()
+    import jax
+    import jax.numpy as jnp
+    from brax import envs
+    from brax.envs.wrappers.training import EpisodeWrapper, VmapWrapper
+
+    env = VmapWrapper(EpisodeWrapper(envs.get_environment(name, backend=backend),
+                                     episode_length, action_repeat))  # fmt: skip
+
+    def strong(state):
+        # reset builds some leaves from Python scalars (weakly typed); step returns them
+        # strongly typed: without this the step compiles twice (once per kind of state)
+        return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), state)
+
+    def reset(key):
+        return strong(env.reset(jax.random.split(key, num_envs)))
+
+    def outputs(state):
+        # one float32 array [B, D + 4] (observation, reward, done, terminated, truncated):
+        # one DLPack hand-over per step instead of five
+        done = state.done > 0
+        truncated = (state.info["truncation"] > 0) & done
+        flags = jnp.stack([done, done & ~truncated, truncated], -1).astype(state.obs.dtype)
+        return jnp.concatenate([state.obs, state.reward[:, None], flags], -1)
+
+    def step(state, action):
+        state = strong(env.step(state, action))
+        return state, outputs(state)
+
+    def pick(mask, fresh, state):
+        def where(new, old):
+            return jnp.where(mask.reshape(mask.shape + (1,) * (new.ndim - 1)), new, old)
+
+        return jax.tree.map(where, fresh, state)
+
+    return env, jax.jit(reset), jax.jit(step), jax.jit(pick)
+
+
+class BraxEnv(EnvBase):
+    """``num_envs`` Brax environments, vectorised and jitted, as one tdrl env.
+
+    Args:
+        env_name: a Brax environment (``brax.envs._envs``: ``"ant"``, ``"halfcheetah"``,
+            ``"hopper"``, ``"inverted_pendulum"``, ``"reacher"``, ...).
+        num_envs: number of sub-envs; ``batch_size=(num_envs,)``.
+        backend: Brax's physics pipeline: ``"generalized"``, ``"positional"``, ``"spring"``
+            (fastest to compile and step on a CPU) or ``"mjx"``.
+        episode_length: steps before ``truncated`` (Brax's ``EpisodeWrapper``).
+        action_repeat: physics steps per action (rewards summed).
+        seed: seed of the PRNG key; ``None`` draws one from torch's default generator.
+        device: device of the TensorDicts (the arrays come from JAX's default device).
+        check_actions: check actions against the spec at every step.
+
+    Example:
+        >>> env = BraxEnv("inverted_pendulum", num_envs=8, backend="spring")
+        >>> env.rollout(10, break_when_any_done=False).batch_size   # (8, 10)
+    """
+
+    def __init__(
+        self,
+        env_name: str,
+        num_envs: int,
+        *,
+        backend: str = "spring",
+        episode_length: int = 1000,
+        action_repeat: int = 1,
+        seed: int | None = None,
+        device: torch.device | str = "cpu",
+        check_actions: bool = False,
+    ) -> None:
+        for arg, value in (("num_envs", num_envs), ("episode_length", episode_length),
+                           ("action_repeat", action_repeat)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"BraxEnv({env_name!r}): {arg} must be an int >= 1, got {value!r}.")
+        if backend not in BACKENDS:
+            raise ValueError(f"BraxEnv({env_name!r}): backend must be one of {BACKENDS}, got {backend!r}.")
+        _require_brax()
+        from brax import envs
+
+        known = sorted(envs._envs)
+        if env_name not in known:
+            raise ValueError(f"BraxEnv: Brax has no environment {env_name!r}; known: {known}.")
+        super().__init__(batch_size=(num_envs,), device=device, check_actions=check_actions)
+        import jax
+
+        self._jax, self._jnp = jax, jax.numpy
+        self._jax_device = jax.devices()[0]
+        self.env_name, self.backend, self.num_envs = env_name, backend, num_envs
+        self.episode_length, self.action_repeat = episode_length, action_repeat
+        env, self._reset_fn, self._step_fn, self._pick_fn = _compiled(
+            env_name, backend, num_envs, episode_length, action_repeat
+        )
+        if not isinstance(env.observation_size, int):
+            raise NotImplementedError(
+                f"BraxEnv({env_name!r}): dict observations ({env.observation_size}) are not "
+                "supported yet (array observations only).")
+        if seed is None:
+            seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        self._key = jax.random.PRNGKey(seed)
+        batch = self.batch_size
+        self.observation_spec = Composite(
+            {OBSERVATION: Unbounded((*batch, env.observation_size), device=self.device)},
+            shape=batch,
+        )
+        self.action_spec = Bounded(-1.0, 1.0, (*batch, env.action_size), device=self.device)
+        self._obs_dim = env.observation_size
+        self._make_td = plain_td_maker(batch, self.device)
+        self._state = None
+
+    # ------------------------------------------------------------------ conversions
+    def _torch(self, array) -> torch.Tensor:
+        t = torch.from_dlpack(array)
+        return t if t.device == self.device else t.to(self.device)
+
+    def _jax_array(self, tensor: torch.Tensor):
+        """A float32 JAX array of ``tensor``. On the CPU through numpy (an uncommitted array,
+        like the reset's: a committed one, as DLPack gives, would compile the step again);
+        elsewhere through DLPack, placed (committed) on JAX's device as the state is."""
+        tensor = tensor.detach().float()
+        if tensor.device.type == "cpu":
+            return self._jnp.asarray(tensor.numpy())
+        return self._jax.device_put(self._jax.dlpack.from_dlpack(tensor.contiguous()), self._jax_device)
+
+    def _placed(self, state):
+        """On an accelerator, the state committed to JAX's device (as the actions are)."""
+        return state if self._jax_device.platform == "cpu" else self._jax.device_put(state, self._jax_device)
+
+    def _next_key(self):
+        self._key, key = self._jax.random.split(self._key)
+        return key
+
+    # ------------------------------------------------------------------ EnvBase
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
+        if kwargs:
+            raise TypeError(f"BraxEnv.reset takes no keyword arguments, got {sorted(kwargs)}.")
+        mask = None if tensordict is None else tensordict.get(RESET_KEY, None)
+        if mask is not None and self._state is not None:
+            mask = mask.reshape(self.num_envs)
+            if not bool(mask.all()):
+                fresh = self._placed(self._reset_fn(self._next_key()))
+                self._state = self._pick_fn(self._jax_array(mask.to(torch.float32)) > 0, fresh,
+                                            self._state)  # fmt: skip
+                return self._make_td({OBSERVATION: self._torch(self._state.obs)})
+        self._state = self._placed(self._reset_fn(self._next_key()))
+        return self._make_td({OBSERVATION: self._torch(self._state.obs)})
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._state is None:
+            raise RuntimeError(f"{self!r}: call reset() before the first step.")
+        self._state, packed = self._step_fn(self._state, self._jax_array(tensordict.get(ACTION)))
+        packed = self._torch(packed)
+        dim = self._obs_dim
+        flags = packed[:, dim + 1:] > 0.5
+        return self._make_td({
+            OBSERVATION: packed[:, :dim],
+            REWARD: packed[:, dim:dim + 1],
+            DONE: flags[:, 0:1],
+            TERMINATED: flags[:, 1:2],
+            TRUNCATED: flags[:, 2:3],
+        })  # fmt: skip
+
+    def _set_seed(self, seed: int) -> int:
+        self._key = self._jax.random.PRNGKey(seed)
+        return seed + 1
+
+    @property
+    def state(self):
+        """The current batched Brax ``State`` (a JAX pytree), or None before the first reset."""
+        return self._state
+
+    def __repr__(self) -> str:
+        return (f"BraxEnv({self.env_name!r}, num_envs={self.num_envs}, backend={self.backend!r}, "
+                f"device={self.device})")

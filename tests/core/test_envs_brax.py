@@ -1,0 +1,100 @@
+"""BraxEnv: Brax's jitted, vmapped physics as a tdrl env (the ``brax`` extra)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+# one XLA thread, before JAX is first imported (the machine is shared)
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+pytest.importorskip("brax", reason='needs brax: pip install "packages/core[brax]"')
+
+from tdrl.core.envs import check_env_specs, make_env  # noqa: E402
+from tdrl.core.envs.brax import BraxEnv  # noqa: E402
+
+LIMIT = 15
+
+
+@pytest.fixture(scope="module")
+def env():
+    """Brax's inverted pendulum (spring pipeline), 4 sub-envs, a 15-step time limit."""
+    return BraxEnv("inverted_pendulum", num_envs=4, episode_length=LIMIT, seed=0)
+
+
+def test_specs_and_the_data_contract(env):
+    check_env_specs(env)
+    td = env.reset()
+    assert td["observation"].shape == (4, 4) and td["observation"].dtype == torch.float32
+    assert env.action_spec.shape == (4, 1)
+    assert float(env.action_spec.space.low.min()) == -1.0
+
+
+def test_rollout_follows_the_physics_and_the_time_limit(env):
+    """Brax's pendulum ends an episode when the pole leans past 0.2 rad (obs[1]) and pays 1
+    per step; the time limit truncates after 15 steps; finished sub-envs restart alone."""
+    torch.manual_seed(0)
+    ro = env.rollout(60, break_when_any_done=False)
+    nxt = ro["next"]
+    angle = nxt["observation"][..., 1].abs()
+    term, trunc = nxt["terminated"].squeeze(-1), nxt["truncated"].squeeze(-1)
+    assert torch.equal(term, (angle > 0.2) & ~trunc)
+    assert torch.equal(nxt["done"].squeeze(-1), term | trunc)
+    assert torch.all(nxt["reward"] == 1.0)
+    assert int(term.sum()) > 0 and int(trunc.sum()) > 0
+    # episode lengths: every truncation comes exactly LIMIT steps after the last reset
+    for b in range(4):
+        length = 0
+        for t in range(60):
+            length += 1
+            if bool(trunc[b, t]):
+                assert length == LIMIT
+            if bool(term[b, t] or trunc[b, t]):
+                length = 0
+            assert length < LIMIT
+    # a reset row starts a fresh, upright episode: its observation is near the origin
+    restarted = ro["observation"][:, 1:][(term | trunc)[:, :-1]]
+    assert restarted.abs().max() < 0.05
+
+
+def test_partial_reset_touches_only_the_masked_rows(env):
+    td = env.reset()
+    td["action"] = torch.full((4, 1), 0.7)
+    td = env.step(td)["next"]
+    before = td["observation"].clone()
+    td["_reset"] = torch.tensor([[True], [False], [False], [True]])
+    out = env.reset(td)
+    assert torch.equal(out["observation"][1:3], before[1:3])
+    assert not torch.equal(out["observation"][0], before[0])
+
+
+def test_seeding_repeats_and_a_new_seed_differs(env):
+    def run(seed):
+        e = BraxEnv("inverted_pendulum", num_envs=4, episode_length=LIMIT, seed=seed)
+        actions = torch.linspace(-1, 1, 4 * 20).reshape(20, 4, 1)
+        td, obs = e.reset(), []
+        for a in actions:
+            td["action"] = a
+            td, _ = e.step_and_maybe_reset(td)[1], None
+            obs.append(td["observation"])
+        return torch.stack(obs)
+
+    assert torch.equal(run(3), run(3))
+    assert not torch.equal(run(3), run(4))
+    assert env.set_seed(7) == 8
+
+
+def test_make_env_and_bad_input():
+    env = make_env("brax/inverted_pendulum", num_envs=4, episode_length=LIMIT)
+    assert isinstance(env, BraxEnv)
+    with pytest.raises(ValueError, match="no environment 'pendulum'.*inverted_pendulum"):
+        BraxEnv("pendulum", num_envs=2)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        BraxEnv("inverted_pendulum", num_envs=2, backend="physx")
+    with pytest.raises(ValueError, match="num_envs must be an int >= 1"):
+        BraxEnv("inverted_pendulum", num_envs=0)
+    fresh = BraxEnv("inverted_pendulum", num_envs=4, episode_length=LIMIT)
+    td = fresh.full_action_spec.rand()
+    with pytest.raises(RuntimeError, match="call reset"):
+        fresh.step(td)
