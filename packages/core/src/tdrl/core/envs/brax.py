@@ -2,9 +2,10 @@
 
 :class:`BraxEnv` holds ``num_envs`` copies of a Brax environment
 (``brax.envs.get_environment(name, backend=...)``) vectorised with ``jax.vmap`` and stepped by
-one jitted function; ``batch_size=(num_envs,)``. Observations, rewards and flags cross from
-JAX to torch with ``torch.from_dlpack`` (no copy on the same device) and actions the other
-way with ``jax.dlpack.from_dlpack``. Keys, shapes and dtypes follow the data contract of
+one jitted function; ``batch_size=(num_envs,)``. On an accelerator, observations, rewards
+and flags cross from JAX to torch with ``torch.from_dlpack`` (no copy) and actions the other
+way with ``jax.dlpack.from_dlpack``; on the CPU both go through numpy, which is faster there
+(each step's outputs are one packed array, copied once). Keys, shapes and dtypes follow the data contract of
 :class:`~tdrl.core.envs.GymEnv`: ``"observation"`` ``(num_envs, D)`` float32, ``"action"``
 ``(num_envs, A)`` in ``[-1, 1]``, ``"reward"`` ``(num_envs, 1)`` (summed over
 ``action_repeat``), ``"terminated"`` when the physics says the episode ended, ``"truncated"``
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -167,16 +169,28 @@ class BraxEnv(EnvBase):
 
     # ------------------------------------------------------------------ conversions
     def _torch(self, array) -> torch.Tensor:
-        t = torch.from_dlpack(array)
+        """A JAX array as a torch tensor: on the CPU, once computed, copied out through numpy
+        (measured here: DLPack's export of a pending result waits far longer than
+        ``block_until_ready``, and numpy's view of a JAX array is read-only); elsewhere
+        through DLPack on the same device."""
+        if self._jax_device.platform == "cpu":
+            array.block_until_ready()
+            t = torch.from_numpy(np.array(array))
+        else:
+            t = torch.from_dlpack(array)
         return t if t.device == self.device else t.to(self.device)
 
     def _jax_array(self, tensor: torch.Tensor):
-        """A float32 JAX array of ``tensor``. On the CPU through numpy (an uncommitted array,
-        like the reset's: a committed one, as DLPack gives, would compile the step again);
-        elsewhere through DLPack, placed (committed) on JAX's device as the state is."""
-        tensor = tensor.detach().float()
+        """``tensor`` (float32) as an argument of the jitted functions. On the CPU the numpy
+        view itself (jit takes it as an uncommitted array, as the reset's state is: a
+        committed one, as DLPack gives, would compile the step again; and it is a tenth of
+        ``jnp.asarray``'s cost); elsewhere through DLPack, committed to JAX's device as the
+        state is."""
+        tensor = tensor.detach()
+        if tensor.dtype != torch.float32:
+            tensor = tensor.float()
         if tensor.device.type == "cpu":
-            return self._jnp.asarray(tensor.numpy())
+            return tensor.numpy()
         return self._jax.device_put(self._jax.dlpack.from_dlpack(tensor.contiguous()), self._jax_device)
 
     def _placed(self, state):
@@ -196,7 +210,7 @@ class BraxEnv(EnvBase):
             mask = mask.reshape(self.num_envs)
             if not bool(mask.all()):
                 fresh = self._placed(self._reset_fn(self._next_key()))
-                self._state = self._pick_fn(self._jax_array(mask.to(torch.float32)) > 0, fresh,
+                self._state = self._pick_fn(self._jax_array(mask.to(torch.float32)) > 0.5, fresh,
                                             self._state)  # fmt: skip
                 return self._make_td({OBSERVATION: self._torch(self._state.obs)})
         self._state = self._placed(self._reset_fn(self._next_key()))

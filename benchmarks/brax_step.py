@@ -1,0 +1,114 @@
+"""Brax wrapper benchmark (not named brax.py: it would shadow the package): ``BraxEnv`` per-step cost vs raw Brax, side by side, one run.
+
+For each environment (``inverted_pendulum``, ``ant``; the ``spring`` pipeline) and batch (8,
+64), one XLA thread and one torch thread, the same pre-drawn actions on both sides:
+
+- ``raw``: Brax's own ``envs.create(name, batch_size=B, auto_reset=False)`` stepped by
+  ``jax.jit(env.step)`` with JAX actions, waiting for each step's observation (a policy
+  needs it before the next action);
+- ``tdrl``: ``BraxEnv.step(td)`` with torch actions (the action handed to JAX, the step, the
+  outputs back to torch through DLPack, the TensorDict).
+
+Target: tdrl <= 1.1x raw. Figures: the median over ``--repeats`` interleaved blocks of
+``--steps`` steps; compilation is excluded (both sides step once before timing).
+
+    flock /tmp/tdrl-cpu.lock python benchmarks/brax_step.py --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+ENVS = ("inverted_pendulum", "ant")
+BATCHES = (8, 64)
+
+
+def _time(fn, steps: int) -> float:
+    start = time.perf_counter()
+    fn(steps)
+    return (time.perf_counter() - start) / steps * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--envs", nargs="+", default=list(ENVS))
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
+    parser.add_argument("--record", action="store_true")
+    args = parser.parse_args()
+
+    import brax
+    import jax
+    import jax.numpy as jnp
+    from brax import envs
+
+    from tdrl.core.envs.brax import BraxEnv
+
+    results = {}
+    print(f"{'env':>18} {'B':>4} {'raw us/step':>12} {'tdrl us/step':>13} {'ratio':>7}")
+    for name in args.envs:
+        for batch in args.batches:
+            raw_env = envs.create(name, backend="spring", batch_size=batch, auto_reset=False)
+            raw_step = jax.jit(raw_env.step)
+            ours = BraxEnv(name, num_envs=batch, backend="spring", seed=0)
+            g = torch.Generator().manual_seed(0)
+            actions = torch.rand(args.steps, batch, ours.action_spec.shape[-1], generator=g) * 2 - 1
+            jax_actions = [jnp.asarray(a.numpy()) for a in actions]
+            state = {"raw": jax.jit(raw_env.reset)(jax.random.PRNGKey(0))}  # split into B by create()
+            td = ours.reset()
+
+            def raw(steps):
+                s = state["raw"]
+                for t in range(steps):
+                    s = raw_step(s, jax_actions[t])
+                    s.obs.block_until_ready()
+                state["raw"] = s
+
+            def tdrl(steps):
+                nonlocal td
+                for t in range(steps):
+                    td["action"] = actions[t]
+                    td = ours.step(td)["next"]
+
+            raw(2), tdrl(2)  # compile
+            times = {"raw": [], "tdrl": []}
+            for _ in range(args.repeats):
+                times["raw"].append(_time(raw, args.steps))
+                times["tdrl"].append(_time(tdrl, args.steps))
+            us = {k: statistics.median(v) for k, v in times.items()}
+            results[(name, batch)] = us
+            print(f"{name:>18} {batch:>4} {us['raw']:>12.1f} {us['tdrl']:>13.1f} "
+                  f"{us['tdrl'] / us['raw']:>6.2f}x")  # fmt: skip
+    if args.record:
+        from records import write_record
+
+        load = os.getloadavg()[0]
+        for (name, batch), us in results.items():
+            ratio = us["tdrl"] / us["raw"]
+            write_record(
+                "Environments", "BraxEnv vs raw Brax (spring pipeline, one XLA thread)",
+                f"{name}, batch {batch}",
+                {"tdrl us/step": round(us["tdrl"], 1), "raw us/step": round(us["raw"], 1)},
+                peer=f"brax {brax.__version__} (jax {jax.__version__}), same actions; raw = "
+                "jit(env.step) of envs.create(auto_reset=False), waiting for each observation",
+                ratio=f"{ratio:.2f}x raw (target <= 1.1x: {'met' if ratio <= 1.1 else 'missed'})",
+                machine=f"shared 2-core CPU box, load {load:.1f}, one torch thread",
+                note=f"Median of {args.repeats} interleaved repeats of {args.steps} steps; "
+                "compilation excluded.",
+            )
+
+
+if __name__ == "__main__":
+    main()
