@@ -31,7 +31,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
 from .fused import fused_rule
-from .small_batch import SMALL_BATCH, python_search
+from .small_batch import SMALL_BATCH, TYPECODES, python_search
 from .selection import SelectionFn
 from .tree import (
     supports_node_batches,
@@ -100,12 +100,13 @@ def search(
             rule is not None
             and root_action_selection_fn is interior_action_selection_fn
             and tree.node_data.device.type == "cpu"
+            and tree.node_data.dtype in TYPECODES
         )
         if method == "python" and not usable:
             raise ValueError(
                 "method='python' needs the default PUCT rule (puct_selection, optionally with "
                 "pb_c_init / pb_c_base / the default qtransform) at the root and below it, "
-                "on the CPU; use method='tensor' or 'auto' for other rules"
+                "on the CPU, in float32 or float64; use method='tensor' or 'auto' otherwise"
             )
         if usable and (method == "python" or tree.batch_size <= SMALL_BATCH):
             python_search(

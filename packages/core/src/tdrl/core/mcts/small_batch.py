@@ -6,14 +6,16 @@ simulation, against ~0.1 ms for mctx's compiled step. With few trees the statist
 cheaper as Python floats: walking down a tree and backing a value up cost a few float
 operations per level, and the only torch work per simulation is the model call and one
 read and one write of the embeddings. :func:`~tdrl.core.mcts.search.search` takes this
-path on the CPU for ``B <= SMALL_BATCH`` trees when the rule is the default PUCT (the rule
-that :func:`~tdrl.core.mcts.fused.fused_rule` recognises) at the root and below it.
+path on the CPU for ``B <= SMALL_BATCH`` float32 or float64 trees when the rule is the
+default PUCT (the rule that :func:`~tdrl.core.mcts.fused.fused_rule` recognises) at the
+root and below it.
 
 It is the same algorithm as the tensor search, step for step: the same actions (ties to the
 lowest), the same calls of the model on the same inputs, the same tree at the end (the
-tensors are written once, after the last simulation). The statistics are stored in float32
-and updated one rounded operation at a time in the tensor search's order, so they are bit
-for bit the tensor search's; the selection scores are computed in float64 (there: float32),
+tensors are written once, after the last simulation). The statistics are stored in the
+tree's float type and updated one rounded operation at a time in the tensor search's order,
+so they are bit for bit the tensor search's; the selection scores are computed in float64
+(for a float32 tree the tensor search scores in float32),
 so two actions whose scores differ by less than a float32 rounding could be ranked the other
 way (tests/core/test_mcts_small_batch.py compares the two paths on random models).
 """
@@ -38,6 +40,10 @@ SMALL_BATCH = 16
 above it the tensor path is faster (``benchmarks/mcts.py``: they cross near 20 trees here)."""
 
 
+TYPECODES = {torch.float32: "f", torch.float64: "d"}
+"""The tree float types this path handles (``array`` type codes); others take the tensors."""
+
+
 class _Trees:
     """The statistics of ``B`` trees as flat Python lists, row ``b * N + n`` per node."""
 
@@ -45,19 +51,21 @@ class _Trees:
         self.num_nodes, self.num_actions = tree.num_nodes, tree.num_actions
         nodes = tree.node_data[:, ROOT_INDEX].tolist()  # [B, 4]
         num_rows, num_actions = tree.batch_size * tree.num_nodes, tree.num_actions
-        # float32 storage (array "f" rounds on every store): sums and means, computed one
-        # operation at a time as the tensor search does, come out bit for bit the same.
-        self.visits = array("f", bytes(4 * num_rows))
-        self.sums = array("f", bytes(4 * num_rows))
-        self.raw = [0.0] * num_rows
-        self.means = array("f", bytes(4 * num_rows))
+        # storage in the tree's float type (array "f" rounds to float32 on every store): sums
+        # and means, computed one operation at a time as the tensor search does, come out
+        # bit for bit the same.
+        code = TYPECODES[tree.node_data.dtype]
         num_edges = num_rows * num_actions
-        self.e_visits = array("f", bytes(4 * num_edges))
-        self.e_sums = array("f", bytes(4 * num_edges))
+
+        def zeros(n: int) -> array:
+            return array(code, bytes(array(code).itemsize * n))
+
+        self.visits, self.sums, self.means = zeros(num_rows), zeros(num_rows), zeros(num_rows)
+        self.raw = [0.0] * num_rows
+        self.e_visits, self.e_sums, self.e_q = zeros(num_edges), zeros(num_edges), zeros(num_edges)
         self.e_rewards = [0.0] * num_edges
         self.e_discounts = [0.0] * num_edges
-        self.e_q = array("f", bytes(4 * num_edges))
-        self._tmp = array("f", [0.0])
+        self._tmp = zeros(1)
         self.logits = [0.0] * num_edges
         self.probs = [0.0] * num_edges
         self.invalid = [False] * num_edges
