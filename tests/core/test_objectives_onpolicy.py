@@ -169,3 +169,27 @@ def test_check_finite_names_the_term():
     PPOLoss(bandit_actor(), critic)(td)  # no check: NaN passes silently
     with pytest.raises(FloatingPointError, match="loss_critic"):
         PPOLoss(bandit_actor(), critic, check_finite=True)(td)
+
+
+def test_k3_estimate_by_hand_and_against_the_closed_form_kl():
+    from tdrl.core.objectives.common import k3_estimate
+
+    ln2 = math.log(2.0)
+    got = k3_estimate(torch.tensor([0.0, ln2, -ln2], dtype=torch.float64))
+    expected = torch.tensor([0.0, 2 - 1 - ln2, 0.5 - 1 + ln2], dtype=torch.float64)
+    torch.testing.assert_close(got, expected)
+    # unbiased: samples of p = N(0, 1), log q - log p with q = N(0.5, 1); KL(p || q) = 0.125
+    x = torch.randn(400_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    p, q = torch.distributions.Normal(0.0, 1.0), torch.distributions.Normal(0.5, 1.0)
+    assert abs(float(k3_estimate(q.log_prob(x) - p.log_prob(x)).mean()) - 0.125) < 3e-3
+
+
+def test_masked_mean_by_hand():
+    from tdrl.core.objectives.common import masked_mean
+
+    x = torch.tensor([[1.0, 2.0], [3.0, 40.0]])
+    assert float(masked_mean(x, torch.tensor([[True, True], [True, False]]))) == 2.0
+    # a [B] mask broadcasts over the trailing dim; None is the plain mean; empty gives 0
+    assert float(masked_mean(x, torch.tensor([False, True]))) == 21.5
+    assert float(masked_mean(x, None)) == 11.5
+    assert float(masked_mean(x, torch.zeros(2, 2, dtype=torch.bool))) == 0.0

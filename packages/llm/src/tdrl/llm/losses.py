@@ -24,6 +24,8 @@ from dataclasses import dataclass, fields, replace
 import torch
 from tensordict import TensorDict
 
+from tdrl.core.objectives.common import k3_estimate
+from tdrl.kernels.pg_loss.reference import reduce_tokens
 from tdrl.llm import keys as K
 from tdrl.llm.logprobs import _head, _trim, completion_hidden, completion_logprobs, logprobs_from_hidden
 
@@ -103,7 +105,8 @@ class GRPOLossConfig:
 
 
 def masked_reduce(x: torch.Tensor, mask: torch.Tensor, reduction: str, max_len: int | None = None) -> torch.Tensor:
-    """Reduce per-token values ``[B, T]`` over the mask the way ``pg_token_loss`` does.
+    """Reduce per-token values ``[B, T]`` over the mask the way ``pg_token_loss`` does
+    (the reductions are the kernels' ``reduce_tokens``, their one home).
 
     Args:
         x: ``[B, T]`` values.
@@ -114,20 +117,16 @@ def masked_reduce(x: torch.Tensor, mask: torch.Tensor, reduction: str, max_len: 
     Returns:
         A scalar.
     """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"masked_reduce: unknown reduction {reduction!r}; expected one of {_REDUCTIONS}")
     m = mask.to(x.dtype)
-    if reduction == "token":
-        return (x * m).sum() / m.sum().clamp(min=1)
-    if reduction == "sequence":
-        return ((x * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
-    if reduction == "constant":
-        return (x * m).sum() / (x.shape[0] * (max_len or x.shape[-1]))
-    raise ValueError(f"masked_reduce: unknown reduction {reduction!r}; expected one of {_REDUCTIONS}")
+    return reduce_tokens(torch.where(m > 0, x * m, torch.zeros_like(x)), m, reduction, max_len)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
-    d = ref_logp - logp
-    return torch.exp(d) - d - 1
+    """Per-token k3 estimator of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0),
+    core's :func:`~tdrl.core.objectives.common.k3_estimate` of ``ref - logp``."""
+    return k3_estimate(ref_logp - logp)
 
 
 def sequence_level_logprobs(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,7 +18,10 @@ from torch import Tensor, nn
 
 from tdrl.core.values._utils import NestedKey, require
 
-__all__ = ["LossModule", "next_key", "total_loss", "make_target", "distance_loss", "entropy_estimate"]
+__all__ = [
+    "LossModule", "next_key", "total_loss", "make_target", "distance_loss", "entropy_estimate",
+    "k3_estimate", "masked_mean",
+]  # fmt: skip
 
 
 def next_key(key: NestedKey) -> tuple:
@@ -52,6 +55,36 @@ def distance_loss(pred: Tensor, target: Tensor, kind: str = "l2") -> Tensor:
     if kind == "smooth_l1":
         return nn.functional.smooth_l1_loss(pred, target, reduction="none")
     raise ValueError(f"loss kind must be 'l2', 'l1' or 'smooth_l1', got {kind!r}.")
+
+
+def k3_estimate(log_ratio: Tensor, ratio: Tensor | None = None) -> Tensor:
+    """The k3 estimator of ``KL(p || q)`` per sample, ``r - 1 - log r`` (>= 0, unbiased).
+
+    The one home of this formula (PPO's and MAPPO's ``kl_approx`` / KL penalty, GRPO's
+    reference KL: ``tdrl.llm.k3_kl``). Samples come from ``p``; ``log_ratio`` is
+    ``log q - log p`` at them (PPO: ``log pi_new - log pi_old`` under the old policy's
+    actions estimates ``KL(old || new)``).
+
+    Args:
+        log_ratio: ``log q(x) - log p(x)``, any shape.
+        ratio: ``exp(log_ratio)`` when the caller has it already.
+
+    Returns:
+        The per-sample estimate, the shape of ``log_ratio``; no reduction.
+    """
+    if ratio is None:
+        ratio = log_ratio.exp()
+    return (ratio - 1.0) - log_ratio
+
+
+def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
+    """Mean of ``x`` ``[*B, ...]`` over the entries where ``mask`` ``[*B]`` is True (a mask
+    with fewer dims broadcasts over the trailing ones); ``mask=None`` is the plain mean, an
+    empty mask gives 0."""
+    if mask is None:
+        return x.mean()
+    m = mask.reshape(*mask.shape, *([1] * (x.ndim - mask.ndim))).expand_as(x).to(x.dtype)
+    return (x * m).sum() / m.sum().clamp_min(1.0)
 
 
 def entropy_estimate(dist: D.Distribution, sample: Tensor | None = None) -> Tensor:

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from tdrl.core import keys as K
 from tdrl.core.objectives._nets import get_dist, run_module
-from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estimate
+from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estimate, k3_estimate
 from tdrl.core.values._utils import NestedKey
 
 __all__ = ["PPOKeys", "PPOLoss", "critic_loss", "align_advantage", "clipped_surrogate"]
@@ -167,7 +167,7 @@ class PPOLoss(LossModule):
         terms["loss_objective"] = -surrogate.mean()
         use_kl = self._use_kl
         with torch.set_grad_enabled(use_kl and torch.is_grad_enabled()):
-            kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator of KL(old || new), >= 0
+            kl = k3_estimate(log_ratio, ratio).mean()  # KL(old || new), >= 0
         if use_kl:
             terms["loss_kl"] = self.kl_coef * kl
             terms["kl_coef"] = self.kl_coef.clone()

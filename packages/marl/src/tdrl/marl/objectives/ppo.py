@@ -18,22 +18,17 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estimate
+from tdrl.core.objectives.common import (
+    LossModule, distance_loss, entropy_estimate, k3_estimate, masked_mean,
+)  # fmt: skip
 from tdrl.core.objectives._nets import get_dist, run_module
 from tdrl.core.objectives.ppo import clipped_surrogate
 from tdrl.core.values._utils import NestedKey
 
 from ..keys import ACTION, ACTION_LOG_PROB, ADVANTAGE, GROUP, MASK, STATE_VALUE, VALUE_TARGET
 
+# masked_mean is core's (tdrl.core.objectives.common), re-exported here
 __all__ = ["MAPPOConfig", "IPPOConfig", "MAPPOLoss", "IPPOLoss", "MultiAgentPPOKeys", "masked_mean"]
-
-
-def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Mean of ``x`` ``[*B, n, ...]`` over the entries where ``mask`` ``[*B, n]`` is True."""
-    if mask is None:
-        return x.mean()
-    m = mask.reshape(*mask.shape, *([1] * (x.ndim - mask.ndim))).expand_as(x).to(x.dtype)
-    return (x * m).sum() / m.sum().clamp_min(1.0)
 
 
 @dataclass
@@ -138,7 +133,7 @@ class _MultiAgentPPOLoss(LossModule):
         terms["loss_objective"] = -masked_mean(surrogate, mask)
         with torch.no_grad():
             terms["clip_fraction"] = masked_mean(((ratio - 1).abs() > c.clip_epsilon).float(), mask)
-            terms["kl_approx"] = masked_mean((ratio - 1) - log_ratio, mask)
+            terms["kl_approx"] = masked_mean(k3_estimate(log_ratio, ratio), mask)
             terms["ratio_mean"] = masked_mean(ratio, mask)
         if c.entropy_coef > 0:
             entropy = masked_mean(entropy_estimate(dist), mask)
