@@ -71,7 +71,7 @@ def _tdrl_requirements(pkg: str) -> dict[str, str]:
 
 def test_tdrl_packages_pin_each_other_at_their_versions():
     versions = {f"tdrl-{p}": _pyproject(p)["project"]["version"] for p in PACKAGES}
-    expected = {"marl": {"tdrl-core"}, "llm": {"tdrl-core", "tdrl-kernels"}, "core": set(),
+    expected = {"marl": {"tdrl-core"}, "llm": {"tdrl-core", "tdrl-kernels"}, "core": {"tdrl-kernels"},
                 "kernels": set()}
     for pkg in PACKAGES:
         pins = _tdrl_requirements(pkg)

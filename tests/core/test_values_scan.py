@@ -1,5 +1,5 @@
-"""Core's blocked reverse scan (the fallback without tdrl.kernels): hand-computed values,
-every block layout against a Python loop, gradients, dtypes."""
+"""Core's scans through the kernels' blocked torch scan (``backend="torch"``): hand-computed
+values, every block layout against a Python loop, gradients, dtypes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from tdrl.core.values import discounted_cumsum, gae
-from tdrl.core.values._scan import _block_len, reverse_scan_rows_
 from tdrl.core.values.functional import _scan_loop
+from tdrl.kernels.scan.reference import _chunk_len as _block_len
+from tdrl.kernels.scan.reference import reverse_scan_rows
 
 
 def test_block_len_is_ceil_sqrt():
@@ -21,7 +22,7 @@ def test_rows_hand_computed_across_blocks():
     d = torch.tensor([[1.0, 2.0, 3.0, 4.0, 8.0]])
     c = torch.tensor([[0.5, 0.5, 0.5, 0.0, 0.5]])
     # y4 = 8; y3 = 4 + 0 * 8 = 4; y2 = 3 + 0.5 * 4 = 5; y1 = 2 + 2.5 = 4.5; y0 = 1 + 2.25 = 3.25
-    out = reverse_scan_rows_(d, c)
+    out = reverse_scan_rows(d.clone(), c.clone())
     torch.testing.assert_close(out, torch.tensor([[3.25, 4.5, 5.0, 4.0, 8.0]]))
 
 

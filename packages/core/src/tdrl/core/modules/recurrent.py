@@ -12,10 +12,10 @@ Two modes, as in TorchRL:
   to zero wherever ``is_init[..., t]`` is True, so several episodes can share a row.
 
 In both modes the state is zeroed where ``is_init`` is True before the step is taken.
-The time loop is ``tdrl.kernels.gru_sequence`` / ``lstm_sequence`` (one layer at a time)
-when ``tdrl.kernels`` is installed: Triton on CUDA, a fused torch path with hand-written
-BPTT on the CPU, its step-by-step reference under ``TDRL_KERNELS=torch``. Without it, the
-state is stepped through ``torch.nn``'s own GRU / LSTM one step at a time (slower).
+The time loop is ``tdrl.kernels.gru_sequence`` / ``lstm_sequence`` (one layer at a time;
+the kernels are a dependency of core): Triton on CUDA, a fused torch path with hand-written
+BPTT on the CPU, its step-by-step reference under ``TDRL_KERNELS=torch``. A kernels release
+without the op falls back to ``torch.nn``'s own GRU / LSTM stepped one step at a time.
 In step mode a missing state is taken as zeros and written at the root, so that all steps
 of a collected batch carry the same keys (no ``TensorDictPrimer`` transform is needed).
 """
@@ -87,7 +87,7 @@ class _RecurrentModule(TensorDictModuleBase):
         return layer_in, [torch.stack(lst, 2) for lst in per_layer]
 
     def _step_loop(self, xs: Tensor, states: list[Tensor], init: Tensor):
-        """Without ``tdrl.kernels``: ``self.rnn`` one step at a time, state zeroed at resets."""
+        """Without the kernels' op: ``self.rnn`` one step at a time, state zeroed at resets."""
         outs, per_step = [], [[] for _ in states]
         hidden = tuple(states)
         for t in range(xs.shape[1]):

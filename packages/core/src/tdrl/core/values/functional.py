@@ -12,24 +12,23 @@ Done semantics:
 * ``done[t]`` -- the episode ended at ``t`` (terminated *or* truncated): the recursion
   does not look past ``t``; on truncation it bootstraps from ``next_value[t]``.
 
-The reverse scans ``y_t = x_t + c * (1 - done_t) * y_{t+1}`` are the hot path. When the
-``tdrl.kernels`` package is installed (and provides the op) ``gae`` and
-``discounted_cumsum`` dispatch to it; otherwise (or with ``backend="torch"``) they use
-core's blocked scan (:mod:`tdrl.core.values._scan`): pure torch, ``~2 sqrt(T)``
-vectorised steps instead of ``T``, the same algorithm as the kernels' CPU path.
+The reverse scans ``y_t = x_t + c * (1 - done_t) * y_{t+1}`` are the hot path; they are
+``tdrl.kernels``' (a dependency of core; torch-only, Triton optional): ``gae`` and
+``discounted_cumsum`` call its ops, which dispatch to Triton on CUDA and to a blocked
+pure-torch scan (``~2 sqrt(T)`` vectorised steps instead of ``T``) elsewhere;
+``backend="torch"`` forces that torch scan.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+from contextlib import nullcontext
 from functools import lru_cache
 from typing import Callable
 
 import torch
 from torch import Tensor
 
-from tdrl.core.values._scan import gae_scan, reverse_scan
+import tdrl.kernels as _kernels
 
 __all__ = [
     "discounted_cumsum",
@@ -46,38 +45,27 @@ _BACKENDS = ("auto", "torch", "kernels")
 
 @lru_cache(maxsize=None)
 def _kernel_op(name: str) -> Callable | None:
-    """``tdrl.kernels.<name>`` if that package is installed and has it, else ``None``."""
-    if importlib.util.find_spec("tdrl.kernels") is None:
-        return None
-    try:
-        module = importlib.import_module("tdrl.kernels")
-    except ImportError:  # pragma: no cover - a broken install behaves as absent
-        return None
-    return getattr(module, name, None)
+    """``tdrl.kernels.<name>``, or ``None`` if this version of the kernels lacks it."""
+    return getattr(_kernels, name, None)
 
 
 def kernels_available(op: str = "gae") -> bool:
-    """Whether ``tdrl.kernels`` is installed and provides ``op``."""
+    """Whether ``tdrl.kernels`` (a dependency of core) provides ``op``."""
     return _kernel_op(op) is not None
 
 
-def _select(name: str, backend: str, tensor: Tensor) -> Callable | None:
-    """The kernels op to use, or ``None`` for the core torch path.
+def _select(name: str, backend: str) -> tuple[Callable, object]:
+    """The kernels op and the context to call it in.
 
-    ``auto`` uses the kernels op whenever ``tdrl.kernels`` is installed and provides it
-    (Triton on CUDA, its torch reference elsewhere); ``torch`` forces the core scan.
+    ``auto`` / ``kernels``: the op's own dispatch (Triton on CUDA, its torch scan elsewhere);
+    ``torch``: the torch scan, on any device.
     """
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}.")
-    if backend == "torch":
-        return None
     op = _kernel_op(name)
-    if backend == "kernels" and op is None:
-        raise ImportError(
-            f"backend='kernels' needs tdrl.kernels.{name}: install packages/kernels "
-            "(pip install packages/kernels) or use backend='auto'/'torch'."
-        )
-    return op
+    if op is None:  # pragma: no cover - a kernels release without the op
+        raise ImportError(f"tdrl.kernels has no {name}: reinstall packages/kernels with packages/core.")
+    return op, (_kernels.use_backend("torch") if backend == "torch" else nullcontext())
 
 
 def _check_unit(name: str, value: float | Tensor) -> None:
@@ -123,13 +111,6 @@ def _scan_loop(x: Tensor, coef: Tensor | float, done: Tensor | None) -> Tensor:
     return out
 
 
-def _scan(x: Tensor, coef: float, done: Tensor | None) -> Tensor:
-    """The core torch scan (blocked, ``~2 sqrt(T)`` vectorised steps; see ``_scan.py``)."""
-    if x.shape[-2] == 0:
-        return x.clone()
-    return reverse_scan(x, coef, done)
-
-
 # --------------------------------------------------------------------------------------
 # Public functions
 # --------------------------------------------------------------------------------------
@@ -142,8 +123,8 @@ def discounted_cumsum(
         x: ``[..., T, 1]`` values (e.g. rewards).
         gamma: discount, a python float.
         done: optional ``[..., T, 1]`` bool; the sum does not run past a done step.
-        backend: ``"auto"`` (``tdrl.kernels`` when installed, else the core torch
-            scan), ``"torch"`` or ``"kernels"``.
+        backend: ``"auto"`` or ``"kernels"`` (the kernels op's own dispatch) or
+            ``"torch"`` (its torch scan).
 
     Returns:
         ``[..., T, 1]`` tensor, same dtype as ``x``.
@@ -151,10 +132,11 @@ def discounted_cumsum(
     _check_time_shape("x", x)
     if done is not None:
         _check_time_shape("done", done, x)
-    op = _select("discounted_cumsum", backend, x)
-    if op is not None:
-        return op(x, gamma, done=done)
-    return _scan(x, float(gamma), done)
+    op, context = _select("discounted_cumsum", backend)
+    if x.shape[-2] == 0:
+        return x.clone()
+    with context:
+        return op(x, float(gamma), done=done)
 
 
 def td0_return(
@@ -224,12 +206,11 @@ def gae(
         _check_time_shape(name, t, reward)
     _check_unit("gamma", gamma)
     _check_unit("lmbda", lmbda)
-    op = _select("gae", backend, reward)
+    op, context = _select("gae", backend)
     if reward.shape[-2] == 0:  # no time steps, whatever the backend
         return reward.clone(), value.clone()
-    if op is not None:
+    with context:
         return op(reward, value, next_value, done.bool(), terminated.bool(), gamma, lmbda)
-    return gae_scan(reward, value, next_value, done, terminated, gamma, lmbda)
 
 
 def td_lambda_return(
