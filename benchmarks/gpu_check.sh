@@ -10,7 +10,7 @@
 # when under 20 s are left), writing one log per step under $OUT:
 #   0. env.txt          - nvidia-smi, python/torch/triton/transformers versions;
 #   1. pytest_gpu.log   - `python -m pytest -m gpu` over every test file with a gpu mark
-#                         (kernels vs torch reference on CUDA, envs on CUDA, vLLM if present);
+#                         (kernels vs torch reference on CUDA, the GRU/LSTM reset kernels included, envs on CUDA, vLLM if present);
 #   2. grpo_cuda.log    - benchmarks/grpo.py --profile --device cuda (tdrl GRPO steps on CUDA:
 #                         generation + the fused LM-head/GRPO loss with the Triton rows), if
 #                         transformers is importable;
