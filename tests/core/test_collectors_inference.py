@@ -1,5 +1,5 @@
 """Inference server and InferenceCollector: one batched forward equals per-request calls,
-the same data under a fixed seed over the thread and process transports and a plain
+the same data under a fixed seed over the thread, process and Ray transports and a plain
 Collector loop, live weights with a version, and faults (a raising env, a killed worker)
 that raise WorkerError without leaving processes behind."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -121,3 +122,45 @@ def test_a_raising_env_and_bad_arguments_are_reported():
         InferenceCollector(_make_env, _policy(), frames_per_batch=8, transport="carrier-pigeon")
     with pytest.raises(TypeError, match="not an env instance"):
         InferenceCollector(_make_env(), _policy(), frames_per_batch=8)
+
+# ---------------------------------------------------------------------- the Ray transport
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory):
+    """A local Ray (2 CPUs) for the Ray-transport tests of this module."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors build _make_env
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_actors_give_the_thread_transports_data_and_live_weights(local_ray):
+    pol = _policy()
+    with InferenceCollector(_make_env, pol, num_workers=2, frames_per_batch=60, transport="ray",
+                            seed=3, timeout=120) as col:
+        got = torch.cat([col.next_batch(), col.next_batch()], -1)
+        assert col.server.forwards < col.server.rows  # requests of both actors were batched
+        assert (got["collector", "policy_version"] == 0).all()
+        assert col.update_policy_weights_() == 1
+        assert (col.next_batch()["collector", "policy_version"] == 1).all()
+        actors = col.workers
+        local_ray.kill(actors[1])
+        with pytest.raises(WorkerError, match="worker 1 .*died"):
+            col.next_batch()
+    ref = _reference(pol, 3, 60, 2)
+    assert got.batch_size == (2, 60) and got["next", "done"].any()
+    for i in range(2):
+        assert (got[i].exclude("collector") == ref[i]).all()
+
+
+@pytest.mark.slow
+def test_a_raising_env_in_a_ray_actor_is_reported_with_its_traceback(local_ray):
+    col = InferenceCollector(_make_bad_env, _policy(), num_workers=1, frames_per_batch=8,
+                             transport="ray", timeout=120)
+    with pytest.raises(WorkerError, match=r"worker \d raised:(.|\n)*env exploded"):
+        col.next_batch()
+    with pytest.raises(RuntimeError, match="shut down"):
+        col.next_batch()

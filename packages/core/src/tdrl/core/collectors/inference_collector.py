@@ -6,7 +6,7 @@ process), which answers the workers' requests in batches. The trainer's loop is 
 every transport::
 
     col = InferenceCollector(make_env, policy, num_workers=8, frames_per_batch=1024,
-                             transport="process")          # or "thread"
+                             transport="process")    # or "thread", "ray"
     for batch in col:                                        # (num_workers, *env_batch, T)
         ...train...
         col.update_policy_weights_()                        # live: the version goes up
@@ -43,6 +43,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S, _exit_with_parent, _parent_token
+from .inference_ray import RayEnvWorker, _RayHub
 from .inference_server import InferenceServer, _Hub, _ProcessHub, _ThreadHub
 from .multi import _dumps, _stop_workers
 from .single import as_interaction_type
@@ -50,7 +51,7 @@ from .single import as_interaction_type
 __all__ = ["InferenceCollector"]
 
 VERSION_KEY = ("collector", "policy_version")
-TRANSPORTS = ("thread", "process", "local")
+TRANSPORTS = ("thread", "process", "ray", "local")
 
 
 # ---------------------------------------------------------------------- worker side
@@ -66,20 +67,33 @@ class _Rollouts:
         self.steps = -(-frames // max(1, self.env.batch_size.numel()))
         self.root = self.env.reset()
 
-    def collect(self, infer: Callable[[TensorDictBase], tuple[TensorDictBase, int]]) -> TensorDictBase:
-        env, steps, versions = self.env, [], []
-        root = self.root
-        for _ in range(self.steps):
-            out, version = infer(root.select(*self.in_keys))
-            root.update(out)
-            td, root = env.step_and_maybe_reset(root)
-            steps.append(td)
-            versions.append(version)
-        self.root = root
-        batch = torch.stack(steps, len(env.batch_size))
-        ver = torch.tensor(versions, dtype=torch.int64)
-        batch.set(VERSION_KEY, ver.expand(*env.batch_size, len(versions)).clone())
+    def begin(self) -> TensorDictBase:
+        """Start a rollout: the policy inputs of its first step."""
+        self._steps, self._versions = [], []
+        return self.root.select(*self.in_keys)
+
+    def act(self, out: TensorDictBase, version: int) -> TensorDictBase | None:
+        """Apply the policy's answer and step: the next step's inputs, or None at the end."""
+        self.root.update(out)
+        td, self.root = self.env.step_and_maybe_reset(self.root)
+        self._steps.append(td)
+        self._versions.append(version)
+        return self.root.select(*self.in_keys) if len(self._steps) < self.steps else None
+
+    def batch(self) -> TensorDictBase:
+        """The finished rollout ``(*env_batch, T)`` with each step's weights version."""
+        env = self.env
+        batch = torch.stack(self._steps, len(env.batch_size))
+        ver = torch.tensor(self._versions, dtype=torch.int64)
+        batch.set(VERSION_KEY, ver.expand(*env.batch_size, len(self._versions)).clone())
         return batch
+
+    def collect(self, infer: Callable[[TensorDictBase], tuple[TensorDictBase, int]]) -> TensorDictBase:
+        """One rollout, asking ``infer(inputs) -> (outputs, version)`` at every step."""
+        inputs = self.begin()
+        while inputs is not None:
+            inputs = self.act(*infer(inputs))
+        return self.batch()
 
 
 def _thread_worker(i: int, hub: _ThreadHub, make_env, in_keys, seed, frames, timeout) -> None:
@@ -163,6 +177,10 @@ def _process_worker(i: int, conn, payload: bytes, token) -> None:
 
 # ---------------------------------------------------------------------- trainer side
 def _shutdown(hub: _Hub, procs: list, conns: list, threads: list, timeout: float) -> None:
+    if isinstance(hub, _RayHub):
+        hub.stop()
+        hub.close(timeout)
+        return
     if procs:
         _stop_workers(procs, conns, timeout)
     if isinstance(hub, _ThreadHub):
@@ -186,8 +204,10 @@ class InferenceCollector:
         frames_per_batch: frames per batch over all workers (split evenly; a worker takes
             ``ceil(frames / num_workers / env_batch_numel)`` steps).
         total_frames: stop iterating after this many frames (``-1``: never).
-        transport: ``"thread"``, ``"process"`` (spawned workers, shared memory) or
-            ``"local"`` (process workers with their own policy copy, no server).
+        transport: ``"thread"``, ``"process"`` (spawned workers, shared memory), ``"ray"``
+            (Ray actors, :mod:`.inference_ray`; Ray is started with ``ray_init_config`` if it
+            is not running) or ``"local"`` (process workers with their own policy copy, no
+            server).
         max_batch: most rows per forward (``None``: all waiting requests).
         max_wait_s: longest wait for more requests after the first one; the server also
             stops waiting as soon as every collecting worker has asked.
@@ -195,6 +215,8 @@ class InferenceCollector:
         seed: worker ``i``'s env gets ``seed + 1000 * i`` (as :class:`MultiSyncCollector`).
         timeout: seconds to wait for a worker's batch before :class:`WorkerError`.
         shutdown_timeout: seconds a worker gets to exit before it is terminated.
+        ray_options: ``ray.remote`` options of each env actor (default ``{"num_cpus": 1}``).
+        ray_init_config: arguments of ``ray.init`` when Ray is not initialised yet.
     """
 
     def __init__(
@@ -212,6 +234,8 @@ class InferenceCollector:
         seed: int | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         shutdown_timeout: float = 5.0,
+        ray_options: dict | None = None,
+        ray_init_config: dict | None = None,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}.")
@@ -244,6 +268,17 @@ class InferenceCollector:
                                            self.timeout))
                 t.start()
                 self._threads.append(t)
+        elif transport == "ray":
+            from .ray_collector import _require_ray
+
+            ray = _require_ray()
+            if not ray.is_initialized():
+                ray.init(**(ray_init_config or {}))
+            actor_cls = ray.remote(**(ray_options or {"num_cpus": 1}))(RayEnvWorker)
+            actors = [actor_cls.remote(create_env_fn, in_keys, seeds[i], frames)
+                      for i in range(num_workers)]
+            self.hub = _RayHub(self.server, actors, ray)
+            self.hub.start()
         else:
             ctx, token = mp.get_context("spawn"), _parent_token()
             local = policy if transport == "local" else None
@@ -277,7 +312,7 @@ class InferenceCollector:
         """
         if self.transport == "local":
             raise TypeError("transport='local' runs fixed policy copies in the workers (the "
-                            "benchmark baseline); use 'thread' or 'process' for live weights.")
+                            "benchmark baseline); use 'thread', 'process' or 'ray' for live weights.")
         return self.server.update_weights(self._policy if weights is None else weights)
 
     def _fail(self, msg: str):
@@ -314,8 +349,10 @@ class InferenceCollector:
             elif kind == "error":
                 self._fail(f"InferenceCollector worker {i} raised:\n{payload}")
             elif kind == "dead":
-                self._fail(f"InferenceCollector worker {i} (pid {self._procs[i].pid}) died "
-                           f"(exit code {payload}).")
+                if self._procs:
+                    self._fail(f"InferenceCollector worker {i} (pid {self._procs[i].pid}) died "
+                               f"(exit code {payload}).")
+                self._fail(f"InferenceCollector worker {i} (a Ray actor) died: {payload}")
             elif kind == "server_error":
                 self._fail(f"InferenceCollector: the inference server raised:\n{payload}")
         hub.active = 0
@@ -340,5 +377,8 @@ class InferenceCollector:
 
     @property
     def workers(self) -> list:
-        """The worker processes (``"process"`` / ``"local"``) or threads (``"thread"``)."""
+        """The worker processes (``"process"`` / ``"local"``), threads (``"thread"``) or Ray
+        actor handles (``"ray"``)."""
+        if isinstance(self.hub, _RayHub):
+            return list(self.hub.actors)
         return list(self._procs or self._threads)
