@@ -1,5 +1,5 @@
 """Goal-conditioned SAC with hindsight experience replay (Andrychowicz et al., 2017) on
-Gymnasium Robotics' goal tasks (default ``PointMaze_UMaze-v3``, sparse reward).
+Gymnasium Robotics' goal tasks (default ``PointMaze_Open-v3``, sparse reward).
 
 A linear script built from tdrl parts: a :class:`GymEnv` of a goal task (Dict observations
 ``observation`` / ``achieved_goal`` / ``desired_goal``, ``info["success"]`` read into the
@@ -16,8 +16,9 @@ keeps each episode's steps in consecutive slots, which HER needs. Episodes never
 (the goal tasks' convention): they end at ``max_episode_steps`` and the critics bootstrap
 through that time limit.
 
-    python apps/her/train.py                                   # PointMaze UMaze, HER (future, k=4)
+    python apps/her/train.py                                   # PointMaze Open, HER (future, k=4)
     python apps/her/train.py her=false                         # the same agent without HER
+    python apps/her/train.py --config-name umaze               # the U-shaped maze (harder)
     python apps/her/train.py --config-name tiny                # a seconds-long smoke run (CI)
 
 Evaluation: ``eval_episodes`` deterministic episodes; ``eval_success`` is the share whose last
@@ -65,11 +66,11 @@ class Config(OffPolicyConfig):
     """SAC + HER on a goal task. Defaults follow Stable-Baselines3's HER + SAC settings for
     the robotics goal tasks (gamma 0.95, learning rates 1e-3, future strategy, k = 4)."""
 
-    env_id: str = "PointMaze_UMaze-v3"
+    env_id: str = "PointMaze_Open-v3"
     """A Gymnasium Robotics goal task (Dict observations with achieved_goal / desired_goal)."""
     max_episode_steps: int = 100
     """Time limit of an episode (the task's own is 300 for the point mazes)."""
-    total_frames: int = 30_000
+    total_frames: int = 12_000
     learning_starts: int = 1_000
     buffer_size: int = 1_000_000
     gamma: float = 0.95
@@ -79,7 +80,7 @@ class Config(OffPolicyConfig):
     """Adam learning rate of the critics and the temperature."""
     alpha_init: float = 1.0
     """Initial entropy temperature (tuned automatically)."""
-    hidden: tuple[int, ...] = (256, 256)
+    hidden: tuple[int, ...] = (128, 128)
     her: bool = True
     """Relabel sampled goals in hindsight; false: the same agent on the stored goals only."""
     strategy: str = "future"
@@ -87,7 +88,7 @@ class Config(OffPolicyConfig):
     k: int = 4
     """Hindsight goals per real goal: a share k / (k + 1) of each batch is relabelled."""
     eval_episodes: int = 20
-    eval_every: int = 5_000
+    eval_every: int = 2_000
     log_every: int = 1_000
     out: str = "runs/her"
     """Run folder (a new numbered one beside it if it holds an earlier run and resume is false)."""

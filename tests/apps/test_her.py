@@ -92,4 +92,4 @@ def test_tiny_run_writes_outputs(her, tmp_path):
     assert summary["frames"] == 300 and summary["updates"] == 201 and summary["her"] is True
     assert 0.0 <= summary["eval_success"] <= 1.0
     state = torch.load(tmp_path / "model.pt", weights_only=True)
-    assert state["config"]["env_id"] == "PointMaze_UMaze-v3"
+    assert state["config"]["env_id"] == "PointMaze_Open-v3"
