@@ -1,10 +1,10 @@
 """Packaging: versions, typing marker, licence, pins between the tdrl packages, and the errors
 a missing optional dependency gives.
 
-The absence of a dependency is produced for real, in a subprocess: ``sys.modules[name] = None``
-before anything is imported is Python's documented way to make ``import name`` raise
-``ModuleNotFoundError`` (and ``importlib.util.find_spec(name)`` return ``None``); the library
-code under test is not patched.
+The absence of a dependency is produced for real, in a fresh process (``fresh_python``, see
+tests/conftest.py): ``sys.modules[name] = None`` before anything imports it is Python's
+documented way to make ``import name`` raise ``ModuleNotFoundError`` (and
+``importlib.util.find_spec(name)`` return ``None``); the library code under test is not patched.
 """
 
 from __future__ import annotations
@@ -81,10 +81,9 @@ def test_tdrl_packages_pin_each_other_at_their_versions():
 
 
 # ------------------------------------------------------------------ missing optional dependencies
-def _run_without(blocked: list[str], code: str) -> subprocess.CompletedProcess:
+def _run_without(fresh_python, blocked: list[str], code: str) -> subprocess.CompletedProcess:
     prelude = "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in blocked)
-    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return fresh_python.run(prelude + textwrap.dedent(code), absent=blocked, cwd=ROOT)
 
 
 _CASES = {
@@ -115,15 +114,15 @@ _CASES = {
 
 
 @pytest.mark.parametrize("name", list(_CASES))
-def test_a_missing_optional_dependency_names_its_extra(name):
+def test_a_missing_optional_dependency_names_its_extra(fresh_python, name):
     blocked, code, pip_line = _CASES[name]
-    proc = _run_without(blocked, code)
+    proc = _run_without(fresh_python, blocked, code)
     assert proc.returncode != 0, f"ran without {name}: {proc.stdout}"
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ModuleNotFoundError:") and pip_line in last, proc.stderr[-2000:]
 
 
-def test_marl_benchmark_without_matplotlib_writes_its_tables_and_warns(tmp_path):
+def test_marl_benchmark_without_matplotlib_writes_its_tables_and_warns(fresh_python, tmp_path):
     code = f"""
         import logging
         from tdrl.marl import runner
@@ -136,19 +135,23 @@ def test_marl_benchmark_without_matplotlib_writes_its_tables_and_warns(tmp_path)
         runner._markdown = lambda cfg, result: "table\\n"
         write_results(cfg, result)
         """
-    proc = _run_without(["matplotlib"], code)
+    proc = _run_without(fresh_python, ["matplotlib"], code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "results.md").is_file() and (tmp_path / "evaluations.csv").is_file()
     assert not list(tmp_path.glob("*.png"))
     assert 'pip install "packages/marl[apps]"' in proc.stderr
 
 
-def test_the_blocking_is_real():
-    """The subprocess trick does make the import fail (so the cases above can fail)."""
-    proc = _run_without(["gymnasium"], "import gymnasium")
+def test_the_blocking_is_real(fresh_python):
+    """The trick does make the import fail (so the cases above can fail), in a forked case and
+    in a fresh interpreter (where the server had already imported the module)."""
+    proc = _run_without(fresh_python, ["gymnasium"], "import gymnasium")
     assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr
-    proc = _run_without([], "import gymnasium")
+    proc = _run_without(fresh_python, [], "import gymnasium")
     assert proc.returncode == 0, proc.stderr
+    assert "gymnasium" not in fresh_python.preloaded and "numpy" in fresh_python.preloaded
+    proc = _run_without(fresh_python, ["numpy"], "import numpy")  # the fresh-interpreter path
+    assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr
 
 
 # ------------------------------------------------------------------ fresh-venv install check

@@ -142,14 +142,11 @@ def test_rerun_without_resume_never_deletes(ppo, tmp_path):
     assert after == before
 
 
-def test_two_seed_sweep(tmp_path):
-    """``-m seed=0,1`` runs two jobs, each in its own folder, and lists them in sweep.json."""
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "apps" / "ppo" / "train.py"), "-cn", "tiny", f"out={tmp_path}",
-         "gae_backend=torch", "-m", "seed=0,1"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_two_seed_sweep(ppo, tmp_path):
+    """``-m seed=0,1`` runs two jobs, each in its own folder, and lists them in sweep.json
+    (the app's ``main`` with the command line's arguments, in this process)."""
+    results = ppo.main(["-cn", "tiny", f"out={tmp_path}", "gae_backend=torch", "-m", "seed=0,1"])
+    assert len(results) == 2
     sweep = json.loads((tmp_path / "sweep.json").read_text())
     assert [job["overrides"][-1] for job in sweep] == ["seed=0", "seed=1"]
     for k in (0, 1):
@@ -159,12 +156,13 @@ def test_two_seed_sweep(tmp_path):
         (tmp_path / "seed=0" / "metrics.csv").read_text() != (tmp_path / "seed=1" / "metrics.csv").read_text()
 
 
-def test_bad_values_fail_before_any_work(tmp_path):
+def test_bad_values_fail_before_any_work(ppo, tmp_path, capsys):
     """An impossible value, an unknown key or a wrong type ends the program with a message
-    naming the key, and nothing is written."""
-    script = str(REPO / "apps" / "ppo" / "train.py")
+    naming the key, and nothing is written (the app's ``main`` with the command line's
+    arguments, in this process; ``test_command_line_tiny`` runs the script itself)."""
     for bad, expect in (("minibatch_size=100", "minibatch_size"), ("foo=1", "foo"), ("lr=abc", "lr")):
-        proc = subprocess.run([sys.executable, script, f"out={tmp_path / 'x'}", bad],
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode != 0 and expect in proc.stderr, (bad, proc.stderr[-1000:])
+        with pytest.raises(SystemExit) as info:
+            ppo.main([f"out={tmp_path / 'x'}", bad])
+        err = capsys.readouterr().err
+        assert info.value.code not in (0, None) and expect in err, (bad, err[-1000:])
         assert not (tmp_path / "x" / "config.yaml").exists()

@@ -255,13 +255,9 @@ def test_minari_bad_inputs(tmp_path, monkeypatch):
     ("h5py", "from tdrl.core.datasets import read_d4rl; read_d4rl('x.hdf5')"),
     ("minari", "from tdrl.core.datasets import read_minari; read_minari('some-id-v0')"),
 ])
-def test_a_missing_dependency_names_the_offline_extra(module, call):
-    import subprocess
-    import sys
-
+def test_a_missing_dependency_names_the_offline_extra(fresh_python, module, call):
     code = f"import sys\nsys.modules[{module!r}] = None\n{call}"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    proc = fresh_python.run(code, absent=[module], timeout=120)
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ModuleNotFoundError:"), proc.stderr[-2000:]
     assert 'pip install "packages/core[offline]"' in last

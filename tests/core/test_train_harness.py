@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -160,7 +159,7 @@ _BLOCK = textwrap.dedent("""
 """)
 
 
-def test_missing_matplotlib_still_writes_the_summary(tmp_path):
+def test_missing_matplotlib_still_writes_the_summary(fresh_python, tmp_path):
     """The PPO tiny recipe in a process where matplotlib cannot be imported: it trains, warns
     that the plot was skipped, and writes summary.json."""
     script = _BLOCK + textwrap.dedent(f"""
@@ -168,7 +167,7 @@ def test_missing_matplotlib_still_writes_the_summary(tmp_path):
         import runpy
         runpy.run_path({str(REPO / "apps" / "ppo" / "train.py")!r}, run_name="__main__")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    proc = fresh_python.run(script, absent=["matplotlib"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "matplotlib is not installed" in proc.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["frames"] == 256
@@ -188,31 +187,32 @@ _RANKS = textwrap.dedent("""
 """)
 
 
-def test_two_ranks_are_one_job_and_rank_zero_writes(tmp_path):
+def test_two_ranks_are_one_job_and_rank_zero_writes(fresh_python, tmp_path):
     """Two gloo ranks (as torchrun starts them) into a folder that holds a run: both pick the
     same new numbered folder, and only rank 0 writes there."""
     out = tmp_path / "run"
     toy_task(ToyConfig(out=str(out), steps=1, progress=False))  # an earlier run
     script = _RANKS.format(tests=str(Path(__file__).parent), out=str(out))
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29613", "WORLD_SIZE": "2"}
-    procs = [subprocess.Popen([sys.executable, "-c", script], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err[-2000:]
+    jobs = [fresh_python.start(script, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
+    for job in jobs:
+        proc = job.wait(timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
     outs = {json.loads(Path(f"{out}.rank{r}").read_text())["out"] for r in range(2)}
     assert outs == {str(tmp_path / "run-1")}
     assert json.loads((tmp_path / "run-1" / "summary.json").read_text())["n"] == 6.0
     assert sorted(p.name for p in (tmp_path / "run-1" / "checkpoints").iterdir()) == ["step_2.pt", "step_3.pt"]
 
 
-def test_tdrl_command_lists_and_runs_apps(tmp_path):
+def test_tdrl_command_lists_and_runs_apps(fresh_python, tmp_path):
     from tdrl.core.cli import find_apps, main
 
     apps = find_apps()
     assert {"ppo", "dqn", "sac", "mcts", "grpo", "sft"} <= set(apps)
-    proc = subprocess.run([sys.executable, "-m", "tdrl.core.cli", "list"], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path)
+    # `python -m tdrl.core.cli list` from another folder (runpy is what -m runs)
+    proc = fresh_python.run("import runpy, sys\nsys.argv = ['tdrl', 'list']\n"
+                            "runpy.run_module('tdrl.core.cli', run_name='__main__', alter_sys=True)",
+                            cwd=tmp_path, timeout=60)
     assert proc.returncode == 0 and "ppo" in proc.stdout
     with pytest.raises(SystemExit, match="unknown app"):
         main(["nosuchapp"])

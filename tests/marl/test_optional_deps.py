@@ -1,13 +1,11 @@
 """A missing pettingzoo / mpe2 / vmas is an ImportError naming the pip line that installs it.
 
-Each case runs in a fresh interpreter whose ``sys.meta_path`` starts with a finder that
-refuses the blocked top-level modules, so they are really absent there.
+Each case runs in a fresh process (``fresh_python``, tests/conftest.py) whose ``sys.meta_path``
+starts with a finder that refuses the blocked top-level modules, so they are really absent there.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -23,9 +21,9 @@ sys.meta_path.insert(0, _Absent())
 """
 
 
-def _run(blocked: set[str], body: str) -> str:
+def _run(fresh_python, blocked: set[str], body: str) -> str:
     code = f"BLOCKED = {sorted(blocked)!r}\n{BLOCKER}\n{textwrap.dedent(body)}"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = fresh_python.run(code, absent=blocked, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -53,15 +51,15 @@ else:
     ({"vmas"}, "VmasEnv", 'VmasEnv("navigation", num_envs=1)',
      ["VmasEnv needs 'vmas', which is not installed", 'pip install "packages/marl[vmas]"']),
 ])
-def test_missing_dependency_names_the_install_line(blocked, cls, call, expect):
-    out = _run(blocked, CHECK.format(cls=cls, call=call))
+def test_missing_dependency_names_the_install_line(fresh_python, blocked, cls, call, expect):
+    out = _run(fresh_python, blocked, CHECK.format(cls=cls, call=call))
     assert out.startswith("ModuleNotFoundError"), out
     for text in expect:
         assert text in out, out
 
 
-def test_without_mpe2_the_classic_games_still_work():
-    out = _run({"mpe2"}, """
+def test_without_mpe2_the_classic_games_still_work(fresh_python):
+    out = _run(fresh_python, {"mpe2"}, """
         from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
         env = PettingZooEnv("tictactoe_v3")
         print(env.group_map, "simple_spread_v3" in pettingzoo_tasks())
