@@ -45,7 +45,9 @@ class ScriptedGenerator(Generator):
 @pytest.fixture(scope="module")
 def tool_lm(tmp_path_factory):
     task = ToolArithmeticTask()
-    model, tok = make_tiny_lm(tmp_path_factory.mktemp("tool_lm"), task.corpus(), hidden_size=32, num_layers=1,
+    # the fault cases' texts are in the corpus too, so that every character has a token
+    extra = ["while True: pass", "error: malformed tool call: is never closed with timed out after 0.5 s"]
+    model, tok = make_tiny_lm(tmp_path_factory.mktemp("tool_lm"), task.corpus() + extra, hidden_size=32, num_layers=1,
                               num_heads=2, num_kv_heads=1, intermediate_size=64, seed=0)
     return task, model, tok
 
