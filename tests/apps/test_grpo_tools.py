@@ -21,3 +21,16 @@ def test_grpo_tools_tiny_learns_to_call_the_tool(tmp_path):
     assert s["tool_call_rate_after_sft"] <= 0.2 and s["tool_call_rate_after_grpo"] >= 0.8, s
     assert s["accuracy_after_sft"] <= 0.1 and s["accuracy_after_grpo"] >= 0.5, s
     assert set(s["tool_errors"]) == {"malformed", "timeout", "killed", "failed", "sandbox"}
+
+
+def test_tool_settings_are_checked_before_any_work():
+    app = load_app("grpo")
+    for bad, match in ((["task=tool_arithmetic"], "needs tool=python"), (["task=nope"], "task"),
+                       (["tool=calc"], "unknown tool"), (["tool=python", "max_turns=0"], "max_turns"),
+                       (["-cn", "tools_tiny", "sft_tool_fraction=2"], "sft_tool_fraction")):
+        overrides = [o for o in bad if o != "-cn" and o != "tools_tiny"]
+        recipe = "tools_tiny" if "-cn" in bad else None
+        with pytest.raises(ValueError, match=match):
+            app.main.load(overrides, recipe=recipe)
+    cfg = app.main.load([], recipe="smollm2_tools").grpo_config()  # the real-model recipe loads
+    assert cfg.tools == ("python",) and cfg.max_turns == 2
