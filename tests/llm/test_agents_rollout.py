@@ -106,14 +106,16 @@ def test_the_tool_tasks_demonstrations_tokenise_as_the_rollout_does(tool_lm):
     """An SFT row whose prompt holds the call and the output gives the ids a rollout builds turn by turn."""
     task, _, tok = tool_lm
     rows = task.demonstrations(20, 0, 0.5, tok.eos_token)
-    for first, second in zip(rows[::2], rows[1::2]):
+    assert len(rows) == 60
+    for first, mid, second in zip(rows[::3], rows[1::3], rows[2::3]):
+        assert _ids(tok, mid["prompt"]) + _ids(tok, mid["completion"]) == _ids(tok, mid["prompt"] + mid["completion"])
         whole = _ids(tok, second["prompt"])
         p = first["prompt"]
         a, b = (int(x) for x in p[3:-1].split("*"))
         parts = _ids(tok, p) + _ids(tok, task.call(a, "*", b)) + [tok.eos_token_id] + _ids(tok, task.tool_output(a * b))
         assert whole == parts
         assert second["completion"] == first["answer"] == str(a * b)
-    assert 0 < sum("<python>" in r["completion"] for r in rows[::2]) < 20
+    assert 0 < sum("<python>" in r["completion"] for r in rows[::3]) < 20
 
 
 def _tool_batch(tok, seed=0):

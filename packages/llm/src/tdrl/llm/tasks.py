@@ -110,10 +110,11 @@ class ToolArithmeticTask(ArithmeticTask):
     def demonstrations(self, n: int, seed: int, tool_fraction: float, eos: str) -> list[dict]:
         """``n`` problems as SFT rows (``prompt``, ``completion``, ``answer``).
 
-        Each problem gives two rows: its first turn, the call for a fraction ``tool_fraction`` of
-        the problems and the direct answer for the rest; and the answer read from the tool's
-        output (the prompt holds the call, ``eos`` and the output), so that reading the output is
-        learnt whatever the first turn's mix.
+        Each problem gives three rows: its first turn, the call for a fraction ``tool_fraction``
+        of the problems and the direct answer for the rest; the rest of the call after its opening
+        tag (the prompt ends with ``<python>``); and the answer read from the tool's output (the
+        prompt holds the call, ``eos`` and the output). Writing the call and reading the output
+        are then learnt on every problem, whatever the first turn's mix.
 
         Args:
             eos: the tokenizer's EOS text (the end of the calling turn, as SFT ends every target).
@@ -128,6 +129,8 @@ class ToolArithmeticTask(ArithmeticTask):
             p, ans = self.prompt(a, op, b), str(self.solve(a, op, b))
             first = self.call(a, op, b) if rng.random() < tool_fraction else ans
             out.append({"prompt": p, "completion": first, "answer": ans})
+            tag = "<python>"
+            out.append({"prompt": p + tag, "completion": self.call(a, op, b)[len(tag):], "answer": ans})
             out.append({"prompt": p + self.call(a, op, b) + eos + self.tool_output(ans), "completion": ans, "answer": ans})
         return out
 
