@@ -11,9 +11,6 @@ from _load import load_app, read_rows
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="not yet learning (session 8, h18): with this recipe the tiny model does not learn in its "
-                         "SFT to read the tool's output into its answer, so the train reward stays ~0 (max 0.031) and "
-                         "GRPO has no signal; tune the SFT (size/steps) before enabling (~27 s now)")
 def test_grpo_tools_tiny_learns_to_call_the_tool(tmp_path):
     app = load_app("grpo")
     s = app.main(["-cn", "tools_tiny", f"out={tmp_path / 'run'}"])
