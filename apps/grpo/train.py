@@ -9,13 +9,17 @@ GRPO. ``model=PATH`` starts from any local Hugging Face causal LM instead.
     python apps/grpo/train.py --config-name tiny      # a seconds-long smoke run (CI)
     python apps/grpo/train.py loss=dapo beta=0.02 lora=true
     python apps/grpo/train.py resume=true             # continue GRPO from the last checkpoint
+    python apps/grpo/train.py -cn tools_tiny          # multi-turn: products with the Python tool
     torchrun --nproc_per_node 2 apps/grpo/train.py -cn tiny   # data parallel: one job, one folder
 
 Outputs in ``out`` (the run harness of ``tdrl.core.train``): ``config.yaml``, ``metrics.csv``
 (one row per GRPO round), ``reward_curve.png``, ``summary.json``, ``checkpoints/step_<n>.pt``
 (weights after SFT and the rounds so far, optimiser, schedule, prompt order, RNG; one per rank
 under data parallelism), ``sft/`` (the warm-up's own run folder), the tiny model folder and the
-final model (``final/``). ``resume=true`` continues GRPO without redoing the SFT; a rerun
+final model (``final/``). ``task=tool_arithmetic tool=python`` trains multi-turn rollouts
+where the policy may call the sandboxed Python tool (``GRPOConfig.tools``): the SFT warm-up
+shows tool use on a fraction ``sft_tool_fraction`` of its problems, and the held-out check
+reports the tool-call rate beside the accuracy. ``resume=true`` continues GRPO without redoing the SFT; a rerun
 without it goes to a new numbered folder and never touches the earlier one.
 """
 
@@ -36,10 +40,14 @@ from tdrl.llm import (
     GRPOTrainer,
     SFTConfig,
     SFTTrainer,
+    ToolArithmeticTask,
     evaluate,
     math_answer_reward,
 )
+from tdrl.llm.agents import ToolStats, make_tool
 from tdrl.llm.run_config import LMRunConfig
+
+TASKS = {"arithmetic": ArithmeticTask, "tool_arithmetic": ToolArithmeticTask}
 
 LOSS_PRESETS = {
     "grpo": GRPOLossConfig.grpo,
@@ -53,14 +61,26 @@ LOSS_PRESETS = {
 class Config(LMRunConfig):
     """GRPO of a causal LM on the arithmetic task, after a short SFT warm-up."""
 
+    task: str = "arithmetic"
+    """Task: arithmetic (answer in one turn) or tool_arithmetic (products with the Python tool)."""
+    min_value: int = 0
+    """Task: smallest operand."""
     max_value: int = 19
-    """Task: operands are drawn from 0..max_value."""
+    """Task: operands are drawn from min_value..max_value."""
     ops: str = "+"
     """Task: the operators used (e.g. "+-")."""
     n_train: int = 2000
     """Task: training problems."""
     n_test: int = 200
     """Task: held-out problems."""
+    tool: str = ""
+    """Tool the policy may call in multi-turn rollouts (python); empty: single-turn."""
+    max_turns: int = 2
+    """With tool: policy turns at most per conversation (max_new_tokens caps each)."""
+    tool_timeout: float = 2.0
+    """With tool: seconds per tool call."""
+    sft_tool_fraction: float = 0.1
+    """task=tool_arithmetic: fraction of SFT problems whose first turn calls the tool."""
     sft_steps: int = 150
     """SFT warm-up steps (0: none)."""
     sft_batch: int = 64
@@ -105,6 +125,12 @@ class Config(LMRunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.task not in TASKS:
+            raise ConfigError(f"Config.task={self.task!r} is not allowed: expected one of {sorted(TASKS)}.")
+        if self.task == "tool_arithmetic" and not self.tool:
+            raise ConfigError("Config.task='tool_arithmetic' needs tool=python (the task is built around the tool).")
+        if not 0.0 <= self.sft_tool_fraction <= 1.0:
+            raise ConfigError(f"Config.sft_tool_fraction={self.sft_tool_fraction!r} is not allowed: expected a number in [0, 1].")
         if self.loss not in LOSS_PRESETS:
             raise ConfigError(f"Config.loss={self.loss!r} is not allowed: expected one of {sorted(LOSS_PRESETS)}.")
         self.grpo_config()  # every GRPO and SFT setting is checked now, before any work
@@ -117,7 +143,8 @@ class Config(LMRunConfig):
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, lr=self.lr, epochs=self.epochs,
             minibatch_size=self.minibatch_size or None, grad_accum=self.grad_accum, loss=loss,
             seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
-            async_generation=self.async_generation,
+            async_generation=self.async_generation, tools=(self.tool,) if self.tool else (),
+            max_turns=self.max_turns, tool_timeout=self.tool_timeout,
         )
 
     def sft_config(self) -> SFTConfig:
@@ -130,13 +157,25 @@ def main_job(cfg: Config) -> dict:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     init_from_env()  # torchrun: one job, rank 0 writes
     run = Run(cfg, "grpo", total=cfg.steps, unit="round", per_rank=True)
-    task = ArithmeticTask(max_value=cfg.max_value, ops=cfg.ops)
+    task = TASKS[cfg.task](min_value=cfg.min_value, max_value=cfg.max_value, ops=cfg.ops)
     train_ds, test_ds = task.splits(cfg.n_train, cfg.n_test, seed=cfg.seed)
     model, tokenizer = cfg.build_model(task.corpus())
     n_params = sum(p.numel() for p in model.parameters())
+    sft_ds = train_ds
+    if isinstance(task, ToolArithmeticTask):
+        import datasets
+
+        sft_ds = datasets.Dataset.from_list(task.demonstrations(cfg.n_train, cfg.seed, cfg.sft_tool_fraction,
+                                                                tokenizer.eos_token))
+    tool = make_tool((cfg.tool,) if cfg.tool else (), cfg.tool_timeout)
+    tool_rates: list[float] = []  # held-out tool-call rate at each accuracy check (with a tool)
 
     def accuracy() -> float:
-        return evaluate(model, tokenizer, test_ds, math_answer_reward, max_new_tokens=cfg.max_new_tokens)
+        stats = ToolStats()
+        acc = evaluate(model, tokenizer, test_ds, math_answer_reward, max_new_tokens=cfg.max_new_tokens, tool=tool,
+                       max_turns=cfg.max_turns, tool_stats=stats)
+        tool_rates.append(stats.call_rate)
+        return acc
 
     sft_file = run.out / "sft" / "accuracy.json"
     if run.resuming:  # the checkpoint holds the weights after SFT and the GRPO rounds done so far
@@ -147,14 +186,16 @@ def main_job(cfg: Config) -> dict:
         if cfg.sft_steps:
             sft_cfg = dataclasses.replace(cfg, out=str(run.out / "sft"), resume=False, checkpoint_every=0)
             sft_run = Run(sft_cfg, "sft", total=cfg.sft_steps)
-            SFTTrainer(model, tokenizer, train_ds, cfg.sft_config(), run=sft_run).train()
+            SFTTrainer(model, tokenizer, sft_ds, cfg.sft_config(), run=sft_run).train()
             sft_run.finish({"steps": cfg.sft_steps})
         acc_sft = accuracy()
         if run.main:
             sft_file.parent.mkdir(parents=True, exist_ok=True)
             sft_file.write_text(json.dumps({"start": acc0, "after_sft": acc_sft}))
+    rate_sft = tool_rates[-1] if tool is not None and tool_rates else None
     if run.main:
-        print(f"held-out accuracy: start {acc0:.3f} -> after SFT {acc_sft:.3f}", flush=True)
+        print(f"held-out accuracy: start {acc0:.3f} -> after SFT {acc_sft:.3f}"
+              + (f" (tool-call rate {rate_sft:.3f})" if rate_sft is not None else ""), flush=True)
 
     curve: list[tuple[int, float]] = [(0, acc_sft)]
 
@@ -178,13 +219,21 @@ def main_job(cfg: Config) -> dict:
         "heldout_accuracy_curve": curve,
         "train_reward_first": rows[0]["reward"] if rows else None,
         "train_reward_last10": sum(r["reward"] for r in rows[-10:]) / max(1, len(rows[-10:])),
+        **({"tool_call_rate_after_sft": rate_sft, "tool_call_rate_after_grpo": tool_rates[-1],
+            "train_tool_call_rate_first": rows[0].get("tool_call_rate") if rows else None,
+            "train_tool_call_rate_last10": sum(r["tool_call_rate"] for r in rows[-10:]) / max(1, len(rows[-10:])),
+            "tool_errors": {k[len("tool_errors/"):]: sum(r[k] for r in rows) for k in rows[0] if k.startswith("tool_errors/")}
+            if rows else {}}
+           if tool is not None else {}),
     })
     if not run.main:
         return summary
     plot_rewards(rows, run.out / "reward_curve.png", curve)
     print(
         f"held-out accuracy after SFT {acc_sft:.3f} -> after GRPO {acc_grpo:.3f} "
-        f"({acc_grpo - acc_sft:+.3f}); {n_params / 1e6:.2f}M params; {summary['time_s']:.0f}s; outputs in {cfg.out}",
+        f"({acc_grpo - acc_sft:+.3f})"
+        + (f", held-out tool-call rate {rate_sft:.3f} -> {tool_rates[-1]:.3f}" if tool is not None else "")
+        + f"; {n_params / 1e6:.2f}M params; {summary['time_s']:.0f}s; outputs in {cfg.out}",
         flush=True,
     )
     return summary

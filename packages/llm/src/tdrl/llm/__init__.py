@@ -46,7 +46,7 @@ from tdrl.llm.rewards import (
     think_answer_format_reward,
 )
 from tdrl.llm.rewards.compute import ON_REWARD_ERROR, RewardFunctionError
-from tdrl.llm.tasks import ArithmeticTask
+from tdrl.llm.tasks import ArithmeticTask, ToolArithmeticTask
 from tdrl.llm.tiny import build_tiny_model, make_tiny_lm, train_tokenizer
 from tdrl.llm.trainers import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer, evaluate
 from tdrl.llm.vllm_generator import VLLMGenerator
@@ -59,6 +59,7 @@ except PackageNotFoundError:  # imported from the source tree without an install
 __all__ = [
     "__version__",
     "ArithmeticTask",
+    "ToolArithmeticTask",
     "GRPOConfig",
     "MODELS",
     "ON_REWARD_ERROR",

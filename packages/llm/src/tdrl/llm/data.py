@@ -143,14 +143,17 @@ def concat_prompt_completion(td: TensorDict) -> tuple[torch.Tensor, torch.Tensor
 
     Args:
         td: a rollout with ``PROMPT_IDS``/``PROMPT_MASK`` ``[N, P]`` and ``COMPLETION_IDS``/
-            ``COMPLETION_MASK`` ``[N, C]``.
+            ``COMPLETION_MASK`` ``[N, C]`` (the attention mask of the completion is
+            ``COMPLETION_ATTENTION_MASK`` when present: a multi-turn rollout's tool outputs).
 
     Returns:
         ``(input_ids, attention_mask, position_ids)``, each ``[N, P + C]``. Positions count only
         attended tokens, as ``generate`` does for left-padded prompts.
     """
     ids = torch.cat([td[K.PROMPT_IDS], td[K.COMPLETION_IDS]], dim=-1)
-    mask = torch.cat([td[K.PROMPT_MASK].long(), td[K.COMPLETION_MASK].long()], dim=-1)
+    attn = td.get(K.COMPLETION_ATTENTION_MASK, None)
+    attn = td[K.COMPLETION_MASK] if attn is None else attn
+    mask = torch.cat([td[K.PROMPT_MASK].long(), attn.long()], dim=-1)
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids, mask, position_ids
 

@@ -12,6 +12,9 @@ PROMPT_IDS = "prompt_ids"  # [N, P] int64, left-padded
 PROMPT_MASK = "prompt_mask"  # [N, P] int64 attention mask of the prompt
 COMPLETION_IDS = "completion_ids"  # [N, C] int64, right-padded
 COMPLETION_MASK = "completion_mask"  # [N, C] bool, tokens the policy produced (EOS included)
+# [N, C] bool, every real completion token the model reads: policy tokens and, in a multi-turn
+# rollout, the tool outputs between them (absent: the same as COMPLETION_MASK)
+COMPLETION_ATTENTION_MASK = "completion_attention_mask"
 SAMPLE_LOG_PROB = "sample_log_prob"  # [N, C] float, generator's log-probs of its tokens
 OLD_LOG_PROB = "old_log_prob"  # [N, C] float, trainer's log-probs before the update
 REF_LOG_PROB = "ref_log_prob"  # [N, C] float, reference model's log-probs

@@ -62,17 +62,21 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 def _trim(td: TensorDict):
-    """``(prompt_ids, prompt_mask, completion_ids, completion_mask, width)`` without all-padding
-    prompt columns on the left and completion columns on the right; ``width`` is the kept
-    completion width (0: no completion token at all)."""
+    """``(prompt_ids, prompt_mask, completion_ids, completion_mask, completion_attention, width)``
+    without all-padding prompt columns on the left and completion columns past the last trained
+    token on the right; ``width`` is the kept completion width (0: no trained token at all).
+    ``completion_attention`` is ``COMPLETION_ATTENTION_MASK`` (the tool outputs of a multi-turn
+    rollout are read but not trained) or, without it, the completion mask."""
     pids, pmask = td[K.PROMPT_IDS], td[K.PROMPT_MASK].long()
     cids, cmask = td[K.COMPLETION_IDS], td[K.COMPLETION_MASK].bool()
+    amask = td.get(K.COMPLETION_ATTENTION_MASK, None)
+    amask = cmask if amask is None else amask.bool() | cmask
     cols = cmask.any(0).nonzero()
     width = int(cols.max()) + 1 if cols.numel() else 0
     start = pmask.bool().any(0).nonzero()
     start = int(start.min()) if start.numel() else 0
     start = min(start, pids.shape[1] - 1)  # keep at least the last prompt column
-    return pids[:, start:], pmask[:, start:], cids[:, :width], cmask[:, :width], width
+    return pids[:, start:], pmask[:, start:], cids[:, :width], cmask[:, :width], amask[:, :width], width
 
 
 def completion_hidden(
@@ -88,7 +92,9 @@ def completion_hidden(
     Args:
         model: a Hugging Face causal LM (plain, peft- or DDP-wrapped).
         prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
-        completion_ids, completion_mask: ``[N, C]`` completions (``C >= 1``).
+        completion_ids, completion_mask: ``[N, C]`` completions (``C >= 1``); the mask is the
+            attention mask of the completion (in a multi-turn rollout the policy's tokens and
+            the tool outputs between them).
         share_prefix: run each distinct prompt once and share its KV cache.
 
     Returns:
@@ -136,7 +142,8 @@ def completion_logprobs(
     Args:
         model: a Hugging Face causal LM (plain, peft- or DDP-wrapped).
         td: rollout with ``PROMPT_IDS``/``PROMPT_MASK`` ``[N, P]`` and ``COMPLETION_IDS``/
-            ``COMPLETION_MASK`` ``[N, C]``.
+            ``COMPLETION_MASK`` ``[N, C]`` (and ``COMPLETION_ATTENTION_MASK`` for a multi-turn
+            rollout: tool tokens are read, only ``COMPLETION_MASK`` tokens are scored).
         temperature: logits are divided by it (use the sampling temperature).
         return_entropy: also return the per-token entropy of the tempered distribution.
         fused: decoder hidden states x LM head through the fused kernel (default); ``False``
@@ -149,18 +156,18 @@ def completion_logprobs(
     from tdrl import kernels
 
     full_mask = td[K.COMPLETION_MASK].bool()
-    pids, pmask, cids, cmask, width = _trim(td)
+    pids, pmask, cids, cmask, amask, width = _trim(td)
     P = pids.shape[1]
     if width == 0:
         zero = torch.zeros(full_mask.shape, device=full_mask.device)
         return (zero, zero.clone()) if return_entropy else zero
     if fused:
         head = _head(model)
-        hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=share_prefix)
+        hidden = completion_hidden(model, pids, pmask, cids, amask, share_prefix=share_prefix)
         return logprobs_from_hidden(hidden, head, cids, cmask, full_mask, temperature, return_entropy)
     targets = cids[cmask]  # [n_tok]
     ids = torch.cat([pids, cids[:, :-1]], dim=-1)
-    mask = torch.cat([pmask, cmask.long()], dim=-1)[:, :-1]
+    mask = torch.cat([pmask, amask.long()], dim=-1)[:, :-1]
     out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False)
     logits = out.logits[:, P - 1 :][cmask]  # [n_tok, V]
     res = kernels.token_logprobs(logits[None], targets[None], temperature=temperature, return_entropy=return_entropy)

@@ -289,10 +289,10 @@ class GRPOLoss(torch.nn.Module):
 
     def forward(self, model, td: TensorDict) -> TensorDict:
         if self.fused:
-            pids, pmask, cids, cmask, width = _trim(td)
+            pids, pmask, cids, cmask, amask, width = _trim(td)
             if width > 0:
                 head = _head(model)
-                hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=self.share_prefix)
+                hidden = completion_hidden(model, pids, pmask, cids, amask, share_prefix=self.share_prefix)
                 return self._from_hidden(hidden, head, cids, cmask, td, self.uses_fused_loss)
         logp, entropy = completion_logprobs(
             model, td, self.temperature, return_entropy=True, fused=self.fused, share_prefix=self.share_prefix
@@ -359,13 +359,13 @@ class GRPOLoss(torch.nn.Module):
         if not self.fused or self.config.sequence_level:
             return False
         k = self.keys
-        pids, pmask, cids, cmask, width = _trim(td)
+        pids, pmask, cids, cmask, amask, width = _trim(td)
         if width == 0:
             return True
         try:
             head = _head(model)
             with torch.no_grad():
-                hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=self.share_prefix)
+                hidden = completion_hidden(model, pids, pmask, cids, amask, share_prefix=self.share_prefix)
                 full_mask = td[k.completion_mask].bool()
                 logp = logprobs_from_hidden(hidden, head, cids, cmask, full_mask, self.temperature)
         except (TypeError, ValueError, AttributeError, RuntimeError, IndexError):
@@ -413,12 +413,12 @@ class SFTLoss(torch.nn.Module):
     def forward(self, model, td: TensorDict) -> TensorDict:
         mask = td[K.COMPLETION_MASK].bool()
         n = mask.sum().detach().float()
-        pids, pmask, cids, cmask, width = _trim(td)
+        pids, pmask, cids, cmask, amask, width = _trim(td)
         if self.fused and width > 0:
             from tdrl import kernels
 
             head = _head(model)
-            hidden = completion_hidden(model, pids, pmask, cids, cmask, share_prefix=False)
+            hidden = completion_hidden(model, pids, pmask, cids, amask, share_prefix=False)
             loss = kernels.fused_linear_cross_entropy(hidden, head.weight, cids, bias=head.bias, mask=cmask)
         else:
             logp = completion_logprobs(model, td, 1.0, fused=self.fused, share_prefix=False)

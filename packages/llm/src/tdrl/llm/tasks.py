@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["ArithmeticTask"]
+__all__ = ["ArithmeticTask", "ToolArithmeticTask"]
 
 
 @dataclass
@@ -78,4 +78,67 @@ class ArithmeticTask:
         """Texts covering every character the task uses, for tokenizer training."""
         texts = [self.prompt(a, op, b) + str(self.solve(a, op, b)) for a in range(0, 100, 7) for b in range(0, 100, 11) for op in "+-*"]
         texts.append("0123456789 +-*=Q: A: -")
+        return texts
+
+
+@dataclass
+class ToolArithmeticTask(ArithmeticTask):
+    """Arithmetic too hard to do in the head, with the sandboxed Python tool at hand.
+
+    ``"Q: 37*86="``: the policy may write ``<python>print(37*86)</python>`` (its turn ends with
+    EOS), reads ``<output>3182</output>`` from :class:`tdrl.llm.agents.PythonTool`, and answers
+    ``3182`` in its next turn. :meth:`demonstrations` gives SFT rows of both kinds (tool use and
+    a direct answer) for a warm start; :meth:`corpus` covers the tool syntax so that a tiny
+    tokenizer trained on it can write it. The corpus keeps each segment (prompt, call, output,
+    answer) a text of its own, so the tokenizer learns no merge across a segment boundary and a
+    conversation tokenised as one string equals its turns tokenised one by one.
+    """
+
+    min_value: int = 10
+    max_value: int = 99
+    ops: str = "*"
+
+    @staticmethod
+    def call(a: int, op: str, b: int) -> str:
+        return f"<python>print({a}{op}{b})</python>"
+
+    @staticmethod
+    def tool_output(value) -> str:
+        """What :class:`tdrl.llm.agents.PythonTool` answers for a program printing ``value``."""
+        return f"<output>{value}</output>"
+
+    def demonstrations(self, n: int, seed: int, tool_fraction: float, eos: str) -> list[dict]:
+        """``n`` problems as SFT rows (``prompt``, ``completion``, ``answer``).
+
+        Each problem gives three rows: its first turn, the call for a fraction ``tool_fraction``
+        of the problems and the direct answer for the rest; the rest of the call after its opening
+        tag (the prompt ends with ``<python>``); and the answer read from the tool's output (the
+        prompt holds the call, ``eos`` and the output). Writing the call and reading the output
+        are then learnt on every problem, whatever the first turn's mix.
+
+        Args:
+            eos: the tokenizer's EOS text (the end of the calling turn, as SFT ends every target).
+        """
+        if not 0.0 <= tool_fraction <= 1.0:
+            raise ValueError(f"ToolArithmeticTask.demonstrations: tool_fraction={tool_fraction!r}; expected a number in [0, 1]")
+        rng = random.Random(seed)
+        out = []
+        for _ in range(n):
+            a, b = rng.randint(self.min_value, self.max_value), rng.randint(self.min_value, self.max_value)
+            op = rng.choice(self.ops)
+            p, ans = self.prompt(a, op, b), str(self.solve(a, op, b))
+            first = self.call(a, op, b) if rng.random() < tool_fraction else ans
+            out.append({"prompt": p, "completion": first, "answer": ans})
+            tag = "<python>"
+            out.append({"prompt": p + tag, "completion": self.call(a, op, b)[len(tag):], "answer": ans})
+            out.append({"prompt": p + self.call(a, op, b) + eos + self.tool_output(ans), "completion": ans, "answer": ans})
+        return out
+
+    def corpus(self) -> list[str]:
+        texts = super().corpus()
+        for a in range(self.min_value, self.max_value + 1, 7):
+            for b in range(self.min_value, self.max_value + 1, 11):
+                for op in self.ops:
+                    texts += [self.prompt(a, op, b), self.call(a, op, b), self.tool_output(self.solve(a, op, b))]
+        texts.append("<output>error: </output>")
         return texts

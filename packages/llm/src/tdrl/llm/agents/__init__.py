@@ -1,9 +1,12 @@
-"""Multi-turn rollouts with tools (first part): the sandboxed Python tool, tool-call parsing,
-the conversation loop and the policy-token loss mask. Not yet wired into ``GRPOTrainer``."""
+"""Multi-turn rollouts with tools: the sandboxed Python tool, tool-call parsing, the
+conversation loop, the token-space batched rollout the GRPO trainer runs (``GRPOConfig.tools``)
+and the policy-token loss mask."""
 
 from __future__ import annotations
 
 from tdrl.llm.agents.conversation import Turn, policy_token_mask, run_conversation
-from tdrl.llm.agents.tools import PythonTool, ToolResult, ToolStats, parse_tool_call
+from tdrl.llm.agents.rollout import ToolRollout, tool_rollout
+from tdrl.llm.agents.tools import TOOLS, PythonTool, ToolResult, ToolStats, make_tool, parse_tool_call
 
-__all__ = ["PythonTool", "ToolResult", "ToolStats", "Turn", "parse_tool_call", "policy_token_mask", "run_conversation"]
+__all__ = ["TOOLS", "PythonTool", "ToolResult", "ToolRollout", "ToolStats", "Turn", "make_tool", "parse_tool_call",
+           "policy_token_mask", "run_conversation", "tool_rollout"]

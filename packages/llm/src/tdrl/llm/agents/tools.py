@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from tdrl.llm.rewards.sandbox import run_python_sandboxed
 
-__all__ = ["PythonTool", "ToolResult", "ToolStats", "parse_tool_call"]
+__all__ = ["TOOLS", "PythonTool", "ToolResult", "ToolStats", "make_tool", "parse_tool_call"]
 
 ERROR_KINDS = ("malformed", "timeout", "killed", "failed", "sandbox")
 
@@ -54,14 +54,33 @@ class ToolStats:
 
     calls: int = 0
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
+    conversations: int = 0  # conversations counted (set by a rollout)
+    with_call: int = 0  # of them, those that called the tool at least once
 
     def add(self, result: ToolResult) -> None:
         self.calls += 1
         if result.error is not None:
             self.errors[result.error] += 1
 
+    def merge(self, other: ToolStats) -> None:
+        """Add ``other``'s counts to these."""
+        self.calls += other.calls
+        self.conversations += other.conversations
+        self.with_call += other.with_call
+        for k, v in other.errors.items():
+            self.errors[k] = self.errors.get(k, 0) + v
+
+    @property
+    def call_rate(self) -> float:
+        """The fraction of conversations that called the tool (0 when none were counted)."""
+        return self.with_call / self.conversations if self.conversations else 0.0
+
     def as_metrics(self) -> dict[str, float]:
-        return {"tool_calls": float(self.calls), **{f"tool_errors/{k}": float(v) for k, v in self.errors.items()}}
+        out = {"tool_calls": float(self.calls), **{f"tool_errors/{k}": float(v) for k, v in self.errors.items()}}
+        if self.conversations:
+            out["tool_call_rate"] = self.call_rate
+            out["tool_error_rate"] = sum(self.errors.values()) / max(1, self.calls)
+        return out
 
 
 class PythonTool:
@@ -113,3 +132,22 @@ class PythonTool:
             last = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
             return self._wrap(f"error: {last}", "failed")
         return self._wrap(res.stdout, None)
+
+
+TOOLS = {"python": PythonTool}
+"""Tools by the name a config gives them (``GRPOConfig.tools``)."""
+
+
+def make_tool(names, timeout: float = 2.0):
+    """The tool a config names (``("python",)``), or ``None`` for no tool.
+
+    Raises:
+        ValueError: an unknown name, or more than one tool (one call syntax per rollout for now).
+    """
+    names = [names] if isinstance(names, str) else list(names or ())
+    unknown = [n for n in names if n not in TOOLS]
+    if unknown:
+        raise ValueError(f"tools={names!r}: unknown tool(s) {unknown}; expected names among {sorted(TOOLS)}")
+    if len(names) > 1:
+        raise ValueError(f"tools={names!r}: one tool per rollout is supported for now; give one of {sorted(TOOLS)}")
+    return TOOLS[names[0]](timeout=timeout) if names else None

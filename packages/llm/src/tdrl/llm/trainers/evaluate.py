@@ -12,7 +12,8 @@ __all__ = ["evaluate"]
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, batch_size: int = 128, generator=None) -> float:
+def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, batch_size: int = 128, generator=None,
+             tool=None, max_turns: int = 3, tool_stats=None, tool_workers: int = 4) -> float:
     """Mean verifier score of greedy completions over a dataset (accuracy for 0/1 verifiers).
 
     Args:
@@ -24,6 +25,13 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
         max_new_tokens: completion cap.
         batch_size: prompts per generate call.
         generator: a :class:`tdrl.llm.generation.Generator` (default: an HFGenerator on ``model``).
+        tool: a tool (:class:`tdrl.llm.agents.PythonTool`): greedy multi-turn conversations of up
+            to ``max_turns`` policy turns (:func:`tdrl.llm.agents.tool_rollout`), scored as the
+            GRPO trainer scores them (the last policy turn is the completion, the whole text the
+            ``conversation`` column); ``None``: single-turn.
+        max_turns, tool_workers: with ``tool``.
+        tool_stats: a :class:`tdrl.llm.agents.ToolStats` that receives the calls, the call rate
+            and the errors (with ``tool``).
 
     Returns:
         The mean score.
@@ -35,9 +43,17 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
         rows = dataset[start : start + batch_size]
         prompts = render_prompts(tokenizer, rows["prompt"])
         ids, mask = tokenize_prompts(tokenizer, prompts, device)
-        out = gen.generate(ids, mask, greedy=True)
-        texts = completion_texts(tokenizer, out["completion_ids"], out["completion_mask"])
         cols = {k: v for k, v in rows.items() if k != "prompt"}
+        if tool is None:
+            out = gen.generate(ids, mask, greedy=True)
+            texts = completion_texts(tokenizer, out["completion_ids"], out["completion_mask"])
+        else:
+            from tdrl.llm.agents import tool_rollout
+
+            res = tool_rollout(gen, tokenizer, ids, mask, tool, max_turns, workers=tool_workers, greedy=True)
+            texts, cols["conversation"] = res.final_turns, res.conversations
+            if tool_stats is not None:
+                tool_stats.merge(res.stats)
         scores = bind_reward(reward_fn, rows["prompt"], texts, cols)()
         total += float(sum(scores))
         n += len(scores)

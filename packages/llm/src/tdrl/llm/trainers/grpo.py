@@ -19,6 +19,7 @@ from tensordict import TensorDict
 
 from tdrl.llm import keys as K
 from tdrl.llm.advantages import group_advantages
+from tdrl.llm.agents import make_tool, tool_rollout
 from tdrl.llm.data import PromptSampler, completion_texts, render_prompts, tokenize_prompts
 from tdrl.llm.generation import Generator, HFGenerator, check_sampling, unwrap_model
 from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
@@ -82,6 +83,19 @@ class GRPOConfig:
             lag with truncated importance sampling (the generator's log-probs against the
             trainer's). Sampling then depends on thread timing (not bit-reproducible), and a
             resumed run regenerates its first round. Needs the default generator.
+        tools: tool names (:data:`tdrl.llm.agents.TOOLS`, e.g. ``("python",)``): multi-turn
+            rollouts (:func:`tdrl.llm.agents.tool_rollout`) where the policy's turn may call the
+            tool, the tool's output is appended and read by the next turn, up to ``max_turns``
+            policy turns or a turn without a call (the answer). Only the policy's tokens are
+            trained; log-probs, old log-probs and the reference KL run over the whole sequence
+            with the tool outputs attended and masked out of the loss. Rewards receive the last
+            policy turn as the completion and the whole text after the prompt as the
+            ``conversation`` column; tool calls, the call rate and errors by kind are metrics.
+            Empty: single-turn rollouts.
+        max_turns: policy turns at most per conversation (with ``tools``); ``max_new_tokens``
+            caps each turn.
+        tool_timeout: seconds per tool call (the sandbox is killed after it; an error text).
+        tool_workers: tool calls run at once.
         seed: base seed (rank ``r`` samples with ``seed + r``).
         checkpoint_path: file for resumable checkpoints (``None``: none).
         checkpoint_every: rounds between checkpoints.
@@ -112,6 +126,10 @@ class GRPOConfig:
     share_prefix: bool | None = None
     fused_loss: bool | None = None
     async_generation: bool = False
+    tools: Sequence[str] = ()
+    max_turns: int = 3
+    tool_timeout: float = 2.0
+    tool_workers: int = 4
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 50
@@ -122,7 +140,8 @@ class GRPOConfig:
         """Check every setting before any model work; errors name the field, the value and the range."""
         own = "GRPOConfig"
         for name, minimum in (("steps", 1), ("prompts_per_step", 1), ("epochs", 1), ("grad_accum", 1),
-                              ("warmup_steps", 0), ("checkpoint_every", 1), ("seed", 0)):
+                              ("warmup_steps", 0), ("checkpoint_every", 1), ("seed", 0), ("max_turns", 1),
+                              ("tool_workers", 1)):
             check_int(own, name, getattr(self, name), minimum)
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
             raise ValueError(f"GRPOConfig.group_size={self.group_size!r}: expected an integer >= 2 for group advantages")
@@ -133,6 +152,9 @@ class GRPOConfig:
         check_number(own, "weight_decay", self.weight_decay, ge=0)
         check_number(own, "max_grad_norm", self.max_grad_norm, gt=0, allow_inf=True)
         check_number(own, "loss.beta", self.loss.beta, ge=0)
+        check_number(own, "tool_timeout", self.tool_timeout, gt=0)
+        self.tools = (self.tools,) if isinstance(self.tools, str) else tuple(self.tools or ())
+        make_tool(self.tools)  # checks the names (building a PythonTool starts nothing)
         if self.reward_timeout is not None:
             check_number(own, "reward_timeout", self.reward_timeout, ge=0)
         if self.on_reward_error not in ON_REWARD_ERROR:
@@ -216,6 +238,7 @@ class GRPOTrainer(TrainerBase):
             import copy
 
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.tool = make_tool(cfg.tools, cfg.tool_timeout)
         self.sampler = PromptSampler(train_dataset, cfg.prompts_per_step, cfg.seed, self.rank, self.world_size)
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
@@ -258,8 +281,15 @@ class GRPOTrainer(TrainerBase):
         # tokenise each prompt once, then repeat its row for the group
         ids, mask = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, batch["prompt"]), self.device)
         ids, mask = ids.repeat_interleave(G, dim=0), mask.repeat_interleave(G, dim=0)
-        gen = (generator or self.generator).generate(ids, mask)
-        texts = completion_texts(self.tokenizer, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
+        tool_stats = None
+        if self.tool is None:
+            gen = (generator or self.generator).generate(ids, mask)
+            texts = completion_texts(self.tokenizer, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
+        else:
+            res = tool_rollout(generator or self.generator, self.tokenizer, ids, mask, self.tool, cfg.max_turns,
+                               workers=cfg.tool_workers)
+            gen, texts, tool_stats = res.td, res.final_turns, res.stats
+            columns["conversation"] = res.conversations
         rewards, per_fn, stats = compute_rewards(
             self.reward_fns, prompts, texts, columns, cfg.reward_weights, timeout=cfg.reward_timeout,
             on_error=cfg.on_reward_error, logged=self._reward_errors_logged,
@@ -286,6 +316,9 @@ class GRPOTrainer(TrainerBase):
             frac_zero_std=(r.max(1).values == r.min(1).values).float().mean().item(),
             completion_len=gen[K.COMPLETION_MASK].sum(-1).float().mean().item(),
         )
+        if tool_stats is not None:
+            stats.update(tool_stats.as_metrics(), turns=sum(t.from_policy for c in res.turns for t in c) / max(1, n))
+            self.last_conversations = res.conversations
         self.last_completions = texts
         return td, stats
 
