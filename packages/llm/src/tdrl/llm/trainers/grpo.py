@@ -32,6 +32,7 @@ from tdrl.llm.trainers.common import (
     check_number,
     dist_info,
     make_optimizer,
+    set_gradient_checkpointing,
     warmup_cosine,
     wrap_ddp,
 )
@@ -82,6 +83,9 @@ class GRPOConfig:
             lag with truncated importance sampling (the generator's log-probs against the
             trainer's). Sampling then depends on thread timing (not bit-reproducible), and a
             resumed run regenerates its first round. Needs the default generator.
+        gradient_checkpointing: recompute each decoder layer's activations in the backward pass
+            (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
+            per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
         seed: base seed (rank ``r`` samples with ``seed + r``).
         checkpoint_path: file for resumable checkpoints (``None``: none).
         checkpoint_every: rounds between checkpoints.
@@ -112,6 +116,7 @@ class GRPOConfig:
     share_prefix: bool | None = None
     fused_loss: bool | None = None
     async_generation: bool = False
+    gradient_checkpointing: bool = False
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 50
@@ -206,6 +211,7 @@ class GRPOTrainer(TrainerBase):
         self.tokenizer = tokenizer
         self.reward_fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
         self.model = model
+        set_gradient_checkpointing(model, cfg.gradient_checkpointing)
         self.ddp_model = wrap_ddp(model)
         self.device = next(model.parameters()).device
         self.generator = generator or HFGenerator(
