@@ -2,7 +2,10 @@
 
 One :meth:`GRPOTrainer.step` is one generation round followed by ``epochs`` passes over
 the rollout in minibatches, each minibatch one optimiser step accumulated over
-``grad_accum`` micro-batches. Under ``torch.distributed`` every rank draws its own prompts,
+``grad_accum`` micro-batches. The generator receives the trainer's weights once per round, just
+before it generates, and only when an optimiser step changed them since its last push
+(``epochs`` and ``minibatch_size`` add optimiser steps, not pushes: a vLLM engine is loaded
+once a round). Under ``torch.distributed`` every rank draws its own prompts,
 DDP averages gradients, and all replicas keep identical weights.
 """
 
@@ -229,6 +232,8 @@ class GRPOTrainer(TrainerBase):
             cfg.loss, temperature=cfg.temperature, fused=cfg.fused_logprobs is not False,
             share_prefix=cfg.share_prefix is not False, fused_loss=cfg.fused_loss is not False,
         )
+        self._optimizer_steps = 0  # optimiser steps taken; the generator holds the weights of _pushed_at
+        self._pushed_at: int | None = None  # None: never pushed (the engine may hold other weights)
         self._fast_path_checked = all(x is not None for x in (cfg.fused_logprobs, cfg.share_prefix, cfg.fused_loss))
         self.callback = callback
         self._reward_errors_logged: set[str] = set()  # reward functions whose first traceback is logged
@@ -264,6 +269,8 @@ class GRPOTrainer(TrainerBase):
         # tokenise each prompt once, then repeat its row for the group
         ids, mask = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, batch["prompt"]), self.device)
         ids, mask = ids.repeat_interleave(G, dim=0), mask.repeat_interleave(G, dim=0)
+        if generator is None or generator is self.generator:
+            self.sync_generator()
         gen = (generator or self.generator).generate(ids, mask)
         texts = completion_texts(self.tokenizer, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
         rewards, per_fn, stats = compute_rewards(
@@ -382,7 +389,7 @@ class GRPOTrainer(TrainerBase):
                 gn = gn.detach().float() * len(chunks)
                 sums["grad_norm"] = sums["grad_norm"] + gn if "grad_norm" in sums else gn
                 self.optimizer.step()
-                self.generator.update_weights(self.model)
+                self._optimizer_steps += 1
         self.scheduler.step()
         self.step_count += 1
         dt = time.perf_counter() - t0
@@ -397,6 +404,16 @@ class GRPOTrainer(TrainerBase):
         if self.callback is not None:
             self.callback(self, metrics)
         return metrics
+
+    def sync_generator(self) -> bool:
+        """Push the trainer's weights to the generator (``Generator.update_weights``) when an
+        optimiser step changed them since the last push, or when it never had them (a fresh or
+        resumed trainer). Called before each round's generation; returns whether it pushed."""
+        if self._pushed_at == self._optimizer_steps:
+            return False
+        self.generator.update_weights(self.model)
+        self._pushed_at = self._optimizer_steps
+        return True
 
     def _next_rollout(self) -> tuple[TensorDict, dict[str, float]]:
         """This round's rollout; with ``async_generation``, the one generated in the background
