@@ -49,8 +49,11 @@ def run_seed(recipe: str, seed: int, out: Path, overrides: list[str]) -> dict:
         # ru_maxrss of the children is the largest child so far: one seed per process, in order
         rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         bench.write_text(json.dumps({"wall_s": wall, "peak_rss_mb": rss_mb, "overrides": overrides}))
+    import yaml
+
     summary = json.loads(done.read_text())
     summary.update(json.loads(bench.read_text()))
+    summary["config"] = yaml.safe_load((out / "config.yaml").read_text())
     with open(out / "metrics.csv") as f:
         summary["rows"] = [{k: float(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(f)]
     return summary
@@ -118,9 +121,13 @@ def main() -> None:
     title = f"SmolLM2-135M-Instruct, chat prompts, GRPO {rounds} rounds, {len(results)} seeds"
     plot(results, PNG, title)
     table = f"GRPO on the real SmolLM2-135M-Instruct, chat prompts (apps/grpo recipe {a.recipe}), {len(results)} seeds"
-    note = ("'What is a + b? Answer with the number only.' (operands 0..19) through the chat template; "
-            "8 prompts x 8 completions x 16 tokens a round, 2 optimiser steps a round, lr 2e-6, no SFT; "
-            f"accuracy is greedy on 64 held-out prompts; curves: benchmarks/results/{PNG.name}")
+    c = any_s["config"]
+    mb = c["minibatch_size"] or c["prompts_per_step"] * c["group_size"]
+    note = (f"'What is a + b? Answer with the number only.' (operands 0..{c['max_value']}) through the chat template; "
+            f"{c['prompts_per_step']} prompts x {c['group_size']} completions x {c['max_new_tokens']} tokens a round "
+            f"(T={c['temperature']:g}), {c['prompts_per_step'] * c['group_size'] // mb} optimiser step(s) a round, "
+            f"lr {c['lr']:g}, {c['loss']} loss, beta {c['beta']:g}, no SFT; accuracy is greedy on {c['n_test']} held-out "
+            f"prompts; one torch thread; curves: benchmarks/results/{PNG.name}")
     if overrides:
         note += f"; overrides {' '.join(overrides)}"
     for seed, s in results.items():
