@@ -58,6 +58,10 @@ def test_grpo_and_sft_settings_are_checked_before_any_work(app, tmp_path):
                      ("max_new_tokens=0", "max_new_tokens"), ("checkpoint_every=-1", "checkpoint_every")):
         with pytest.raises(ValueError, match=key):
             app.main.load([bad])
+    with pytest.raises(ValueError, match="chat=true needs model="):  # the tiny model has no chat template
+        app.main.load(["chat=true"])
+    with pytest.raises(ValueError, match="device"):
+        app.main.load(["device=gpu"])
     with pytest.raises(SystemExit) as info:  # the command line: exit 2, nothing written
         app.main([f"out={tmp_path / 'x'}", "group_size=0"])
     assert info.value.code == 2 and not (tmp_path / "x").exists()
