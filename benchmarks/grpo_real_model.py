@@ -127,7 +127,10 @@ def main() -> None:
             f"{c['prompts_per_step']} prompts x {c['group_size']} completions x {c['max_new_tokens']} tokens a round "
             f"(T={c['temperature']:g}), {c['prompts_per_step'] * c['group_size'] // mb} optimiser step(s) a round, "
             f"lr {c['lr']:g}, {c['loss']} loss, beta {c['beta']:g}, no SFT; accuracy is greedy on {c['n_test']} held-out "
-            f"prompts; one torch thread; curves: benchmarks/results/{PNG.name}")
+            f"prompts (a new held-out set per seed); the train reward is the sampled accuracy of one round's "
+            f"{c['prompts_per_step'] * c['group_size']} completions (noisy; over so few rounds it does not rise "
+            f"clearly: the gain shows in greedy accuracy); each seed ran on its own under the CPU lock and this "
+            f"command gathered them; one torch thread; curves: benchmarks/results/{PNG.name}")
     if overrides:
         note += f"; overrides {' '.join(overrides)}"
     for seed, s in results.items():
