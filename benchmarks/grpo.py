@@ -309,7 +309,7 @@ def checkpointing_trade(a, env: dict) -> None:
         table = (f"Gradient checkpointing on the real {what} (tdrl GRPO step, {a.prompts} prompts x {a.group} "
                  f"completions, {a.max_new_tokens} new tokens)")
         note = ("GRPOConfig(gradient_checkpointing=True): each decoder layer recomputed in the backward pass "
-                "(non-reentrant torch.utils.checkpoint); prompt-KV sharing is off with it. Peak RSS includes the "
+                "(non-reentrant torch.utils.checkpoint); prompt-KV sharing is off with it, so each completion's ~46-token chat prompt is run again per completion: most of the extra time here. Peak RSS includes the "
                 "fp32 weights, gradients and AdamW state (~2.2 GB for 134.5M parameters), which checkpointing does "
                 f"not touch; one torch thread, each setting in its own process, {a.steps} steps, the first excluded.")
         write_record("LLM (GRPO)", table, "off (tdrl's default)", {k: round(v, 2) for k, v in res[False].items()},
