@@ -12,8 +12,15 @@ peak RSS, and the reward curve (mean reward of the first and last 5 steps).
     python benchmarks/grpo.py --profile --steps 15         # tdrl only: where a step's time goes
     python benchmarks/grpo.py --profile --device cuda      # the same on a GPU (benchmarks/gpu_check.sh)
     python benchmarks/grpo.py --loss-step --repeats 3      # the loss step alone at V=32,000
+    .venv-bench/bin/python benchmarks/grpo.py --model smollm2-135m-instruct --prompts 2 --steps 6 --repeats 1 \
+        --max-new-tokens 16 --lr 1e-6 --record            # the real model (cached by tdrl.llm.models)
 
 ``--device`` puts the SFT warm-up and both trainers on that device (TRL: ``use_cpu`` off).
+``--model NAME_OR_FOLDER`` starts both sides from that model instead of the SFT-warmed tiny one
+(a registered name such as ``smollm2-135m-instruct`` is converted once into tdrl's cache), with
+chat prompts ("What is a + b? Answer with the number only.") through its chat template and a
+TRL-style reward on both sides (completions arrive as assistant messages); gradient
+checkpointing is off on both (TRL's default is on; ``--gradient-checkpointing`` turns it on for both).
 """
 
 from __future__ import annotations
@@ -29,10 +36,24 @@ import tempfile
 import time
 
 
-def _data(n_train: int, seed: int):
+def _data(n_train: int, seed: int, chat: bool = False):
     from tdrl.llm import ArithmeticTask
 
-    return ArithmeticTask(max_value=19).splits(n_train, 64, seed=seed)
+    return ArithmeticTask(max_value=19, chat=chat).splits(n_train, 64, seed=seed)
+
+
+def chat_answer_reward(prompts, completions, answer, **_):
+    """``math_answer_reward`` of TRL-convention completions (text, or one assistant message)."""
+    from tdrl.llm import math_answer_reward
+    from tdrl.llm.data import completion_text
+
+    return math_answer_reward(prompts, [completion_text(c) for c in completions], answer)
+
+
+def _reward(a):
+    from tdrl.llm import math_answer_reward
+
+    return chat_answer_reward if a.chat else math_answer_reward
 
 
 def prepare(folder: str, sft_steps: int, seed: int, device: str = "cpu") -> None:
@@ -57,10 +78,11 @@ def run_tdrl(a) -> dict:
 
     model, tok = load_model_and_tokenizer(a.model)
     model.to(a.device)
-    train, _ = _data(2000, a.seed)
+    train, _ = _data(2000, a.seed, a.chat)
     cfg = GRPOConfig(steps=a.steps, prompts_per_step=a.prompts, group_size=a.group, max_new_tokens=a.max_new_tokens,
-                     lr=a.lr, warmup_steps=0, seed=a.seed, progress=False)
-    trainer = GRPOTrainer(model, tok, [math_answer_reward], train, cfg)
+                     lr=a.lr, warmup_steps=0, seed=a.seed, progress=False,
+                     gradient_checkpointing=a.gradient_checkpointing)
+    trainer = GRPOTrainer(model, tok, [_reward(a)], train, cfg)
     times, rewards, tokens = [], [], []
     for _ in range(a.steps):
         t = time.perf_counter()
@@ -80,7 +102,7 @@ def run_trl(a) -> dict:
 
     model, tok = load_model_and_tokenizer(a.model)
     model.to(a.device)
-    train, _ = _data(2000, a.seed)
+    train, _ = _data(2000, a.seed, a.chat)
     train = train.remove_columns("completion")
     times, logs = [], []
 
@@ -101,10 +123,10 @@ def run_trl(a) -> dict:
             beta=0.0, epsilon=0.2, temperature=1.0, top_k=0, top_p=1.0, loss_type="grpo", num_iterations=1,
             gradient_accumulation_steps=1, lr_scheduler_type="cosine", warmup_steps=0, adam_beta2=0.99,
             max_grad_norm=1.0, use_cpu=a.device == "cpu", bf16=False, report_to="none", save_strategy="no",
-            gradient_checkpointing=False,  # TRL defaults to True; tdrl does not recompute activations
+            gradient_checkpointing=a.gradient_checkpointing,  # TRL defaults to True; off unless asked, as tdrl
             seed=a.seed, disable_tqdm=True, dataloader_num_workers=0,
         )
-        trainer = GRPOTrainer(model=model, reward_funcs=[math_answer_reward], args=args, train_dataset=train, processing_class=tok, callbacks=[Timer()])
+        trainer = GRPOTrainer(model=model, reward_funcs=[_reward(a)], args=args, train_dataset=train, processing_class=tok, callbacks=[Timer()])
         trainer.train()
     logs = [l for l in logs if "reward" in l]
     cum = [l.get("num_tokens", 0.0) for l in logs]
@@ -254,6 +276,48 @@ def worker(a) -> None:
         json.dump(res, f)
 
 
+def checkpointing_trade(a, env: dict) -> None:
+    """tdrl's GRPO step with gradient checkpointing off and on, each side in its own process."""
+    from tdrl.llm.models import resolve_model
+
+    if a.model is None:
+        raise SystemExit("--checkpointing-trade needs --model (e.g. smollm2-135m-instruct)")
+    folder = resolve_model(a.model)
+    res = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for on in (False, True):
+            out = os.path.join(tmp, f"ckpt{int(on)}.json")
+            cmd = [sys.executable, __file__, "--worker", "tdrl", "--model", folder, "--out", out, "--steps", str(a.steps),
+                   "--prompts", str(a.prompts), "--group", str(a.group), "--max-new-tokens", str(a.max_new_tokens),
+                   "--lr", str(a.lr), "--seed", str(a.seed), "--device", a.device, "--chat"] + ["--gradient-checkpointing"] * on
+            subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+            with open(out) as f:
+                x = json.load(f)
+            res[on] = {"s/step": statistics.median(x["times"][1:]), "peak RSS MB": x["peak_rss_mb"]}
+    what = os.path.basename(os.path.normpath(a.model))
+    print(f"tdrl GRPO on {what}, {a.prompts} prompts x {a.group} completions, <= {a.max_new_tokens} new tokens, "
+          f"{a.steps} steps (first excluded), 1 torch thread")
+    print(f"{'gradient checkpointing':<24}{'s/step':>9}{'peak RSS MB':>13}")
+    for on, r in res.items():
+        print(f"{'on' if on else 'off':<24}{r['s/step']:>9.2f}{r['peak RSS MB']:>13.0f}")
+    t, m = res[True]["s/step"] / res[False]["s/step"], res[True]["peak RSS MB"] / res[False]["peak RSS MB"]
+    print(f"on/off: {t:.2f}x the time, {m:.2f}x the peak RSS")
+    if a.record:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from records import write_record
+
+        table = (f"Gradient checkpointing on the real {what} (tdrl GRPO step, {a.prompts} prompts x {a.group} "
+                 f"completions, {a.max_new_tokens} new tokens)")
+        note = ("GRPOConfig(gradient_checkpointing=True): each decoder layer recomputed in the backward pass "
+                "(non-reentrant torch.utils.checkpoint); prompt-KV sharing is off with it, so each completion's ~46-token chat prompt is run again per completion: most of the extra time here. Peak RSS includes the "
+                "fp32 weights, gradients and AdamW state (~2.2 GB for 134.5M parameters), which checkpointing does "
+                f"not touch; one torch thread, each setting in its own process, {a.steps} steps, the first excluded.")
+        write_record("LLM (GRPO)", table, "off (tdrl's default)", {k: round(v, 2) for k, v in res[False].items()},
+                     note=note)
+        write_record("LLM (GRPO)", table, "on (TRL's default)", {k: round(v, 2) for k, v in res[True].items()},
+                     peer="off", ratio=f"{t:.2f}x the time per step at {m:.2f}x the peak RSS", note=note)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=20)
@@ -265,7 +329,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--worker", choices=["tdrl", "trl"], default=None)
-    p.add_argument("--model", default=None)
+    p.add_argument("--model", default=None, help="a registered name or a model folder (default: the tiny model)")
+    p.add_argument("--chat", action="store_true", help=argparse.SUPPRESS)  # workers: chat prompts
+    p.add_argument("--gradient-checkpointing", action="store_true", help="on both sides (default off on both)")
+    p.add_argument("--record", action="store_true", help="write the RESULTS rows")
+    p.add_argument("--checkpointing-trade", action="store_true",
+                   help="tdrl only: gradient checkpointing off vs on (s/step, peak RSS), each in its own process")
     p.add_argument("--out", default=None)
     p.add_argument("--device", default="cpu", help="device of the models (both sides)")
     p.add_argument("--profile", action="store_true", help="tdrl only: median time of each stage of a step")
@@ -283,16 +352,25 @@ def main() -> None:
             a.model = os.path.join(tmp, "sft")
             return profile_stages(a)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
+    if a.checkpointing_trade:
+        return checkpointing_trade(a, env)
+    real = a.model is not None
     with tempfile.TemporaryDirectory() as tmp:
-        prepare(tmp, a.sft_steps, a.seed, a.device)
+        if real:
+            from tdrl.llm.models import resolve_model
+
+            folder = resolve_model(a.model)
+        else:
+            prepare(tmp, a.sft_steps, a.seed, a.device)
+            folder = os.path.join(tmp, "sft")
         results: dict[str, list[dict]] = {"tdrl": [], "trl": []}
         for r in range(a.repeats):
             for side in ("tdrl", "trl"):
                 out = os.path.join(tmp, f"{side}{r}.json")
-                cmd = [sys.executable, __file__, "--worker", side, "--model", os.path.join(tmp, "sft"), "--out", out,
+                cmd = [sys.executable, __file__, "--worker", side, "--model", folder, "--out", out,
                        "--steps", str(a.steps), "--prompts", str(a.prompts), "--group", str(a.group),
                        "--max-new-tokens", str(a.max_new_tokens), "--lr", str(a.lr), "--seed", str(a.seed + r),
-                       "--device", a.device]
+                       "--device", a.device] + ["--chat"] * real + ["--gradient-checkpointing"] * a.gradient_checkpointing
                 subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
                 with open(out) as f:
                     results[side].append(json.load(f))
@@ -306,13 +384,36 @@ def main() -> None:
         return {"s/step": s_step, "tokens/s": tok_s, "peak RSS MB": rss, "reward first5": first, "reward last5": last}
 
     ours, theirs = summary(results["tdrl"]), summary(results["trl"])
-    print(f"GRPO, {a.prompts} prompts x {a.group} completions, <= {a.max_new_tokens} new tokens, {a.steps} steps, "
-          f"{a.repeats} repeats (median), 1 torch thread")
+    what = os.path.basename(os.path.normpath(a.model)) if real else "SFT-warmed tiny Qwen2"
+    ckpt = "on" if a.gradient_checkpointing else "off"
+    print(f"GRPO on {what}, {a.prompts} prompts x {a.group} completions, <= {a.max_new_tokens} new tokens, {a.steps} "
+          f"steps (first excluded), {a.repeats} repeats (median), 1 torch thread, gradient checkpointing {ckpt} on both")
     print(f"{'metric':<16}{'tdrl':>12}{'TRL':>12}{'tdrl/TRL':>10}")
     for k in ours:
         ratio = ours[k] / theirs[k] if theirs[k] else float("nan")
         print(f"{k:<16}{ours[k]:>12.4f}{theirs[k]:>12.4f}{ratio:>10.2f}")
-    print("speed-up (TRL s/step / tdrl s/step):", f"{theirs['s/step'] / ours['s/step']:.2f}x")
+    speed, mem = theirs["s/step"] / ours["s/step"], ours["peak RSS MB"] / theirs["peak RSS MB"]
+    print(f"speed-up (TRL s/step / tdrl s/step): {speed:.2f}x; peak RSS tdrl/TRL {mem:.2f}x")
+    if a.record and real:
+        import trl  # the peer's version, for the row's name
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from records import write_record
+
+        peer = f"TRL {trl.__version__} GRPOTrainer"
+        table = (f"GRPOTrainer vs {peer} on the real {what}, {a.prompts} prompts x {a.group} completions, "
+                 f"{a.max_new_tokens} new tokens")
+        note = ("Same cached model folder, chat prompts (operands 0..19) through its chat template, the same "
+                "TRL-style reward, sampling T=1, lr, AdamW, cosine schedule, per-sequence loss mean (loss_type grpo), "
+                f"no KL, one update per round, gradient checkpointing {ckpt} on both sides (TRL's default is on), "
+                f"one torch thread, each side in its own process; {a.steps} steps, the first excluded, "
+                f"{a.repeats} repeat(s). The issue's target: >= 3x TRL's steps/s at <= 0.6x its peak memory.")
+        for side, res, name in (("tdrl", ours, "tdrl.llm GRPOTrainer"), ("trl", theirs, peer)):
+            write_record("LLM (GRPO)", table, name, {
+                "s/step": round(res["s/step"], 2), "tokens/s": round(res["tokens/s"]),
+                "peak RSS MB": round(res["peak RSS MB"]),
+            }, peer=peer if side == "tdrl" else None,
+                ratio=f"{speed:.2f}x TRL's steps/s at {mem:.2f}x its peak RSS" if side == "tdrl" else None, note=note)
 
 
 if __name__ == "__main__":

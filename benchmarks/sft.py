@@ -15,6 +15,16 @@ model's full logits). TRL 1.16 computes its loss through its own chunked LM head
     .venv-bench/bin/python benchmarks/sft.py --steps 12 --repeats 3
     .venv-bench/bin/python benchmarks/sft.py --lora 8     # LoRA r=8 on every linear layer but the head
 
+``--model NAME_OR_FOLDER`` starts every side from that model instead (a registered name such as
+``smollm2-135m-instruct`` is converted once into tdrl's cache) with shorter rows (``--sums 3``:
+~30 tokens a row on SmolLM2's digit-level tokenizer), and prints which share of this core's
+measured fp32 GEMM rate (one thread, ``torch.mm`` of 1024 x 1024 matrices) each side's step
+reaches, counting ``6 x (non-embedding parameters) x tokens + 6 x (LM-head parameters) x loss
+tokens`` FLOPs a step (forward 2, backward 4 per multiply-add; attention scores, ~1% at this
+length, left out). Gradient checkpointing is off on every side (TRL's default is on).
+
+    .venv-bench/bin/python benchmarks/sft.py --model smollm2-135m-instruct --batch 8 --lr 1e-5 --steps 6 --repeats 1 --record
+
 With ``--lora R`` both sides train the same peft adapters (``tdrl.llm.apply_lora``, rank R,
 alpha 2R, every linear layer; the LM head stays frozen, so tdrl's fused loss takes its
 two-matmul frozen-head path).
@@ -33,8 +43,9 @@ import tempfile
 import time
 
 
-def _data(n: int, seed: int):
-    """Prompt / completion pairs whose completion spells out a running sum (~95 tokens)."""
+def _data(n: int, seed: int, sums: int = 12):
+    """Prompt / completion pairs whose completion spells out a running sum of ``sums`` additions
+    (~95 tokens with 12 on the tiny tokenizer)."""
     import random
 
     from datasets import Dataset
@@ -44,7 +55,7 @@ def _data(n: int, seed: int):
     for _ in range(n):
         a, b = rng.randint(0, 19), rng.randint(1, 9)
         steps, total = [], a
-        for _ in range(12):
+        for _ in range(sums):
             steps.append(f"{total}+{b}={total + b}")
             total += b
         rows.append({"prompt": f"Q: {a}+{b}=", "completion": " ".join(steps)})
@@ -83,7 +94,7 @@ def run_tdrl(a, fused: bool) -> dict:
     model, tok = load(a)
     cfg = SFTConfig(steps=a.steps, batch_size=a.batch, lr=a.lr, warmup_steps=0, max_grad_norm=1.0, seed=a.seed,
                     progress=False, fused_logprobs=fused)
-    trainer = SFTTrainer(model, tok, _data(2000, a.seed), cfg)
+    trainer = SFTTrainer(model, tok, _data(2000, a.seed, a.sums), cfg)
     times, losses = [], []
     for _ in range(a.steps):
         t = time.perf_counter()
@@ -119,7 +130,7 @@ def run_trl(a) -> dict:
             save_strategy="no", gradient_checkpointing=False, seed=a.seed, disable_tqdm=True,
             dataloader_num_workers=0,
         )
-        SFTTrainer(model=model, args=args, train_dataset=_data(2000, a.seed), processing_class=tok,
+        SFTTrainer(model=model, args=args, train_dataset=_data(2000, a.seed, a.sums), processing_class=tok,
                    callbacks=[Timer()]).train()
     return {"times": times, "losses": losses}
 
@@ -131,8 +142,38 @@ def worker(a) -> None:
     torch.manual_seed(a.seed)
     res = run_trl(a) if a.worker == "trl" else run_tdrl(a, fused=a.worker == "tdrl")
     res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    res["gemm_gflops"] = gemm_rate()
     with open(a.out, "w") as f:
         json.dump(res, f)
+
+
+def gemm_rate(n: int = 1024, repeats: int = 5) -> float:
+    """This core's fp32 GEMM rate in GFLOP/s: the best of ``repeats`` ``torch.mm`` of two ``n x n``
+    matrices (one thread, as the benchmark runs)."""
+    import torch
+
+    x, y = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(x, y)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(x, y)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def step_flops(folder: str, rows, tok) -> float:
+    """Mean FLOPs of a training step on ``rows`` (a batch's prompt / completion pairs): 6 x
+    non-embedding parameters x tokens + 6 x LM-head parameters x loss tokens (completion + EOS)."""
+    from transformers import AutoConfig
+
+    c = AutoConfig.from_pretrained(folder)
+    H, L, I, V = c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.vocab_size
+    kv = H // c.num_attention_heads * getattr(c, "num_key_value_heads", c.num_attention_heads)
+    body = L * (2 * H * H + 2 * H * kv + 3 * H * I)  # q, o, k, v projections and the gated MLP
+    n_prompt = sum(len(tok(r["prompt"], add_special_tokens=False)["input_ids"]) for r in rows)
+    n_loss = sum(len(tok(r["completion"], add_special_tokens=False)["input_ids"]) + 1 for r in rows)
+    return 6 * body * (n_prompt + n_loss) + 6 * H * V * n_loss
 
 
 SIDES = {"tdrl": "tdrl SFTTrainer (fused_linear_cross_entropy)", "tdrl_logits": "tdrl SFTTrainer, full logits",
@@ -149,35 +190,84 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lora", type=int, default=0, help="LoRA rank on both sides (0: full fine-tuning)")
     p.add_argument("--worker", choices=list(SIDES), default=None)
-    p.add_argument("--model", default=None)
+    p.add_argument("--model", default=None, help="a registered name or a model folder (default: a random Qwen2)")
+    p.add_argument("--sums", type=int, default=None, help="additions per completion (default 12; 3 with --model)")
     p.add_argument("--out", default=None)
+    p.add_argument("--record", action="store_true", help="write the RESULTS rows (with --model)")
     a = p.parse_args()
+    real = a.model is not None and not a.worker
+    if a.sums is None:
+        a.sums = 3 if a.model is not None else 12
     if a.worker:
         return worker(a)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
     results: dict[str, list[dict]] = {s: [] for s in SIDES}
     with tempfile.TemporaryDirectory() as tmp:
-        prepare(os.path.join(tmp, "model"), a.vocab, a.seed)
+        if real:
+            from tdrl.llm.models import resolve_model
+
+            folder = resolve_model(a.model)
+        else:
+            folder = os.path.join(tmp, "model")
+            prepare(folder, a.vocab, a.seed)
         for r in range(a.repeats):
             for side in SIDES:
                 out = os.path.join(tmp, f"{side}{r}.json")
-                cmd = [sys.executable, __file__, "--worker", side, "--model", os.path.join(tmp, "model"), "--out", out,
-                       "--steps", str(a.steps), "--batch", str(a.batch), "--lr", str(a.lr), "--seed", str(a.seed), "--lora", str(a.lora)]
+                cmd = [sys.executable, __file__, "--worker", side, "--model", folder, "--out", out,
+                       "--steps", str(a.steps), "--batch", str(a.batch), "--lr", str(a.lr), "--seed", str(a.seed),
+                       "--lora", str(a.lora), "--sums", str(a.sums)]
                 subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
                 with open(out) as f:
                     results[side].append(json.load(f))
-    print(f"SFT, random Qwen2 V={a.vocab:,} H=256 2 layers, batch {a.batch} x (~8 prompt + ~95 completion tokens), "
-          f"{a.steps} steps (first excluded), {a.repeats} repeats (median), 1 torch thread, "
-          + (f"LoRA r={a.lora} (head frozen)" if a.lora else "full fine-tuning"))
+        if real:  # the FLOPs of a mean batch, on the model's own tokenizer
+            from transformers import PreTrainedTokenizerFast
+
+            tok = PreTrainedTokenizerFast.from_pretrained(folder)
+            rows = list(_data(2000, a.seed, a.sums))[: 8 * a.batch]
+            flops = step_flops(folder, rows, tok) / 8
+            row_tokens = sum(len(tok(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) + 1
+                                       for r in rows) / len(rows)
+    what = (f"{os.path.basename(os.path.normpath(a.model))}, batch {a.batch} x ~{row_tokens:.0f} tokens "
+            f"({a.sums} sums a completion)") if real else (
+        f"random Qwen2 V={a.vocab:,} H=256 2 layers, batch {a.batch} x (~8 prompt + ~95 completion tokens)")
+    print(f"SFT, {what}, {a.steps} steps (first excluded), {a.repeats} repeats (median), 1 torch thread, "
+          + (f"LoRA r={a.lora} (head frozen)" if a.lora else "full fine-tuning") + ", gradient checkpointing off")
     base = statistics.median(statistics.median(x["times"][1:]) for x in results["trl"])
-    print(f"{'side':<48}{'s/step':>9}{'vs TRL':>9}{'peak RSS MB':>13}{'loss first':>12}{'loss last':>11}")
+    base_rss = statistics.median(x["peak_rss_mb"] for x in results["trl"])
+    gemm = statistics.median(x["gemm_gflops"] for xs in results.values() for x in xs)
+    print(f"{'side':<48}{'s/step':>9}{'vs TRL':>9}{'peak RSS MB':>13}{'loss first':>12}{'loss last':>11}"
+          + (f"{'GFLOP/s':>9}{'of GEMM':>9}" if real else ""))
+    table_rows = {}
     for side, name in SIDES.items():
         rs = results[side]
         s = statistics.median(statistics.median(x["times"][1:]) for x in rs)
         rss = statistics.median(x["peak_rss_mb"] for x in rs)
         first = statistics.mean(x["losses"][0] for x in rs)
         last = statistics.mean(x["losses"][-1] for x in rs)
-        print(f"{name:<48}{s:>9.3f}{base / s:>8.2f}x{rss:>13.0f}{first:>12.4f}{last:>11.4f}")
+        extra = f"{flops / s / 1e9:>9.1f}{flops / s / 1e9 / gemm:>8.0%}" if real else ""
+        print(f"{name:<48}{s:>9.3f}{base / s:>8.2f}x{rss:>13.0f}{first:>12.4f}{last:>11.4f}" + extra)
+        table_rows[side] = (name, s, rss, first, last)
+    if real:
+        print(f"fp32 GEMM rate of this core (torch.mm 1024^3, 1 thread): {gemm:.1f} GFLOP/s; "
+              f"a step is {flops / 1e9:.1f} GFLOP")
+    if a.record and real:
+        import trl
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from records import write_record
+
+        table = f"SFT vs TRL {trl.__version__} SFTTrainer on the real {what}"
+        note = (f"Same cached model folder and rows, completion-only loss on every side, lr {a.lr:g} cosine, grad clip 1.0, "
+                f"no warm-up, gradient checkpointing off (TRL's default is on), one torch thread, each side in its own "
+                f"process; {a.steps} steps, the first excluded, {a.repeats} repeat(s). 'of GEMM': the step's "
+                f"{flops / 1e9:.1f} GFLOP (6 x non-embedding params x tokens + 6 x head params x loss tokens) per second "
+                f"over this core's fp32 torch.mm rate ({gemm:.1f} GFLOP/s, 1024^3, one thread). The issue's target: "
+                ">= 1.5x TRL's steps/s at <= its peak memory.")
+        for side, (name, s, rss, first, last) in table_rows.items():
+            write_record("LLM (GRPO)", table, name.replace("TRL SFTTrainer", f"TRL {trl.__version__} SFTTrainer"), {
+                "s/step": round(s, 3), "peak RSS MB": round(rss), "loss step 1 -> last": f"{first:.3f} -> {last:.3f}",
+                "share of fp32 GEMM rate": f"{flops / s / 1e9 / gemm:.0%}",
+            }, ratio=f"{base / s:.2f}x TRL's steps/s at {rss / base_rss:.2f}x its peak RSS", note=note)
 
 
 if __name__ == "__main__":

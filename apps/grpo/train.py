@@ -10,7 +10,9 @@ GRPO. ``model=PATH`` starts from any local Hugging Face causal LM instead.
     python apps/grpo/train.py loss=dapo beta=0.02 lora=true
     python apps/grpo/train.py resume=true             # continue GRPO from the last checkpoint
     python apps/grpo/train.py -cn tools_tiny          # multi-turn: products with the Python tool
+    python apps/grpo/train.py -cn smollm2_chat        # the real SmolLM2-135M-Instruct, chat prompts (~5 min)
     torchrun --nproc_per_node 2 apps/grpo/train.py -cn tiny   # data parallel: one job, one folder
+    accelerate launch --multi_gpu --num_processes 2 apps/grpo/train.py -cn tiny   # the same job (gloo on a CPU)
 
 Outputs in ``out`` (the run harness of ``tdrl.core.train``): ``config.yaml``, ``metrics.csv``
 (one row per GRPO round), ``reward_curve.png``, ``summary.json``, ``checkpoints/step_<n>.pt``
@@ -69,6 +71,9 @@ class Config(LMRunConfig):
     """Task: operands are drawn from min_value..max_value."""
     ops: str = "+"
     """Task: the operators used (e.g. "+-")."""
+    chat: bool = False
+    """Task: prompts as chat messages ("What is a + b? Answer with the number only.") rendered by
+    the model's chat template, instead of plain "Q: a+b=" (needs a model with a chat template)."""
     n_train: int = 2000
     """Task: training problems."""
     n_test: int = 200
@@ -133,6 +138,12 @@ class Config(LMRunConfig):
             raise ConfigError(f"Config.sft_tool_fraction={self.sft_tool_fraction!r} is not allowed: expected a number in [0, 1].")
         if self.loss not in LOSS_PRESETS:
             raise ConfigError(f"Config.loss={self.loss!r} is not allowed: expected one of {sorted(LOSS_PRESETS)}.")
+        if self.chat and self.task != "arithmetic":
+            raise ConfigError(f"Config.chat=true is for task=arithmetic (got task={self.task!r}): the tool "
+                              "task's prompts and demonstrations are plain text.")
+        if self.chat and not self.model:
+            raise ConfigError("Config.chat=true needs model= (a chat model such as smollm2-135m-instruct): "
+                              "the tiny embedded model has no chat template.")
         self.grpo_config()  # every GRPO and SFT setting is checked now, before any work
         self.sft_config()
 
@@ -143,13 +154,13 @@ class Config(LMRunConfig):
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, lr=self.lr, epochs=self.epochs,
             minibatch_size=self.minibatch_size or None, grad_accum=self.grad_accum, loss=loss,
             seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
-            async_generation=self.async_generation, tools=(self.tool,) if self.tool else (),
-            max_turns=self.max_turns, tool_timeout=self.tool_timeout,
+            async_generation=self.async_generation, gradient_checkpointing=self.gradient_checkpointing,
+            tools=(self.tool,) if self.tool else (), max_turns=self.max_turns, tool_timeout=self.tool_timeout,
         )
 
     def sft_config(self) -> SFTConfig:
         return SFTConfig(steps=max(self.sft_steps, 1), batch_size=self.sft_batch, lr=self.sft_lr, warmup_steps=10,
-                         seed=self.seed, progress=self.progress)
+                         seed=self.seed, progress=self.progress, gradient_checkpointing=self.gradient_checkpointing)
 
 
 def main_job(cfg: Config) -> dict:
@@ -157,7 +168,7 @@ def main_job(cfg: Config) -> dict:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     init_from_env()  # torchrun: one job, rank 0 writes
     run = Run(cfg, "grpo", total=cfg.steps, unit="round", per_rank=True)
-    task = TASKS[cfg.task](min_value=cfg.min_value, max_value=cfg.max_value, ops=cfg.ops)
+    task = TASKS[cfg.task](min_value=cfg.min_value, max_value=cfg.max_value, ops=cfg.ops, chat=cfg.chat)
     train_ds, test_ds = task.splits(cfg.n_train, cfg.n_test, seed=cfg.seed)
     model, tokenizer = cfg.build_model(task.corpus())
     n_params = sum(p.numel() for p in model.parameters())

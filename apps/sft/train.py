@@ -65,7 +65,8 @@ class Config(LMRunConfig):
     def sft_config(self) -> SFTConfig:
         """The trainer's settings (checked here, before any model work)."""
         return SFTConfig(steps=self.steps, batch_size=self.batch_size, grad_accum=self.grad_accum, lr=self.lr,
-                         warmup_steps=self.warmup, seed=self.seed, progress=self.progress)
+                         warmup_steps=self.warmup, seed=self.seed, progress=self.progress,
+                         gradient_checkpointing=self.gradient_checkpointing)
 
 
 def train(cfg: Config) -> dict:

@@ -1,5 +1,6 @@
 """apps/grpo/train.py: the main app's tiny recipe end to end, its outputs, resume without
-redoing SFT, reruns that never delete, settings checked before any work, and torchrun."""
+redoing SFT, reruns that never delete, settings checked before any work, torchrun and
+accelerate launch."""
 
 from __future__ import annotations
 
@@ -57,6 +58,10 @@ def test_grpo_and_sft_settings_are_checked_before_any_work(app, tmp_path):
                      ("max_new_tokens=0", "max_new_tokens"), ("checkpoint_every=-1", "checkpoint_every")):
         with pytest.raises(ValueError, match=key):
             app.main.load([bad])
+    with pytest.raises(ValueError, match="chat=true needs model="):  # the tiny model has no chat template
+        app.main.load(["chat=true"])
+    with pytest.raises(ValueError, match="device"):
+        app.main.load(["device=gpu"])
     with pytest.raises(SystemExit) as info:  # the command line: exit 2, nothing written
         app.main([f"out={tmp_path / 'x'}", "group_size=0"])
     assert info.value.code == 2 and not (tmp_path / "x").exists()
@@ -92,3 +97,23 @@ def test_torchrun_two_ranks_is_one_job(tmp_path):
     assert rank0["model"].keys() == rank1["model"].keys()
     assert all(torch.equal(rank0["model"][k], rank1["model"][k]) for k in rank0["model"])
     assert rank0["sampler"] != rank1["sampler"] or rank0["rng"]["torch"].ne(rank1["rng"]["torch"]).any()
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_processes_is_one_job(tmp_path):
+    """``accelerate launch --multi_gpu --num_processes 2`` (accelerate's torch.distributed.run path;
+    gloo without CUDA) starts the same one job as torchrun: one folder, one checkpoint per rank."""
+    pytest.importorskip("accelerate")
+    out = tmp_path / "acc"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29672",
+         str(REPO / "apps" / "grpo" / "train.py"), "-cn", "tiny", f"out={out}", "steps=2", "sft_steps=4"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 1 of 2" in proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["acc"]
+    assert [int(float(r["step"])) for r in read_rows(out / "metrics.csv")] == [1, 2]
+    assert (out / "checkpoints" / "step_2.pt").exists() and (out / "checkpoints" / "rank1" / "step_2.pt").exists()

@@ -204,6 +204,23 @@ def test_two_ranks_are_one_job_and_rank_zero_writes(fresh_python, tmp_path):
     assert sorted(p.name for p in (tmp_path / "run-1" / "checkpoints").iterdir()) == ["step_2.pt", "step_3.pt"]
 
 
+def test_accelerate_cpu_multi_process_launch_is_refused(monkeypatch):
+    """``accelerate launch --cpu --num_processes 2`` sets MASTER_ADDR and ACCELERATE_USE_CPU but
+    starts one process without WORLD_SIZE: refused with the launch lines that work; one process
+    under accelerate (no MASTER_ADDR) and torchrun's variables pass."""
+    from tdrl.core.train import init_from_env
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    assert init_from_env() is False  # accelerate launch --cpu app.py: one process, fine
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    with pytest.raises(RuntimeError, match="accelerate launch --multi_gpu --num_processes N"):
+        init_from_env()
+    monkeypatch.setenv("WORLD_SIZE", "1")  # a launcher that says how many ranks: no refusal
+    assert init_from_env() is False
+
+
 def test_tdrl_command_lists_and_runs_apps(fresh_python, tmp_path):
     from tdrl.core.cli import find_apps, main
 

@@ -52,6 +52,20 @@ def _chat_rows(n: int = 16) -> list[dict]:
     return rows
 
 
+def test_arithmetic_task_chat_prompts_render_through_the_template(chat_tok):
+    from tdrl.llm import ArithmeticTask, render_prompts
+
+    _, tok = chat_tok
+    train, test = ArithmeticTask(max_value=9, chat=True).splits(40, 10, seed=0)
+    row = test[0]
+    a, b = (int(x) for x in row["prompt"][0]["content"].removeprefix("What is ").split("?")[0].split(" + "))
+    assert row["prompt"] == [{"role": "user", "content": f"What is {a} + {b}? Answer with the number only."}]
+    assert row["answer"] == str(a + b)
+    assert render_prompts(tok, [row["prompt"]]) == [f"<|user|>What is {a} + {b}? Answer with the number only.<|assistant|>"]
+    held_out = {str(p) for p in test["prompt"]}
+    assert not held_out & {str(p) for p in train["prompt"]}  # disjoint, as for plain prompts
+
+
 # ------------------------------------------------------------------------- SFT on messages
 def test_conversation_pairs_cover_exactly_the_assistant_turns(chat_tok):
     _, tok = chat_tok

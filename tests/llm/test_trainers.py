@@ -152,3 +152,42 @@ def test_grpo_step_returns_when_a_reward_hangs(tiny, data):
         assert m["reward_timeouts"] == 1.0 and m["reward_errors"] == 4.0
     finally:
         release.set()
+
+
+def test_gradient_checkpointing_recomputes_and_gives_the_same_update(tiny, data):
+    """On, every decoder layer runs again in the backward pass (its MLP is called twice with grad
+    on per forward) and the update equals the one without it; off is the default."""
+    import copy
+
+    _, model, tok = tiny
+
+    def run(on: bool, kind: str):
+        m = copy.deepcopy(model)
+        calls = []
+        mlp = m.model.layers[0].mlp
+        forward = mlp.forward
+
+        def counted(*args, **kwargs):  # a forward hook would not see the recomputation
+            if torch.is_grad_enabled():
+                calls.append(1)
+            return forward(*args, **kwargs)
+
+        mlp.forward = counted
+        if kind == "sft":
+            t = SFTTrainer(m, tok, data[0], SFTConfig(steps=1, batch_size=8, lr=1e-2, progress=False,
+                                                     gradient_checkpointing=on))
+        else:
+            t = _grpo(m, tok, data[0], steps=1, prompts_per_step=2, group_size=4, fused_logprobs=True,
+                      share_prefix=False, fused_loss=True, gradient_checkpointing=on)
+        torch.manual_seed(0)
+        t.step()
+        return len(calls), m.state_dict()
+
+    for kind in ("sft", "grpo"):
+        n_off, w_off = run(False, kind)
+        n_on, w_on = run(True, kind)
+        assert n_off >= 1 and n_on == 2 * n_off, (kind, n_off, n_on)
+        changed = [k for k in w_off if not torch.equal(w_off[k], model.state_dict()[k])]
+        assert changed, kind
+        for k in w_off:
+            torch.testing.assert_close(w_on[k], w_off[k], atol=1e-6, rtol=1e-5, msg=f"{kind}: {k}")

@@ -1,10 +1,11 @@
 """Generation backends behind one small interface.
 
 A backend turns left-padded prompts into completions plus the log-probabilities of the
-tokens it sampled, and receives new policy weights after each optimiser step:
+tokens it sampled, and receives new policy weights before a generation round that follows
+optimiser steps (:class:`tdrl.llm.GRPOTrainer` pushes once a round, however many steps it took):
 
+>>> generator.update_weights(model)                       # the round's weights, once
 >>> out = generator.generate(prompt_ids, prompt_mask)   # TensorDict [N]
->>> generator.update_weights(model)                       # after optimizer.step()
 
 :class:`HFGenerator` wraps ``model.generate`` of ``transformers`` (it shares the trainer's
 model, so weight updates are free); :class:`tdrl.llm.vllm_generator.VLLMGenerator` drives a vLLM
@@ -134,7 +135,8 @@ class Generator(abc.ABC):
         """
 
     def update_weights(self, model) -> None:  # noqa: B027 - optional hook
-        """Receive the trainer's weights after an optimiser step (no-op when shared)."""
+        """Receive the trainer's current weights (no-op when the model is shared); the trainer
+        calls it once before a round's generation when its weights changed."""
 
 
 def _cache_of(out):

@@ -1,6 +1,7 @@
 """What the LLM apps share in their config: where the model comes from (a local folder, a
 registered name such as ``smollm2-135m-instruct``, or the tiny embedded model built from a
-config), LoRA, and building it once per job (rank 0 first under ``torchrun``)."""
+config), LoRA, the device, gradient checkpointing, and building the model once per job (rank 0
+first under ``torchrun`` / ``accelerate launch``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ class LMRunConfig(RunConfig):
     """Train LoRA adapters instead of all weights."""
     lora_rank: int = 8
     """LoRA rank (alpha = 2 x rank)."""
+    device: str = "cpu"
+    """Device of the model: cpu, cuda (one GPU per rank under torchrun / accelerate launch:
+    cuda:<LOCAL_RANK>) or cuda:<i>."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass: less memory for the
+    update, more time (TRL turns it on by default; tdrl does not)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -42,6 +49,9 @@ class LMRunConfig(RunConfig):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{type(self).__name__}.{name}={getattr(self, name)} is not allowed: "
                                   "expected an integer >= 1.")
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ConfigError(f"{type(self).__name__}.device={self.device!r} is not allowed: expected 'cpu', 'cuda' "
+                              "or 'cuda:<index>'.")
         if self.model:  # a local folder or a registered name, loadable here
             try:
                 check_model_source(self.model)
@@ -63,4 +73,12 @@ class LMRunConfig(RunConfig):
                 ) if first else load_model_and_tokenizer(folder)
         if self.lora:
             model = apply_lora(model, r=self.lora_rank, alpha=2 * self.lora_rank)
-        return model, tokenizer
+        return model.to(self.torch_device()), tokenizer
+
+    def torch_device(self):
+        """The ``torch.device`` of this rank: ``cuda`` means ``cuda:<LOCAL_RANK>`` (0 for one process)."""
+        import torch
+
+        if self.device == "cuda":
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return torch.device(self.device)

@@ -1,8 +1,11 @@
 """A synthetic arithmetic task generated in code, with its verifier.
 
-``"Q: 23+58="`` -> ``"81"``. The dataset is a ``datasets.Dataset`` with ``"prompt"`` and
-``"answer"`` columns; the verifier is :func:`tdrl.llm.rewards.math_answer_reward`, which
-reads the final number of the completion and compares it with ``answer``.
+``"Q: 23+58="`` -> ``"81"`` (plain text), or with ``chat=True`` the conversational prompt
+``[{"role": "user", "content": "What is 23 + 58? Answer with the number only."}]`` that a chat
+model's template renders (TRL's conversational format). The dataset is a ``datasets.Dataset``
+with ``"prompt"`` and ``"answer"`` columns; the verifier is
+:func:`tdrl.llm.rewards.math_answer_reward`, which reads the final number of the completion and
+compares it with ``answer``.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ class ArithmeticTask:
         min_value: smallest operand.
         max_value: largest operand (inclusive).
         ops: operators to draw from, among ``"+"``, ``"-"``, ``"*"``.
+        chat: prompts as one user message (:meth:`chat_prompt`) instead of ``"Q: a+b="``.
     """
 
     min_value: int = 0
     max_value: int = 99
     ops: str = "+"
+    chat: bool = False
 
     def __post_init__(self):
         if self.min_value > self.max_value:
@@ -37,6 +42,11 @@ class ArithmeticTask:
     @staticmethod
     def prompt(a: int, op: str, b: int) -> str:
         return f"Q: {a}{op}{b}="
+
+    @staticmethod
+    def chat_prompt(a: int, op: str, b: int) -> list[dict[str, str]]:
+        """The problem as a conversation of one user turn (rendered by the tokenizer's chat template)."""
+        return [{"role": "user", "content": f"What is {a} {op} {b}? Answer with the number only."}]
 
     @staticmethod
     def solve(a: int, op: str, b: int) -> int:
@@ -51,7 +61,8 @@ class ArithmeticTask:
             b = rng.randint(self.min_value, self.max_value)
             op = rng.choice(self.ops)
             ans = str(self.solve(a, op, b))
-            out.append({"prompt": self.prompt(a, op, b), "answer": ans, "completion": ans})
+            prompt = self.chat_prompt(a, op, b) if self.chat else self.prompt(a, op, b)
+            out.append({"prompt": prompt, "answer": ans, "completion": ans})
         return out
 
     def splits(self, n_train: int, n_test: int, seed: int = 0):
@@ -63,11 +74,11 @@ class ArithmeticTask:
         import datasets
 
         test = self.rows(n_test, seed + 1)
-        test_prompts = {r["prompt"] for r in test}
+        test_prompts = {str(r["prompt"]) for r in test}
         train, k = [], 0
         while len(train) < n_train:
             for r in self.rows(n_train, seed + 1000 + k):
-                if r["prompt"] not in test_prompts and len(train) < n_train:
+                if str(r["prompt"]) not in test_prompts and len(train) < n_train:
                     train.append(r)
             k += 1
             if k > 100:

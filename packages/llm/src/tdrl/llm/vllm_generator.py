@@ -1,8 +1,10 @@
 """vLLM generation backend (optional; needs ``vllm`` and a CUDA GPU).
 
-The engine runs in the training process; after each optimiser step
-:meth:`VLLMGenerator.update_weights` copies the trainer's weights into the engine's model with
-its ``load_weights`` (no reload from disk). The engine is asked for the log-probs of the
+The engine runs in the training process; :meth:`VLLMGenerator.update_weights` copies the
+trainer's weights (LoRA adapters merged) into the engine's model with its ``load_weights`` (no
+reload from disk). :class:`tdrl.llm.GRPOTrainer` calls it once per generation round, before the
+round generates and only when optimiser steps changed the weights since the last push
+(several minibatches or epochs a round still give one push). The engine is asked for the log-probs of the
 *processed* distribution (after temperature/top-p), the one tokens were drawn from; the
 trainer's own log-probs differ slightly (kernels, precision), which
 ``GRPOLossConfig.tis_cap`` corrects.
@@ -36,10 +38,21 @@ class VLLMGenerator(Generator):
         tokenizer: the trainer's tokenizer (pad/eos ids).
         max_new_tokens, temperature, top_p, top_k: sampling (``top_k=0`` disables it).
         gpu_memory_utilization: fraction of GPU memory the engine may take.
+        engine: an engine built by the caller (a ``vllm.LLM``, or anything with its ``generate`` and
+            ``apply_model``); ``model_path``, ``gpu_memory_utilization`` and ``llm_kwargs`` are then unused.
         **llm_kwargs: forwarded to ``vllm.LLM``.
+
+    Attributes:
+        weight_pushes: how many times :meth:`update_weights` loaded weights into the engine.
     """
 
-    def __init__(self, model_path: str, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, gpu_memory_utilization: float = 0.3, **llm_kwargs):
+    def __init__(self, model_path: str | None, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, gpu_memory_utilization: float = 0.3, engine=None, **llm_kwargs):
+        self.tokenizer = tokenizer
+        self.max_new_tokens, self.temperature, self.top_p, self.top_k = max_new_tokens, temperature, top_p, top_k
+        self.weight_pushes = 0
+        if engine is not None:
+            self.llm = engine
+            return
         if not available("vllm"):
             raise ModuleNotFoundError(
                 missing_message("vllm", extra="vllm", what="VLLMGenerator")
@@ -58,8 +71,6 @@ class VLLMGenerator(Generator):
         except TypeError:  # older vLLM without logprobs_mode
             kwargs.pop("logprobs_mode")
             self.llm = LLM(model=model_path, **kwargs)
-        self.tokenizer = tokenizer
-        self.max_new_tokens, self.temperature, self.top_p, self.top_k = max_new_tokens, temperature, top_p, top_k
 
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, greedy: bool = False) -> TensorDict:
         from vllm import SamplingParams
@@ -101,3 +112,4 @@ class VLLMGenerator(Generator):
             self.llm.apply_model(load)
         else:  # vLLM < 0.9
             load(self.llm.llm_engine.model_executor.driver_worker.model_runner.model)
+        self.weight_pushes += 1

@@ -4,6 +4,10 @@ decision shared by all ranks.
 An app launched by ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) joins the default
 process group in :func:`init_from_env` (gloo on CPU, NCCL on CUDA), so ``torchrun
 --nproc_per_node 2 app.py`` is one job: rank 0 writes the run folder, every rank trains.
+``accelerate launch --multi_gpu --num_processes 2 app.py`` is the same job (accelerate starts it
+through ``torch.distributed.run``, which sets ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``; on a
+machine without CUDA the group uses gloo). ``accelerate launch --cpu --num_processes 2`` starts a
+single process unless given an MPI hostfile, and MPI ranks are not read here: it is refused.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ def init_from_env(backend: str | None = None) -> bool:
     Returns:
         Whether a process group is initialised now (``False`` for a single process).
     """
+    _check_launcher()
     if not dist.is_available() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     if not dist.is_initialized():
@@ -52,6 +57,21 @@ def init_from_env(backend: str | None = None) -> bool:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         log.info("joined process group: rank %d of %d (%s)", dist.get_rank(), dist.get_world_size(), backend)
     return True
+
+
+def _check_launcher() -> None:
+    """Refuse a multi-process launch whose ranks this module cannot see: ``accelerate launch
+    --cpu --num_processes N`` (N > 1) runs one process (or N MPI processes with a hostfile), with
+    ``MASTER_ADDR`` set but no ``WORLD_SIZE``."""
+    env = os.environ
+    if "WORLD_SIZE" in env or env.get("ACCELERATE_USE_CPU", "").lower() not in ("true", "1") or "MASTER_ADDR" not in env:
+        return
+    raise RuntimeError(
+        "launched by `accelerate launch --cpu` with several processes: accelerate then starts one process "
+        "(or MPI processes, whose ranks tdrl does not read), not a data-parallel job. On a CPU use "
+        "`accelerate launch --multi_gpu --num_processes N app.py` (torch.distributed.run underneath, the gloo "
+        "backend without CUDA) or `torchrun --nproc_per_node N app.py`; for one process drop --num_processes."
+    )
 
 
 def broadcast_object(value: Any) -> Any:

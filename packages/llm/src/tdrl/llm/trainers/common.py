@@ -28,6 +28,7 @@ __all__ = [
     "set_seed",
     "check_int",
     "check_number",
+    "set_gradient_checkpointing",
 ]
 
 log = logging.getLogger(__name__)
@@ -142,3 +143,21 @@ def metric_history(log_dir: str | os.PathLike | None, step: int, rank: int, logg
             csv_logger.log_hparams(hparams)
         loggers.insert(0, csv_logger)
     return MetricHistory(loggers)
+
+
+def set_gradient_checkpointing(model, on: bool) -> None:
+    """Turn activation recomputation of a ``transformers`` model (or a peft model around one) on
+    (``on=False`` leaves the model as it is, as TRL does). On, each decoder layer keeps only its input in the forward pass and runs again in the
+    backward pass (non-reentrant ``torch.utils.checkpoint``): the update's activation memory falls
+    from every layer's intermediates to one layer's, for about one more forward pass of time.
+    Generation and no-grad scoring are unaffected (``transformers`` checkpoints only with grad on).
+
+    Raises:
+        TypeError: ``on`` for a model without ``gradient_checkpointing_enable``.
+    """
+    if not on:
+        return
+    if not hasattr(model, "gradient_checkpointing_enable"):
+        raise TypeError(f"gradient_checkpointing=True needs a transformers model with gradient_checkpointing_enable(); "
+                        f"got {type(model).__name__}")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -2,7 +2,10 @@
 
 One :meth:`GRPOTrainer.step` is one generation round followed by ``epochs`` passes over
 the rollout in minibatches, each minibatch one optimiser step accumulated over
-``grad_accum`` micro-batches. Under ``torch.distributed`` every rank draws its own prompts,
+``grad_accum`` micro-batches. The generator receives the trainer's weights once per round, just
+before it generates, and only when an optimiser step changed them since its last push
+(``epochs`` and ``minibatch_size`` add optimiser steps, not pushes: a vLLM engine is loaded
+once a round). Under ``torch.distributed`` every rank draws its own prompts,
 DDP averages gradients, and all replicas keep identical weights.
 """
 
@@ -33,6 +36,7 @@ from tdrl.llm.trainers.common import (
     check_number,
     dist_info,
     make_optimizer,
+    set_gradient_checkpointing,
     warmup_cosine,
     wrap_ddp,
 )
@@ -96,6 +100,9 @@ class GRPOConfig:
             caps each turn.
         tool_timeout: seconds per tool call (the sandbox is killed after it; an error text).
         tool_workers: tool calls run at once.
+        gradient_checkpointing: recompute each decoder layer's activations in the backward pass
+            (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
+            per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
         seed: base seed (rank ``r`` samples with ``seed + r``).
         checkpoint_path: file for resumable checkpoints (``None``: none).
         checkpoint_every: rounds between checkpoints.
@@ -130,6 +137,7 @@ class GRPOConfig:
     max_turns: int = 3
     tool_timeout: float = 2.0
     tool_workers: int = 4
+    gradient_checkpointing: bool = False
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 50
@@ -228,6 +236,7 @@ class GRPOTrainer(TrainerBase):
         self.tokenizer = tokenizer
         self.reward_fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
         self.model = model
+        set_gradient_checkpointing(model, cfg.gradient_checkpointing)
         self.ddp_model = wrap_ddp(model)
         self.device = next(model.parameters()).device
         self.generator = generator or HFGenerator(
@@ -246,6 +255,8 @@ class GRPOTrainer(TrainerBase):
             cfg.loss, temperature=cfg.temperature, fused=cfg.fused_logprobs is not False,
             share_prefix=cfg.share_prefix is not False, fused_loss=cfg.fused_loss is not False,
         )
+        self._optimizer_steps = 0  # optimiser steps taken; the generator holds the weights of _pushed_at
+        self._pushed_at: int | None = None  # None: never pushed (the engine may hold other weights)
         self._fast_path_checked = all(x is not None for x in (cfg.fused_logprobs, cfg.share_prefix, cfg.fused_loss))
         self.callback = callback
         self._reward_errors_logged: set[str] = set()  # reward functions whose first traceback is logged
@@ -282,6 +293,8 @@ class GRPOTrainer(TrainerBase):
         ids, mask = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, batch["prompt"]), self.device)
         ids, mask = ids.repeat_interleave(G, dim=0), mask.repeat_interleave(G, dim=0)
         tool_stats = None
+        if generator is None or generator is self.generator:
+            self.sync_generator()
         if self.tool is None:
             gen = (generator or self.generator).generate(ids, mask)
             texts = completion_texts(self.tokenizer, gen[K.COMPLETION_IDS], gen[K.COMPLETION_MASK])
@@ -409,7 +422,7 @@ class GRPOTrainer(TrainerBase):
                 gn = gn.detach().float() * len(chunks)
                 sums["grad_norm"] = sums["grad_norm"] + gn if "grad_norm" in sums else gn
                 self.optimizer.step()
-                self.generator.update_weights(self.model)
+                self._optimizer_steps += 1
         self.scheduler.step()
         self.step_count += 1
         dt = time.perf_counter() - t0
@@ -424,6 +437,16 @@ class GRPOTrainer(TrainerBase):
         if self.callback is not None:
             self.callback(self, metrics)
         return metrics
+
+    def sync_generator(self) -> bool:
+        """Push the trainer's weights to the generator (``Generator.update_weights``) when an
+        optimiser step changed them since the last push, or when it never had them (a fresh or
+        resumed trainer). Called before each round's generation; returns whether it pushed."""
+        if self._pushed_at == self._optimizer_steps:
+            return False
+        self.generator.update_weights(self.model)
+        self._pushed_at = self._optimizer_steps
+        return True
 
     def _next_rollout(self) -> tuple[TensorDict, dict[str, float]]:
         """This round's rollout; with ``async_generation``, the one generated in the background

@@ -21,6 +21,7 @@ from tdrl.llm.trainers.common import (
     check_number,
     dist_info,
     make_optimizer,
+    set_gradient_checkpointing,
     warmup_cosine,
     wrap_ddp,
 )
@@ -47,6 +48,9 @@ class SFTConfig:
         fused_logprobs: compute the loss from the decoder's hidden states through the fused
             LM-head cross-entropy (:func:`tdrl.kernels.fused_linear_cross_entropy`); ``False``
             goes through the model's full logits.
+        gradient_checkpointing: recompute each decoder layer's activations in the backward pass
+            (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
+            per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
         seed: data-order seed.
         checkpoint_path, checkpoint_every: resumable checkpoints (``None``: none).
         log_dir: folder of the per-step metrics (``<log_dir>/metrics.csv``, a
@@ -64,6 +68,7 @@ class SFTConfig:
     completion_column: str = "completion"
     messages_column: str = "messages"
     fused_logprobs: bool = True
+    gradient_checkpointing: bool = False
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 100
@@ -115,6 +120,7 @@ class SFTTrainer(TrainerBase):
         model, tokenizer = model_and_tokenizer(model, tokenizer, "SFTTrainer")
         self.rank, self.world_size = dist_info()
         self.model, self.tokenizer = model, tokenizer
+        set_gradient_checkpointing(model, cfg.gradient_checkpointing)
         self.ddp_model = wrap_ddp(model)
         self.device = next(model.parameters()).device
         self.sampler = PromptSampler(train_dataset, cfg.batch_size, cfg.seed, self.rank, self.world_size)
