@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
+from tdrl.core.cli import load_app  # noqa: F401 - the one home; tests import it from here
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def load_app(name: str, script: str = "train.py"):
-    """``apps/<name>/<script>`` imported as the module ``_tdrl_app_<name>``."""
-    spec = importlib.util.spec_from_file_location(f"_tdrl_app_{name}", REPO / "apps" / name / script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def read_rows(path: Path) -> list[dict]:

@@ -8,22 +8,9 @@ a periodic evaluation reaches 475; the final check uses different episodes (seed
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def load_app(name: str):
-    """Import ``apps/<name>/train.py`` as a module (apps are scripts, not packages)."""
-    spec = importlib.util.spec_from_file_location(f"_tdrl_app_{name}", REPO / "apps" / name / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tdrl.core.cli import load_app
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["main", "find_apps"]
+__all__ = ["main", "find_apps", "load_app"]
 
 _SCRIPTS = ("train.py", "run.py")
 
@@ -43,6 +43,28 @@ def find_apps(explicit: str | None = None) -> dict[str, Path]:
     tried = ", ".join(str(p) for p in _candidates(explicit))
     raise FileNotFoundError(f"No tdrl apps folder found (tried {tried}): run from a checkout of the "
                             "repository, or pass --apps DIR / set TDRL_APPS to its apps/ folder.")
+
+
+def load_app(name: str, script: str | None = None, apps: str | None = None):
+    """``apps/<name>/<script>`` imported as the module ``_tdrl_app_<name>`` (apps are scripts,
+    not packages): what tests and benchmarks use to call an app's functions.
+
+    Args:
+        name: the app's folder name (``"sac"``).
+        script: the file in it (default: its ``train.py`` or ``run.py``).
+        apps: the apps folder (default: found as for the ``tdrl`` command).
+    """
+    import importlib.util
+
+    found = find_apps(apps)
+    if name not in found:
+        raise KeyError(f"no app {name!r} in {next(iter(found.values())).parents[1]}; apps: {', '.join(found)}")
+    path = found[name] if script is None else found[name].parent / script
+    spec = importlib.util.spec_from_file_location(f"_tdrl_app_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(argv: Sequence[str] | None = None) -> int:
