@@ -154,7 +154,7 @@ class Config(LMRunConfig):
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, lr=self.lr, epochs=self.epochs,
             minibatch_size=self.minibatch_size or None, grad_accum=self.grad_accum, loss=loss,
             seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
-            async_generation=self.async_generation, gradient_checkpointing=self.gradient_checkpointing,
+            async_generation=self.async_generation, gradient_checkpointing=self.gradient_checkpointing, fsdp=self.fsdp,
             tools=(self.tool,) if self.tool else (), max_turns=self.max_turns, tool_timeout=self.tool_timeout,
         )
 

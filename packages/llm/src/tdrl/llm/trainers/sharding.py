@@ -48,6 +48,8 @@ def shard_model(model, owner: str = "fsdp"):
     """``fully_shard`` each decoder layer, then the whole model, over all ranks (in place; the
     model object is returned). Call before building the optimiser."""
     check_fsdp(owner)
+    if is_sharded(model):  # e.g. the GRPO app's model after a sharded SFT warm-up
+        return model
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
