@@ -40,7 +40,7 @@ from tdrl.llm.trainers.common import (
     warmup_cosine,
     wrap_ddp,
 )
-from tdrl.llm.trainers.sharding import check_fsdp, plain, shard_model
+from tdrl.llm.trainers.sharding import check_fsdp, no_grad_sync, plain, shard_model
 
 __all__ = ["GRPOConfig", "GRPOTrainer"]
 
@@ -426,7 +426,7 @@ class GRPOTrainer(TrainerBase):
                 chunks = mb.split(micro)
                 for j, chunk in enumerate(chunks):
                     last = j == len(chunks) - 1
-                    sync = nullcontext() if last or self.world_size == 1 or cfg.fsdp else self.ddp_model.no_sync()
+                    sync = nullcontext() if last else no_grad_sync(self.ddp_model, self.world_size)
                     with sync:
                         out = self.loss_fn(self.ddp_model, chunk)
                         loss = sum(v for k, v in out.items() if k.startswith("loss_"))

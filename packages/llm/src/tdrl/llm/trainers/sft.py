@@ -25,7 +25,7 @@ from tdrl.llm.trainers.common import (
     warmup_cosine,
     wrap_ddp,
 )
-from tdrl.llm.trainers.sharding import plain, shard_model
+from tdrl.llm.trainers.sharding import no_grad_sync, plain, shard_model
 
 __all__ = ["SFTConfig", "SFTTrainer"]
 
@@ -150,9 +150,7 @@ class SFTTrainer(TrainerBase):
         n_tok = td[K.COMPLETION_MASK].sum().clamp(min=1)
         loss_sum = 0.0
         for j, chunk in enumerate(chunks):
-            # FSDP reduce-scatters every micro-batch's gradients (no no_sync); DDP only the last
-            last = j == len(chunks) - 1 or self.world_size == 1 or cfg.fsdp
-            sync = nullcontext() if last else self.ddp_model.no_sync()
+            sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
             with sync:
                 out = self.loss_fn(self.ddp_model, chunk)
                 # weight by token count so accumulation equals one big token-mean

@@ -16,14 +16,15 @@ and optimiser; a resume needs the same world size (checked).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 __all__ = ["shard_model", "is_sharded", "local_state", "load_local_model", "load_local_optimizer",
-           "full_model_state", "check_fsdp", "plain"]
+           "full_model_state", "check_fsdp", "plain", "no_grad_sync"]
 
 
 def check_fsdp(owner: str) -> None:
@@ -132,3 +133,20 @@ def plain(t: torch.Tensor) -> torch.Tensor:
     """A ``DTensor`` (e.g. the gradient norm of sharded gradients) as a whole plain tensor."""
     DTensor = _dtensor()
     return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+@contextmanager
+def no_grad_sync(model, world_size: int) -> Iterator[None]:
+    """Accumulate gradients locally, without the cross-rank reduction (a micro-batch before
+    the last): DDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync(False)``; nothing in one process."""
+    if world_size == 1:
+        yield
+    elif is_sharded(model):
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    else:
+        with model.no_sync():
+            yield
