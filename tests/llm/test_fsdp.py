@@ -18,34 +18,37 @@ _RANKS = textwrap.dedent("""
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     from tdrl.llm import (ArithmeticTask, GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer,
-                          load_model_and_tokenizer, math_answer_reward)
+                          load_model_and_tokenizer)
     from tdrl.llm.trainers.sharding import is_sharded
     folder, out = {folder!r}, {out!r}
     train_ds, _ = ArithmeticTask(max_value=9).splits(64, 8, seed=0)
 
-    def sft(fsdp, steps, ckpt=None):
+    def sft(fsdp, steps, ckpt=None, stop=None):
         model, tok = load_model_and_tokenizer(folder)
         cfg = SFTConfig(steps=steps, batch_size=8, grad_accum=2, lr=1e-2, warmup_steps=0, progress=False,
                         fsdp=fsdp, checkpoint_path=ckpt, checkpoint_every=100)
         trainer = SFTTrainer(model, tok, train_ds, cfg)
         assert is_sharded(trainer.model) == fsdp
-        trainer.train()
+        trainer.train(stop)
         return trainer
 
-    def grpo(fsdp, steps, ckpt=None):
+    def length_reward(prompts, completions, **columns):  # varies within a group: gradients from round 1
+        return [len(c) / 8 for c in completions]
+
+    def grpo(fsdp, steps, ckpt=None, stop=None):
         model, tok = load_model_and_tokenizer(folder)
         cfg = GRPOConfig(steps=steps, prompts_per_step=2, group_size=4, max_new_tokens=4, lr=1e-2, progress=False,
                          epochs=2, fsdp=fsdp, checkpoint_path=ckpt, checkpoint_every=100)
         cfg.loss = cfg.loss.update(beta=0.1)
-        trainer = GRPOTrainer(model, tok, math_answer_reward, train_ds, cfg)
-        trainer.train()
+        trainer = GRPOTrainer(model, tok, length_reward, train_ds, cfg)
+        trainer.train(stop)
         return trainer
 
     results = {{}}
     for name, make, steps in (("sft", sft, 4), ("grpo", grpo, 3)):
         ddp = make(False, steps)
         ckpt = os.path.join(out, name + ".pt")
-        make(True, steps - 1, ckpt)  # stops and saves its shards one step early
+        make(True, steps, ckpt, stop=steps - 1)  # stops one step early and saves its shards
         resumed = make(True, steps, ckpt)  # a fresh sharded trainer resumes from them
         assert resumed.step_count == steps
         resumed.save_pretrained(os.path.join(out, name + "_fsdp"))  # every rank: a collective
@@ -73,7 +76,9 @@ def test_fsdp_equals_ddp_and_resumes_sharded(fresh_python, _tiny, tmp_path):
         moved = max((ddp[name][k] - init[k]).abs().max().item() for k in init)
         err = max((fsdp[k] - ddp[name][k]).abs().max().item() for k in fsdp)
         assert moved > 1e-2, (name, moved)  # training changed the weights: the equality is not trivial
-        assert err < 1e-5, (name, err, moved)
+        # not bitwise: the sharded gradient norm (for clipping) sums in another order, and AdamW
+        # magnifies rounding where a gradient is near 0 (measured: ~4e-5 on SFT, lr 1e-2)
+        assert err < 2e-4, (name, err, moved)
 
 
 def test_fsdp_needs_two_ranks(_tiny, task):

@@ -139,13 +139,18 @@ class Generator(abc.ABC):
         calls it once before a round's generation when its weights changed."""
 
 
+def _is_fsdp(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
 def _ranks_must_sync(model) -> bool:
     """Whether every rank must run the same number of forwards (an FSDP-sharded model
     all-gathers its weights in each forward, a collective)."""
     import torch.distributed as dist
-    from torch.distributed.fsdp import FSDPModule
 
-    return isinstance(model, FSDPModule) and dist.is_initialized() and dist.get_world_size() > 1
+    return _is_fsdp(model) and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def _all_done(done: torch.Tensor, synced: bool) -> bool:
@@ -223,7 +228,8 @@ class HFGenerator(Generator):
         model.eval()
         try:
             run = self._generate_hf if self.use_generate else self._generate_loop
-            with torch.inference_mode():
+            # FSDP's all-gather buffers outlive the call: inference tensors would break the next forward
+            with torch.no_grad() if _is_fsdp(model) else torch.inference_mode():
                 ids, logp = run(model, prompt_ids, prompt_mask, greedy)
         finally:
             model.train(was_training)
