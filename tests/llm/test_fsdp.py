@@ -25,8 +25,9 @@ _RANKS = textwrap.dedent("""
 
     def sft(fsdp, steps, ckpt=None, stop=None):
         model, tok = load_model_and_tokenizer(folder)
+        # the logits path on both (fsdp=True takes it: the fused kernels read the head's weight outside the forward)
         cfg = SFTConfig(steps=steps, batch_size=8, grad_accum=2, lr=1e-2, warmup_steps=0, progress=False,
-                        fsdp=fsdp, checkpoint_path=ckpt, checkpoint_every=100)
+                        fused_logprobs=False, fsdp=fsdp, checkpoint_path=ckpt, checkpoint_every=100)
         trainer = SFTTrainer(model, tok, train_ds, cfg)
         assert is_sharded(trainer.model) == fsdp
         trainer.train(stop)
@@ -76,9 +77,9 @@ def test_fsdp_equals_ddp_and_resumes_sharded(fresh_python, _tiny, tmp_path):
         moved = max((ddp[name][k] - init[k]).abs().max().item() for k in init)
         err = max((fsdp[k] - ddp[name][k]).abs().max().item() for k in fsdp)
         assert moved > 1e-2, (name, moved)  # training changed the weights: the equality is not trivial
-        # not bitwise: the sharded gradient norm (for clipping) sums in another order, and AdamW
-        # magnifies rounding where a gradient is near 0 (measured: ~4e-5 on SFT, lr 1e-2)
-        assert err < 2e-4, (name, err, moved)
+        # measured: GRPO 0 (bitwise), SFT 2.4e-6 (grad_accum=2 sums in another order; AdamW at lr 1e-2
+        # magnifies rounding where a gradient is near 0), against 2.7e-2 / 4.2e-2 of movement
+        assert err < 1e-5, (name, err, moved)
 
 
 def test_fsdp_needs_two_ranks(_tiny, task):

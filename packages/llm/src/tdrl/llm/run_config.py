@@ -42,7 +42,8 @@ class LMRunConfig(RunConfig):
     update, more time (TRL turns it on by default; tdrl does not)."""
     fsdp: bool = False
     """Shard the model over the ranks with FSDP2 (fully_shard) instead of replicating it with DDP;
-    needs torchrun with 2+ ranks (refused in one process)."""
+    needs torchrun with 2+ ranks (refused in one process). In the GRPO app the SFT warm-up
+    stays DDP and GRPO shards the model."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
