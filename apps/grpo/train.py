@@ -12,6 +12,7 @@ GRPO. ``model=PATH`` starts from any local Hugging Face causal LM instead.
     python apps/grpo/train.py -cn tools_tiny          # multi-turn: products with the Python tool
     python apps/grpo/train.py -cn smollm2_chat        # the real SmolLM2-135M-Instruct, chat prompts (~5 min)
     torchrun --nproc_per_node 2 apps/grpo/train.py -cn tiny   # data parallel: one job, one folder
+    torchrun --nproc_per_node 2 apps/grpo/train.py -cn tiny fsdp=true   # GRPO sharded (FSDP2); the SFT warm-up stays DDP
     accelerate launch --multi_gpu --num_processes 2 apps/grpo/train.py -cn tiny   # the same job (gloo on a CPU)
 
 Outputs in ``out`` (the run harness of ``tdrl.core.train``): ``config.yaml``, ``metrics.csv``
@@ -154,7 +155,7 @@ class Config(LMRunConfig):
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, lr=self.lr, epochs=self.epochs,
             minibatch_size=self.minibatch_size or None, grad_accum=self.grad_accum, loss=loss,
             seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
-            async_generation=self.async_generation, gradient_checkpointing=self.gradient_checkpointing,
+            async_generation=self.async_generation, gradient_checkpointing=self.gradient_checkpointing, fsdp=self.fsdp,
             tools=(self.tool,) if self.tool else (), max_turns=self.max_turns, tool_timeout=self.tool_timeout,
         )
 

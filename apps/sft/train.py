@@ -9,6 +9,7 @@ columns (and optionally ``answer`` for the accuracy check).
     python apps/sft/train.py --config-name tiny          # a seconds-long smoke run (CI)
     python apps/sft/train.py model=./my_model data=train.jsonl lora=true
     torchrun --nproc_per_node 2 apps/sft/train.py        # data parallel, one run folder
+    torchrun --nproc_per_node 2 apps/sft/train.py fsdp=true   # sharded (FSDP2) instead of DDP
 
 Outputs in ``out`` (the run harness of ``tdrl.core.train``): ``config.yaml``, ``metrics.csv``
 (one row per step), ``loss_curve.png``, ``summary.json``, ``checkpoints/step_<n>.pt``
@@ -66,7 +67,7 @@ class Config(LMRunConfig):
         """The trainer's settings (checked here, before any model work)."""
         return SFTConfig(steps=self.steps, batch_size=self.batch_size, grad_accum=self.grad_accum, lr=self.lr,
                          warmup_steps=self.warmup, seed=self.seed, progress=self.progress,
-                         gradient_checkpointing=self.gradient_checkpointing)
+                         gradient_checkpointing=self.gradient_checkpointing, fsdp=self.fsdp)
 
 
 def train(cfg: Config) -> dict:

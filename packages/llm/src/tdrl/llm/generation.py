@@ -139,6 +139,31 @@ class Generator(abc.ABC):
         calls it once before a round's generation when its weights changed."""
 
 
+def _is_fsdp(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def _ranks_must_sync(model) -> bool:
+    """Whether every rank must run the same number of forwards (an FSDP-sharded model
+    all-gathers its weights in each forward, a collective)."""
+    import torch.distributed as dist
+
+    return _is_fsdp(model) and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _all_done(done: torch.Tensor, synced: bool) -> bool:
+    """Whether every row is done (on every rank when ``synced``)."""
+    if not synced:
+        return bool(done.all())
+    import torch.distributed as dist
+
+    flag = done.all().to(torch.int32).reshape(1)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
 def _cache_of(out):
     cache = out.get("cache", None)
     return cache if cache is not None else out.get("past_key_values", None)
@@ -203,7 +228,8 @@ class HFGenerator(Generator):
         model.eval()
         try:
             run = self._generate_hf if self.use_generate else self._generate_loop
-            with torch.inference_mode():
+            # FSDP's all-gather buffers outlive the call: inference tensors would break the next forward
+            with torch.no_grad() if _is_fsdp(model) else torch.inference_mode():
                 ids, logp = run(model, prompt_ids, prompt_mask, greedy)
         finally:
             model.train(was_training)
@@ -223,6 +249,7 @@ class HFGenerator(Generator):
         eos_ids = torch.as_tensor(eos if eos is not None else [], device=device).reshape(-1)
         n, P = prompt_ids.shape
         C = self.max_new_tokens
+        synced = _ranks_must_sync(model)
         # one preallocated mask for prompt + completion; step t reads its first P + t + 1 columns
         attn = torch.ones(n, P + C, dtype=torch.long, device=device)
         attn[:, :P] = prompt_mask
@@ -265,7 +292,7 @@ class HFGenerator(Generator):
             ids[:, t] = tok
             logps[:, t] = lp_all.gather(-1, tok[:, None]).squeeze(-1)
             done = done | torch.isin(tok, eos_ids)
-            if t == C - 1 or bool(done.all()):
+            if t == C - 1 or _all_done(done, synced):
                 break
             out = model(input_ids=tok[:, None], attention_mask=attn[:, : P + t + 1], position_ids=next_pos, use_cache=True, **{cache_kw: cache})
             cache, logits = _cache_of(out), out.logits[:, -1]
@@ -284,6 +311,7 @@ class HFGenerator(Generator):
             return_dict_in_generate=True,
             pad_token_id=pad,
             eos_token_id=eos,
+            synced_gpus=_ranks_must_sync(model),
             **sampling,
         )
         ids = out.sequences[:, prompt_ids.shape[1] :]

@@ -40,6 +40,10 @@ class LMRunConfig(RunConfig):
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass: less memory for the
     update, more time (TRL turns it on by default; tdrl does not)."""
+    fsdp: bool = False
+    """Shard the model over the ranks with FSDP2 (fully_shard) instead of replicating it with DDP;
+    needs torchrun with 2+ ranks (refused in one process). In the GRPO app the SFT warm-up
+    stays DDP and GRPO shards the model."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -49,6 +53,9 @@ class LMRunConfig(RunConfig):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{type(self).__name__}.{name}={getattr(self, name)} is not allowed: "
                                   "expected an integer >= 1.")
+        if self.fsdp and int(os.environ.get("WORLD_SIZE", "1")) < 2:
+            raise ConfigError(f"{type(self).__name__}.fsdp=true needs 2 or more ranks (torchrun --nproc_per_node N); "
+                              f"WORLD_SIZE={os.environ.get('WORLD_SIZE', '1')}: use fsdp=false in one process.")
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError(f"{type(self).__name__}.device={self.device!r} is not allowed: expected 'cpu', 'cuda' "
                               "or 'cuda:<index>'.")

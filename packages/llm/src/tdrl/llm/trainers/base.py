@@ -20,6 +20,7 @@ from tdrl.core.train import Logger, MetricHistory, Run, rng_state, save_checkpoi
 from tdrl.llm.generation import unwrap_model
 from tdrl.llm.tiny import no_hf_progress
 from tdrl.llm.trainers.common import checkpoint_file, load_if_exists, metric_history
+from tdrl.llm.trainers.sharding import full_model_state, is_sharded, load_local_model, load_local_optimizer, local_state
 
 __all__ = ["TrainerBase", "model_and_tokenizer"]
 
@@ -89,10 +90,14 @@ class TrainerBase:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights (adapters included), optimiser,
-        schedule, data order, step, RNG states and the metric rows."""
+        schedule, data order, step, RNG states and the metric rows. Under FSDP the weights and
+        optimiser moments are this rank's local shards (:mod:`tdrl.llm.trainers.sharding`)."""
+        sharded = is_sharded(self.model)
+        model_state = unwrap_model(self.model).state_dict()
         return {
-            "model": unwrap_model(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": local_state(model_state) if sharded else model_state,
+            "optimizer": local_state(self.optimizer.state_dict()) if sharded else self.optimizer.state_dict(),
+            "sharded_world_size": self.world_size if sharded else 0,
             "scheduler": self.scheduler.state_dict(),
             "sampler": self.sampler.state_dict(),
             "step": self.step_count,
@@ -101,8 +106,19 @@ class TrainerBase:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        unwrap_model(self.model).load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        saved_shards = int(state.get("sharded_world_size", 0))
+        sharded = is_sharded(self.model)
+        if saved_shards != (self.world_size if sharded else 0):
+            raise ValueError(f"{type(self).__name__}: the checkpoint holds "
+                             + (f"weights sharded over {saved_shards} ranks" if saved_shards else "unsharded weights")
+                             + "; this trainer " + (f"shards over {self.world_size} ranks" if sharded else "is unsharded")
+                             + " (resume with the same fsdp setting and number of ranks)")
+        if sharded:
+            load_local_model(self.model, state["model"])
+            load_local_optimizer(self.optimizer, state["optimizer"])
+        else:
+            unwrap_model(self.model).load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.step_count = int(state["step"])
@@ -130,8 +146,10 @@ class TrainerBase:
         return True
 
     def save_pretrained(self, folder: str) -> None:
-        """``save_pretrained`` of the model (adapters only for a peft model) and the tokenizer (rank 0)."""
+        """``save_pretrained`` of the model (adapters only for a peft model) and the tokenizer (rank 0;
+        under FSDP every rank calls it: the whole weights are gathered to rank 0 first)."""
+        full = full_model_state(self.model) if is_sharded(self.model) else None
         if self.rank == 0:
             with no_hf_progress():
-                unwrap_model(self.model).save_pretrained(folder)
+                unwrap_model(self.model).save_pretrained(folder, **({"state_dict": full} if full is not None else {}))
                 self.tokenizer.save_pretrained(folder)

@@ -40,6 +40,7 @@ from tdrl.llm.trainers.common import (
     warmup_cosine,
     wrap_ddp,
 )
+from tdrl.llm.trainers.sharding import check_fsdp, no_grad_sync, plain, shard_model
 
 __all__ = ["GRPOConfig", "GRPOTrainer"]
 
@@ -103,6 +104,12 @@ class GRPOConfig:
         gradient_checkpointing: recompute each decoder layer's activations in the backward pass
             (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
             per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
+        fsdp: shard the model over the ranks with FSDP2 (``fully_shard`` on each decoder layer,
+            then the root; :mod:`tdrl.llm.trainers.sharding`) instead of replicating it with DDP:
+            weights, gradients and AdamW state take ``1/world_size`` of the memory per rank, the
+            update equals DDP's. Needs ``torch.distributed`` with 2+ ranks (refused otherwise);
+            the loss then goes through the model's logits (the fused LM-head kernels read the
+            head's weight outside the forward, where FSDP holds only a shard).
         seed: base seed (rank ``r`` samples with ``seed + r``).
         checkpoint_path: file for resumable checkpoints (``None``: none).
         checkpoint_every: rounds between checkpoints.
@@ -138,6 +145,7 @@ class GRPOConfig:
     tool_timeout: float = 2.0
     tool_workers: int = 4
     gradient_checkpointing: bool = False
+    fsdp: bool = False
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 50
@@ -236,17 +244,24 @@ class GRPOTrainer(TrainerBase):
         self.tokenizer = tokenizer
         self.reward_fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
         self.model = model
+        if cfg.fsdp:
+            check_fsdp("GRPOConfig")
+            if generator is not None or cfg.async_generation:
+                raise ValueError("GRPOConfig.fsdp=True needs the default generator (generator=None, async_generation=False): "
+                                 "it generates with the sharded model itself")
         set_gradient_checkpointing(model, cfg.gradient_checkpointing)
-        self.ddp_model = wrap_ddp(model)
-        self.device = next(model.parameters()).device
-        self.generator = generator or HFGenerator(
-            model, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, share_prefix=cfg.share_prefix is not False
-        )
         self.ref_model = ref_model
         if cfg.loss.beta > 0 and ref_model is None and not _is_peft(model):
             import copy
 
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+            if cfg.fsdp:  # the frozen copy is sharded too (its forward all-gathers like the policy's)
+                shard_model(self.ref_model, "GRPOConfig")
+        self.ddp_model = shard_model(model, "GRPOConfig") if cfg.fsdp else wrap_ddp(model)
+        self.device = next(model.parameters()).device
+        self.generator = generator or HFGenerator(
+            model, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, share_prefix=cfg.share_prefix is not False
+        )
         self.tool = make_tool(cfg.tools, cfg.tool_timeout)
         self.sampler = PromptSampler(train_dataset, cfg.prompts_per_step, cfg.seed, self.rank, self.world_size)
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
@@ -258,6 +273,9 @@ class GRPOTrainer(TrainerBase):
         self._optimizer_steps = 0  # optimiser steps taken; the generator holds the weights of _pushed_at
         self._pushed_at: int | None = None  # None: never pushed (the engine may hold other weights)
         self._fast_path_checked = all(x is not None for x in (cfg.fused_logprobs, cfg.share_prefix, cfg.fused_loss))
+        if cfg.fsdp:  # the fused LM-head kernels read the head's weight outside the forward: a shard under FSDP
+            self.loss_fn.fused = self.loss_fn.share_prefix = self.loss_fn.fused_loss = False
+            self._fast_path_checked = True
         self.callback = callback
         self._reward_errors_logged: set[str] = set()  # reward functions whose first traceback is logged
         self._pending = None  # async_generation: the background round (a Future) and its thread pool
@@ -408,7 +426,7 @@ class GRPOTrainer(TrainerBase):
                 chunks = mb.split(micro)
                 for j, chunk in enumerate(chunks):
                     last = j == len(chunks) - 1
-                    sync = nullcontext() if last or self.world_size == 1 else self.ddp_model.no_sync()
+                    sync = nullcontext() if last else no_grad_sync(self.ddp_model, self.world_size)
                     with sync:
                         out = self.loss_fn(self.ddp_model, chunk)
                         loss = sum(v for k, v in out.items() if k.startswith("loss_"))
@@ -416,9 +434,9 @@ class GRPOTrainer(TrainerBase):
                     for k, v in out.items():
                         sums[k] = sums[k] + v.detach() if k in sums else v.detach().float()
                     n_micro += 1
-                gn = torch.nn.utils.clip_grad_norm_(
+                gn = plain(torch.nn.utils.clip_grad_norm_(
                     [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
-                )
+                ))
                 gn = gn.detach().float() * len(chunks)
                 sums["grad_norm"] = sums["grad_norm"] + gn if "grad_norm" in sums else gn
                 self.optimizer.step()

@@ -25,6 +25,7 @@ from tdrl.llm.trainers.common import (
     warmup_cosine,
     wrap_ddp,
 )
+from tdrl.llm.trainers.sharding import no_grad_sync, plain, shard_model
 
 __all__ = ["SFTConfig", "SFTTrainer"]
 
@@ -51,6 +52,12 @@ class SFTConfig:
         gradient_checkpointing: recompute each decoder layer's activations in the backward pass
             (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
             per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
+        fsdp: shard the model over the ranks with FSDP2 (``fully_shard`` on each decoder layer,
+            then the root; :mod:`tdrl.llm.trainers.sharding`) instead of replicating it with DDP:
+            weights, gradients and AdamW state take ``1/world_size`` of the memory per rank, the
+            update equals DDP's. Needs ``torch.distributed`` with 2+ ranks (refused otherwise);
+            the loss then goes through the model's logits (the fused LM-head kernels read the
+            head's weight outside the forward, where FSDP holds only a shard).
         seed: data-order seed.
         checkpoint_path, checkpoint_every: resumable checkpoints (``None``: none).
         log_dir: folder of the per-step metrics (``<log_dir>/metrics.csv``, a
@@ -69,6 +76,7 @@ class SFTConfig:
     messages_column: str = "messages"
     fused_logprobs: bool = True
     gradient_checkpointing: bool = False
+    fsdp: bool = False
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 100
@@ -121,12 +129,12 @@ class SFTTrainer(TrainerBase):
         self.rank, self.world_size = dist_info()
         self.model, self.tokenizer = model, tokenizer
         set_gradient_checkpointing(model, cfg.gradient_checkpointing)
-        self.ddp_model = wrap_ddp(model)
+        self.ddp_model = shard_model(model, "SFTConfig") if cfg.fsdp else wrap_ddp(model)
         self.device = next(model.parameters()).device
         self.sampler = PromptSampler(train_dataset, cfg.batch_size, cfg.seed, self.rank, self.world_size)
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
-        self.loss_fn = SFTLoss(fused=cfg.fused_logprobs)
+        self.loss_fn = SFTLoss(fused=cfg.fused_logprobs and not cfg.fsdp)
         self._open_run(run, loggers)
 
     def step(self) -> dict[str, float]:
@@ -142,14 +150,14 @@ class SFTTrainer(TrainerBase):
         n_tok = td[K.COMPLETION_MASK].sum().clamp(min=1)
         loss_sum = 0.0
         for j, chunk in enumerate(chunks):
-            sync = nullcontext() if j == len(chunks) - 1 or self.world_size == 1 else self.ddp_model.no_sync()
+            sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
             with sync:
                 out = self.loss_fn(self.ddp_model, chunk)
                 # weight by token count so accumulation equals one big token-mean
                 w = chunk[K.COMPLETION_MASK].sum() / n_tok
                 (out["loss_sft"] * w).backward()
             loss_sum += float(out["loss_sft"].detach()) * float(w)
-        gn = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+        gn = plain(torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm))
         self.optimizer.step()
         self.scheduler.step()
         self.step_count += 1
