@@ -12,7 +12,8 @@ task configs) is a ``key=value`` setting, beside the run-folder settings every a
 Outputs in ``out`` (each sweep job in its own sub-folder): ``config.yaml``, ``results.md``
 (mean ± std over seeds of the final deterministic evaluation return, frames/s, wall time),
 ``evaluations.csv`` / ``.jsonl`` (every evaluation, written as it is made),
-``curves_<task>.png``, ``failures.jsonl`` (pairs that raised) and ``summary.json``.
+``curves_<task>.png``, ``failures.jsonl`` (pairs that raised), ``pairs.jsonl`` (finished pairs:
+what ``resume=true`` reads back, training only the pairs not finished) and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ def main_job(cfg: Config) -> dict:
     run.start()
     failed = None
     try:
-        result = run_benchmark(bench_config(cfg, run.out))
+        # a checkpoint after each finished pair marks the folder resumable: resume=true
+        # reads the finished pairs back (pairs.jsonl) and trains only the others
+        result = run_benchmark(bench_config(cfg, run.out), on_pair=lambda n: run.checkpoint(n))
     except BenchmarkFailed as err:
         failed, result = err, err.result
     summary = run.finish({"summary": result["summary"], "speedups": result["speedups"],

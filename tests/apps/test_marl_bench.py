@@ -33,6 +33,12 @@ def test_marl_bench_tiny_writes_table_csv_and_curves(app, tmp_path, capsys):
     assert (out / "curves_navigation.png").stat().st_size > 1000
     assert json.loads((out / "summary.json").read_text())["evaluations"] == summary["evaluations"] == 8
     assert "mappo" in capsys.readouterr().out
+    # resume=true into the same folder: both pairs are read back (pairs.jsonl), none is trained
+    again = app.main(["-cn", "tiny", "tasks=[navigation]", "algorithms=[mappo,qmix]", "seeds=[0,1]",
+                      "compare_sequential=true", f"out={out}", "resume=true"])
+    assert again["summary"] == summary["summary"] and again["evaluations"] == 8
+    assert list(csv.DictReader(open(out / "evaluations.csv"))) == rows
+    assert not (tmp_path / "bench-1").exists()
 
 
 def test_benchmarl_style_sweep_of_seeds_and_algorithms(tmp_path):

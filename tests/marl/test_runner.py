@@ -112,3 +112,30 @@ def test_the_finished_pairs_survive_a_killed_run(tmp_path):
     assert "| mappo | balance | 1 |" in text and "In progress: 1 of 2" in text
     rows = [json.loads(x) for x in (tmp_path / "evaluations.jsonl").read_text().splitlines()]
     assert [(r["algorithm"], r["iter"]) for r in rows] == [("mappo", 0), ("mappo", 1)]
+    # resume: the finished pair is read back, not trained again; the interrupted one is trained
+    # from its start, and any evaluations it had written are dropped (one is faked here: the
+    # killed QMIX had not finished its first iteration)
+    with open(tmp_path / "evaluations.jsonl", "a") as f:
+        f.write(json.dumps({**rows[0], "algorithm": "qmix", "eval_return": 1e9}) + "\n")
+    import tdrl.marl.runner as runner
+
+    trained = []
+    real = runner._run_seeds
+
+    def counting(cfg, algo, task, *args, **kwargs):
+        trained.append(algo)
+        return real(cfg, algo, task, *args, **kwargs)
+
+    runner._run_seeds = counting
+    try:
+        cfg = BenchConfig(algorithms=("mappo", "qmix"), tasks=("balance",), seeds=(0,),
+                          out_dir=str(tmp_path), resume=True, **TINY)
+        result = run_benchmark(cfg)
+    finally:
+        runner._run_seeds = real
+    assert trained == ["qmix"]
+    after = [json.loads(x) for x in (tmp_path / "evaluations.jsonl").read_text().splitlines()]
+    assert after[:2] == rows and [(r["algorithm"], r["iter"]) for r in after[2:]] == [("qmix", 0), ("qmix", 1)]
+    assert all(r["eval_return"] < 1e9 for r in after)
+    assert [s["algorithm"] for s in result["summary"]] == ["mappo", "qmix"]
+    assert "| qmix | balance | 1 |" in (tmp_path / "results.md").read_text()

@@ -87,6 +87,9 @@ class BenchConfig:
         compare_sequential: also run those seeds one after another and report the speed-up.
         out_dir: where results go. tiny: a CI-sized budget (tens of seconds).
         device: where the VMAS worlds, the networks and the training run (``"cpu"``, ``"cuda"``).
+        resume: continue a run into ``out_dir``: the (algorithm, task) pairs it finished
+            (``pairs.jsonl``) are read back with their evaluations and not trained again; a
+            pair that was running when it stopped is trained again from its start.
     """
 
     algorithms: tuple[str, ...] = ("mappo", "ippo", "qmix", "vdn")
@@ -113,6 +116,7 @@ class BenchConfig:
     out_dir: str = "marl_bench_out"
     tiny: bool = False
     device: str = "cpu"
+    resume: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (("algorithms", ALGORITHMS), ("tasks", TASKS)):
@@ -224,13 +228,19 @@ def _summary(cfg: BenchConfig, algo: str, task: str, rows: list[dict], wall: flo
     }
 
 
-def run_benchmark(cfg: BenchConfig) -> dict:
+def run_benchmark(cfg: BenchConfig, on_pair: Callable[[int], None] | None = None) -> dict:
     """Train every (algorithm, task, seed); write the outputs as they come; return the results.
 
     Each evaluation is appended to ``evaluations.csv`` and ``evaluations.jsonl`` when it is
-    made, and ``results.md`` is rewritten after every (algorithm, task) pair, so a crash
-    loses only the pair that was running. A pair that raises is logged, listed in
+    made, and ``results.md`` and ``pairs.jsonl`` are written after every (algorithm, task)
+    pair, so a crash loses only the pair that was running (``resume=True`` continues from
+    the finished pairs). A pair that raises is logged, listed in
     ``results.md`` and ``failures.jsonl`` with its error, and the other pairs still run.
+
+    Args:
+        cfg: the benchmark.
+        on_pair: called with the number of finished pairs after each one is written (the app
+            checkpoints its run folder there, so that ``resume=true`` finds it).
 
     Returns:
         ``{"summary", "evaluations", "speedups", "failures"}`` (``failures`` empty).
@@ -244,15 +254,22 @@ def run_benchmark(cfg: BenchConfig) -> dict:
     result = writer.result
     for task in cfg.tasks:
         for algo in cfg.algorithms:
+            if (algo, task) in writer.finished:
+                log.info("%s on %s: finished by the run being resumed, not trained again", algo, task)
+                continue
             try:
                 rows, wall, frames = _run_seeds(cfg, algo, task, cfg.vectorise_seeds, writer.add_evaluations)
-                result["summary"].append(_summary(cfg, algo, task, rows, wall, frames))
-                log.info("%s on %s: %s", algo, task, result["summary"][-1])
-                if cfg.compare_sequential and result["summary"][-1]["vectorised"]:
+                summary, speedup = _summary(cfg, algo, task, rows, wall, frames), None
+                log.info("%s on %s: %s", algo, task, summary)
+                if cfg.compare_sequential and summary["vectorised"]:
                     _, seq_wall, _ = _run_seeds(cfg, algo, task, vectorised=False)
-                    result["speedups"].append({"algorithm": algo, "task": task, "seeds": len(cfg.seeds),
-                                               "sequential_s": seq_wall, "vectorised_s": wall,
-                                               "speedup": seq_wall / wall})
+                    speedup = {"algorithm": algo, "task": task, "seeds": len(cfg.seeds),
+                               "sequential_s": seq_wall, "vectorised_s": wall, "speedup": seq_wall / wall}
+                    result["speedups"].append(speedup)
+                result["summary"].append(summary)
+                writer.add_pair(algo, task, summary, speedup)
+                if on_pair is not None:
+                    on_pair(len(result["summary"]))
             except Exception as err:  # one broken pair must not lose the others
                 log.exception("%s on %s failed; continuing with the other pairs", algo, task)
                 writer.add_failure(algo, task, err)
@@ -307,11 +324,32 @@ class _ResultWriter:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.result: dict = {"summary": [], "evaluations": [], "speedups": [], "failures": []}
+        self.finished: set[tuple[str, str]] = set()  # (algorithm, task) pairs read back
+        kept: list[dict] = []
+        if cfg.resume and (self.out / "pairs.jsonl").is_file():
+            for rec in map(json.loads, (self.out / "pairs.jsonl").read_text().splitlines()):
+                self.finished.add((rec["algorithm"], rec["task"]))
+                self.result["summary"].append(rec["summary"])
+                if rec.get("speedup"):
+                    self.result["speedups"].append(rec["speedup"])
+            old = self.out / "evaluations.jsonl"
+            rows = map(json.loads, old.read_text().splitlines()) if old.is_file() else ()
+            kept = [r for r in rows if (r["algorithm"], r["task"]) in self.finished]
+        else:
+            (self.out / "pairs.jsonl").write_text("")
         with open(self.out / "evaluations.csv", "w", newline="") as f:
             csv.DictWriter(f, fieldnames=_FIELDS).writeheader()
         for name in ("evaluations.jsonl", "failures.jsonl"):
             (self.out / name).write_text("")
+        if kept:  # the finished pairs' evaluations, without the interrupted pair's
+            self.add_evaluations(kept)
         self.write_markdown()
+
+    def add_pair(self, algo: str, task: str, summary: dict, speedup: dict | None) -> None:
+        """A finished pair, appended to ``pairs.jsonl`` (what ``resume`` reads back)."""
+        with open(self.out / "pairs.jsonl", "a") as f:
+            f.write(json.dumps({"algorithm": algo, "task": task, "summary": summary,
+                                "speedup": speedup}) + "\n")
 
     def add_evaluations(self, rows: list[dict]) -> None:
         self.result["evaluations"].extend(rows)
