@@ -45,7 +45,7 @@ from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S, _exit_with_parent, _parent_token
 from .inference_ray import RayEnvWorker, _RayHub
 from .inference_server import InferenceServer, _Hub, _ProcessHub, _ThreadHub
-from .multi import _dumps, _stop_workers
+from .multi import _WorkerLifecycle, _dumps, _stop_workers
 from .single import as_interaction_type
 
 __all__ = ["InferenceCollector"]
@@ -192,7 +192,7 @@ def _shutdown(hub: _Hub, procs: list, conns: list, threads: list, timeout: float
     hub.stop()
 
 
-class InferenceCollector:
+class InferenceCollector(_WorkerLifecycle):
     """Env workers sharing one batching policy server; batches ``(num_workers, *env_batch, T)``.
 
     Args:
@@ -362,18 +362,6 @@ class InferenceCollector:
     def __iter__(self) -> Iterator[TensorDictBase]:
         while self.total_frames < 0 or self.frames < self.total_frames:
             yield self.next_batch()
-
-    def shutdown(self) -> None:
-        """Stop the workers and the server thread (idempotent)."""
-        if not self._closed:
-            self._closed = True
-            self._finalizer()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
 
     @property
     def workers(self) -> list:

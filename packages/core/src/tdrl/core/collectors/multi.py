@@ -138,7 +138,27 @@ def _default_start_method() -> str:
     return "spawn"
 
 
-class _MultiCollector:
+class _WorkerLifecycle:
+    """Shutdown and context management of a collector with workers: ``shutdown`` runs the
+    ``weakref.finalize`` set in ``__init__`` once (``_closed`` says it ran); ``with`` shuts down."""
+
+    _closed: bool
+    _finalizer: weakref.finalize
+
+    def shutdown(self) -> None:
+        """Stop every worker (idempotent): close, then terminate/kill after a timeout."""
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+class _MultiCollector(_WorkerLifecycle):
     """Shared machinery of the multi-process collectors (not public)."""
 
     _sync: bool = True
@@ -377,18 +397,6 @@ class _MultiCollector:
 
     def next_batch(self) -> TensorDictBase:  # pragma: no cover - abstract
         raise NotImplementedError
-
-    def shutdown(self) -> None:
-        """Stop every worker (idempotent): close, then terminate/kill after a timeout."""
-        if not self._closed:
-            self._closed = True
-            self._finalizer()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
 
     @property
     def workers(self) -> list:

@@ -366,25 +366,13 @@ def _expand(
     reward = _vector(out.reward, batch, "reward", dtype)
     discount = _vector(out.discount, batch, "discount", dtype)
     value = _vector(out.value, batch, "value", dtype)
-    if out.prior_logits.shape != (batch, num_actions):
-        raise ValueError(
-            f"recurrent_fn prior_logits must be [B, A]={batch, num_actions}, "
-            f"got {tuple(out.prior_logits.shape)}"
-        )
-    logits = out.prior_logits.to(dtype)
-    if out.invalid_actions is None:  # all legal: the rows of fresh nodes already say so
-        invalid = None
-        logits = (logits - logits.amax(-1, keepdim=True)).clamp_(min=torch.finfo(dtype).min)
-    else:
-        invalid = _normalize_invalid(out.invalid_actions, batch, num_actions, offsets.device)
-        logits = mask_invalid_logits(logits, invalid)
-        if cache is not None:
-            cache.any_invalid = True
+    priors, invalid = leaf_priors(out, batch, num_actions, dtype)  # edge channels 4, 5
+    if invalid is not None and cache is not None:
+        cache.any_invalid = True
     next_embedding = out.next_embedding
     if two_player:
         discount = -discount
     edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # channels 2, 3: r, discount
-    priors = torch.stack([logits, torch.softmax(logits, -1)], -1)  # edge channels 4, 5
     if all_new:  # the new nodes are slot new_index of every tree: plain strided writes
         flat_leaf = offsets + new_index
         tree.children_index.view(-1).index_fill_(0, flat_edge, new_index)
@@ -420,6 +408,26 @@ def _expand(
         tree.invalid_actions.view(-1, num_actions).index_copy_(0, written_leaf, invalid[keep])
     store.write(written_leaf, next_embedding[keep])
     return flat_leaf, None
+
+
+def leaf_priors(
+    out: RecurrentOutput, batch: int, num_actions: int, dtype: torch.dtype
+) -> tuple[Tensor, Tensor | None]:
+    """The new leaves' ``[B, A, 2]`` masked prior logits and their softmax (edge channels 4,
+    5), and their ``[B, A]`` illegal actions (``None``: all legal, as fresh rows already say)."""
+    if out.prior_logits.shape != (batch, num_actions):
+        raise ValueError(
+            f"recurrent_fn prior_logits must be [B, A]={batch, num_actions}, "
+            f"got {tuple(out.prior_logits.shape)}"
+        )
+    logits = out.prior_logits.to(dtype)
+    if out.invalid_actions is None:
+        invalid = None
+        logits = (logits - logits.amax(-1, keepdim=True)).clamp_(min=torch.finfo(dtype).min)
+    else:
+        invalid = _normalize_invalid(out.invalid_actions, batch, num_actions, logits.device)
+        logits = mask_invalid_logits(logits, invalid)
+    return torch.stack([logits, torch.softmax(logits, -1)], -1), invalid
 
 
 def _normalize_invalid(

@@ -174,7 +174,7 @@ def python_search(
         rule: the PUCT constants, used at the root and below it.
         num_simulations, max_depth, two_player: as :func:`~tdrl.core.mcts.search.search`.
     """
-    from .search import _vector
+    from .search import _vector, leaf_priors
 
     trees = _Trees(tree)
     batch, num_nodes, num_actions = tree.batch_size, tree.num_nodes, tree.num_actions
@@ -206,7 +206,7 @@ def python_search(
             rewards = _vector(out.reward, batch, "reward", dtype).tolist()
             discounts = _vector(out.discount, batch, "discount", dtype).tolist()
             values = _vector(out.value, batch, "value", dtype).tolist()
-            priors, invalid = _priors(out, batch, num_actions, dtype)
+            priors, invalid = leaf_priors(out, batch, num_actions, dtype)
             if all(grows):
                 if invalid is not None:
                     tree.invalid_actions[:, new_index] = invalid
@@ -246,25 +246,3 @@ def python_search(
 def _index(values: list[int]) -> torch.Tensor:
     """``[B]`` int64 from a list (through numpy: a third of ``torch.tensor``'s cost)."""
     return torch.from_numpy(np.array(values, dtype=np.int64))
-
-
-def _priors(
-    out: RecurrentOutput, batch: int, num_actions: int, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``[B, A, 2]`` masked logits and their softmax, and the ``[B, A]`` illegal actions."""
-    from .search import _normalize_invalid
-    from .tree import mask_invalid_logits
-
-    if out.prior_logits.shape != (batch, num_actions):
-        raise ValueError(
-            f"recurrent_fn prior_logits must be [B, A]={batch, num_actions}, "
-            f"got {tuple(out.prior_logits.shape)}"
-        )
-    logits = out.prior_logits.to(dtype)
-    if out.invalid_actions is None:
-        invalid = None
-        logits = (logits - logits.amax(-1, keepdim=True)).clamp_(min=torch.finfo(dtype).min)
-    else:
-        invalid = _normalize_invalid(out.invalid_actions, batch, num_actions, logits.device)
-        logits = mask_invalid_logits(logits, invalid)
-    return torch.stack([logits, torch.softmax(logits, -1)], -1), invalid
