@@ -69,10 +69,11 @@ def _assert_same(a: TensorDict, b: TensorDict) -> None:
         assert torch.equal(x, y), key
 
 
-def _check_parity(env_id, num_envs, transforms, fpb, n_batches, **gym_kwargs):
+def _check_parity(env_id, num_envs, transforms, fpb, n_batches, dict_resets=True, **gym_kwargs):
     fast, fast_col, plan = _collect(True, env_id, num_envs, transforms, fpb, n_batches, **gym_kwargs)
     slow, slow_col, _ = _collect(False, env_id, num_envs, transforms, fpb, n_batches, **gym_kwargs)
     assert plan is not None  # the dict loop did run
+    assert (plan[1] is not None) == dict_resets  # episode ends were reset on dicts (or not)
     for a, b in zip(fast, slow):
         _assert_same(a, b)
     _assert_same(fast_col._td, slow_col._td)
@@ -121,6 +122,39 @@ def test_halfcheetah_with_double_to_float_reward_sum():
                              wrappers=[gym.wrappers.ClipAction])
     assert batch["next", "truncated"][:, 999].all()
     assert batch["observation"].dtype == torch.float32
+
+
+def test_partial_resets_on_dicts_through_every_hooked_transform():
+    """CartPole's sub-envs end at different steps: the dict reset merges reset rows into the
+    carried root (VecNorm updating on the reset rows only, the counters and flags restarting)."""
+    batch, col = _check_parity(
+        "CartPole-v1", 5, lambda: (DoubleToFloat(), VecNorm(clip=5.0), StepCounter(max_steps=25),
+                                   InitTracker(), RewardSum()), 150, 3,
+        categorical_action_encoding=True)
+    done = batch["next", "done"][..., 0]
+    assert (done.sum(0) < 5).any() and (done.sum(0) > 0).any()  # partial resets happened
+    assert batch["next", "terminated"].any() and batch["next", "truncated"].any()
+    assert float(col.env.transform[1].count_0) > 450
+
+
+class _CountedReset(RewardSum):
+    """A transform with its own ``_reset``, which its parent's dict hook does not know."""
+
+    calls = 0
+
+    def _reset(self, td, td_reset):
+        type(self).calls += 1
+        return super()._reset(td, td_reset)
+
+
+def test_a_transform_with_its_own_reset_resets_through_tensordicts():
+    _CountedReset.calls = 0
+    batch, col = _check_parity("CartPole-v1", 4, lambda: (_CountedReset(),), 128, 2, dict_resets=False,
+                               categorical_action_encoding=True)
+    assert col.env.dict_resetter() is None and col.env.dict_stepper() is not None
+    # both collectors reset through the transform's own _reset at every step that ended an episode
+    steps_with_ends = int(batch["next", "done"][..., 0].any(0).sum())
+    assert _CountedReset.calls >= 2 * steps_with_ends > 0
 
 
 def test_a_transform_without_a_dict_hook_takes_the_generic_path():

@@ -394,10 +394,12 @@ class Collector:
 
     # ------------------------------------------------------------------ dict loop
     def _dict_plan(self, td: TensorDictBase) -> tuple | None:
-        """``(stepper, module, in_keys, out_key)`` when :meth:`_dict_rollout` can run from the
-        root ``td``, else ``None`` (the generic loop runs).
+        """``(stepper, resetter, module, in_keys, out_key)`` when :meth:`_dict_rollout` can run
+        from the root ``td``, else ``None`` (the generic loop runs).
 
-        ``stepper`` is the env's :meth:`~tdrl.core.envs.EnvBase.dict_stepper`. A plain
+        ``stepper`` is the env's :meth:`~tdrl.core.envs.EnvBase.dict_stepper`, ``resetter``
+        its :meth:`~tdrl.core.envs.EnvBase.dict_resetter` (``None``: resets take the
+        generic path). A plain
         ``TensorDictModule`` (string keys, one out-key) gives its ``module``, called on the
         in-keys; any other policy module whose out-keys are plain strings is called on a
         TensorDict (``module`` is ``None``)."""
@@ -427,7 +429,7 @@ class Collector:
         stepper = env.dict_stepper()
         if stepper is None:
             return None
-        return stepper, module, in_keys, out_key
+        return stepper, env.dict_resetter(), module, in_keys, out_key
 
     def _dict_rollout(self, td: TensorDict, steps: int, plan: tuple) -> tuple[TensorDict, list]:
         """Run ``steps`` env steps from the root ``td`` on plain ``{key: tensor}`` dicts.
@@ -439,7 +441,7 @@ class Collector:
             ``(batch, traj_ids)``: the batch ``(*env_batch, steps)`` without trajectory ids,
             and the per-step trajectory-id tensors. ``self._td`` is the new root.
         """
-        stepper, module, in_keys, out_key = plan
+        stepper, resetter, module, in_keys, out_key = plan
         env, call = self.env, self._call
         batch_size, device = env.batch_size, env.device
         nb = len(batch_size)
@@ -468,7 +470,11 @@ class Collector:
             if any_done is None:
                 done = nxt[DONE]
                 any_done = done.item() if done.numel() == 1 else bool(done.any())
-            if any_done:  # the generic reset path (new trajectory ids)
+            if any_done and resetter is not None:  # what _next_root does, on dicts
+                done = nxt[DONE]
+                root = resetter({k: v for k, v in nxt.items() if k not in rk}, done)
+                self._new_traj_ids(done.reshape(self._traj_ids.shape))
+            elif any_done:  # the generic reset path (new trajectory ids)
                 reset = self._next_root(make_root(nxt))
                 root = reset._tensordict if type(reset) is TensorDict else dict(reset.items())
             else:

@@ -310,6 +310,61 @@ class EnvBase:
         """
         return None
 
+    def dict_resetter(self) -> Callable[[dict, torch.Tensor], dict] | None:
+        """A function doing what a partial ``reset`` does, on plain dicts, or ``None``.
+
+        ``resetter(root, mask)`` returns a new dict equal to what
+        ``reset(TensorDict({**root, "_reset": mask}))`` returns: the sub-envs where ``mask``
+        (``(*batch, 1)`` bool) is True reset, the others keep the values in ``root``, and the
+        entries of ``root`` the env does not produce are carried over. ``root`` holds flat
+        string keys. Collectors use it beside :meth:`dict_stepper` so that an episode's end
+        costs no TensorDict either. Built from :meth:`_dict_reset` (``None`` by default).
+        """
+        if type(self).reset is not EnvBase.reset:
+            return None
+        inner = self._dict_reset_unmerged()
+        if inner is None:
+            return None
+        n = len(self.batch_size)
+
+        def resetter(root: dict, mask: torch.Tensor) -> dict:
+            out = inner({**root, RESET_KEY: mask})
+            if not bool(mask.all()):
+                for key, new in out.items():
+                    prev = root.get(key)
+                    if prev is not None and prev.shape == new.shape:
+                        out[key] = torch.where(_mask_like(mask, new, n), new, prev)
+            for key, value in root.items():
+                if key not in out:
+                    out[key] = value
+            return out
+
+        return resetter
+
+    def _dict_reset_unmerged(self) -> Callable[[dict], dict] | None:
+        """:meth:`_dict_reset` plus the default done flags (as :meth:`_reset_unmerged`)."""
+        if type(self)._reset_unmerged is not EnvBase._reset_unmerged:
+            return None
+        inner = self._dict_reset()
+        done = list(self._full_done_spec.items(True, True))
+        if inner is None or not all(isinstance(k, str) for k, _ in done):
+            return None
+
+        def reset(root: dict) -> dict:
+            out = inner(root)
+            for key, spec in done:
+                if key not in out:
+                    out[key] = spec.zero()
+            return out
+
+        return reset
+
+    def _dict_reset(self) -> Callable[[dict], dict] | None:
+        """``_reset`` on plain dicts: ``fn(root)`` (``root`` holding the ``"_reset"`` mask)
+        returns a new dict of what ``_reset`` produces, before the merge; ``None`` (the
+        default) when the env has none."""
+        return None
+
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Apply the action in ``tensordict`` and write step ``t+1`` under ``"next"``.
 

@@ -342,6 +342,17 @@ class GymWrapper(EnvBase):
     # ------------------------------------------------------------------ EnvBase
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get(RESET_KEY, None)
+        return self._put(self._reset_source(mask, **kwargs))
+
+    def _dict_reset(self) -> Callable[[dict], dict] | None:
+        """``_reset`` on plain dicts (see :meth:`EnvBase._dict_reset`), where :meth:`dict_stepper`
+        serves (array observations on the CPU, no info keys)."""
+        if type(self)._reset is not GymWrapper._reset or self.dict_stepper() is None:
+            return None
+        return lambda root: self._reset_source(root.get(RESET_KEY))
+
+    def _reset_source(self, mask: torch.Tensor | None, **kwargs) -> dict:
+        """``_reset`` before the TensorDict is built: ``{key: tensor}`` of what it produces."""
         if mask is not None and self.is_vector and self._pending_seed is None:
             # A partial reset (or all sub-envs done at once): never reset twice a sub-env
             # that Gymnasium already reset (SAME_STEP stash), so RNG streams stay aligned.
@@ -352,15 +363,15 @@ class GymWrapper(EnvBase):
                 stash["mask"] = stash["mask"] & ~mask_np
                 if not stash["mask"].any():
                     self._stash = None
-                return self._put(obs)
+                return obs
             obs, info = self._env.reset(options={"reset_mask": mask_np})
             if self._stash is not None:
                 self._stash["mask"] = self._stash["mask"] & ~mask_np
-            return self._put(self._with_info(self._convert_obs(obs), info))
+            return self._with_info(self._convert_obs(obs), info)
         seed, self._pending_seed = self._pending_seed, None
         obs, info = self._env.reset(seed=seed, **kwargs)
         self._stash = None
-        return self._put(self._with_info(self._convert_obs(obs), info))
+        return self._with_info(self._convert_obs(obs), info)
 
     def _with_info(self, source: dict, info, done=None) -> dict:
         if self._info_reader is not None:

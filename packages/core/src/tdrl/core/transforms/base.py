@@ -10,7 +10,8 @@ A transform sits between an environment and its user (see ``TransformedEnv``):
 * ``transform_*_spec`` rewrite the specs so that the transformed env describes its data;
 * ``forward(td)`` applies ``_call`` to any TensorDict (e.g. replay-buffer data);
 * ``dict_step(batch_size, device)`` optionally gives ``_step`` on plain dicts, so that a
-  ``TransformedEnv`` can offer its base env's dict stepper (``EnvBase.dict_stepper``).
+  ``TransformedEnv`` can offer its base env's dict stepper (``EnvBase.dict_stepper``);
+  ``dict_reset(batch_size, device)`` likewise gives ``_reset`` (``EnvBase.dict_resetter``).
 
 Key names follow TorchRL: ``in_keys``/``out_keys`` for the forward direction,
 ``in_keys_inv`` (keys the base env reads) / ``out_keys_inv`` (keys the user writes).
@@ -28,12 +29,15 @@ from torch import nn
 
 from ..specs import Composite
 
-__all__ = ["Transform", "Compose", "DictStep"]
+__all__ = ["Transform", "Compose", "DictStep", "DictReset"]
 
 NestedKey = str | tuple
 DictStep = tuple[Callable[[dict, dict], None], bool]
 """``(fn, keeps_done)``: ``fn(root, next)`` does ``_step`` on plain dicts of tensors, rewriting
 ``next`` in place; ``keeps_done`` says that it never changes the done flags."""
+DictReset = Callable[[dict, dict], None]
+"""``fn(root, out)`` does ``_reset`` on plain dicts: ``root`` is the reset input (with its
+``"_reset"`` mask), ``out`` the reset output before the partial merge, rewritten in place."""
 
 
 def overrides(obj, cls: type, *names: str) -> bool:
@@ -151,6 +155,15 @@ class Transform(nn.Module):
         """
         return None
 
+    def dict_reset(self, batch_size: torch.Size, device: torch.device) -> DictReset | None:
+        """``_reset`` on plain dicts (see :data:`DictReset`), or ``None``: envs behind this
+        transform reset through TensorDicts.
+
+        Args:
+            batch_size, device: those of the env the transform sits in.
+        """
+        return None
+
     # ------------------------------------------------------------------ specs
     def transform_observation_spec(self, spec: Composite) -> Composite:
         return spec
@@ -241,6 +254,20 @@ class Compose(Transform):
                 f(root, nxt)
 
         return fn, all(keeps for _, keeps in hooks)
+
+    def dict_reset(self, batch_size, device) -> DictReset | None:
+        """Every transform's reset hook in order; ``None`` if one of them has none."""
+        if overrides(self, Compose, "_reset"):
+            return None
+        fns = [t.dict_reset(batch_size, device) for t in self.transforms]
+        if any(f is None for f in fns):
+            return None
+
+        def fn(root: dict, out: dict) -> None:
+            for f in fns:
+                f(root, out)
+
+        return fn
 
     def inv(self, td):
         for t in reversed(self.transforms):

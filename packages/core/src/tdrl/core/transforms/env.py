@@ -107,6 +107,23 @@ class TransformedEnv(EnvBase):
         out = self.base_env._reset_unmerged(tensordict, **kwargs)
         return self.transform._reset(tensordict, out)
 
+    def _dict_reset(self) -> Callable[[dict], dict] | None:
+        """The base env's dict reset followed by every transform's ``dict_reset`` hook (see
+        :meth:`EnvBase.dict_resetter`); ``None`` when one of them has none."""
+        if type(self)._reset is not TransformedEnv._reset:
+            return None
+        base = self.base_env._dict_reset_unmerged()
+        hook = None if base is None else self.transform.dict_reset(self.batch_size, self.device)
+        if hook is None:
+            return None
+
+        def reset(root: dict) -> dict:
+            out = base(root)
+            hook(root, out)
+            return out
+
+        return reset
+
     def _set_seed(self, seed: int) -> int:
         return self.base_env.set_seed(seed)
 

@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 
 from ..keys import DONE, EPISODE_REWARD, IS_INIT, REWARD, STEP_COUNT, TRUNCATED
 from ..specs import Bounded, Categorical, Composite, Unbounded
-from .base import DictStep, Transform, overrides, str_keys
+from .base import DictReset, DictStep, Transform, overrides, str_keys
 
 __all__ = ["RewardSum", "StepCounter", "InitTracker"]
 
@@ -70,6 +70,22 @@ class RewardSum(Transform):
                 td_reset.set(k_out, torch.zeros(spec.shape, dtype=spec.dtype, device=spec.device))
         return td_reset
 
+    def dict_reset(self, batch_size, device) -> DictReset | None:
+        """``_reset`` on plain dicts: ``out[out_key] = 0``."""
+        if overrides(self, RewardSum, "_reset") or not str_keys(self.in_keys, self.out_keys):
+            return None
+        env = self.parent
+        zeros = [] if env is None else [
+            (k_out, env.base_env.full_reward_spec[k_in])
+            for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True)
+            if env.base_env.full_reward_spec.get(k_in, None) is not None]
+
+        def fn(root: dict, out: dict) -> None:
+            for k_out, spec in zeros:
+                out[k_out] = torch.zeros(spec.shape, dtype=spec.dtype, device=spec.device)
+
+        return fn
+
     def _call(self, td):
         return td
 
@@ -118,6 +134,17 @@ class StepCounter(Transform):
     def _reset(self, td, td_reset):
         td_reset.set(self.step_count_key, self._zeros(td_reset))
         return td_reset
+
+    def dict_reset(self, batch_size, device) -> DictReset | None:
+        """``_reset`` on plain dicts: the count restarts at 0."""
+        if overrides(self, StepCounter, "_reset", "_zeros") or not isinstance(self.step_count_key, str):
+            return None
+        key, shape = self.step_count_key, (*batch_size, 1)
+
+        def fn(root: dict, out: dict) -> None:
+            out[key] = torch.zeros(shape, dtype=torch.int64, device=device)
+
+        return fn
 
     def _step(self, td, next_td):
         prev = td.get(self.step_count_key, None)
@@ -201,6 +228,17 @@ class InitTracker(Transform):
             nxt[key] = torch.zeros(shape, dtype=torch.bool, device=device)
 
         return fn, True
+
+    def dict_reset(self, batch_size, device) -> DictReset | None:
+        """``_reset`` on plain dicts: ``out[init_key]`` all True."""
+        if overrides(self, InitTracker, "_reset") or not isinstance(self.init_key, str):
+            return None
+        key, shape = self.init_key, (*batch_size, 1)
+
+        def fn(root: dict, out: dict) -> None:
+            out[key] = torch.ones(shape, dtype=torch.bool, device=device)
+
+        return fn
 
     def _call(self, td):
         return td

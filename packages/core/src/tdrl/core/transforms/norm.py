@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 
 from ..keys import OBSERVATION, REWARD
 from ..specs import Bounded, Composite, Unbounded
-from .base import DictStep, Transform, overrides, str_keys
+from .base import DictReset, DictStep, Transform, overrides, str_keys
 
 __all__ = ["ObservationNorm", "VecNorm", "RewardScaling"]
 
@@ -201,7 +201,9 @@ class VecNorm(_ResizingBuffers, Transform):
             out = out.clamp(-self.clip, self.clip)
         return out
 
-    def _process(self, td: TensorDictBase, rows: torch.Tensor | None, update: bool):
+    def _process(self, td: TensorDictBase | dict, rows: torch.Tensor | None, update: bool):
+        """Update (unless frozen) and normalise ``td``'s entries in place; ``rows`` limits
+        the update to reset rows. ``td`` is a TensorDict or a plain dict (the dict hooks)."""
         for i, (k_in, k_out) in enumerate(zip(self.in_keys, self.out_keys, strict=True)):
             x = td.get(k_in, None)
             if x is None:
@@ -210,7 +212,7 @@ class VecNorm(_ResizingBuffers, Transform):
                 n_batch = self._n_batch(x, i)
                 self._update(i, x if rows is None else x[rows], n_batch if rows is None
                              else 1)
-            td.set(k_out, self._normalize(i, x))
+            td[k_out] = self._normalize(i, x)
         return td
 
     def _call(self, td):
@@ -229,18 +231,23 @@ class VecNorm(_ResizingBuffers, Transform):
         if (overrides(self, VecNorm, "_step", "_process", "_update", "_normalize")
                 or not str_keys(self.in_keys, self.out_keys)):
             return None
-        pairs = list(enumerate(zip(self.in_keys, self.out_keys, strict=True)))
 
         def fn(root: dict, nxt: dict) -> None:
-            for i, (k_in, k_out) in pairs:
-                x = nxt.get(k_in)
-                if x is None:
-                    continue
-                if not self.frozen:
-                    self._update(i, x, self._n_batch(x, i))
-                nxt[k_out] = self._normalize(i, x)
+            self._process(nxt, None, update=True)
 
         return fn, True
+
+    def dict_reset(self, batch_size, device) -> DictReset | None:
+        """``_reset`` (update on the reset rows unless frozen, then normalise) on plain dicts."""
+        if (overrides(self, VecNorm, "_reset", "_process", "_update", "_normalize")
+                or not str_keys(self.in_keys, self.out_keys)):
+            return None
+        n = len(batch_size)
+
+        def fn(root: dict, out: dict) -> None:
+            self._process(out, _reset_mask(root, n), update=True)
+
+        return fn
 
     def _spec(self, spec: Composite) -> Composite:
         for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):

@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from ..keys import OBSERVATION
 from ..specs import Bounded, Composite, Unbounded
 from ..specs._base import TensorSpec
-from .base import DictStep, Transform, overrides, str_keys
+from .base import DictReset, DictStep, Transform, overrides, str_keys
 
 __all__ = ["DTypeCastTransform", "DoubleToFloat", "CatTensors", "CatFrames"]
 
@@ -72,6 +72,11 @@ class DTypeCastTransform(Transform):
                     nxt[k_out] = val.to(dtype_out) if val.dtype == dtype_in else val
 
         return fn, True
+
+    def dict_reset(self, batch_size, device) -> DictReset | None:
+        """The cast of ``_reset`` (``_call`` of the reset output) on plain dicts."""
+        hook = None if overrides(self, DTypeCastTransform, "_reset") else self.dict_step(batch_size, device)
+        return None if hook is None else hook[0]
 
     def _cast_spec(self, spec: Composite, keys_attr: str, auto: bool) -> Composite:
         keys = getattr(self, keys_attr)
