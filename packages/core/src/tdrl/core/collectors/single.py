@@ -394,15 +394,16 @@ class Collector:
 
     # ------------------------------------------------------------------ dict loop
     def _dict_plan(self, td: TensorDictBase) -> tuple | None:
-        """``(stepper, resetter, module, in_keys, out_key)`` when :meth:`_dict_rollout` can run
-        from the root ``td``, else ``None`` (the generic loop runs).
+        """``(stepper, resetter, act)`` when :meth:`_dict_rollout` can run from the root
+        ``td``, else ``None`` (the generic loop runs).
 
         ``stepper`` is the env's :meth:`~tdrl.core.envs.EnvBase.dict_stepper`, ``resetter``
         its :meth:`~tdrl.core.envs.EnvBase.dict_resetter` (``None``: resets take the
-        generic path). A plain
-        ``TensorDictModule`` (string keys, one out-key) gives its ``module``, called on the
-        in-keys; any other policy module whose out-keys are plain strings is called on a
-        TensorDict (``module`` is ``None``)."""
+        generic path). ``act(root) -> root`` runs the policy on the root's dict: a plain
+        ``TensorDictModule`` (string keys, one out-key) calls its ``module`` on the in-keys,
+        a policy with a ``dict_call`` (:class:`~tdrl.core.modules.ProbabilisticActor`) runs
+        that, any other policy module whose out-keys are plain strings is called on a
+        TensorDict."""
         from tensordict.nn import TensorDictModule, TensorDictModuleBase
 
         env, policy = self.env, self.policy
@@ -412,16 +413,23 @@ class Collector:
                 or NEXT in td.keys()
                 or not all(isinstance(v, torch.Tensor) for v in td.values())):
             return None
-        module = in_keys = out_key = None
         if type(policy) is TensorDictModule and self._call is not policy:  # see _fast_call
             in_keys, out_keys = list(policy.in_keys), list(policy.out_keys)
             if len(out_keys) != 1 or any(k not in td.keys() for k in in_keys):
                 return None
-            module, out_key = policy.module, out_keys[0]
+            act = self._module_act(policy.module, in_keys, out_keys[0])
         elif isinstance(policy, TensorDictModuleBase):
             out_keys = list(policy.out_keys)
             if not out_keys or not all(isinstance(k, str) and k != NEXT for k in out_keys):
                 return None
+            dict_call = getattr(policy, "dict_call", None)
+            act = None if dict_call is None else dict_call(env.batch_size, env.device)
+            if act is None:
+                call, make_root = self._call, self._make_root
+
+                def act(root: dict) -> dict:
+                    holder = call(make_root(root))
+                    return holder._tensordict if type(holder) is TensorDict else dict(holder.items())
         else:
             return None
         if any(k not in out_keys for k in env.action_keys):
@@ -429,40 +437,46 @@ class Collector:
         stepper = env.dict_stepper()
         if stepper is None:
             return None
-        return stepper, env.dict_resetter(), module, in_keys, out_key
+        return stepper, env.dict_resetter(), act
+
+    def _module_act(self, module: Callable, in_keys: list, out_key: str) -> Callable[[dict], dict]:
+        """The dict loop's call of a plain ``TensorDictModule``'s ``module``: its output is
+        written into the root's dict when it fits the batch, else through a TensorDict (which
+        casts, moves or raises as the generic loop would)."""
+        batch_size, device = self.env.batch_size, self.env.device
+        nb, make_root, tensor = len(batch_size), self._make_root, torch.Tensor
+
+        def act(root: dict) -> dict:
+            out = module(*[root[k] for k in in_keys])
+            if type(out) is tuple:
+                out = out[0]
+            if type(out) is tensor and out.device == device and out.shape[:nb] == batch_size:
+                root[out_key] = out
+                return root
+            holder = make_root(root)
+            holder.set(out_key, out)
+            return holder._tensordict
+
+        return act
 
     def _dict_rollout(self, td: TensorDict, steps: int, plan: tuple) -> tuple[TensorDict, list]:
         """Run ``steps`` env steps from the root ``td`` on plain ``{key: tensor}`` dicts.
 
         Does what the generic loop does (policy, ``env.step``, the next root) with the
-        env's dict stepper and one stack at the end; resets go through :meth:`_next_root`.
+        env's dict stepper, its dict resetter at episode ends (else :meth:`_next_root`) and
+        one stack at the end.
 
         Returns:
             ``(batch, traj_ids)``: the batch ``(*env_batch, steps)`` without trajectory ids,
             and the per-step trajectory-id tensors. ``self._td`` is the new root.
         """
-        stepper, resetter, module, in_keys, out_key = plan
-        env, call = self.env, self._call
-        batch_size, device = env.batch_size, env.device
-        nb = len(batch_size)
+        stepper, resetter, act = plan
+        nb = len(self.env.batch_size)
         make_root, rk = self._make_root, self._reward_keys
-        tensor = torch.Tensor
         roots, nexts, ids = [], [], []
         root = td._tensordict  # the root's own dict: the policy writes into it, as in the loop
         for _ in range(steps):
-            if module is not None:  # a plain TensorDictModule: what it does, on the dict
-                out = module(*[root[k] for k in in_keys])
-                if type(out) is tuple:
-                    out = out[0]
-                if type(out) is tensor and out.device == device and out.shape[:nb] == batch_size:
-                    root[out_key] = out
-                else:  # what the TensorDict does with it (casts, device moves, errors)
-                    holder = make_root(root)
-                    holder.set(out_key, out)
-                    root = holder._tensordict
-            else:
-                holder = call(make_root(root))
-                root = holder._tensordict if type(holder) is TensorDict else dict(holder.items())
+            root = act(root)
             nxt, any_done = stepper(root)
             roots.append(root)
             nexts.append(nxt)

@@ -330,10 +330,14 @@ class EnvBase:
         def resetter(root: dict, mask: torch.Tensor) -> dict:
             out = inner({**root, RESET_KEY: mask})
             if not bool(mask.all()):
+                flat, by_ndim = mask.reshape(mask.shape[:n]), {}
                 for key, new in out.items():
                     prev = root.get(key)
                     if prev is not None and prev.shape == new.shape:
-                        out[key] = torch.where(_mask_like(mask, new, n), new, prev)
+                        m = by_ndim.get(new.ndim)
+                        if m is None:
+                            m = by_ndim[new.ndim] = flat.reshape(*flat.shape, *([1] * (new.ndim - n)))
+                        out[key] = torch.where(m, new, prev)
             for key, value in root.items():
                 if key not in out:
                     out[key] = value

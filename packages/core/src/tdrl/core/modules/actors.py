@@ -10,10 +10,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Sequence
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import (
     InteractionType,
     NormalParamExtractor,
@@ -23,6 +24,7 @@ from tensordict.nn import (
     TensorDictModuleBase,
     TensorDictSequential,
 )
+from tensordict.nn import interaction_type as _interaction_type
 from torch import Tensor, nn
 
 from tdrl.core import keys as K
@@ -97,6 +99,63 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
             default_interaction_type=default_interaction_type,
         )
         super().__init__(params_module, dist_module)
+
+    def dict_call(self, batch_size: torch.Size, device: torch.device) -> Callable[[dict], dict] | None:
+        """The forward on a plain ``{key: tensor}`` dict (what a collector's dict loop calls),
+        or ``None`` when this actor is not the plain case it covers.
+
+        ``fn(root)`` writes into ``root`` what the TensorDict forward writes (the parameters,
+        the action, its log-prob; same keys, order and values, the same random draws) and
+        returns it; an output that a TensorDict would check (another batch shape or device)
+        sends that call through the TensorDict forward. Covered: a plain ``TensorDictModule``
+        of string keys before a ``ProbabilisticTensorDictModule`` with string keys, no
+        ``num_samples`` and no generator, called in place. ``tensordict``'s own sampling rules
+        (interaction type, joint sample-and-log-prob) are used, not rewritten.
+        """
+        from tensordict.nn import probabilistic as _prob
+
+        joint = getattr(_prob, "_get_joint_sample_and_log_prob", None)
+        params, dist_module = (self.module[0], self.module[1]) if len(self.module) == 2 else (None, None)
+        if (joint is None or type(params) is not TensorDictModule
+                or type(dist_module) is not ProbabilisticTensorDictModule
+                or type(self).forward is not ProbabilisticTensorDictSequential.forward
+                or getattr(self, "inplace", False) is not None
+                or getattr(self, "_select_before_return", True) or getattr(self, "return_composite", True)
+                or getattr(dist_module, "num_samples", 1) is not None
+                or getattr(dist_module, "_generator", 1) is not None
+                or getattr(dist_module, "_generator_key", 1) is not None
+                or not hasattr(dist_module, "_dist_sample")):
+            return None
+        keys = [*params.in_keys, *params.out_keys, *dist_module.in_keys, *dist_module.out_keys]
+        sample_keys = list(getattr(dist_module, "dist_sample_keys", ()))
+        if not all(isinstance(k, str) for k in keys) or len(sample_keys) != 1:
+            return None
+        net, in_keys, out_keys = params.module, list(params.in_keys), list(params.out_keys)
+        sample_key, log_prob_key = sample_keys[0], dist_module.log_prob_key
+        return_log_prob, default_type = dist_module.return_log_prob, dist_module.default_interaction_type
+        nb, tensor = len(batch_size), torch.Tensor
+
+        def fn(root: dict) -> dict:
+            out = net(*[root[k] for k in in_keys])
+            outs = out if type(out) is tuple else (out,)
+            if len(outs) != len(out_keys) or not all(
+                    type(o) is tensor and o.device == device and o.shape[:nb] == batch_size for o in outs):
+                # what the TensorDict does with such outputs (casts, moves, errors), once
+                return self(TensorDict._new_unsafe(root, batch_size=batch_size, device=device))._tensordict
+            root.update(zip(out_keys, outs))
+            dist = dist_module.get_dist(root)
+            itype = _interaction_type()
+            sampler = joint(dist) if return_log_prob and (itype or default_type) is InteractionType.RANDOM else None
+            if sampler is not None:
+                sample, log_prob = sampler(torch.Size(()))
+            else:
+                sample, log_prob = dist_module._dist_sample(dist, interaction_type=itype, generator=None), None
+            root[sample_key] = sample
+            if return_log_prob:
+                root[log_prob_key] = dist.log_prob(sample) if log_prob is None else log_prob
+            return root
+
+        return fn
 
 
 class ValueOperator(TensorDictModule):
