@@ -133,7 +133,16 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         net, in_keys, out_keys = params.module, list(params.in_keys), list(params.out_keys)
         sample_key, log_prob_key = sample_keys[0], dist_module.log_prob_key
         return_log_prob, default_type = dist_module.return_log_prob, dist_module.default_interaction_type
-        nb, tensor = len(batch_size), torch.Tensor
+        nb, tensor, random = len(batch_size), torch.Tensor, InteractionType.RANDOM
+        dist_class, dist_kwargs = dist_module.distribution_class, dict(dist_module.distribution_kwargs)
+        arg_keys = [(dk[-1] if isinstance(dk, tuple) else dk, k)
+                    for dk, k in zip(dist_module.dist_keys, dist_module.in_keys, strict=True)]
+
+        def make_dist(root: dict):
+            try:  # what get_dist builds, without its per-call bookkeeping
+                return dist_class(**{dk: root.get(k) for dk, k in arg_keys}, **dist_kwargs)
+            except TypeError:  # get_dist's own error message
+                return dist_module.get_dist(root)
 
         def fn(root: dict) -> dict:
             out = net(*[root[k] for k in in_keys])
@@ -143,13 +152,16 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
                 # what the TensorDict does with such outputs (casts, moves, errors), once
                 return self(TensorDict._new_unsafe(root, batch_size=batch_size, device=device))._tensordict
             root.update(zip(out_keys, outs))
-            dist = dist_module.get_dist(root)
-            itype = _interaction_type()
-            sampler = joint(dist) if return_log_prob and (itype or default_type) is InteractionType.RANDOM else None
+            dist = make_dist(root)
+            itype = _interaction_type() or default_type
+            sampler = joint(dist) if return_log_prob and itype is random else None
+            log_prob = None
             if sampler is not None:
                 sample, log_prob = sampler(torch.Size(()))
+            elif itype is random and isinstance(dist, torch.distributions.Distribution):
+                sample = dist.rsample() if dist.has_rsample else dist.sample()  # tensordict's RANDOM rule
             else:
-                sample, log_prob = dist_module._dist_sample(dist, interaction_type=itype, generator=None), None
+                sample = dist_module._dist_sample(dist, interaction_type=itype, generator=None)
             root[sample_key] = sample
             if return_log_prob:
                 root[log_prob_key] = dist.log_prob(sample) if log_prob is None else log_prob
