@@ -24,8 +24,6 @@ frame count.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,14 +40,11 @@ from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
 from tdrl.core.train import (
     ConfigError,
     OffPolicyConfig,
+    OffPolicyLog,
     Run,
     UpdateBudget,
-    crossed,
-    episode_returns,
     evaluate_episodes,
-    finish_env_run,
     hydra_app,
-    mean_metrics,
 )
 
 
@@ -149,12 +144,16 @@ def train(cfg: Config) -> dict:
         collector.reset()  # the simulators restart: new episodes, seeded from the frame count
         collector.set_seed(cfg.seed + collector.frames)
 
-    returns, stats = [], []
+    def evaluate(seed: int) -> dict:  # the greedy policy
+        return {"eval_return": evaluate_episodes(env_for(cfg, cfg.eval_episodes), policy, cfg.eval_episodes, seed)}
+
+    log = OffPolicyLog(run, cfg, budget, evaluate, show=("train_return", "eval_return", "epsilon"),
+                       extra=lambda: {"epsilon": explore.eps})
     for batch in collector:
         # 1. one epsilon-greedy step of every sub-env (random actions before learning_starts)
         frames, new = collector.frames, batch.numel()
         buffer.extend(batch.reshape(-1).select(*keep).to(device))
-        returns += episode_returns(batch)
+        log.add_batch(batch)
         explore.step(new)
         # 2. gradient steps
         for _ in range(budget.add(frames, new)):
@@ -164,33 +163,11 @@ def train(cfg: Config) -> dict:
             nn.utils.clip_grad_norm_(qnet.parameters(), cfg.max_grad_norm)
             optim.step()
             updater.step()
-            stats.append(out.detach())
-        # 3. log, evaluate (greedy policy), checkpoint
-        row = {}
-        if crossed(cfg.log_every, frames - new, frames):
-            row = {"updates": budget.updates, "fps": frames / run.elapsed, "epsilon": explore.eps,
-                   "train_return": run.record_episodes(returns), "episodes": len(returns),
-                   **mean_metrics(stats)}
-            returns, stats = [], []
-        if frames >= cfg.learning_starts and crossed(cfg.eval_every, frames - new, frames):
-            row["updates"] = budget.updates
-            row["eval_return"] = evaluate_episodes(env_for(cfg, cfg.eval_episodes), policy,
-                                                   cfg.eval_episodes, cfg.seed + 10_000)
-        if row:
-            run.log(frames, row, show=("train_return", "eval_return", "epsilon"))
-        run.maybe_checkpoint(frames, **state)
-        if run.should_stop(row):
+            log.add_stats(out)
+        # 3. log, evaluate, checkpoint
+        if log.step(frames, new, state):
             break
-    frames = collector.frames
-    run.checkpoint(frames, **state)
-    collector.shutdown()
-    env.close()
-    eval_return = evaluate_episodes(env_for(cfg, cfg.eval_episodes), policy, cfg.eval_episodes,
-                                    cfg.seed + 20_000)
-    torch.save({"qnet": qnet.state_dict(), "config": dataclasses.asdict(cfg)},
-               os.path.join(cfg.out, "model.pt"))
-    summary = finish_env_run(run, cfg, frames, eval_return, f"DQN {cfg.env_id}", updates=budget.updates)
-    return summary
+    return log.close(collector, env, state, {"qnet": qnet.state_dict()}, f"DQN {cfg.env_id}")
 
 
 main = hydra_app(Config, train, name="dqn", recipes=Path(__file__).parent / "recipes")

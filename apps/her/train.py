@@ -28,8 +28,6 @@ convention), ``eval_return`` their mean return. Outputs in ``out`` as in ``apps/
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,13 +46,10 @@ from tdrl.core.replay.her import STRATEGIES
 from tdrl.core.train import (
     ConfigError,
     OffPolicyConfig,
+    OffPolicyLog,
     Run,
     UpdateBudget,
-    crossed,
-    episode_returns,
-    finish_env_run,
     hydra_app,
-    mean_metrics,
 )
 
 EPISODE = ("collector", "traj_ids")
@@ -230,13 +225,17 @@ def train(cfg: Config) -> dict:
         collector.reset()  # the simulator restarts: a new episode, seeded from the frame count
         collector.set_seed(cfg.seed + collector.frames)
 
-    returns, successes, stats = [], [], []
+    def evaluate(seed: int) -> dict:  # the deterministic policy
+        success, ret = evaluate_goals(env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes, seed)
+        return {"eval_success": success, "eval_return": ret}
+
+    log = OffPolicyLog(run, cfg, budget, evaluate, show=("train_success", "eval_success", "alpha"),
+                       success_key="success")
     for batch in collector:
         # 1. one env step (uniformly random actions before learning_starts)
         frames, new = collector.frames, batch.numel()
         buffer.extend(batch.reshape(-1).select(*keep).to(device))
-        returns += episode_returns(batch)
-        successes += batch["next", "success"][batch["next", "done"].squeeze(-1)].tolist()
+        log.add_batch(batch)
         # 2. gradient steps on (relabelled) batches
         for _ in range(budget.add(frames, new)):
             out = loss_fn(buffer.sample())
@@ -244,35 +243,12 @@ def train(cfg: Config) -> dict:
             total_loss(out).backward()
             optim.step()
             updater.step()
-            stats.append(out.detach())
-        # 3. log, evaluate (deterministic policy), checkpoint
-        row = {}
-        if crossed(cfg.log_every, frames - new, frames):
-            row = {"updates": budget.updates, "fps": frames / run.elapsed,
-                   "train_return": run.record_episodes(returns), "episodes": len(returns),
-                   "train_success": sum(s > 0 for s in successes) / max(1, len(successes)),
-                   **mean_metrics(stats)}
-            returns, successes, stats = [], [], []
-        if frames >= cfg.learning_starts and crossed(cfg.eval_every, frames - new, frames):
-            row["updates"] = budget.updates
-            row["eval_success"], row["eval_return"] = evaluate_goals(
-                env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes, cfg.seed + 10_000)
-        if row:
-            run.log(frames, row, show=("train_success", "eval_success", "alpha"))
-        run.maybe_checkpoint(frames, **state)
-        if run.should_stop(row):
+            log.add_stats(out)
+        # 3. log, evaluate, checkpoint
+        if log.step(frames, new, state):
             break
-    frames = collector.frames
-    run.checkpoint(frames, **state)
-    collector.shutdown()
-    env.close()
-    success, eval_return = evaluate_goals(env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes,
-                                          cfg.seed + 20_000)
-    torch.save({"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict(),
-                "config": dataclasses.asdict(cfg)}, os.path.join(cfg.out, "model.pt"))
-    title = f"SAC{' + HER' if cfg.her else ''} {cfg.env_id}"
-    return finish_env_run(run, cfg, frames, eval_return, title, updates=budget.updates,
-                          eval_success=success, her=cfg.her)
+    model = {"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict()}
+    return log.close(collector, env, state, model, f"SAC{' + HER' if cfg.her else ''} {cfg.env_id}", her=cfg.her)
 
 
 main = hydra_app(Config, train, name="her", recipes=Path(__file__).parent / "recipes")

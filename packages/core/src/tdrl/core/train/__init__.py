@@ -25,12 +25,13 @@ from tdrl.core.train.history import MetricHistory, truncate_csv
 from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbLogger
 from tdrl.core.train.plots import plot_curves
 from tdrl.core.train.progress import ProgressBar
-from tdrl.core.train.rl import EnvRunConfig, OffPolicyConfig, UpdateBudget, finish_env_run, mean_metrics
+from tdrl.core.train.rl import EnvRunConfig, OffPolicyConfig, OffPolicyLog, UpdateBudget, finish_env_run, mean_metrics
 from tdrl.core.train.run import Run, crossed, run_folder
 from tdrl.core.train.state import GeneratorState, StateBox
 
 __all__ = [
     "Run",
+    "OffPolicyLog",
     "RunConfig",
     "EnvRunConfig",
     "OffPolicyConfig",

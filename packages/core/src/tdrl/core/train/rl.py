@@ -1,23 +1,27 @@
 """What the single-agent RL apps share beyond the run folder: the config fields of an
 environment run and of off-policy training, the gradient-step budget of an update-to-data
-ratio, and the per-row mean of loss diagnostics."""
+ratio, the per-row mean of loss diagnostics, and an off-policy loop's log / evaluate /
+checkpoint cadence and its end (:class:`OffPolicyLog`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDictBase
 
 from tdrl.core.train.config import ConfigError, RunConfig
-from tdrl.core.train.run import Run
+from tdrl.core.train.evaluation import episode_returns
+from tdrl.core.train.run import Run, crossed
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EnvRunConfig", "OffPolicyConfig", "UpdateBudget", "mean_metrics", "finish_env_run"]
+__all__ = ["EnvRunConfig", "OffPolicyConfig", "UpdateBudget", "mean_metrics", "finish_env_run", "OffPolicyLog"]
 
 
 def _at_least(cfg, names: Sequence[str], low: int) -> None:
@@ -146,3 +150,80 @@ def finish_env_run(run: Run, cfg: EnvRunConfig, frames: int, eval_return: float,
     log.info("%s %s: eval return %.1f over %d episodes after %d frames (%.0f s)", run.name, cfg.env_id,
              eval_return, cfg.eval_episodes, frames, summary["time_s"])
     return summary
+
+
+class OffPolicyLog:
+    """Step 3 of an off-policy app's loop and its end, written once (DQN, SAC, HER).
+
+    Every ``cfg.log_every`` frames a metrics row (updates, frames/s, the mean return of the
+    training episodes that ended since the last row, their count, their success rate when
+    ``success_key`` is set, ``extra()`` and the mean of each loss entry); every
+    ``cfg.eval_every`` frames after ``cfg.learning_starts`` an evaluation (``evaluate(seed)``
+    with ``cfg.seed + 10_000``); then the run's periodic checkpoint and its time-limit check.
+    :meth:`close` ends the run: a last checkpoint, the collector and env closed, a final
+    evaluation (``cfg.seed + 20_000``), ``model.pt`` and ``summary.json``.
+
+    Args:
+        run: the app's :class:`Run`. cfg: its :class:`OffPolicyConfig`. budget: its
+            :class:`UpdateBudget`.
+        evaluate: ``evaluate(seed) -> {"eval_return": ..., ...}`` (entries of the row).
+        show: the row entries the progress line shows.
+        extra: ``extra() -> dict`` of entries added to each metrics row (e.g. epsilon).
+        success_key: a ``("next", key)`` flag read at episode ends (goal-conditioned tasks).
+    """
+
+    def __init__(self, run: Run, cfg: OffPolicyConfig, budget: UpdateBudget,
+                 evaluate: Callable[[int], dict], show: Sequence[str] = ("train_return", "eval_return"),
+                 extra: Callable[[], dict] | None = None, success_key: str | None = None) -> None:
+        self.run, self.cfg, self.budget = run, cfg, budget
+        self.evaluate, self.show, self.extra, self.success_key = evaluate, tuple(show), extra, success_key
+        self.returns: list[float] = []
+        self.successes: list[float] = []
+        self.stats: list[TensorDictBase] = []
+
+    def add_batch(self, batch: TensorDictBase) -> None:
+        """Record the episodes that end in ``batch`` (returns, and successes)."""
+        self.returns += episode_returns(batch)
+        if self.success_key is not None:
+            done = batch["next", "done"].squeeze(-1)
+            self.successes += batch["next", self.success_key][done].tolist()
+
+    def add_stats(self, out: TensorDictBase) -> None:
+        """Record one gradient step's loss output (detached here)."""
+        self.stats.append(out.detach())
+
+    def step(self, frames: int, new: int, state: dict) -> bool:
+        """Log, evaluate and checkpoint after the batch that brought the count to ``frames``
+        (``new`` of them fresh); ``state`` is what the checkpoint holds. Returns whether the
+        run should stop (its time limit)."""
+        cfg, run, row = self.cfg, self.run, {}
+        if crossed(cfg.log_every, frames - new, frames):
+            row = {"updates": self.budget.updates, "fps": frames / run.elapsed,
+                   **(self.extra() if self.extra is not None else {}),
+                   "train_return": run.record_episodes(self.returns), "episodes": len(self.returns)}
+            if self.success_key is not None:
+                row["train_success"] = sum(s > 0 for s in self.successes) / max(1, len(self.successes))
+            row.update(mean_metrics(self.stats))
+            self.returns, self.successes, self.stats = [], [], []
+        if frames >= cfg.learning_starts and crossed(cfg.eval_every, frames - new, frames):
+            row["updates"] = self.budget.updates
+            row.update(self.evaluate(cfg.seed + 10_000))
+        if row:
+            run.log(frames, row, show=self.show)
+        run.maybe_checkpoint(frames, **state)
+        return run.should_stop(row)
+
+    def close(self, collector, env, state: dict, model: dict, title: str, **extra) -> dict:
+        """End the run after ``collector``'s last batch: checkpoint ``state``, shut the collector
+        and ``env`` down, evaluate once more, save ``model`` (state dicts; the config is added)
+        as ``model.pt``, write the summary (:func:`finish_env_run`, with ``extra`` and the
+        final evaluation's other entries). Returns the summary."""
+        frames, cfg = collector.frames, self.cfg
+        self.run.checkpoint(frames, **state)
+        collector.shutdown()
+        env.close()
+        final = dict(self.evaluate(cfg.seed + 20_000))
+        eval_return = final.pop("eval_return")
+        torch.save({**model, "config": dataclasses.asdict(cfg)}, os.path.join(cfg.out, "model.pt"))
+        return finish_env_run(self.run, cfg, frames, eval_return, title, updates=self.budget.updates,
+                              **final, **extra)
