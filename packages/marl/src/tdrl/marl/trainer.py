@@ -23,7 +23,7 @@ from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 
 from .algorithms import OffPolicyParts, OnPolicyParts
 from .checks import TeamRewardCheck
-from .keys import DONE, GROUP, NEXT, REWARD, VALUE_TARGET
+from .keys import DONE, GROUP, IS_INIT, NEXT, REWARD, VALUE_TARGET
 from .vectorised import SeedStackedModule
 
 __all__ = ["TrainConfig", "collect", "EpisodeReturns", "evaluate", "evaluate_per_env", "evaluate_groups",
@@ -291,6 +291,22 @@ def _check_masks(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], n_s
             )
 
 
+def _recurrent(groups: Mapping[str, OnPolicyParts]) -> bool:
+    return any(getattr(p, "recurrent", False) for p in groups.values())
+
+
+def _check_recurrent(env, groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
+    """Recurrent parts need ``is_init`` from the env and one seed per run."""
+    if not _recurrent(groups):
+        return
+    if n_seeds > 1:
+        raise ValueError(f"Recurrent (GRU) MAPPO/IPPO does not support n_seeds={n_seeds} (vectorised seeds); "
+                         "train the seeds one after another.")
+    if IS_INIT not in env.observation_spec.keys():
+        raise ValueError("Recurrent (GRU) parts reset their hidden state where 'is_init' is True, but the env "
+                         "does not write it; wrap it: TransformedEnv(env, InitTracker()) (tdrl.core).")
+
+
 def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], optimizer: torch.optim.Optimizer,
                      clip_groups: Sequence[Sequence[torch.Tensor]], cfg: TrainConfig, n_seeds: int = 1) -> float:
     """One iteration's learning on a collected ``batch``: advantages, then epochs x minibatches.
@@ -302,6 +318,9 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
             ``batch``, and one optimiser step takes the sum of the groups' losses.
         optimizer, clip_groups: from :func:`on_policy_optimizer`.
         cfg: ``num_epochs``, ``minibatch_size`` (frames per seed) and ``max_grad_norm``.
+            With recurrent parts a minibatch is ``minibatch_size // T`` whole sub-env
+            trajectories ``[mb, T]`` (at least one), so that the GRUs replay the rollout
+            with its resets.
         n_seeds: seeds stacked in the networks: each minibatch takes the same
             ``minibatch_size`` positions from every seed's block, the loss is scaled so each
             seed gets its own mean-loss gradient, and gradients are clipped per seed.
@@ -315,14 +334,18 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
         if p.loss.value_norm is not None:
             p.loss.value_norm.update(batch.get((g, VALUE_TARGET)))
     # the losses read the root only: drop "next" so each minibatch gathers half the data
-    flat = batch.exclude(NEXT).reshape(n_seeds, -1)  # seed-major blocks
+    if _recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
+        flat, frames_per_row = batch.exclude(NEXT).reshape(1, -1, batch.shape[-1]), batch.shape[-1]
+    else:
+        flat, frames_per_row = batch.exclude(NEXT).reshape(n_seeds, -1), 1  # seed-major blocks
     _check_masks(flat, groups, n_seeds)
-    n, mb = flat.shape[1], min(cfg.minibatch_size, flat.shape[1])
+    n = flat.shape[1]
+    mb = min(max(1, cfg.minibatch_size // frames_per_row), n)
     losses = []
     for _ in range(cfg.num_epochs):
         perm = torch.randperm(n)
         for start in range(0, n - mb + 1, mb):
-            sub = flat[:, perm[start:start + mb]].reshape(-1)
+            sub = flat[:, perm[start:start + mb]].flatten(0, 1)
             loss = sum(total_loss(p.loss(sub)) for p in groups.values())
             optimizer.zero_grad(set_to_none=True)
             (loss * n_seeds).backward()
@@ -370,6 +393,7 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     if env.batch_size.numel() % n_seeds:
         raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} blocks.")
     _check_seeds(groups, n_seeds)
+    _check_recurrent(env, groups, n_seeds)
     n_envs = env.batch_size.numel() // n_seeds
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = _joint_policy(groups)
