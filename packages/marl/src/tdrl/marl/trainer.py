@@ -32,7 +32,8 @@ from .keys import DONE, GROUP, IS_INIT, NEXT, REWARD, VALUE_TARGET
 from .vectorised import SeedStackedModule
 
 __all__ = ["TrainConfig", "collect", "with_episode_returns", "EpisodeReturns", "evaluate", "evaluate_per_env",
-           "evaluate_groups", "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy", "train_off_policy"]
+           "evaluate_groups", "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy",
+           "train_off_policy"]
 
 
 @dataclass
