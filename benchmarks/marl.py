@@ -80,7 +80,7 @@ class _LastReturn(_Callback):
 _PHASES = {
     "tdrl": {
         "total (training loop)": [("tdrl/marl/trainer.py", "train_on_policy")],
-        "collection": [("tdrl/marl/trainer.py", "collect")],
+        "collection": [("tdrl/core/collectors/single.py", "rollout")],  # core's Collector
         "  VMAS simulator step": [("vmas/simulator/environment/environment.py", "step")],
         "GAE (+ critic values)": [("objectives/advantage.py", "forward")],
         "loss forward (actor + critic)": [("tdrl/marl/objectives/ppo.py", "forward")],

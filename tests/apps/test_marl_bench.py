@@ -71,3 +71,14 @@ def test_marl_bench_device_option(app):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             app.main.load(["device=cuda"])
+
+
+def test_marl_bench_recurrent_option(app, tmp_path):
+    """``recurrent=true``: GRU MAPPO / IPPO through the app; what cannot be recurrent is refused."""
+    out = tmp_path / "gru"
+    summary = app.main(["-cn", "tiny", "tasks=[navigation]", "algorithms=[mappo,ippo]", "recurrent=true",
+                        "rnn_hidden=8", f"out={out}"])
+    assert [s["algorithm"] for s in summary["summary"]] == ["mappo", "ippo"] and not summary["failures"]
+    assert "| ippo | navigation | 1 |" in (out / "results.md").read_text()
+    with pytest.raises(ValueError, match="mappo / ippo only"):
+        app.main.load(["recurrent=true", "algorithms=[mappo,qmix]"])

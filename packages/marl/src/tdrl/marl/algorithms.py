@@ -23,7 +23,7 @@ from tdrl.core.modules import EGreedyModule, MaskedCategorical, ProbabilisticAct
 from tdrl.core.specs import Bounded, Categorical, Composite
 
 from .keys import ACTION, ACTION_MASK, ACTION_VALUE, GROUP, OBSERVATION, STATE_VALUE
-from .modules import MultiAgentMLP, QMixer
+from .modules import MultiAgentGRU, MultiAgentMLP, QMixer
 from .objectives import (
     IPPOConfig, IPPOLoss, MAPPOConfig, MAPPOLoss, MultiAgentGAE, QMIXConfig, QMIXLoss, VDNConfig,
     VDNLoss,
@@ -42,6 +42,10 @@ class OnPolicyParts:
     critic: nn.Module
     loss: nn.Module
     estimator: MultiAgentGAE
+    recurrent: bool = False
+    """GRU networks (``MAPPOConfig.recurrent``): the loss replays whole trajectories, so the
+    trainer's minibatches are sub-envs' sequences, not shuffled frames; ``policy`` (the
+    collection policy) then runs the actor and the critic in step mode."""
 
 
 @dataclass
@@ -107,29 +111,45 @@ def _on_env_device(env, *modules: nn.Module) -> None:
             m.to(device)
 
 
-def _actor(env, group: str, share: bool, num_cells: Sequence[int]) -> nn.Module:
-    n, d, spec = group_dims(env, group)
+def _dist_actor(env, group: str, params: Callable[[int, list], nn.Module]) -> nn.Module:
+    """A probabilistic actor for ``group``'s action spec around ``params(n_out, out_keys)``,
+    a module writing the distribution's parameters (``n_out`` features per agent)."""
+    _, _, spec = group_dims(env, group)
     if isinstance(spec, Bounded):
         act = spec.shape[-1]
-        net = nn.Sequential(_agent_net(env, group, MultiAgentMLP(d, 2 * act, n, False, share, num_cells)),
-                            NormalParamExtractor())
-        params = TensorDictModule(net, in_keys=[(group, OBSERVATION)], out_keys=[(group, "loc"), (group, "scale")])
         low = spec.low.reshape(-1, *spec.shape[-2:])[0]
         high = spec.high.reshape(-1, *spec.shape[-2:])[0]
-        return ProbabilisticActor(params, TanhNormal, in_keys={"loc": (group, "loc"), "scale": (group, "scale")},
+        return ProbabilisticActor(params(2 * act, [(group, "loc"), (group, "scale")]), TanhNormal,
+                                  in_keys={"loc": (group, "loc"), "scale": (group, "scale")},
                                   distribution_kwargs={"low": low, "high": high}, out_keys=[(group, ACTION)])
     if isinstance(spec, Categorical):
-        net = _agent_net(env, group, MultiAgentMLP(d, spec.n, n, False, share, num_cells))
-        params = TensorDictModule(net, in_keys=[(group, OBSERVATION)], out_keys=[(group, "logits")])
         in_keys = {"logits": (group, "logits")}
         mask = _mask_key(env, group)
         if mask is not None:
             in_keys["mask"] = mask
-        return ProbabilisticActor(params, MaskedCategorical, in_keys=in_keys, out_keys=[(group, ACTION)])
+        return ProbabilisticActor(params(spec.n, [(group, "logits")]), MaskedCategorical, in_keys=in_keys,
+                                  out_keys=[(group, ACTION)])
     raise TypeError(f"Group {group!r}: unsupported action spec {spec!r} (need Bounded or Categorical).")
 
 
+def _head(mlp: nn.Module, out_keys: list) -> nn.Module:
+    """``mlp``, followed by the loc / scale split when it writes a Gaussian's parameters."""
+    return nn.Sequential(mlp, NormalParamExtractor()) if len(out_keys) == 2 else mlp
+
+
+def _actor(env, group: str, share: bool, num_cells: Sequence[int]) -> nn.Module:
+    n, d, _ = group_dims(env, group)
+
+    def params(n_out: int, out_keys: list) -> nn.Module:
+        net = _head(_agent_net(env, group, MultiAgentMLP(d, n_out, n, False, share, num_cells)), out_keys)
+        return TensorDictModule(net, in_keys=[(group, OBSERVATION)], out_keys=out_keys)
+
+    return _dist_actor(env, group, params)
+
+
 def _ppo(env, config: MAPPOConfig, loss_cls, group: str, num_cells: Sequence[int], value_norm) -> OnPolicyParts:
+    if config.recurrent:
+        return _recurrent_ppo(env, config, loss_cls, group, num_cells, value_norm)
     n, d, _ = group_dims(env, group)
     policy = _actor(env, group, config.share_param_actor, num_cells)
     critic_net = _agent_net(env, group, MultiAgentMLP(d, 1, n, config.centralised_critic,
@@ -140,6 +160,57 @@ def _ppo(env, config: MAPPOConfig, loss_cls, group: str, num_cells: Sequence[int
     estimator = MultiAgentGAE(config.gamma, config.lmbda, group, critic, value_norm=value_norm,
                               reuse_values=True)
     return OnPolicyParts(policy, critic, loss, estimator)
+
+
+def _recurrent_net(env, group: str, config: MAPPOConfig, role: str, n_out: int, out_keys: list,
+                   num_cells: Sequence[int]) -> tuple[nn.Module, nn.Module]:
+    """``(step, sequence)`` modules of one recurrent network: a :class:`MultiAgentGRU` (state
+    ``(group, "<role>_recurrent_state")``) then a :class:`MultiAgentMLP` head; the two share
+    every parameter and differ only in the GRU's mode."""
+    n, d, _ = group_dims(env, group)
+    critic = role == "critic"
+    share = config.share_param_critic if critic else config.share_param_actor
+    obs, k = (group, OBSERVATION), len(_obs_shape(env, group)[1])
+    pre = []
+    if k > 1:  # multi-dim observations, flattened per agent in front of the GRU
+        flat = (group, f"{role}_observation_flat")
+        pre, obs = [TensorDictModule(nn.Flatten(-k, -1), in_keys=[obs], out_keys=[flat])], flat
+    features = (group, f"{role}_features")
+    gru = MultiAgentGRU(d, config.rnn_hidden, n, critic and config.centralised_critic, share, in_key=obs,
+                        out_key=features, state_key=(group, f"{role}_recurrent_state"))
+    head = TensorDictModule(_head(MultiAgentMLP(config.rnn_hidden, n_out, n, False, share, num_cells), out_keys),
+                            in_keys=[features], out_keys=out_keys)
+    return (TensorDictSequential(*pre, gru, head),
+            TensorDictSequential(*pre, gru.set_recurrent_mode(True), head))
+
+
+def _recurrent_ppo(env, config: MAPPOConfig, loss_cls, group: str, num_cells: Sequence[int],
+                   value_norm) -> OnPolicyParts:
+    """MAPPO / IPPO with GRU actor and critic (``config.recurrent``).
+
+    Collection runs both in step mode (the critic too, so that its hidden state at every step
+    is recorded and the advantage is computed from the states the rollout had); the loss
+    replays them in recurrent mode over whole trajectories, with the same resets.
+    """
+    built: list[nn.Module] = []
+
+    def params(n_out: int, out_keys: list) -> nn.Module:
+        if not built:  # the first call builds the network, the second takes its recurrent-mode view
+            built.extend(_recurrent_net(env, group, config, "actor", n_out, out_keys, num_cells))
+            return built[0]
+        return built[1]
+
+    step_actor = _dist_actor(env, group, params)
+    seq_actor = _dist_actor(env, group, params)  # the same parameters, in recurrent mode
+    critic_step, critic_seq = _recurrent_net(env, group, config, "critic", 1, [(group, STATE_VALUE)], num_cells)
+    loss = loss_cls(seq_actor, critic_seq, config, group=group, value_norm=value_norm)
+    policy = TensorDictSequential(step_actor, critic_step)
+    _on_env_device(env, loss)
+    # in step mode over the rollout the critic reads each step's recorded state: its values
+    # are the rollout's (and "next" values continue from the state after each step)
+    estimator = MultiAgentGAE(config.gamma, config.lmbda, group, critic_step, value_norm=value_norm,
+                              reuse_values=True)
+    return OnPolicyParts(policy, critic_seq, loss, estimator, recurrent=True)
 
 
 def make_mappo(env, config: MAPPOConfig | None = None, group: str = GROUP,

@@ -16,6 +16,7 @@ from tdrl.core.keys import (  # noqa: F401  (re-exported for convenience)
     ADVANTAGE,
     DONE,
     GROUP,
+    IS_INIT,
     NEXT,
     OBSERVATION,
     REWARD,

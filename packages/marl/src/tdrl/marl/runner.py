@@ -37,6 +37,8 @@ from pathlib import Path
 
 import torch
 
+from tdrl.core import InitTracker, TransformedEnv
+
 from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
 from .envs import VmasEnv
@@ -90,6 +92,9 @@ class BenchConfig:
         resume: continue a run into ``out_dir``: the (algorithm, task) pairs it finished
             (``pairs.jsonl``) are read back with their evaluations and not trained again; a
             pair that was running when it stopped is trained again from its start.
+        recurrent: GRU actors and critics for MAPPO / IPPO (``MAPPOConfig.recurrent``; the
+            envs get core's ``InitTracker``); QMIX / VDN and vectorised seeds are refused.
+        rnn_hidden: the GRUs' hidden size (BenchMARL's ``layers/gru.yaml``: 128).
     """
 
     algorithms: tuple[str, ...] = ("mappo", "ippo", "qmix", "vdn")
@@ -117,6 +122,8 @@ class BenchConfig:
     tiny: bool = False
     device: str = "cpu"
     resume: bool = False
+    recurrent: bool = False
+    rnn_hidden: int = 128
 
     def __post_init__(self) -> None:
         for name, valid in (("algorithms", ALGORITHMS), ("tasks", TASKS)):
@@ -125,6 +132,14 @@ class BenchConfig:
                 raise ValueError(f"Unknown {name} {bad}; valid {name}: {', '.join(sorted(valid))}.")
         if not self.seeds:
             raise ValueError("BenchConfig.seeds needs at least one seed.")
+        if self.recurrent:
+            off = [a for a in self.algorithms if not ALGORITHMS[a][2]]
+            if off:
+                raise ValueError(f"recurrent=True builds GRU networks for mappo / ippo only; remove {off} "
+                                 "from algorithms (QMIX / VDN have no recurrent variant here).")
+            if self.vectorise_seeds and len(self.seeds) > 1:
+                raise ValueError("recurrent=True trains seeds one after another (no vectorised GRU seeds); "
+                                 "set vectorise_seeds=False.")
         dev = torch.device(self.device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"BenchConfig.device={self.device!r}, but CUDA is not available here; use 'cpu'.")
@@ -146,14 +161,19 @@ class BenchConfig:
         )
 
 
-def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu") -> VmasEnv:
+def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu",
+         recurrent: bool = False):
+    """The task's ``VmasEnv``; with ``recurrent``, behind an ``InitTracker`` (``is_init``)."""
     t = TASKS[task]
-    return VmasEnv(t["scenario"], num_envs=num_envs, continuous_actions=continuous, max_steps=max_steps,
-                   seed=seed, device=device, **t["kwargs"])
+    env = VmasEnv(t["scenario"], num_envs=num_envs, continuous_actions=continuous, max_steps=max_steps,
+                  seed=seed, device=device, **t["kwargs"])
+    return TransformedEnv(env, InitTracker()) if recurrent else env
 
 
 def _algo_config(cfg: BenchConfig, algo: str):
     conf_cls = ALGORITHMS[algo][1]
+    if cfg.recurrent:
+        return conf_cls(gamma=cfg.gamma, recurrent=True, rnn_hidden=cfg.rnn_hidden)
     return conf_cls(gamma=cfg.gamma)
 
 
@@ -206,8 +226,8 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
     else:
         for seed in cfg.seeds:
             torch.manual_seed(seed)
-            env = _env(task, cfg.num_envs, on_policy, seed, max_steps, cfg.device)
-            eval_env = _env(task, cfg.eval_envs, on_policy, 10_000 + seed, max_steps, cfg.device)
+            env = _env(task, cfg.num_envs, on_policy, seed, max_steps, cfg.device, cfg.recurrent)
+            eval_env = _env(task, cfg.eval_envs, on_policy, 10_000 + seed, max_steps, cfg.device, cfg.recurrent)
             parts = make_groups(algo, env, conf, num_cells=cfg.num_cells)  # every agent group
             train = train_on_policy if on_policy else train_off_policy
             hist = train(env, parts, tcfg, eval_env=eval_env,

@@ -1,7 +1,9 @@
 """Training loops for the multi-agent algorithms: collect -> advantage -> epochs x minibatches.
 
-``train_on_policy`` runs MAPPO/IPPO, ``train_off_policy`` runs QMIX/VDN; both log one record
-per iteration (frames, mean training episode return, evaluation return, wall time).
+``train_on_policy`` runs MAPPO/IPPO, ``train_off_policy`` runs QMIX/VDN; both collect with
+core's :class:`~tdrl.core.collectors.Collector` (the env behind core's ``RewardSum`` on each
+group's rewards, :func:`with_episode_returns`) and log one record per iteration (frames, mean
+training episode return, evaluation return, wall time).
 Episode returns are the sum over the episode of the agents' mean reward (BenchMARL's
 ``episode_reward`` mean over agents). Both loops take one group's parts or a mapping
 ``{group: parts}`` (:func:`~tdrl.marl.algorithms.make_groups`) for envs with several groups.
@@ -18,16 +20,20 @@ from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 from torch import nn
 
+from tdrl.core import RewardSum, TransformedEnv
+from tdrl.core.collectors import Collector
+from tdrl.core.keys import EPISODE_REWARD
 from tdrl.core.objectives import SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 
 from .algorithms import OffPolicyParts, OnPolicyParts
 from .checks import TeamRewardCheck
-from .keys import DONE, GROUP, NEXT, REWARD, VALUE_TARGET
+from .keys import DONE, GROUP, IS_INIT, NEXT, REWARD, VALUE_TARGET
 from .vectorised import SeedStackedModule
 
-__all__ = ["TrainConfig", "collect", "EpisodeReturns", "evaluate", "evaluate_per_env", "evaluate_groups",
-           "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy", "train_off_policy"]
+__all__ = ["TrainConfig", "collect", "with_episode_returns", "EpisodeReturns", "evaluate", "evaluate_per_env",
+           "evaluate_groups", "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy",
+           "train_off_policy"]
 
 
 @dataclass
@@ -72,7 +78,10 @@ class TrainConfig:
 
 
 def collect(env, policy: Callable, td: TensorDictBase, n_steps: int) -> tuple[TensorDictBase, TensorDictBase]:
-    """Run ``policy`` for ``n_steps`` steps from ``td`` (sampling, no grad).
+    """Run ``policy`` for ``n_steps`` steps from the root ``td`` (sampling, no grad).
+
+    A one-off rollout from a given root (tests, notebooks); the training loops collect with
+    core's :class:`~tdrl.core.collectors.Collector`, whose batches hold the same steps.
 
     Returns:
         ``(batch, next_td)``: the transitions ``[*env_batch, n_steps]`` and the root to
@@ -87,36 +96,43 @@ def collect(env, policy: Callable, td: TensorDictBase, n_steps: int) -> tuple[Te
     return torch.stack(steps, dim=len(env.batch_size)), td
 
 
-class EpisodeReturns:
-    """Per-env running returns; ``update(batch)`` returns the returns of episodes that ended.
+def with_episode_returns(env, groups: Sequence[str]):
+    """``env`` behind core's :class:`~tdrl.core.RewardSum` on every group's per-agent reward:
+    ``("next", group, "episode_reward")`` ``[*B, n_agents, 1]``, the running return of the
+    episode, zeroed by the env's (partial) resets. An env that already writes it is returned
+    as is.
+    """
+    spec = env.observation_spec
+    keys = [(g, REWARD) for g in groups if (g, EPISODE_REWARD) not in spec.keys(True)]
+    keys = [k for k in keys if k in env.full_reward_spec.keys(True)]
+    return TransformedEnv(env, RewardSum(in_keys=keys)) if keys else env
 
-    After each ``update``, ``last_returns`` holds those returns and ``last_envs`` the flat
-    sub-env index of each (same order).
+
+class EpisodeReturns:
+    """The returns of the episodes that ended in a batch, read from the ``RewardSum`` entry
+    ``("next", group, "episode_reward")`` (:func:`with_episode_returns`) at the done steps.
+
+    A group's return is the mean over its agents of their episode sums (BenchMARL's
+    ``episode_reward`` mean over agents). After each ``update``, ``last_returns`` holds the
+    returns (ordered by step, then sub-env) and ``last_envs`` the flat sub-env index of each.
     """
 
     def __init__(self, group: str = GROUP) -> None:
         self.group = group
-        self.running: torch.Tensor | None = None
         self.last_returns: list[float] = []
         self.last_envs: list[int] = []
 
     def update(self, batch: TensorDictBase) -> list[float]:
-        r = batch.get((NEXT, self.group, REWARD))  # [*B, T, n, 1]
-        r = r.reshape(*batch.shape, -1).mean(-1)  # [*B, T]
-        done = batch.get((NEXT, DONE)).reshape(*batch.shape)
-        r, done = r.reshape(-1, r.shape[-1]), done.reshape(-1, done.shape[-1])
-        if self.running is None:
-            self.running = torch.zeros(r.shape[0], dtype=r.dtype, device=r.device)
-        finished, self.last_envs = [], []
-        for t in range(r.shape[-1]):
-            self.running += r[:, t]
-            d = done[:, t]
-            if bool(d.any()):
-                finished.extend(self.running[d].tolist())
-                self.last_envs.extend(d.nonzero().flatten().tolist())
-                self.running[d] = 0.0
-        self.last_returns = finished
-        return finished
+        ep = batch.get((NEXT, self.group, EPISODE_REWARD), None)  # [*B, T, n, 1]
+        if ep is None:
+            raise KeyError(f"The batch has no ('next', {self.group!r}, 'episode_reward'); collect from "
+                           "with_episode_returns(env, groups) (core's RewardSum on the group rewards).")
+        ep = ep.reshape(-1, batch.shape[-1], ep[(0,) * batch.ndim].numel()).mean(-1)  # [E, T]
+        done = batch.get((NEXT, DONE)).reshape(ep.shape)
+        t_idx, env_idx = done.T.nonzero(as_tuple=True)  # ordered by step, then sub-env
+        self.last_returns = ep[env_idx, t_idx].tolist()
+        self.last_envs = env_idx.tolist()
+        return self.last_returns
 
 
 def evaluate(env, policy: Callable, max_steps: int, group: str | Sequence[str] = GROUP) -> float:
@@ -291,6 +307,22 @@ def _check_masks(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], n_s
             )
 
 
+def _recurrent(groups: Mapping[str, OnPolicyParts]) -> bool:
+    return any(getattr(p, "recurrent", False) for p in groups.values())
+
+
+def _check_recurrent(env, groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
+    """Recurrent parts need ``is_init`` from the env and one seed per run."""
+    if not _recurrent(groups):
+        return
+    if n_seeds > 1:
+        raise ValueError(f"Recurrent (GRU) MAPPO/IPPO does not support n_seeds={n_seeds} (vectorised seeds); "
+                         "train the seeds one after another.")
+    if IS_INIT not in env.observation_spec.keys():
+        raise ValueError("Recurrent (GRU) parts reset their hidden state where 'is_init' is True, but the env "
+                         "does not write it; wrap it: TransformedEnv(env, InitTracker()) (tdrl.core).")
+
+
 def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], optimizer: torch.optim.Optimizer,
                      clip_groups: Sequence[Sequence[torch.Tensor]], cfg: TrainConfig, n_seeds: int = 1) -> float:
     """One iteration's learning on a collected ``batch``: advantages, then epochs x minibatches.
@@ -302,6 +334,9 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
             ``batch``, and one optimiser step takes the sum of the groups' losses.
         optimizer, clip_groups: from :func:`on_policy_optimizer`.
         cfg: ``num_epochs``, ``minibatch_size`` (frames per seed) and ``max_grad_norm``.
+            With recurrent parts a minibatch is ``minibatch_size // T`` whole sub-env
+            trajectories ``[mb, T]`` (at least one), so that the GRUs replay the rollout
+            with its resets.
         n_seeds: seeds stacked in the networks: each minibatch takes the same
             ``minibatch_size`` positions from every seed's block, the loss is scaled so each
             seed gets its own mean-loss gradient, and gradients are clipped per seed.
@@ -315,14 +350,18 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
         if p.loss.value_norm is not None:
             p.loss.value_norm.update(batch.get((g, VALUE_TARGET)))
     # the losses read the root only: drop "next" so each minibatch gathers half the data
-    flat = batch.exclude(NEXT).reshape(n_seeds, -1)  # seed-major blocks
+    if _recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
+        flat, frames_per_row = batch.exclude(NEXT).reshape(1, -1, batch.shape[-1]), batch.shape[-1]
+    else:
+        flat, frames_per_row = batch.exclude(NEXT).reshape(n_seeds, -1), 1  # seed-major blocks
     _check_masks(flat, groups, n_seeds)
-    n, mb = flat.shape[1], min(cfg.minibatch_size, flat.shape[1])
+    n = flat.shape[1]
+    mb = min(max(1, cfg.minibatch_size // frames_per_row), n)
     losses = []
     for _ in range(cfg.num_epochs):
         perm = torch.randperm(n)
         for start in range(0, n - mb + 1, mb):
-            sub = flat[:, perm[start:start + mb]].reshape(-1)
+            sub = flat[:, perm[start:start + mb]].flatten(0, 1)
             loss = sum(total_loss(p.loss(sub)) for p in groups.values())
             optimizer.zero_grad(set_to_none=True)
             (loss * n_seeds).backward()
@@ -370,15 +409,18 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     if env.batch_size.numel() % n_seeds:
         raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} blocks.")
     _check_seeds(groups, n_seeds)
+    _check_recurrent(env, groups, n_seeds)
     n_envs = env.batch_size.numel() // n_seeds
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = _joint_policy(groups)
     opt, clip_groups = on_policy_optimizer(groups, cfg)
-    td, history, frames = env.reset(), [], 0
+    collector = Collector(with_episode_returns(env, list(groups)), policy,
+                          frames_per_batch=n_steps * env.batch_size.numel())
+    history, frames = [], 0
     trackers = {g: EpisodeReturns(g) for g in groups}
     t0 = time.perf_counter()
     for it in range(cfg.n_iters):
-        batch, td = collect(env, policy, td, n_steps)
+        batch = collector.rollout()
         frames += batch.numel() // n_seeds
         returns, extra = _returns(trackers, batch)
         if n_seeds > 1:
@@ -415,11 +457,12 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
     checks = {g: TeamRewardCheck(type(p.loss).__name__.removesuffix("Loss"), g, env)
               for g, p in groups.items() if cfg.check_team_reward}
-    td, history, frames = env.reset(), [], 0
+    collector = Collector(with_episode_returns(env, list(groups)), policy, frames_per_batch=n_steps * n_envs)
+    history, frames = [], 0
     trackers = {g: EpisodeReturns(g) for g in groups}
     t0 = time.perf_counter()
     for it in range(cfg.n_iters):
-        batch, td = collect(env, policy, td, n_steps)
+        batch = collector.rollout()
         frames += batch.numel()
         for g, check in checks.items():
             agent_reward = batch.get((NEXT, g, REWARD), None)

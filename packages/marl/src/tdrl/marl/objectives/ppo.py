@@ -45,6 +45,10 @@ class MAPPOConfig:
         gamma: discount. lmbda: GAE trace decay.
         share_param_actor / share_param_critic: one set of parameters for all agents.
         centralised_critic: the critic sees every agent (True for MAPPO, False for IPPO).
+        recurrent: GRU actor and critic (:class:`~tdrl.marl.modules.MultiAgentGRU`, then
+            an MLP head), their hidden states reset at episode starts (the env needs core's
+            ``InitTracker``); the update replays whole trajectories.
+        rnn_hidden: the GRUs' hidden size (BenchMARL's ``layers/gru.yaml``: 128).
     """
 
     clip_epsilon: float = 0.2
@@ -58,8 +62,12 @@ class MAPPOConfig:
     share_param_actor: bool = True
     share_param_critic: bool = True
     centralised_critic: bool = True
+    recurrent: bool = False
+    rnn_hidden: int = 128
 
     def __post_init__(self) -> None:
+        if self.rnn_hidden < 1:
+            raise ValueError(f"rnn_hidden must be >= 1, got {self.rnn_hidden}.")
         if not self.clip_epsilon > 0:
             raise ValueError(f"clip_epsilon must be > 0, got {self.clip_epsilon}.")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.lmbda <= 1.0:

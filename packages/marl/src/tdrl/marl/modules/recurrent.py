@@ -1,0 +1,165 @@
+"""``MultiAgentGRU``: core's :class:`~tdrl.core.modules.GRUModule` for a group of agents.
+
+The GRU itself (and its ``is_init`` resets, its step / recurrent modes and the
+``tdrl.kernels.gru_sequence`` time loop) is core's; this module only moves the agent dim so
+that every agent is one more row of the GRU's batch:
+
+* step mode (collection): input ``[*B, n_agents, F]``, state ``[*B, n_agents, L, H]`` read
+  from the root (zeros if absent) and the new state written under ``"next"``;
+* recurrent mode (:meth:`MultiAgentGRU.set_recurrent_mode`, training): input
+  ``[*B, T, n_agents, F]`` over whole trajectories; the state stored at ``t = 0`` starts each
+  row and it is zeroed wherever ``is_init[..., t]`` (``[*B, T, 1]``, from core's
+  ``InitTracker``) is True.
+
+With shared parameters the agents run through one GRU (one call, agents folded into the
+batch), as :class:`~tdrl.marl.modules.MultiAgentMLP` shares its weights; otherwise each agent
+has its own. A centralised GRU (MAPPO's critic) reads every agent's input concatenated.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import Tensor, nn
+
+from tdrl.core.keys import IS_INIT, NEXT
+from tdrl.core.modules import GRUModule
+from tdrl.core.values._utils import NestedKey
+
+__all__ = ["MultiAgentGRU"]
+
+_X, _H, _S, _INIT = "x", "h", "state", "is_init"  # the inner GRUModule's keys
+
+
+def _next(key: NestedKey) -> tuple:
+    return (NEXT, *((key,) if isinstance(key, str) else tuple(key)))
+
+
+class MultiAgentGRU(TensorDictModuleBase):
+    """A GRU for every agent of a group, with its hidden state reset at episode starts.
+
+    Args:
+        n_agent_inputs: input features per agent.
+        hidden_size: GRU hidden size (the output features per agent).
+        n_agents: agents in the group.
+        centralised: every agent's GRU reads all agents' inputs (MAPPO's critic).
+        share_params: one GRU for all agents (otherwise one per agent).
+        in_key, out_key: input ``(group, ...)`` and output keys.
+        state_key: where the hidden state lives, ``[*B(, T), n_agents, num_layers, H]``;
+            two GRUs in one policy (actor and critic) need different keys.
+        is_init_key: the episode-start flag ``[*B(, T), 1]`` (core's ``InitTracker``).
+        num_layers: stacked GRU layers.
+
+    Shapes: step mode ``[*B, n, F] -> [*B, n, H]``; recurrent mode ``[*B, T, n, F] ->
+    [*B, T, n, H]``. A centralised shared GRU computes one state and output and expands them
+    over agents.
+    """
+
+    def __init__(
+        self,
+        n_agent_inputs: int,
+        hidden_size: int,
+        n_agents: int,
+        centralised: bool,
+        share_params: bool,
+        in_key: NestedKey,
+        out_key: NestedKey,
+        state_key: NestedKey,
+        is_init_key: NestedKey = IS_INIT,
+        num_layers: int = 1,
+    ) -> None:
+        super().__init__()
+        if min(n_agent_inputs, hidden_size, n_agents, num_layers) < 1:
+            raise ValueError(
+                "n_agent_inputs, hidden_size, n_agents and num_layers must be >= 1, got "
+                f"{n_agent_inputs}, {hidden_size}, {n_agents}, {num_layers}."
+            )
+        self.n_agents, self.n_agent_inputs, self.hidden_size = n_agents, n_agent_inputs, hidden_size
+        self.num_layers, self.centralised, self.share_params = num_layers, centralised, share_params
+        self.in_key, self.out_key, self.state_key, self.is_init_key = in_key, out_key, state_key, is_init_key
+        fan_in = n_agent_inputs * (n_agents if centralised else 1)
+        self.grus = nn.ModuleList(
+            GRUModule(fan_in, hidden_size, num_layers, in_key=_X, out_key=_H, is_init_key=_INIT, state_key=_S)
+            for _ in range(1 if share_params else n_agents)
+        )
+        self.recurrent_mode = False
+        self.in_keys = [in_key, is_init_key, state_key]
+        self.out_keys = [out_key, _next(state_key)]
+
+    def set_recurrent_mode(self, mode: bool = True) -> "MultiAgentGRU":
+        """A copy (sharing parameters) that expects ``[*B, T]`` trajectories when ``mode``."""
+        other = copy.copy(self)
+        other._modules = dict(self._modules)
+        other.recurrent_mode = mode
+        return other
+
+    def _inputs(self, td: TensorDictBase) -> tuple[Tensor, Tensor, Tensor | None]:
+        name, nb = type(self).__name__, td.batch_dims
+        if self.recurrent_mode and nb < 1:
+            raise ValueError(f"{name} in recurrent mode needs a [*B, T] TensorDict, got batch {tuple(td.shape)}.")
+        x = td.get(self.in_key, None)
+        if x is None or x.shape[nb:] != (self.n_agents, self.n_agent_inputs):
+            raise ValueError(
+                f"{name} expects {self.in_key} of shape [*batch, n_agents={self.n_agents}, "
+                f"{self.n_agent_inputs}] with batch {tuple(td.shape)}, got "
+                f"{None if x is None else tuple(x.shape)}."
+            )
+        is_init = td.get(self.is_init_key, None)
+        if is_init is None:
+            raise KeyError(
+                f"{name} needs {self.is_init_key!r} to reset its hidden state at episode starts; "
+                "wrap the env with tdrl.core.InitTracker (TransformedEnv(env, InitTracker()))."
+            )
+        return x, is_init.bool().reshape(*td.shape), td.get(self.state_key, None)
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        """Run the GRU(s) on ``td``; writes ``out_key`` and ``("next", state_key)``."""
+        x, init, state = self._inputs(td)
+        batch, n, L, H = td.shape, self.n_agents, self.num_layers, self.hidden_size
+        if state is None:
+            state = x.new_zeros(*batch, n, L, H)
+            if not self.recurrent_mode:  # record the (zero) state so every step has the same keys
+                td.set(self.state_key, state)
+        # agent-major layout for the inner GRU: [*B', a, (T,) ...] with a = agents or 1
+        t_dim = len(batch) - 1  # the time dim of x / state in recurrent mode
+        if self.centralised:
+            x = x.flatten(-2).unsqueeze(-2)  # [*B, 1, n * F]
+        a = x.shape[-2]
+        agent_dim = t_dim if self.recurrent_mode else len(batch)  # of x / state once moved
+        if self.recurrent_mode:
+            x = x.movedim(-2, t_dim)  # [*B', a, T, F]
+            state = state.movedim(-3, t_dim)  # [*B', n, T, L, H]
+        outs, states = [], []
+        for k, gru in enumerate(self.grus):
+            if self.share_params:  # the agents are rows of one GRU's batch
+                xk, sk = x, state.narrow(agent_dim, 0, a)
+                init_k = init.unsqueeze(agent_dim).expand(xk.shape[:-1])
+            else:
+                xk, sk, init_k = x.select(agent_dim, min(k, a - 1)), state.select(agent_dim, k), init
+            shape = xk.shape[:-1]
+            inner = TensorDict({_X: xk, _S: sk, _INIT: init_k}, batch_size=shape)
+            inner = (gru.set_recurrent_mode(True) if self.recurrent_mode else gru)(inner)
+            outs.append(inner.get(_H))
+            states.append(inner.get((NEXT, _S)))
+        if self.share_params:
+            out, new = outs[0], states[0]
+        else:
+            out, new = torch.stack(outs, agent_dim), torch.stack(states, agent_dim)
+        if self.recurrent_mode:  # back to [*B', T, a, ...]
+            out, new = out.movedim(t_dim, -2), new.movedim(t_dim, -3)
+        if out.shape[-2] != n:  # centralised and shared: one GRU state for the team
+            out = out.expand(*out.shape[:-2], n, H)
+            new = new.expand(*new.shape[:-3], n, L, H)
+        td.set(self.out_key, out)
+        td.set(_next(self.state_key), new)
+        return td
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_agents={self.n_agents}, in={self.n_agent_inputs}, hidden={self.hidden_size}, "
+            f"layers={self.num_layers}, centralised={self.centralised}, share_params={self.share_params}, "
+            f"recurrent_mode={self.recurrent_mode}"
+        )
