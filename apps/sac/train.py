@@ -29,8 +29,6 @@ simulators cannot be checkpointed, so there every sub-env starts a fresh episode
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,14 +45,11 @@ from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
 from tdrl.core.train import (
     ConfigError,
     OffPolicyConfig,
+    OffPolicyLog,
     Run,
     UpdateBudget,
-    crossed,
-    episode_returns,
     evaluate_episodes,
-    finish_env_run,
     hydra_app,
-    mean_metrics,
 )
 
 
@@ -158,12 +153,15 @@ def train(cfg: Config) -> dict:
         collector.reset()  # the simulators restart: new episodes, seeded from the frame count
         collector.set_seed(cfg.seed + collector.frames)
 
-    returns, stats = [], []
+    def evaluate(seed: int) -> dict:  # the deterministic policy
+        return {"eval_return": evaluate_episodes(env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes, seed)}
+
+    log = OffPolicyLog(run, cfg, budget, evaluate, show=("train_return", "eval_return", "alpha"))
     for batch in collector:
         # 1. one step of every sub-env (uniformly random actions before learning_starts)
         frames, new = collector.frames, batch.numel()
         buffer.extend(batch.reshape(-1).select(*keep).to(device))
-        returns += episode_returns(batch)
+        log.add_batch(batch)
         # 2. gradient steps
         for _ in range(budget.add(frames, new)):
             out = loss_fn(buffer.sample())
@@ -171,33 +169,12 @@ def train(cfg: Config) -> dict:
             total_loss(out).backward()
             optim.step()
             updater.step()
-            stats.append(out.detach())
-        # 3. log, evaluate (deterministic policy), checkpoint
-        row = {}
-        if crossed(cfg.log_every, frames - new, frames):
-            row = {"updates": budget.updates, "fps": frames / run.elapsed,
-                   "train_return": run.record_episodes(returns), "episodes": len(returns),
-                   **mean_metrics(stats)}
-            returns, stats = [], []
-        if frames >= cfg.learning_starts and crossed(cfg.eval_every, frames - new, frames):
-            row["updates"] = budget.updates
-            row["eval_return"] = evaluate_episodes(env_for(cfg, cfg.eval_episodes), actor,
-                                                   cfg.eval_episodes, cfg.seed + 10_000)
-        if row:
-            run.log(frames, row, show=("train_return", "eval_return", "alpha"))
-        run.maybe_checkpoint(frames, **state)
-        if run.should_stop(row):
+            log.add_stats(out)
+        # 3. log, evaluate, checkpoint
+        if log.step(frames, new, state):
             break
-    frames = collector.frames
-    run.checkpoint(frames, **state)
-    collector.shutdown()
-    env.close()
-    eval_return = evaluate_episodes(env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes,
-                                    cfg.seed + 20_000)
-    torch.save({"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict(),
-                "config": dataclasses.asdict(cfg)}, os.path.join(cfg.out, "model.pt"))
-    summary = finish_env_run(run, cfg, frames, eval_return, f"{cfg.algorithm.upper()} {cfg.env_id}", updates=budget.updates)
-    return summary
+    model = {"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict()}
+    return log.close(collector, env, state, model, f"{cfg.algorithm.upper()} {cfg.env_id}")
 
 
 main = hydra_app(Config, train, name="sac", recipes=Path(__file__).parent / "recipes")
