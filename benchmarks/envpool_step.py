@@ -10,8 +10,8 @@ pre-drawn actions on every side:
   show what the exact semantics cost on a task with frequent episode ends;
 - ``tdrl``: ``EnvPoolEnv.step_and_maybe_reset(td)`` (the public TensorDict API: step,
   next root, partial reset);
-- ``tdrl dict``: the env's dict stepper plus the same partial resets (what the
-  ``Collector``'s loop runs).
+- ``tdrl dict``: the env's dict stepper and dict resetter (what the ``Collector``'s loop
+  runs).
 
 Target: tdrl <= 1.1x raw at batch 8 and 64. Every figure is the median over ``--repeats``
 interleaved blocks of ``--steps`` steps, one torch thread.
@@ -74,18 +74,14 @@ def _time_tdrl(env, acts: list) -> float:
 
 
 def _time_dict(env, acts: list) -> float:
-    from tensordict import TensorDict
-
-    stepper = env.dict_stepper()
+    stepper, resetter = env.dict_stepper(), env.dict_resetter()
     env.reset()
     t = time.perf_counter()
     for a in acts:
         nxt, any_done = stepper({"action": a})
-        if any_done:  # the Collector's reset of finished sub-envs
+        if any_done:  # the Collector's reset of finished sub-envs, on the dicts too
             nxt.pop("reward")
-            td = TensorDict(nxt, env.batch_size)
-            td["_reset"] = nxt["done"]
-            env.reset(td)
+            resetter(nxt, nxt["done"])
     return time.perf_counter() - t
 
 

@@ -183,11 +183,13 @@ def test_collector_dict_loop_equals_the_generic_loop():
         env = EnvPoolEnv("CartPole-v1", 3, num_threads=1, max_episode_steps=20)
         col = Collector(env, policy, frames_per_batch=90, seed=5)
         col._dict_loop = dict_loop
-        assert (env.dict_stepper() is not None)
+        assert env.dict_stepper() is not None and env.dict_resetter() is not None
         it = iter(col)
         out.append(torch.cat([next(it), next(it)], -1))
         col.shutdown()
     assert out[0].batch_size == (3, 60) and out[0]["next", "done"].sum() >= 3
+    ends = out[0]["next", "done"][..., 0].sum(0)
+    assert ((ends > 0) & (ends < 3)).any()  # partial resets (the numpy dict reset) were crossed
     assert (out[0] == out[1]).all()
 
 

@@ -207,9 +207,15 @@ class EnvPoolEnv(EnvBase):
         if not fast:
             return super().reset(tensordict, **kwargs)
         self._assert_open()
+        out = self._reset_merged(src, mask, prev)
+        return super().reset(tensordict) if out is None else self._make_td(out)
+
+    def _reset_merged(self, src: dict, mask: torch.Tensor, prev: torch.Tensor) -> dict | None:
+        """The partial reset of :meth:`reset` on the root's dict ``src``, in numpy; ``None``
+        when every or no sub-env resets (the generic path does those)."""
         mask_np = mask.numpy().reshape(self.num_envs)
         if mask_np.all() or not mask_np.any():
-            return super().reset(tensordict)
+            return None
         obs = self._reset_rows(mask_np, prev.numpy())
         keep = ~mask_np.reshape(self.num_envs, 1)
         out = {k: v for k, v in src.items() if k != RESET_KEY}
@@ -218,7 +224,27 @@ class EnvPoolEnv(EnvBase):
             flag = out.get(key)
             out[key] = (self._false if flag is None or flag.shape != (self.num_envs, 1)
                         else torch.from_numpy(flag.numpy() & keep))
-        return self._make_td(out)
+        return out
+
+    def dict_resetter(self) -> Callable[[dict, torch.Tensor], dict] | None:
+        """:meth:`EnvBase.dict_resetter`: the numpy partial reset of :meth:`reset` on the
+        root's dict (other cases through :meth:`reset`); where :meth:`dict_stepper` serves."""
+        if self.dict_stepper() is None or type(self).reset is not EnvPoolEnv.reset:
+            return None
+
+        def resetter(root: dict, mask: torch.Tensor) -> dict:
+            prev = root.get(OBSERVATION)
+            out = None
+            if (self._pending_seed is None and self._last_obs is not None and mask.dtype == torch.bool
+                    and prev is not None and tuple(prev.shape) == self._obs_shape and prev.dtype == self._obs_dtype):
+                self._assert_open()
+                out = self._reset_merged(root, mask, prev)
+            if out is None:
+                td = self.reset(self._make_td({**root, RESET_KEY: mask}))
+                out = dict(td._tensordict) if type(td) is TensorDict else dict(td.items())
+            return out
+
+        return resetter
 
     def step_and_maybe_reset(
         self, tensordict: TensorDictBase
