@@ -109,8 +109,10 @@ def _stack_one(modules: Sequence[nn.Module]) -> nn.Module:
     if any(type(m) is not type(first) for m in modules):
         raise TypeError(f"stack_seeds: the seeds built different types {sorted({type(m).__name__ for m in modules})}; "
                         "a function of the seed must build the same architecture for every seed.")
+    # the innermost TensorDict modules that hold parameters (a sequence's members, not the sequence)
     tdmods = [n for n, m in first.named_modules() if isinstance(m, TensorDictModule)
-              and not isinstance(m.module, TensorDictModule) and any(True for _ in m.module.parameters())]
+              and not any(isinstance(x, TensorDictModule) for x in m.module.modules())
+              and any(True for _ in m.module.parameters())]
     if not tdmods:
         return SeedStackedModule(modules)
     out = copy.deepcopy(first)
