@@ -158,7 +158,8 @@ def build_seeds(build: Callable[[int], Any], seeds: Sequence[int], stack: bool =
 
     Returns:
         ``build``'s structure with every network stacked over ``seeds`` (or the list of
-        ``build(seed)``).
+        ``build(seed)``). The global CPU generator is restored afterwards, so what the caller
+        draws next (actions, permutations) depends on its own seed, not on the last of ``seeds``.
     """
     seeds = list(seeds)
     if not seeds:
@@ -166,9 +167,10 @@ def build_seeds(build: Callable[[int], Any], seeds: Sequence[int], stack: bool =
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"build_seeds: seeds {seeds} repeat a seed; each stacked model needs its own.")
     built = []
-    for seed in seeds:
-        torch.manual_seed(seed)
-        built.append(build(seed))
+    with torch.random.fork_rng(devices=[]):  # the caller's CPU generator is left as it was
+        for seed in seeds:
+            torch.manual_seed(seed)
+            built.append(build(seed))
     return stack_seeds(built) if stack else built
 
 
