@@ -91,6 +91,18 @@ def main() -> None:
     ppo = load_app("ppo")
     extras = {"CartPole-v1": [], "Pendulum-v1": ["norm_obs=false"]}
     rows = []
+
+    def emit(row: str, figures: dict, ratio: str) -> None:
+        """Print a row and (with --record) store it at once, so a cut-short run keeps what it measured."""
+        rows.append((row, figures, ratio))
+        print(rows[-1], flush=True)
+        if args.record:
+            from records import write_record
+
+            write_record(SECTION, TABLE, row, figures, peer="the same 3 seeds run one after another", ratio=ratio,
+                         note=f"Median of {args.repeats} interleaved rounds, one torch thread; the ratio is on the "
+                              "whole train() call (the training-loop ratio beside it).")
+
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for env_id in args.cases.split(","):
@@ -99,7 +111,7 @@ def main() -> None:
             med = {k: statistics.median(r[k] for r in rounds) for k in ("vec_s", "seq_s", "vec_loop", "seq_loop")}
             fr = rounds[0]["frames"]
             ratio, loop_ratio = med["seq_s"] / med["vec_s"], med["seq_loop"] / med["vec_loop"]
-            rows.append((f"PPO app, {env_id}, 3 seeds x {args.frames:,} frames (8 envs x 32 steps, 20 epochs)",
+            emit(*(f"PPO app, {env_id}, 3 seeds x {args.frames:,} frames (8 envs x 32 steps, 20 epochs)",
                          {"vectorised frames/s": _fmt(fr / med["vec_s"]), "sequential frames/s": _fmt(fr / med["seq_s"]),
                           "training loop only": f"{_fmt(fr / med['vec_loop'])} vs {_fmt(fr / med['seq_loop'])} "
                                                 f"(x{loop_ratio:.2f})",
@@ -107,25 +119,16 @@ def main() -> None:
                               f"{[round(x) for x in rounds[-1]['vec_returns']]} / "
                               f"{[round(x) for x in rounds[-1]['seq_returns']]}"},
                          f"x{ratio:.2f}"))
-            print(rows[-1], flush=True)
         if args.marl_iters:
             rounds = [marl_case(tmp / f"m{r}", 6000, args.marl_iters) for r in range(args.repeats)]
             vec_s = statistics.median(r["vec_s"] for r in rounds)
             seq_s = statistics.median(r["seq_s"] for r in rounds)
             fr = rounds[0]["frames"]
-            rows.append((f"MAPPO (tdrl.marl runner), VMAS navigation, 3 seeds x {args.marl_iters} iterations of "
+            emit(*(f"MAPPO (tdrl.marl runner), VMAS navigation, 3 seeds x {args.marl_iters} iterations of "
                          "6,000 frames (60 envs, 4 epochs, MLP 64x64)",
                          {"vectorised frames/s": _fmt(fr / vec_s), "sequential frames/s": _fmt(fr / seq_s),
                           "training loop only": "-", "eval return per seed (vectorised / sequential)": "-"},
                          f"x{seq_s / vec_s:.2f}"))
-            print(rows[-1], flush=True)
-    if args.record:
-        from records import write_record
-
-        for row, figures, ratio in rows:
-            write_record(SECTION, TABLE, row, figures, peer="the same 3 seeds run one after another", ratio=ratio,
-                         note="Median of interleaved rounds, one torch thread; the ratio is on the whole train() "
-                              "call (the training-loop ratio beside it).")
 
 
 if __name__ == "__main__":

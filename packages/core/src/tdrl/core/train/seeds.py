@@ -52,15 +52,39 @@ __all__ = [
 ]
 
 
+_ELEMENTWISE = (nn.Tanh, nn.ReLU, nn.ELU, nn.SiLU, nn.GELU, nn.LeakyReLU, nn.Sigmoid, nn.Softplus, nn.Mish,
+                nn.Identity)
+
+
+def _linear_plan(module: nn.Module) -> list[tuple] | None:
+    """The layers of a plain MLP (``nn.Sequential`` / ``tdrl.core.modules.MLP`` of ``nn.Linear``
+    and element-wise activations) for the batched-matmul path; None for anything else."""
+    from tdrl.core.modules.models import MLP
+
+    if type(module) not in (nn.Sequential, MLP):
+        return None
+    plan = []
+    for i, child in enumerate(module):
+        if type(child) is nn.Linear:
+            plan.append(("linear", f"{i}.weight", f"{i}.bias" if child.bias is not None else None))
+        elif type(child) in _ELEMENTWISE:
+            plan.append(("act", child))
+        else:
+            return None
+    return plan
+
+
 class SeedStackedModule(nn.Module):
-    """``n_seeds`` copies of one architecture evaluated in one ``vmap``-ed call.
+    """``n_seeds`` copies of one architecture evaluated in one batched call.
 
     Args:
         modules: one module per seed, same architecture (their current weights are stacked).
 
     Shapes: input ``[n_seeds * N, ...]`` (seed-major) -> output ``[n_seeds * N, ...]``.
     Parameters are ``[n_seeds, *shape]`` (``stacked_params``), so an optimiser over them
-    updates every seed at once.
+    updates every seed at once. A plain MLP (linear layers and element-wise activations) runs
+    as one ``baddbmm`` per layer; any other module through ``vmap`` over ``functional_call``
+    (the same result, with more per-call overhead: ~2.5 ms a call on this CPU).
     """
 
     def __init__(self, modules: Sequence[nn.Module]) -> None:
@@ -75,6 +99,7 @@ class SeedStackedModule(nn.Module):
         for i, n in enumerate(self._buffer_names):
             self.register_buffer(f"_stacked_buffer_{i}", buffers[n].clone())
         self._base = [copy.deepcopy(modules[0]).to("meta")]  # a list: not a registered submodule
+        self._plan = _linear_plan(modules[0]) if not self._buffer_names else None
 
     def _state(self) -> tuple[dict, dict]:
         params = dict(zip(self._names, self.stacked_params))
@@ -91,6 +116,8 @@ class SeedStackedModule(nn.Module):
         if xs[0].shape[0] % s:
             raise ValueError(f"SeedStackedModule: leading dim {xs[0].shape[0]} is not a multiple of n_seeds={s} "
                              "(inputs must be n_seeds seed-major blocks).")
+        if self._plan is not None:
+            return self._forward_linear(xs)
         split = tuple(x.reshape(s, x.shape[0] // s, *x.shape[1:]) for x in xs)
         base = self._base[0]
 
@@ -101,6 +128,23 @@ class SeedStackedModule(nn.Module):
         out = vmap(one)(params, buffers, *split)
         merge = lambda y: y.reshape(s * y.shape[1], *y.shape[2:])  # noqa: E731
         return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
+
+
+    def _forward_linear(self, xs: tuple[Tensor, ...]) -> Tensor:
+        """The MLP path: ``[n_seeds, rows, features]`` through one ``baddbmm`` per layer."""
+        x = xs[0] if len(xs) == 1 else torch.cat(xs, dim=-1)
+        lead = x.shape[:-1]
+        x = x.reshape(self.n_seeds, -1, x.shape[-1])
+        params = dict(zip(self._names, self.stacked_params))
+        for step in self._plan:
+            if step[0] == "act":
+                x = step[1](x)
+                continue
+            w = params[step[1]].transpose(1, 2)
+            x = torch.bmm(x, w) if step[2] is None else torch.baddbmm(params[step[2]].unsqueeze(1), x, w)
+        out = x.reshape(*lead, x.shape[-1])
+        out_shape = getattr(self._base[0], "out_shape", ())
+        return out.reshape(*out.shape[:-1], *out_shape) if len(out_shape) > 1 else out
 
 
 def _stack_one(modules: Sequence[nn.Module]) -> nn.Module:
