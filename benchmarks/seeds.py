@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=16384, help="PPO frames per seed")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--marl-iters", type=int, default=3, help="MAPPO iterations of 6,000 frames per seed (0: skip)")
-    ap.add_argument("--cases", default="CartPole-v1,Pendulum-v1")
+    ap.add_argument("--cases", default="CartPole-v1,Pendulum-v1", help="PPO tasks, comma-separated (empty: none)")
     ap.add_argument("--record", action="store_true", help="write the rows to benchmarks/results")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -105,7 +105,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        for env_id in args.cases.split(","):
+        for env_id in [c for c in args.cases.split(",") if c]:
             rounds = [ppo_case(ppo, env_id, extras[env_id], args.frames, tmp, f"{env_id}-{r}")
                       for r in range(args.repeats)]
             med = {k: statistics.median(r[k] for r in rounds) for k in ("vec_s", "seq_s", "vec_loop", "seq_loop")}
