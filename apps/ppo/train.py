@@ -450,7 +450,8 @@ def evaluate_checkpoint(cfg: Config, path: str | None = None) -> dict:
     ``cfg.eval_episodes`` fresh deterministic episodes; works while its run still trains.
 
     Returns:
-        ``{"frames": int, "eval_return": float, "checkpoint": str}``.
+        ``{"frames": int, "eval_return": float, "checkpoint": str}`` (with ``n_seeds > 1``
+        also ``eval_return_seeds``, and ``eval_return`` their mean).
     """
     from tdrl.core.train import Checkpointer
 

@@ -50,6 +50,9 @@ def test_a_seed_does_not_depend_on_the_other_seeds(ppo, tmp_path, env_id, extra)
     saved = json.loads((out1 / "summary.json").read_text())
     assert saved["eval_return"] == pytest.approx(sum(saved["eval_return_seeds"]) / 2)
     assert "eval_return/seed_1" in rows1[-1]
+    if env_id == "CartPole-v1":  # eval_only rebuilds the stacked actor from the last checkpoint
+        cfg = ppo.main.load([f"out={out5}", "n_seeds=2", "seed=0", "eval_only=true"], recipe="tiny")
+        assert ppo.run_app(cfg)["eval_return_seeds"][0] == s5["eval_return_seeds"][0]
 
 
 def test_seeds_follow_the_seed_so_sweeps_compose(ppo):
