@@ -99,9 +99,12 @@ def main() -> None:
         if args.record:
             from records import write_record
 
+            note = (f"MAPPO: median of {args.repeats} rounds; the ratio is on the runner's wall time (vectorised run "
+                    "vs the seeds one after another, evaluation included)." if row.startswith("MAPPO") else
+                    f"PPO: median of {args.repeats} interleaved rounds; the ratio is on the whole train() call (the "
+                    "training-loop ratio beside it).")
             write_record(SECTION, TABLE, row, figures, peer="the same 3 seeds run one after another", ratio=ratio,
-                         note=f"Median of {args.repeats} interleaved rounds, one torch thread; the ratio is on the "
-                              "whole train() call (the training-loop ratio beside it).")
+                         note=note)
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
