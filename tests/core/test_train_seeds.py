@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 from torch import nn
 
 from tdrl.core.envs import PendulumEnv, make_env
 from tdrl.core.modules import MLP, MaskedCategorical, ProbabilisticActor, ValueOperator
 from tdrl.core.objectives import PPOLoss, total_loss
-from tensordict.nn import TensorDictModule
 from tdrl.core.train import (
     SeedStackedModule,
     block_seeds,
