@@ -202,19 +202,25 @@ def build_seeds(build: Callable[[int], Any], seeds: Sequence[int], stack: bool =
 
     Returns:
         ``build``'s structure with every network stacked over ``seeds`` (or the list of
-        ``build(seed)``). The global CPU generator is restored afterwards, so what the caller
-        draws next (actions, permutations) depends on its own seed, not on the last of ``seeds``.
+        ``build(seed)``). The global CPU generator is left as after building ``seeds[0]``, so
+        what the caller draws next depends on ``seeds[0]`` alone, not on the other seeds.
     """
     seeds = list(seeds)
     if not seeds:
         raise ValueError("build_seeds needs at least one seed.")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"build_seeds: seeds {seeds} repeat a seed; each stacked model needs its own.")
-    built = []
-    with torch.random.fork_rng(devices=[]):  # the caller's CPU generator is left as it was
-        for seed in seeds:
-            torch.manual_seed(seed)
-            built.append(build(seed))
+    built, after_first = [], None
+    for seed in seeds:
+        torch.manual_seed(seed)
+        built.append(build(seed))
+        if after_first is None:
+            after_first = torch.get_rng_state()
+    # the CPU generator continues as a single run of seeds[0] continues after building: what is
+    # drawn next (actions, permutations) depends on seeds[0] only, and never replays the draws
+    # that initialised a network (a generator restored to just after manual_seed(seeds[0])
+    # would hand the init's numbers to the action sampling)
+    torch.set_rng_state(after_first)
     return stack_seeds(built) if stack else built
 
 
