@@ -25,11 +25,11 @@ from tdrl.core.collectors import Collector
 from tdrl.core.keys import EPISODE_REWARD
 from tdrl.core.objectives import SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
+from tdrl.core.train.seeds import clip_grad_norm_per_seed, per_seed, seed_of_env, stacked_seed_counts
 
 from .algorithms import OffPolicyParts, OnPolicyParts
 from .checks import TeamRewardCheck
 from .keys import DONE, GROUP, IS_INIT, NEXT, REWARD, VALUE_TARGET
-from .vectorised import SeedStackedModule
 
 __all__ = ["TrainConfig", "collect", "with_episode_returns", "EpisodeReturns", "evaluate", "evaluate_per_env",
            "evaluate_groups", "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy",
@@ -220,8 +220,8 @@ def _seed_returns(trackers: dict, n_seeds: int, n_envs: int) -> list[float]:
     for t in trackers.values():
         sums, counts = [0.0] * n_seeds, [0] * n_seeds
         for ret, env_i in zip(t.last_returns, t.last_envs):
-            sums[env_i // n_envs] += ret
-            counts[env_i // n_envs] += 1
+            sums[seed_of_env(env_i, n_envs)] += ret
+            counts[seed_of_env(env_i, n_envs)] += 1
         per_group.append([s / c if c else float("nan") for s, c in zip(sums, counts)])
     return [sum(v) / len(v) for v in zip(*per_group)]
 
@@ -239,18 +239,9 @@ def _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_see
         if len(per_group) > 1:
             rec.update({f"eval_return/{g}": float(v.mean()) for g, v in per_group.items()})
         if n_seeds > 1:  # eval_env holds n_seeds blocks of sub-envs, seed-major
-            rec["eval_return_seeds"] = per_env.reshape(n_seeds, -1).mean(-1).tolist()
+            rec["eval_return_seeds"] = per_seed(per_env.flatten(), n_seeds).mean(-1).tolist()
     rec.update(extra)
     return rec
-
-
-def _clip_per_seed(params: list[torch.Tensor], max_norm: float, n_seeds: int) -> None:
-    """Clip the gradient norm of each seed's slice (dim 0) of stacked parameters separately."""
-    grads = [p.grad for p in params if p.grad is not None]
-    sq = torch.stack([g.reshape(n_seeds, -1).pow(2).sum(-1) for g in grads]).sum(0)
-    scale = (max_norm / (sq.sqrt() + 1e-6)).clamp(max=1.0)
-    for g in grads:
-        g.mul_(scale.reshape(n_seeds, *([1] * (g.ndim - 1))))
 
 
 def on_policy_optimizer(groups: Mapping[str, OnPolicyParts], cfg: TrainConfig
@@ -277,7 +268,7 @@ def on_policy_optimizer(groups: Mapping[str, OnPolicyParts], cfg: TrainConfig
 def _check_seeds(groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
     """Every seed-stacked network of ``groups`` must hold ``n_seeds`` seeds (none when 1)."""
     for g, p in groups.items():
-        found = {m.n_seeds for m in p.loss.modules() if isinstance(m, SeedStackedModule)}
+        found = stacked_seed_counts(p.loss)
         if n_seeds > 1 and found != {n_seeds}:
             raise ValueError(
                 f"n_seeds={n_seeds}, but group {g!r} has networks stacked over {sorted(found) or 'no'} seeds; "
@@ -352,8 +343,8 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
     # the losses read the root only: drop "next" so each minibatch gathers half the data
     if _recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
         flat, frames_per_row = batch.exclude(NEXT).reshape(1, -1, batch.shape[-1]), batch.shape[-1]
-    else:
-        flat, frames_per_row = batch.exclude(NEXT).reshape(n_seeds, -1), 1  # seed-major blocks
+    else:  # seed-major blocks [n_seeds, N]
+        flat, frames_per_row = per_seed(batch.exclude(NEXT).reshape(-1), n_seeds), 1
     _check_masks(flat, groups, n_seeds)
     n = flat.shape[1]
     mb = min(max(1, cfg.minibatch_size // frames_per_row), n)
@@ -368,7 +359,7 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
             if cfg.max_grad_norm is not None:
                 for params in clip_groups:
                     if n_seeds > 1:
-                        _clip_per_seed(params, cfg.max_grad_norm, n_seeds)
+                        clip_grad_norm_per_seed(params, cfg.max_grad_norm, n_seeds)
                     elif params:
                         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             optimizer.step()

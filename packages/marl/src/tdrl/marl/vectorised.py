@@ -1,8 +1,9 @@
-"""Several seeds of one algorithm trained as one vectorised model.
+"""Several seeds of one algorithm trained as one vectorised model (MAPPO / IPPO).
 
-Each seed's networks are built (and initialised) separately, then their parameters are
-stacked along a new leading seed dim with ``torch.func.stack_module_state`` and evaluated
-with ``torch.func.vmap`` over ``functional_call``. The env holds ``n_seeds`` seed-major
+A thin user of :mod:`tdrl.core.train.seeds`: each seed's networks are built (and
+initialised) by :func:`~tdrl.core.train.seeds.build_seeds`, then stacked along a new leading
+seed dim (:class:`~tdrl.core.train.seeds.SeedStackedModule`: ``stack_module_state`` +
+``vmap`` over ``functional_call``). The env holds ``n_seeds`` seed-major
 blocks of sub-envs, so one env step, one forward pass and one optimiser step serve every
 seed; Adam is element-wise and :func:`~tdrl.marl.trainer.train_on_policy` clips gradients
 per seed, so the seeds stay independent. Every agent group of a multi-group env is stacked
@@ -18,13 +19,11 @@ would mix the seeds); off-policy QMIX/VDN have no vectorised path.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 
-import torch
-from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
-from torch import Tensor, nn
-from torch.func import functional_call, stack_module_state, vmap
+from tensordict.nn import ProbabilisticTensorDictSequential
+
+from tdrl.core.train.seeds import SeedStackedModule, build_seeds, stack_seeds
 
 from .algorithms import OnPolicyParts, make_groups, make_ippo, make_mappo
 from .keys import GROUP
@@ -33,62 +32,14 @@ from .objectives import MAPPOConfig
 __all__ = ["SeedStackedModule", "make_vectorised_groups", "make_vectorised_on_policy"]
 
 
-class SeedStackedModule(nn.Module):
-    """``n_seeds`` copies of one architecture evaluated in one ``vmap``-ed call.
-
-    Args:
-        modules: one module per seed, same architecture (their current weights are stacked).
-
-    Shapes: input ``[n_seeds * N, ...]`` (seed-major) -> output ``[n_seeds * N, ...]``.
-    Parameters are ``[n_seeds, *shape]`` (``stacked_params``), so an optimiser over them
-    updates every seed at once.
-    """
-
-    def __init__(self, modules: Sequence[nn.Module]) -> None:
-        super().__init__()
-        self.n_seeds = len(modules)
-        params, buffers = stack_module_state(list(modules))
-        self._names = list(params)
-        self.stacked_params = nn.ParameterList([nn.Parameter(params[n].detach().clone()) for n in self._names])
-        self._buffer_names = list(buffers)
-        for i, n in enumerate(self._buffer_names):
-            self.register_buffer(f"_stacked_buffer_{i}", buffers[n].clone())
-        self._base = [copy.deepcopy(modules[0]).to("meta")]  # a list: not a registered submodule
-
-    def _state(self) -> tuple[dict, dict]:
-        params = dict(zip(self._names, self.stacked_params))
-        buffers = {n: getattr(self, f"_stacked_buffer_{i}") for i, n in enumerate(self._buffer_names)}
-        return params, buffers
-
-    def forward(self, *xs: Tensor):
-        s = self.n_seeds
-        if xs[0].shape[0] % s:
-            raise ValueError(f"SeedStackedModule: leading dim {xs[0].shape[0]} is not a multiple of n_seeds={s}.")
-        split = tuple(x.reshape(s, x.shape[0] // s, *x.shape[1:]) for x in xs)
-        base = self._base[0]
-
-        def one(params, buffers, *inp):
-            return functional_call(base, (params, buffers), inp)
-
-        params, buffers = self._state()
-        out = vmap(one)(params, buffers, *split)
-        merge = lambda y: y.reshape(s * y.shape[1], *y.shape[2:])  # noqa: E731
-        return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
-
-
-def _stack_tdmodule(mods: list[TensorDictModule]) -> TensorDictModule:
-    return TensorDictModule(SeedStackedModule([m.module for m in mods]),
-                            in_keys=list(mods[0].in_keys), out_keys=list(mods[0].out_keys))
-
-
 _BUILDERS: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo}
 
 
 def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
     """One group's parts with actor and critic stacked over the seeds of ``per_seed``."""
     first = per_seed[0]
-    actor_params = _stack_tdmodule([p.policy.module[0] for p in per_seed])
-    critic = _stack_tdmodule([p.critic for p in per_seed])
+    actor_params = stack_seeds([p.policy.module[0] for p in per_seed])
+    critic = stack_seeds([p.critic for p in per_seed])
     policy = ProbabilisticTensorDictSequential(actor_params, *list(first.policy.module[1:]))
     est = first.estimator
     if first.loss.value_norm is not None or est.value_norm is not None or est.average_advantage:
@@ -147,10 +98,8 @@ def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
         raise ValueError("normalize_advantage=True is not supported with vectorised seeds (the minibatch "
                          "statistics would mix the seeds); standardise advantages per seed yourself or "
                          "train the seeds one after another.")
-    per_seed = []
-    for seed in seeds:
-        torch.manual_seed(seed)
-        per_seed.append(make_groups(name, env, config, groups, num_cells=num_cells))
+    per_seed = build_seeds(lambda seed: make_groups(name, env, config, groups, num_cells=num_cells), seeds,
+                           stack=False)
     return {g: _stack_parts([p[g] for p in per_seed], g) for g in per_seed[0]}
 
 

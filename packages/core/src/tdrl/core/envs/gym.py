@@ -231,7 +231,7 @@ class GymWrapper(EnvBase):
             # a 0-d Box is exposed as shape (1,) (TorchRL's convention): give gym its shape back
             conv, target = self._act_conv, (*batch, *act_space.shape)
             self._act_conv = lambda a: conv(a).reshape(target)
-        self._pending_seed: int | None = None
+        self._pending_seed: int | list[int] | None = None
         self._stash: dict | None = None
         self.autoreset_mode = None
         if self.is_vector:
@@ -523,6 +523,14 @@ class GymWrapper(EnvBase):
             row = row if self._obs_is_dict else {OBSERVATION: row}
             _write_row(source, row, int(i))
         return source
+
+    def set_sub_env_seeds(self, seeds: list[int]) -> None:
+        """Seed every sub-env on its own (the next reset starts from ``seeds[i]`` in sub-env
+        ``i``), e.g. the seed-major blocks of :func:`tdrl.core.train.seeds.block_seeds`."""
+        n = self.batch_size[0] if self.is_vector else 1
+        if len(seeds) != n:
+            raise ValueError(f"GymEnv.set_sub_env_seeds: {len(seeds)} seeds for {n} sub-envs.")
+        self._pending_seed = [int(s) for s in seeds] if self.is_vector else int(seeds[0])
 
     def _set_seed(self, seed: int) -> int:
         self._pending_seed = seed

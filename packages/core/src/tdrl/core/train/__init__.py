@@ -1,7 +1,7 @@
 """Training utilities and the run harness every app uses: documented config dataclasses on
 Hydra's command line (:mod:`.config`), the run folder with its loggers, cadence, checkpoints
 and exact resume (:class:`Run`), rank-0-only writes under ``torch.distributed``, plots and
-evaluation episodes."""
+evaluation episodes; seeds trained as one vectorised model (:mod:`.seeds`)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,25 @@ from tdrl.core.train.distributed import (
     main_process_first,
     rank_and_world,
 )
-from tdrl.core.train.evaluation import episode_returns, evaluate_episodes
+from tdrl.core.train.evaluation import episode_returns, evaluate_episodes, evaluate_per_env
 from tdrl.core.train.history import MetricHistory, truncate_csv
 from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbLogger
 from tdrl.core.train.plots import plot_curves
 from tdrl.core.train.progress import ProgressBar
 from tdrl.core.train.rl import EnvRunConfig, OffPolicyConfig, OffPolicyLog, UpdateBudget, finish_env_run, mean_metrics
 from tdrl.core.train.run import Run, crossed, run_folder
+from tdrl.core.train.seeds import (
+    SeedStackedModule,
+    block_seeds,
+    build_seeds,
+    clip_grad_norm_per_seed,
+    normalize_per_seed,
+    per_seed,
+    seed_of_env,
+    seed_sub_envs,
+    stack_seeds,
+    stacked_seed_counts,
+)
 from tdrl.core.train.state import GeneratorState, StateBox
 
 __all__ = [
@@ -49,6 +61,17 @@ __all__ = [
     "run_folder",
     "plot_curves",
     "evaluate_episodes",
+    "evaluate_per_env",
+    "SeedStackedModule",
+    "build_seeds",
+    "stack_seeds",
+    "clip_grad_norm_per_seed",
+    "block_seeds",
+    "seed_sub_envs",
+    "seed_of_env",
+    "per_seed",
+    "normalize_per_seed",
+    "stacked_seed_counts",
     "episode_returns",
     "init_from_env",
     "is_main_process",

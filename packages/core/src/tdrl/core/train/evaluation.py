@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
-__all__ = ["evaluate_episodes", "episode_returns"]
+__all__ = ["evaluate_episodes", "evaluate_per_env", "episode_returns"]
 
 
 @torch.no_grad()
@@ -25,11 +27,32 @@ def evaluate_episodes(env, policy, episodes: int, seed: int, close: bool = True)
     Returns:
         The mean of the first finished episode's return of each sub-env.
     """
+    return float(evaluate_per_env(env, policy, episodes, seed, close).mean())
+
+
+@torch.no_grad()
+def evaluate_per_env(env, policy, episodes: int, seed: int | Sequence[int], close: bool = True) -> torch.Tensor:
+    """The return of the first episode of each sub-env of ``env`` under the deterministic
+    policy, ``[episodes]``.
+
+    Args:
+        env, policy, episodes, close: as :func:`evaluate_episodes`.
+        seed: seed of the evaluation envs (sub-env ``i`` gets ``seed + i``), or one seed per
+            sub-env (e.g. seed-major blocks from :func:`tdrl.core.train.seeds.block_seeds`).
+
+    Returns:
+        ``[episodes]`` returns, in sub-env order.
+    """
     from tdrl.core import step_mdp
 
     if tuple(env.batch_size) != (episodes,):
         raise ValueError(f"evaluate_episodes: env batch size {tuple(env.batch_size)} != ({episodes},).")
-    env.set_seed(seed)
+    if isinstance(seed, int):
+        env.set_seed(seed)
+    else:
+        from tdrl.core.train.seeds import seed_sub_envs
+
+        seed_sub_envs(env, list(seed))
     td = env.reset()
     finished = torch.zeros(episodes, dtype=torch.bool)
     returns = torch.zeros(episodes)
@@ -46,7 +69,7 @@ def evaluate_episodes(env, policy, episodes: int, seed: int, close: bool = True)
                 td = env.reset(td).exclude("_reset")
     if close:
         env.close()
-    return float(returns.mean())
+    return returns
 
 
 def episode_returns(batch: TensorDictBase) -> list[float]:

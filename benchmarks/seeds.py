@@ -1,0 +1,138 @@
+"""Seeds as one vectorised model vs the same seeds run one after another, same frames each.
+
+    flock /tmp/tdrl-cpu.lock python benchmarks/seeds.py [--frames 16384] [--repeats 3] [--record]
+
+PPO app (``apps/ppo/train.py``): ``n_seeds=3`` (one process, one env of 3 seed-major blocks,
+actor and critic stacked over the seeds and evaluated with ``vmap``; ``tdrl.core.train.seeds``)
+against three calls of the same app with ``seed=0``, ``1``, ``2`` one after another, each
+``--frames`` frames per seed, on CartPole-v1 (the app's defaults: 8 envs x 32 steps, 20 epochs
+of one 256-frame minibatch) and Pendulum-v1 (the same settings, ``norm_obs=false``; rewards are
+scaled per seed). Figures are frames per second of every seed together: the whole ``train()``
+call (env creation, training, final evaluation, files), and the training loop alone (the
+``time_s`` of the last iteration in ``metrics.csv``). MARL: MAPPO on VMAS navigation through
+``tdrl.marl.runner`` (``compare_sequential``: the same seeds vectorised, then one after
+another). One torch thread; the median over ``--repeats`` interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[1]
+SECTION, TABLE = "Vectorised seeds", "3 seeds in one process vs one after another, same frames per seed"
+SEEDS = (0, 1, 2)
+
+
+def _loop_seconds(out: Path) -> float:
+    """The training loop's time: ``time_s`` of the last iteration row of ``metrics.csv``."""
+    with open(out / "metrics.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("iteration")]
+    return float(rows[-1]["time_s"])
+
+
+def ppo_case(ppo, env_id: str, extra: list[str], frames: int, tmp: Path, tag: str) -> dict:
+    """One round: the vectorised run, then the sequential runs; seconds of each."""
+    base = [f"env_id={env_id}", f"total_frames={frames}", "progress=false", "checkpoint_every=0", *extra]
+    out = tmp / f"{tag}-vec"
+    t0 = time.perf_counter()
+    vec = ppo.train(ppo.main.load([*base, f"out={out}", f"seed={SEEDS[0]}", f"n_seeds={len(SEEDS)}"]))
+    vec_s, vec_loop = time.perf_counter() - t0, _loop_seconds(out)
+    seq_s = seq_loop = 0.0
+    seq_returns = []
+    for s in SEEDS:
+        out = tmp / f"{tag}-seq{s}"
+        t0 = time.perf_counter()
+        res = ppo.train(ppo.main.load([*base, f"out={out}", f"seed={s}"]))
+        seq_s += time.perf_counter() - t0
+        seq_loop += _loop_seconds(out)
+        seq_returns.append(res["eval_return"])
+    return {"vec_s": vec_s, "seq_s": seq_s, "vec_loop": vec_loop, "seq_loop": seq_loop,
+            "frames": frames * len(SEEDS), "vec_returns": vec["eval_return_seeds"], "seq_returns": seq_returns}
+
+
+def marl_case(tmp: Path, frames_per_batch: int, n_iters: int) -> dict:
+    from tdrl.marl.runner import BenchConfig, run_benchmark
+
+    cfg = BenchConfig(algorithms=("mappo",), tasks=("navigation",), seeds=SEEDS, num_envs=frames_per_batch // 100,
+                      frames_per_batch=frames_per_batch, n_iters=n_iters, num_epochs=4, minibatch_size=400,
+                      num_cells=(64, 64), eval_envs=2, eval_interval=n_iters, compare_sequential=True,
+                      out_dir=str(tmp / "marl"))
+    sp = run_benchmark(cfg)["speedups"][0]
+    return {"vec_s": sp["vectorised_s"], "seq_s": sp["sequential_s"],
+            "frames": frames_per_batch * n_iters * len(SEEDS)}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--frames", type=int, default=16384, help="PPO frames per seed")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--marl-iters", type=int, default=3, help="MAPPO iterations of 6,000 frames per seed (0: skip)")
+    ap.add_argument("--cases", default="CartPole-v1,Pendulum-v1", help="PPO tasks, comma-separated (empty: none)")
+    ap.add_argument("--record", action="store_true", help="write the rows to benchmarks/results")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from tdrl.core.cli import load_app
+
+    ppo = load_app("ppo")
+    extras = {"CartPole-v1": [], "Pendulum-v1": ["norm_obs=false"]}
+    rows = []
+
+    def emit(row: str, figures: dict, ratio: str) -> None:
+        """Print a row and (with --record) store it at once, so a cut-short run keeps what it measured."""
+        rows.append((row, figures, ratio))
+        print(rows[-1], flush=True)
+        if args.record:
+            from records import write_record
+
+            note = (f"MAPPO: median of {args.repeats} rounds; the ratio is on the runner's wall time (vectorised run "
+                    "vs the seeds one after another, evaluation included)." if row.startswith("MAPPO") else
+                    f"PPO: median of {args.repeats} interleaved rounds; the ratio is on the whole train() call (the "
+                    "training-loop ratio beside it).")
+            write_record(SECTION, TABLE, row, figures, peer="the same 3 seeds run one after another", ratio=ratio,
+                         note=note)
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for env_id in [c for c in args.cases.split(",") if c]:
+            rounds = [ppo_case(ppo, env_id, extras[env_id], args.frames, tmp, f"{env_id}-{r}")
+                      for r in range(args.repeats)]
+            med = {k: statistics.median(r[k] for r in rounds) for k in ("vec_s", "seq_s", "vec_loop", "seq_loop")}
+            fr = rounds[0]["frames"]
+            ratio, loop_ratio = med["seq_s"] / med["vec_s"], med["seq_loop"] / med["vec_loop"]
+            emit(*(f"PPO app, {env_id}, 3 seeds x {args.frames:,} frames (8 envs x 32 steps, 20 epochs)",
+                         {"vectorised frames/s": _fmt(fr / med["vec_s"]), "sequential frames/s": _fmt(fr / med["seq_s"]),
+                          "training loop only": f"{_fmt(fr / med['vec_loop'])} vs {_fmt(fr / med['seq_loop'])} "
+                                                f"(x{loop_ratio:.2f})",
+                          "eval return per seed (vectorised / sequential)":
+                              f"{[round(x) for x in rounds[-1]['vec_returns']]} / "
+                              f"{[round(x) for x in rounds[-1]['seq_returns']]}"},
+                         f"x{ratio:.2f}"))
+        if args.marl_iters:
+            rounds = [marl_case(tmp / f"m{r}", 6000, args.marl_iters) for r in range(args.repeats)]
+            vec_s = statistics.median(r["vec_s"] for r in rounds)
+            seq_s = statistics.median(r["seq_s"] for r in rounds)
+            fr = rounds[0]["frames"]
+            emit(*(f"MAPPO (tdrl.marl runner), VMAS navigation, 3 seeds x {args.marl_iters} iterations of "
+                         "6,000 frames (60 envs, 4 epochs, MLP 64x64)",
+                         {"vectorised frames/s": _fmt(fr / vec_s), "sequential frames/s": _fmt(fr / seq_s),
+                          "training loop only": "-", "eval return per seed (vectorised / sequential)": "-"},
+                         f"x{seq_s / vec_s:.2f}"))
+
+
+if __name__ == "__main__":
+    main()
