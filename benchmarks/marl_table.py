@@ -286,7 +286,9 @@ def _budget_argv(budget: Budget) -> list[str]:
 
 
 def _mean_std(xs: list[float]) -> str:
-    return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.3f}"
+    if len(xs) == 1:
+        return f"{xs[0]:.3f} (1 seed)"
+    return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
 
 
 def summarise(ours: list[dict], theirs: list[dict]) -> dict:
