@@ -142,7 +142,8 @@ def run_tdrl(args, seed: int) -> dict:
     task = _task(args.task)
     env = VmasEnv(task["scenario"], num_envs=args.envs, max_steps=task["max_steps"], seed=seed,
                   device=args.device, **task["kwargs"])
-    parts = make_mappo(env, MAPPOConfig(gamma=0.99, lmbda=0.9), num_cells=(256, 256))  # on env.device
+    # critic_coef 2: tdrl's "l2" is 0.5 (x - y)^2, TorchRL's (x - y)^2 (BenchMARL's critic_coef is 1)
+    parts = make_mappo(env, MAPPOConfig(gamma=0.99, lmbda=0.9, critic_coef=2.0), num_cells=(256, 256))
     cfg = TrainConfig(frames_per_batch=args.frames, n_iters=args.iters, num_epochs=args.epochs,
                       minibatch_size=args.minibatch, lr=5e-5, adam_eps=1e-6, max_grad_norm=5.0,
                       eval_interval=0)

@@ -40,6 +40,7 @@ def test_cuda_without_a_gpu_and_unknown_devices_are_refused():
 @pytest.mark.skipif(not _load().BENCHMARL_PY.exists(), reason="no .venv-benchmarl (benchmarks/setup_benchmarl.sh)")
 def test_benchmarl_side_receives_the_device():
     bench = _load()
-    args = bench.argparse.Namespace(envs=4, frames=40, epochs=1, minibatch=20, iters=1, profile=False, device="cpu")
+    args = bench.argparse.Namespace(envs=4, frames=40, epochs=1, minibatch=20, iters=1, profile=False, device="cpu",
+                                    task="navigation")
     out = bench._benchmarl_subprocess(args, seed=0)
     assert out["frames"] == 40 and out["wall_s"] > 0

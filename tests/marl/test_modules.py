@@ -90,3 +90,21 @@ def test_qmix_state_of_agent_observations():
     assert out.shape == (2, 7, 1)
     with pytest.raises(ValueError, match="state"):
         mixer(torch.randn(2, 3, 1), torch.randn(2, 4))
+
+
+def test_qmix_single_layer_hypernets_follow_torchrl_formula():
+    """hypernet_hidden=None: one linear layer per hypernetwork (TorchRL's QMixer, BenchMARL's QMIX):
+    Q_tot = elu(q^T |A s + a| + (B s + b)) . |C s + c| + V(s), checked by hand on a 2-agent case."""
+    torch.manual_seed(0)
+    mixer = QMixer(3, 2, mixing_embed_dim=4, hypernet_hidden=None)
+    assert isinstance(mixer.hyper_w1, torch.nn.Linear) and isinstance(mixer.hyper_w2, torch.nn.Linear)
+    assert mixer.hyper_w1.out_features == 4 * 2 and mixer.hyper_w2.out_features == 4
+    q, s = torch.tensor([[[0.5], [-1.0]]]), torch.tensor([[0.2, -0.3, 0.7]])
+    w1 = (s @ mixer.hyper_w1.weight.T + mixer.hyper_w1.bias).abs().view(2, 4)
+    b1 = s @ mixer.hyper_b1.weight.T + mixer.hyper_b1.bias
+    hidden = torch.nn.functional.elu(0.5 * w1[0] - 1.0 * w1[1] + b1[0])
+    w2 = (s @ mixer.hyper_w2.weight.T + mixer.hyper_w2.bias).abs()[0]
+    expected = (hidden * w2).sum() + mixer.value(s)[0, 0]
+    torch.testing.assert_close(mixer(q, s), expected.reshape(1, 1))
+    with pytest.raises(ValueError, match="hypernet_hidden must be >= 1 or None"):
+        QMixer(3, 2, hypernet_hidden=0)

@@ -249,7 +249,8 @@ def make_qmix(env, config: QMIXConfig | None = None, group: str = GROUP,
     """QMIX with a :class:`QMixer` on all agents' observations (the VMAS tasks have no state)."""
     config = config or QMIXConfig()
     n, d, qnet, greedy, explore = _q_parts(env, config, group, num_cells)
-    loss = QMIXLoss(qnet, QMixer((n, *_obs_shape(env, group)[1]), n, config.mixing_embed_dim), config,
+    loss = QMIXLoss(qnet, QMixer((n, *_obs_shape(env, group)[1]), n, config.mixing_embed_dim,
+                                  config.hypernet_hidden), config,
                     group=group)
     _on_env_device(env, loss, explore)
     return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)

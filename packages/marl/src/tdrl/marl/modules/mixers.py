@@ -53,7 +53,9 @@ class QMixer(nn.Module):
             or ``(n_agents, obs_dim)`` to mix on all agents' observations.
         n_agents: number of agents.
         mixing_embed_dim: width of the mixing layer.
-        hypernet_hidden: hidden size of the two-layer hypernetworks of ``W1`` and ``w2``.
+        hypernet_hidden: hidden size of the two-layer hypernetworks of ``W1`` and ``w2``
+            (PyMARL's ``hypernet_layers=2``); None: one linear layer each, as TorchRL's
+            ``QMixer`` (the mixer BenchMARL's QMIX uses).
 
     Shapes: ``q`` ``[*B, n_agents, 1]``, ``state`` ``[*B, *state_shape]`` -> ``[*B, 1]``.
     """
@@ -63,16 +65,21 @@ class QMixer(nn.Module):
         state_shape: int | Sequence[int],
         n_agents: int,
         mixing_embed_dim: int = 32,
-        hypernet_hidden: int = 64,
+        hypernet_hidden: int | None = 64,
     ) -> None:
         super().__init__()
         self.state_shape = (state_shape,) if isinstance(state_shape, int) else tuple(state_shape)
         self.state_dim = int(torch.Size(self.state_shape).numel())
         self.n_agents, self.embed_dim = n_agents, mixing_embed_dim
         s, e, h = self.state_dim, mixing_embed_dim, hypernet_hidden
-        self.hyper_w1 = nn.Sequential(nn.Linear(s, h), nn.ReLU(), nn.Linear(h, e * n_agents))
+        if h is None:
+            self.hyper_w1, self.hyper_w2 = nn.Linear(s, e * n_agents), nn.Linear(s, e)
+        elif h >= 1:
+            self.hyper_w1 = nn.Sequential(nn.Linear(s, h), nn.ReLU(), nn.Linear(h, e * n_agents))
+            self.hyper_w2 = nn.Sequential(nn.Linear(s, h), nn.ReLU(), nn.Linear(h, e))
+        else:
+            raise ValueError(f"QMixer hypernet_hidden must be >= 1 or None (one linear layer), got {h}.")
         self.hyper_b1 = nn.Linear(s, e)
-        self.hyper_w2 = nn.Sequential(nn.Linear(s, h), nn.ReLU(), nn.Linear(h, e))
         self.value = nn.Sequential(nn.Linear(s, e), nn.ReLU(), nn.Linear(e, 1))
 
     def forward(self, q: Tensor, state: Tensor) -> Tensor:

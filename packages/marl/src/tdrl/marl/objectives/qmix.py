@@ -36,6 +36,8 @@ class QMIXConfig:
         loss_function: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
         double_q: choose the next actions with the online Q nets, evaluate with the targets.
         mixing_embed_dim: width of QMIX's mixing layer.
+        hypernet_hidden: hidden size of the mixer's two-layer hypernetworks (PyMARL's);
+            None: one linear layer each, as TorchRL's ``QMixer`` in BenchMARL's QMIX.
         share_params: one Q network for all agents.
         tau: Polyak weight of the target update after each optimiser step.
         eps_init, eps_end, eps_anneal_frames: epsilon-greedy exploration schedule.
@@ -45,6 +47,7 @@ class QMIXConfig:
     loss_function: str = "l2"
     double_q: bool = False
     mixing_embed_dim: int = 32
+    hypernet_hidden: int | None = 64
     share_params: bool = True
     tau: float = 0.005
     eps_init: float = 0.8

@@ -1,0 +1,377 @@
+"""MARL: tdrl vs BenchMARL 1.5.2 on BenchMARL's five VMAS tasks x MAPPO, IPPO, QMIX, in one run.
+
+For every (task, algorithm, seed) both sides train with one matched config (below: BenchMARL's
+conf values, cited by file, set explicitly on both sides) and the same budget, then evaluate
+the final policy on ``--eval-episodes`` episodes (deterministic actions: the TanhNormal's mode
+for MAPPO/IPPO, greedy Q for QMIX; one episode per evaluation sub-env, cut at the first done,
+return = sum over the episode of the agents' mean reward, as BenchMARL's logger computes it).
+Frames/s = frames / wall time of the training loop (collection + advantage / replay + updates;
+construction and the final evaluation excluded on both sides); frames/CPU-s uses the process
+CPU time of the same loop. The sides are interleaved per seed (tdrl, then BenchMARL) so load
+changes hit both. BenchMARL runs in ``.venv-benchmarl`` (``benchmarks/setup_benchmarl.sh``) as a
+subprocess of this script (``--side benchmarl``); the shared helpers live in ``marl.py``.
+
+    flock /tmp/tdrl-cpu.lock python -u benchmarks/marl_table.py --tasks navigation --seeds 0 1 --record
+    python benchmarks/marl_table.py --side tdrl --tasks balance --algorithms qmix --iters 1  # one side
+
+Where the two libraries differ in formula, the mapping keeps the update the same:
+
+* TorchRL's ``"l2"`` is ``(x - y)^2``, tdrl's is ``0.5 (x - y)^2``: tdrl's PPO ``critic_coef`` is
+  twice BenchMARL's, and tdrl's QMIX grad-norm clip is half BenchMARL's (Adam is invariant to
+  the loss scale, so the clipped steps agree).
+* BenchMARL's QMIX mixes with TorchRL's ``QMixer`` (one-layer hypernetworks): tdrl's QMixer is
+  built with ``hypernet_hidden=None``.
+
+Not matched (said in the table's note): at VMAS's time limit TorchRL reports ``terminated``
+(no bootstrap), tdrl ``truncated`` (bootstrapped value), so the value targets of the last
+step of each episode differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from marl import BENCHMARL_PY, _check_device, _sync, _task  # noqa: E402  (a script beside marl.py)
+
+ALGORITHMS = ("mappo", "ippo", "qmix")
+TASKS = ("balance", "navigation", "transport", "wheel", "sampling")
+PEER = "BenchMARL 1.5.2"
+SECTION, TABLE = "Multi-agent", "MARL: tdrl vs BenchMARL, 5 tasks x 3 algorithms"
+
+# BenchMARL 1.5.2's configuration values (benchmarl/conf/..., the files BenchMARL's
+# ``get_from_yaml`` reads); both sides get them explicitly.
+EXPERIMENT = {  # experiment/base_experiment.yaml
+    "gamma": 0.99, "lr": 5e-5, "adam_eps": 1e-6, "clip_grad_norm": True, "clip_grad_val": 5.0,
+    "share_policy_params": True, "soft_target_update": True, "polyak_tau": 0.005,
+    "exploration_eps_init": 0.8, "exploration_eps_end": 0.01, "off_policy_memory_size": 1_000_000,
+    "off_policy_init_random_frames": 0, "off_policy_use_prioritized_replay_buffer": False,
+    "evaluation_deterministic_actions": True,
+}
+PPO = {  # algorithm/mappo.yaml (ippo.yaml holds the same values)
+    "share_param_critic": True, "clip_epsilon": 0.2, "entropy_coef": 0.0, "critic_coef": 1.0,
+    "loss_critic_type": "l2", "lmbda": 0.9, "scale_mapping": "biased_softplus_1.0",
+    "use_tanh_normal": True, "minibatch_advantage": False,
+}
+QMIX = {"mixing_embed_dim": 32, "delay_value": True, "loss_function": "l2"}  # algorithm/qmix.yaml
+MLP = {"num_cells": (256, 256)}  # model/layers/mlp.yaml (activation Tanh on both sides: tdrl's default)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The budget of one run, the same on both sides.
+
+    Args:
+        envs: vectorised VMAS envs for collection (BenchMARL's ``*_n_envs_per_worker``).
+        frames_per_batch: frames collected per iteration; iters: iterations.
+        epochs: on-policy passes over each batch (``on_policy_n_minibatch_iters``), in
+            minibatches of ``minibatch`` frames (``on_policy_minibatch_size``; a divisor of
+            ``frames_per_batch``, as BenchMARL rounds the count up and tdrl down).
+        optimizer_steps: off-policy gradient steps per iteration (``off_policy_n_optimizer_steps``)
+            on ``train_batch`` sampled transitions (``off_policy_train_batch_size``).
+        eval_episodes: final evaluation episodes (``evaluation_episodes``).
+    """
+
+    envs: int = 60
+    frames_per_batch: int = 6000
+    iters: int = 10
+    epochs: int = 4
+    minibatch: int = 1000
+    optimizer_steps: int = 100
+    train_batch: int = 128
+    eval_episodes: int = 10
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value < 1:
+                raise ValueError(f"Budget.{name} must be >= 1, got {value}.")
+        if self.frames_per_batch % self.minibatch:
+            raise ValueError(f"Budget.minibatch ({self.minibatch}) must divide frames_per_batch "
+                             f"({self.frames_per_batch}): BenchMARL rounds the minibatch count up, tdrl down.")
+        if self.frames_per_batch % self.envs:
+            raise ValueError(f"Budget.envs ({self.envs}) must divide frames_per_batch ({self.frames_per_batch}).")
+
+    @property
+    def frames(self) -> int:
+        return self.frames_per_batch * self.iters
+
+    @property
+    def anneal_frames(self) -> int:
+        """Epsilon-annealing frames: BenchMARL's rule for ``exploration_anneal_frames: null``
+        (a third of the run's frames), set explicitly on both sides."""
+        return self.frames // 3
+
+
+def _check_algorithm(algorithm: str) -> None:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"Unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}.")
+
+
+def benchmarl_overrides(algorithm: str, budget: Budget) -> dict[str, dict]:
+    """What the BenchMARL side sets on its config objects (plain data; no BenchMARL import).
+
+    Returns:
+        ``{"experiment": {ExperimentConfig field: value}, "algorithm": {MappoConfig /
+        IppoConfig / QmixConfig field: value}, "model": {MlpConfig field: value}}``.
+    """
+    _check_algorithm(algorithm)
+    on = algorithm != "qmix"
+    p = "on_policy" if on else "off_policy"
+    exp = {**EXPERIMENT, f"{p}_collected_frames_per_batch": budget.frames_per_batch,
+           f"{p}_n_envs_per_worker": budget.envs, "max_n_iters": budget.iters, "max_n_frames": None,
+           "evaluation_episodes": budget.eval_episodes, "prefer_continuous_actions": on,
+           "exploration_anneal_frames": budget.anneal_frames}
+    if on:
+        exp.update(on_policy_n_minibatch_iters=budget.epochs, on_policy_minibatch_size=budget.minibatch)
+    else:
+        exp.update(off_policy_n_optimizer_steps=budget.optimizer_steps,
+                   off_policy_train_batch_size=budget.train_batch)
+    return {"experiment": exp, "algorithm": dict(PPO if on else QMIX), "model": {"num_cells": list(MLP["num_cells"])}}
+
+
+def tdrl_configs(algorithm: str, budget: Budget, max_steps: int) -> dict:
+    """The tdrl side's configs for the same run.
+
+    Returns:
+        ``{"algorithm": MAPPOConfig | IPPOConfig | QMIXConfig, "train": TrainConfig,
+        "num_cells": tuple, "continuous": bool}``.
+    """
+    from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
+    from tdrl.marl.trainer import TrainConfig
+
+    _check_algorithm(algorithm)
+    on = algorithm != "qmix"
+    e = EXPERIMENT
+    clip = e["clip_grad_val"] if e["clip_grad_norm"] else None
+    if on:
+        algo = BUILDERS[algorithm][1](
+            gamma=e["gamma"], lmbda=PPO["lmbda"], clip_epsilon=PPO["clip_epsilon"],
+            entropy_coef=PPO["entropy_coef"], critic_coef=2 * PPO["critic_coef"],  # 0.5 (x-y)^2 vs TorchRL's (x-y)^2
+            loss_critic_type=PPO["loss_critic_type"], normalize_advantage=False,
+            share_param_actor=e["share_policy_params"], share_param_critic=PPO["share_param_critic"])
+        train = TrainConfig(frames_per_batch=budget.frames_per_batch, n_iters=budget.iters,
+                            num_epochs=budget.epochs, minibatch_size=budget.minibatch, lr=e["lr"],
+                            adam_eps=e["adam_eps"], max_grad_norm=clip, eval_interval=0, max_steps=max_steps)
+    else:
+        algo = BUILDERS[algorithm][1](
+            gamma=e["gamma"], loss_function=QMIX["loss_function"], double_q=False,
+            mixing_embed_dim=QMIX["mixing_embed_dim"], hypernet_hidden=None,  # TorchRL's QMixer
+            share_params=e["share_policy_params"], tau=e["polyak_tau"], eps_init=e["exploration_eps_init"],
+            eps_end=e["exploration_eps_end"], eps_anneal_frames=budget.anneal_frames)
+        train = TrainConfig(frames_per_batch=budget.frames_per_batch, n_iters=budget.iters,
+                            minibatch_size=budget.train_batch, n_optimizer_steps=budget.optimizer_steps,
+                            buffer_size=e["off_policy_memory_size"], lr=e["lr"], adam_eps=e["adam_eps"],
+                            max_grad_norm=None if clip is None else clip / 2,  # the loss is half TorchRL's
+                            eval_interval=0, max_steps=max_steps)
+    return {"algorithm": algo, "train": train, "num_cells": tuple(MLP["num_cells"]), "continuous": on}
+
+
+def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str = "cpu") -> dict:
+    """Train and evaluate one tdrl run; returns frames, wall / CPU seconds and the eval return."""
+    from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
+    from tdrl.marl.envs import VmasEnv
+    from tdrl.marl.trainer import evaluate, train_off_policy, train_on_policy
+
+    t = _task(task)
+    conf = tdrl_configs(algorithm, budget, t["max_steps"])
+    torch.manual_seed(seed)
+
+    def env(n: int) -> VmasEnv:
+        return VmasEnv(t["scenario"], num_envs=n, continuous_actions=conf["continuous"], max_steps=t["max_steps"],
+                       seed=seed, device=device, **t["kwargs"])
+
+    train_env, eval_env = env(budget.envs), env(budget.eval_episodes)
+    parts = BUILDERS[algorithm][0](train_env, conf["algorithm"], num_cells=conf["num_cells"])
+    loop = train_on_policy if conf["continuous"] else train_off_policy
+    t0, c0 = time.perf_counter(), time.process_time()
+    hist = loop(train_env, parts, conf["train"])
+    _sync(device)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    ret = evaluate(eval_env, parts.policy, t["max_steps"])
+    return {"frames": hist[-1]["frames"], "wall_s": wall, "cpu_s": cpu, "return": ret}
+
+
+try:  # only inside .venv-benchmarl; module level so that BenchMARL can pickle it
+    from benchmarl.experiment.callback import Callback as _Callback
+except ImportError:
+    _Callback = object
+
+
+class _EvalReturns(_Callback):
+    """BenchMARL callback: the evaluation episodes' returns, cut at the first done as
+    BenchMARL's logger does (sum over time of the mean over agents of the reward)."""
+
+    returns: list[float] = []
+
+    def on_evaluation_end(self, rollouts):
+        out = []
+        for r in rollouts:  # [T] per episode
+            done = r.get(("next", "done")).reshape(r.batch_size[0], -1).any(-1)
+            end = int(done.nonzero()[0, 0]) + 1 if bool(done.any()) else r.batch_size[0]
+            out.append(float(r.get(("next", "agents", "reward"))[:end].sum(0).mean()))
+        _EvalReturns.returns = out
+
+
+def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: str = "cpu") -> dict:
+    """Runs inside .venv-benchmarl: BenchMARL's Experiment with :func:`benchmarl_overrides`."""
+    from benchmarl.algorithms import IppoConfig, MappoConfig, QmixConfig
+    from benchmarl.environments import VmasTask
+    from benchmarl.experiment import Experiment, ExperimentConfig
+    from benchmarl.models.mlp import MlpConfig
+
+    over = benchmarl_overrides(algorithm, budget)
+    cfg = ExperimentConfig.get_from_yaml()
+    for k, v in over["experiment"].items():
+        if not hasattr(cfg, k):
+            raise AttributeError(f"BenchMARL's ExperimentConfig has no field {k!r}")
+        setattr(cfg, k, v)
+    cfg.sampling_device = cfg.train_device = cfg.buffer_device = device
+    cfg.evaluation, cfg.render, cfg.loggers, cfg.create_json = False, False, [], False
+    cfg.checkpoint_interval, cfg.checkpoint_at_end = 0, False
+    cfg.save_folder = tempfile.mkdtemp(prefix="benchmarl_")
+    algo = {"mappo": MappoConfig, "ippo": IppoConfig, "qmix": QmixConfig}[algorithm].get_from_yaml()
+    model, critic = MlpConfig.get_from_yaml(), MlpConfig.get_from_yaml()
+    for obj, values in ((algo, over["algorithm"]), (model, over["model"]), (critic, over["model"])):
+        for k, v in values.items():
+            if not hasattr(obj, k):
+                raise AttributeError(f"BenchMARL's {type(obj).__name__} has no field {k!r}")
+            setattr(obj, k, v)
+    values = _task(task)
+    bm_task = VmasTask[task.upper()].get_from_yaml()
+    bm_task.config.update({"max_steps": values["max_steps"], **values["kwargs"]})
+    exp = Experiment(task=bm_task, algorithm_config=algo, model_config=model, critic_model_config=critic,
+                     seed=seed, config=cfg, callbacks=[_EvalReturns()])
+    close, exp.close = exp.close, lambda: None  # keep the test env open past run() for the evaluation
+    t0, c0 = time.perf_counter(), time.process_time()
+    exp.run()
+    _sync(device)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    exp.evaluate()  # BenchMARL's own evaluation loop (deterministic actions, evaluation_episodes envs)
+    close()
+    rets = _EvalReturns.returns
+    if len(rets) != budget.eval_episodes:
+        raise RuntimeError(f"BenchMARL evaluated {len(rets)} episodes, expected {budget.eval_episodes}")
+    return {"frames": exp.total_frames, "wall_s": wall, "cpu_s": cpu, "return": sum(rets) / len(rets)}
+
+
+def _benchmarl_subprocess(task: str, algorithm: str, budget: Budget, seed: int, device: str) -> dict:
+    cmd = [str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--tasks", task, "--algorithms", algorithm,
+           "--seeds", str(seed), "--device", device, *_budget_argv(budget)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env.pop("PYTHONPATH", None)  # BenchMARL's venv must not see this tree's tdrl / tensordict
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    if out.returncode != 0:
+        raise RuntimeError(f"BenchMARL side failed ({task}, {algorithm}, seed {seed}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+_BUDGET_FLAGS = {"envs": "--envs", "frames_per_batch": "--frames", "iters": "--iters", "epochs": "--epochs",
+                 "minibatch": "--minibatch", "optimizer_steps": "--optimizer-steps",
+                 "train_batch": "--train-batch", "eval_episodes": "--eval-episodes"}
+
+
+def _budget_argv(budget: Budget) -> list[str]:
+    return [x for f, flag in _BUDGET_FLAGS.items() for x in (flag, str(getattr(budget, f)))]
+
+
+def _mean_std(xs: list[float]) -> str:
+    if len(xs) == 1:
+        return f"{xs[0]:.3f} (1 seed)"
+    return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+
+
+def summarise(ours: list[dict], theirs: list[dict]) -> dict:
+    """Figures of one (task, algorithm) pair from the per-seed runs of both sides.
+
+    Returns:
+        ``{"tdrl frames/s", "BenchMARL frames/s", "tdrl return", "BenchMARL return", "seeds"}``
+        (frames/s: mean over seeds; return: mean ± std over seeds of the mean evaluation
+        return) and ``"ratio"`` / ``"cpu ratio"`` (tdrl / BenchMARL frames/s, wall and CPU).
+    """
+    fps = lambda runs, k="wall_s": statistics.mean(r["frames"] / r[k] for r in runs)  # noqa: E731
+    return {"tdrl frames/s": round(fps(ours)), f"{PEER.split()[0]} frames/s": round(fps(theirs)),
+            "tdrl return": _mean_std([r["return"] for r in ours]),
+            f"{PEER.split()[0]} return": _mean_std([r["return"] for r in theirs]),
+            "seeds": len(ours), "ratio": fps(ours) / fps(theirs),
+            "cpu ratio": fps(ours, "cpu_s") / fps(theirs, "cpu_s")}
+
+
+def _note(budget: Budget) -> str:
+    return (f"Budget per run: {budget.frames:,} frames ({budget.iters} iterations x {budget.frames_per_batch:,} "
+            f"frames from {budget.envs} envs); MAPPO/IPPO {budget.epochs} epochs x minibatches of "
+            f"{budget.minibatch:,}; QMIX {budget.optimizer_steps} gradient steps x {budget.train_batch} "
+            f"sampled per iteration, epsilon 0.8 -> 0.01 over {budget.anneal_frames:,} frames, soft target "
+            f"tau 0.005, mixer 32 with one-layer hypernetworks (TorchRL's QMixer), discrete VMAS actions "
+            f"on both sides. BenchMARL's conf values on both sides (base_experiment / mappo / ippo / qmix / "
+            f"mlp YAML: gamma 0.99, Adam 5e-5 eps 1e-6, grad-norm clip 5, MLP 256x256 Tanh, shared "
+            f"parameters) and its task YAMLs (tdrl.marl.tasks). Return: final deterministic evaluation "
+            f"on {budget.eval_episodes} episodes, mean ± std over seeds; frames/s: training loop only, mean "
+            f"over seeds; ratio tdrl / BenchMARL (wall clock; CPU time in brackets). Not matched: at "
+            f"VMAS's time limit TorchRL reports terminated (no bootstrap) and tdrl truncated (bootstrapped); "
+            f"tdrl's timed loop includes its first env reset (BenchMARL's collector resets when it is built), "
+            f"one reset more of {budget.iters + 1}, which weighs on sampling, whose VMAS reset is slow. "
+            f"At this budget the returns measure early learning only.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--side", choices=["both", "tdrl", "benchmarl"], default="both")
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"of {', '.join(TASKS)}")
+    p.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), help=f"of {', '.join(ALGORITHMS)}")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    defaults = Budget()
+    for field, flag in _BUDGET_FLAGS.items():
+        p.add_argument(flag, dest=field, type=int, default=getattr(defaults, field))
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:index], both sides")
+    p.add_argument("--record", action="store_true", help="write one benchmarks/results record per pair")
+    args = p.parse_args(argv)
+    _check_device(args.device)
+    for name, valid in (("tasks", TASKS), ("algorithms", ALGORITHMS)):
+        bad = [x for x in getattr(args, name) if x not in valid]
+        if bad:
+            sys.exit(f"--{name}: unknown {bad}; valid: {', '.join(valid)}.")
+    try:
+        budget = Budget(**{f: getattr(args, f) for f in _BUDGET_FLAGS})
+    except ValueError as err:
+        sys.exit(str(err))
+    torch.set_num_threads(1)
+    if args.side != "both":
+        run = run_tdrl if args.side == "tdrl" else run_benchmarl
+        for task in args.tasks:
+            for algorithm in args.algorithms:
+                for seed in args.seeds:
+                    print(json.dumps(run(task, algorithm, budget, seed, args.device)), flush=True)
+        return
+    if not BENCHMARL_PY.exists():
+        sys.exit(f"{BENCHMARL_PY} is missing: run `flock /tmp/tdrl-cpu.lock bash benchmarks/setup_benchmarl.sh`.")
+    for task in args.tasks:
+        for algorithm in args.algorithms:
+            ours, theirs = [], []
+            for seed in args.seeds:  # interleave the sides so that load changes hit both
+                ours.append(run_tdrl(task, algorithm, budget, seed, args.device))
+                theirs.append(_benchmarl_subprocess(task, algorithm, budget, seed, args.device))
+                print(f"{task} {algorithm} seed {seed}: tdrl {ours[-1]}  benchmarl {theirs[-1]}", flush=True)
+            s = summarise(ours, theirs)
+            ratio, cpu_ratio = s.pop("ratio"), s.pop("cpu ratio")
+            print(f"== {algorithm.upper()} {task}: {s}, {ratio:.2f}x ({cpu_ratio:.2f}x CPU)", flush=True)
+            if args.record:
+                from records import write_record
+
+                write_record(SECTION, TABLE, f"{algorithm.upper()} {task}", s, peer=PEER,
+                             ratio=f"{ratio:.2f}x ({cpu_ratio:.2f}x)", note=_note(budget),
+                             machine=f"shared 2-core CPU box, one torch thread per side, device {args.device}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""benchmarks/marl_table.py: the tdrl and BenchMARL configs it builds agree on every shared field
+(with the two documented formula mappings), its BenchMARL values equal BenchMARL's YAML (when
+.venv-benchmarl exists), and the tdrl parts it builds carry them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+_ROOT = Path(__file__).resolve().parents[2]
+_BENCH = _ROOT / "benchmarks" / "marl_table.py"
+_BUDGET = dict(envs=60, frames_per_batch=6000, iters=10, epochs=4, minibatch=1000, optimizer_steps=100,
+               train_batch=128, eval_episodes=10)
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("marl_table", _BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _load()
+
+
+def _disagreements(algorithm: str, budget) -> list[str]:
+    """Every shared field whose tdrl and BenchMARL values differ (empty: matched)."""
+    over = bench.benchmarl_overrides(algorithm, budget)
+    exp, alg, model = over["experiment"], over["algorithm"], over["model"]
+    conf = bench.tdrl_configs(algorithm, budget, max_steps=100)
+    a, t = conf["algorithm"], conf["train"]
+    pairs = [("gamma", a.gamma, exp["gamma"]), ("lr", t.lr, exp["lr"]), ("adam_eps", t.adam_eps, exp["adam_eps"]),
+             ("n_iters", t.n_iters, exp["max_n_iters"]), ("num_cells", list(conf["num_cells"]), model["num_cells"]),
+             ("continuous", conf["continuous"], exp["prefer_continuous_actions"])]
+    if algorithm == "qmix":
+        pairs += [
+            ("frames", t.frames_per_batch, exp["off_policy_collected_frames_per_batch"]),
+            ("envs", budget.envs, exp["off_policy_n_envs_per_worker"]),
+            ("steps", t.n_optimizer_steps, exp["off_policy_n_optimizer_steps"]),
+            ("batch", t.minibatch_size, exp["off_policy_train_batch_size"]),
+            ("buffer", t.buffer_size, exp["off_policy_memory_size"]),
+            ("clip (tdrl's loss is 0.5x TorchRL's)", 2 * t.max_grad_norm, exp["clip_grad_val"]),
+            ("tau", a.tau if exp["soft_target_update"] else None, exp["polyak_tau"]),
+            ("eps_init", a.eps_init, exp["exploration_eps_init"]), ("eps_end", a.eps_end, exp["exploration_eps_end"]),
+            ("eps_anneal", a.eps_anneal_frames, exp["exploration_anneal_frames"]),
+            ("mixer", a.mixing_embed_dim, alg["mixing_embed_dim"]), ("loss", a.loss_function, alg["loss_function"]),
+            ("target net", True, alg["delay_value"]), ("shared", a.share_params, exp["share_policy_params"]),
+            ("hypernets (TorchRL's one layer)", a.hypernet_hidden, None),
+        ]
+    else:
+        pairs += [
+            ("frames", t.frames_per_batch, exp["on_policy_collected_frames_per_batch"]),
+            ("envs", budget.envs, exp["on_policy_n_envs_per_worker"]),
+            ("epochs", t.num_epochs, exp["on_policy_n_minibatch_iters"]),
+            ("minibatch", t.minibatch_size, exp["on_policy_minibatch_size"]),
+            ("clip", t.max_grad_norm, exp["clip_grad_val"]),
+            ("lmbda", a.lmbda, alg["lmbda"]), ("clip_epsilon", a.clip_epsilon, alg["clip_epsilon"]),
+            ("entropy", a.entropy_coef, alg["entropy_coef"]),
+            ("critic_coef (tdrl's l2 is 0.5x TorchRL's)", a.critic_coef, 2 * alg["critic_coef"]),
+            ("critic loss", a.loss_critic_type, alg["loss_critic_type"]),
+            ("shared actor", a.share_param_actor, exp["share_policy_params"]),
+            ("shared critic", a.share_param_critic, alg["share_param_critic"]),
+            ("advantage per batch", a.normalize_advantage or False, alg["minibatch_advantage"]),
+            ("centralised critic", a.centralised_critic, algorithm == "mappo"),
+        ]
+    return [f"{name}: tdrl {x!r} vs BenchMARL {y!r}" for name, x, y in pairs if x != y]
+
+
+@pytest.mark.parametrize("algorithm", ["mappo", "ippo", "qmix"])
+def test_both_sides_get_the_same_config(algorithm):
+    budget = bench.Budget(**_BUDGET)
+    assert _disagreements(algorithm, budget) == []
+    assert budget.anneal_frames == 20_000  # BenchMARL's rule: a third of 60k frames
+
+
+def test_a_mismatched_field_is_caught(monkeypatch):
+    budget = bench.Budget(**_BUDGET)
+    real = bench.benchmarl_overrides
+
+    def skewed(algorithm, b):
+        out = real(algorithm, b)
+        out["algorithm"]["lmbda"] = 0.95
+        out["experiment"]["on_policy_minibatch_size"] = 400
+        return out
+
+    monkeypatch.setattr(bench, "benchmarl_overrides", skewed)
+    assert _disagreements("mappo", budget) == ["minibatch: tdrl 1000 vs BenchMARL 400",
+                                               "lmbda: tdrl 0.9 vs BenchMARL 0.95"]
+
+
+def test_bad_budget_and_algorithm_are_refused():
+    with pytest.raises(ValueError, match="minibatch .* must divide frames_per_batch"):
+        bench.Budget(**{**_BUDGET, "minibatch": 700})
+    with pytest.raises(ValueError, match="Budget.iters must be >= 1"):
+        bench.Budget(**{**_BUDGET, "iters": 0})
+    with pytest.raises(ValueError, match="Unknown algorithm 'vdn'"):
+        bench.benchmarl_overrides("vdn", bench.Budget(**_BUDGET))
+
+
+def test_tdrl_parts_carry_the_matched_config():
+    pytest.importorskip("vmas")
+    from tdrl.marl.algorithms import make_mappo, make_qmix
+    from tdrl.marl.envs import VmasEnv
+
+    t = bench._task("navigation")
+    budget = bench.Budget(**_BUDGET)
+    q = bench.tdrl_configs("qmix", budget, t["max_steps"])
+    env = VmasEnv(t["scenario"], num_envs=2, continuous_actions=False, max_steps=t["max_steps"], seed=0, **t["kwargs"])
+    parts = make_qmix(env, q["algorithm"], num_cells=q["num_cells"])
+    assert isinstance(parts.loss.mixer.hyper_w1, nn.Linear) and parts.loss.mixer.embed_dim == 32
+    assert parts.explore.eps == 0.8 and parts.explore.num_steps == 20_000
+    m = bench.tdrl_configs("mappo", budget, t["max_steps"])
+    env = VmasEnv(t["scenario"], num_envs=2, max_steps=t["max_steps"], seed=0, **t["kwargs"])
+    ppo = make_mappo(env, m["algorithm"], num_cells=m["num_cells"])
+    assert ppo.loss.config.critic_coef == 2.0 and ppo.loss.config.lmbda == 0.9
+
+
+def _benchmarl_conf() -> Path | None:
+    found = sorted((_ROOT / ".venv-benchmarl").glob("lib/python*/site-packages/benchmarl/conf"))
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(_benchmarl_conf() is None, reason="no .venv-benchmarl (benchmarks/setup_benchmarl.sh)")
+def test_benchmarl_values_are_benchmarls_yaml():
+    yaml = pytest.importorskip("yaml")
+    conf = _benchmarl_conf()
+    read = lambda rel: yaml.safe_load((conf / rel).read_text())  # noqa: E731
+    experiment = read("experiment/base_experiment.yaml")
+    assert {k: experiment[k] for k in bench.EXPERIMENT} == bench.EXPERIMENT
+    for name in ("mappo", "ippo"):
+        yml = read(f"algorithm/{name}.yaml")
+        assert {k: yml[k] for k in bench.PPO} == bench.PPO
+    yml = read("algorithm/qmix.yaml")
+    assert {k: yml[k] for k in bench.QMIX} == bench.QMIX
+    mlp = read("model/layers/mlp.yaml")
+    assert tuple(mlp["num_cells"]) == bench.MLP["num_cells"] and mlp["activation_class"] == "torch.nn.Tanh"
