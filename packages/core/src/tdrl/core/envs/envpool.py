@@ -35,7 +35,7 @@ from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Composite, OneHot
 from ._fastpath import plain_td_maker
 from .common import RESET_KEY, EnvBase, _set_unsafe, step_mdp
-from .gym import _to_numpy, gym_space_to_spec
+from .gym_spaces import _to_numpy, gym_space_to_spec
 
 __all__ = ["EnvPoolEnv"]
 

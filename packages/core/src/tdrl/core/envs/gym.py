@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from .._optional import missing_message, require
+from .._optional import missing_message
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import (
     Binary,
@@ -41,12 +41,9 @@ from ..specs import (
 from ._fastpath import RowSlab, plain_td_maker
 from .common import RESET_KEY, EnvBase, _fast_td
 from .gym_info import InfoReader
+from .gym_spaces import _action_converter, _obs_converter, _require_gymnasium, gym_space_to_spec
 
 __all__ = ["GymWrapper", "GymEnv", "gym_space_to_spec"]
-
-
-def _require_gymnasium():
-    return require("gymnasium", extra="gym", what="GymEnv", pip_name='"gymnasium[classic-control]"')
 
 
 def _make(gym, env_id: str, make: Callable, **kwargs):
@@ -61,116 +58,6 @@ def _make(gym, env_id: str, make: Callable, **kwargs):
                             pip_name='"gymnasium[mujoco]"'),
             name="mujoco",
         ) from exc
-
-
-_NP_TO_TORCH = {
-    np.dtype(np.float16): torch.float16,
-    np.dtype(np.float32): torch.float32,
-    np.dtype(np.float64): torch.float64,
-    np.dtype(np.int8): torch.int8,
-    np.dtype(np.int16): torch.int16,
-    np.dtype(np.int32): torch.int32,
-    np.dtype(np.int64): torch.int64,
-    np.dtype(np.uint8): torch.uint8,
-    np.dtype(np.bool_): torch.bool,
-}
-
-
-def _torch_dtype(np_dtype) -> torch.dtype:
-    try:
-        return _NP_TO_TORCH[np.dtype(np_dtype)]
-    except KeyError:
-        raise TypeError(f"Unsupported numpy dtype {np_dtype} in a Gymnasium space.") from None
-
-
-def gym_space_to_spec(space, batch=(), device=None, categorical_action_encoding: bool = False):
-    """Map a Gymnasium space to a tdrl spec of shape ``(*batch, *space_shape)``.
-
-    Args:
-        space: a ``gymnasium.spaces`` instance (Box, Discrete, MultiDiscrete, MultiBinary, Dict).
-        batch: leading batch dims (``(num_envs,)`` for vector envs).
-        device: spec device.
-        categorical_action_encoding: ``Discrete`` -> ``Categorical`` instead of ``OneHot``.
-    """
-    gym = _require_gymnasium()
-    sp = gym.spaces
-    batch = tuple(batch)
-    if isinstance(space, sp.Box):
-        dtype = _torch_dtype(space.dtype)
-        shape = space.shape or (1,)
-        low = torch.as_tensor(np.asarray(space.low)).reshape(shape).to(dtype)
-        high = torch.as_tensor(np.asarray(space.high)).reshape(shape).to(dtype)
-        if dtype.is_floating_point and bool(torch.isinf(low).all()) and bool(torch.isinf(high).all()):
-            return Unbounded((*batch, *shape), device, dtype)
-        return Bounded(low.expand(*batch, *shape), high.expand(*batch, *shape), (*batch, *shape),
-                       device, dtype)
-    if isinstance(space, sp.Discrete):
-        if space.start != 0:
-            raise NotImplementedError("Discrete spaces with start != 0 are not supported.")
-        if categorical_action_encoding:
-            return Categorical(int(space.n), batch, device, _torch_dtype(space.dtype))
-        return OneHot(int(space.n), (*batch, int(space.n)), device, _torch_dtype(space.dtype))
-    if isinstance(space, sp.MultiDiscrete):
-        nvec = torch.as_tensor(space.nvec)
-        return MultiCategorical(nvec.expand(*batch, *nvec.shape), (*batch, *nvec.shape), device,
-                                _torch_dtype(space.dtype))
-    if isinstance(space, sp.MultiBinary):
-        shape = (space.n,) if isinstance(space.n, int | np.integer) else tuple(space.n)
-        return Binary(shape[-1], (*batch, *shape), device, _torch_dtype(space.dtype))
-    if isinstance(space, sp.Dict):
-        return Composite(
-            {k: gym_space_to_spec(v, batch, device, categorical_action_encoding)
-             for k, v in space.spaces.items()},
-            shape=batch,
-            device=device,
-        )
-    raise NotImplementedError(f"Gymnasium space {type(space).__name__} is not supported yet.")
-
-
-def _obs_converter(spec, batch_ndim: int) -> Callable:
-    """A function numpy observation -> a new tensor matching ``spec`` (no checks)."""
-    if isinstance(spec, Composite):
-        convs = {k: _obs_converter(v, batch_ndim) for k, v in spec.items()}
-        return lambda obs: {k: c(obs[k]) for k, c in convs.items()}
-    dtype, shape = spec.dtype, spec.shape
-    if isinstance(spec, OneHot):
-        n = spec.n
-        return lambda obs: torch.nn.functional.one_hot(torch.as_tensor(obs).long(), n).to(dtype)
-
-    def conv(obs):
-        # a copy: an env may return the same array every step and mutate it in place
-        t = torch.from_numpy(np.array(obs)) if isinstance(obs, np.ndarray) else torch.as_tensor(obs)
-        if t.dtype != dtype:
-            t = t.to(dtype)
-        if t.shape != shape:
-            t = t.reshape(shape)
-        return t
-
-    return conv
-
-
-def _action_converter(spec) -> Callable:
-    """A function action tensor -> what ``gym_env.step`` expects."""
-    if isinstance(spec, Composite):
-        convs = {k: _action_converter(v) for k, v in spec.items()}
-        return lambda td: {k: c(td.get(k)) for k, c in convs.items()}
-    if isinstance(spec, OneHot):
-        if spec.ndim > 1:  # vector env: (num_envs, n) -> (num_envs,)
-            return lambda a: _to_numpy(a).argmax(-1)
-        return lambda a: int(_to_numpy(a).argmax())
-    if isinstance(spec, Categorical):
-        if spec.ndim == 0:
-            return lambda a: int(a)
-        return _to_numpy
-
-    return _to_numpy
-
-
-def _to_numpy(a: torch.Tensor) -> np.ndarray:
-    try:
-        return a.numpy()  # CPU tensor without grad: a zero-copy view
-    except (RuntimeError, TypeError):  # requires grad, or not on the CPU
-        return a.detach().cpu().numpy()
 
 
 class GymWrapper(EnvBase):
