@@ -11,7 +11,13 @@ CPU time of the same loop. The sides are interleaved per seed (tdrl, then BenchM
 changes hit both. BenchMARL runs in ``.venv-benchmarl`` (``benchmarks/setup_benchmarl.sh``) as a
 subprocess of this script (``--side benchmarl``); the shared helpers live in ``marl.py``.
 
+Every finished seed (both sides) is appended to ``--runs`` (``benchmarks/results/runs/marl_table.jsonl``)
+at once, keyed by task, algorithm, seed, budget and device: a later invocation reuses the seeds
+found there (``--fresh`` reruns them), so a long table is filled in pieces and a crash or a
+timeout loses only the seed that was running.
+
     flock /tmp/tdrl-cpu.lock python -u benchmarks/marl_table.py --tasks navigation --seeds 0 1 --record
+    flock /tmp/tdrl-cpu.lock python -u benchmarks/marl_table.py --tasks wheel --algorithms qmix --seeds 0 1 2 --record
     python benchmarks/marl_table.py --side tdrl --tasks balance --algorithms qmix --iters 1  # one side
 
 Where the two libraries differ in formula, the mapping keeps the update the same:
@@ -324,6 +330,39 @@ def _note(budget: Budget) -> str:
             f"At this budget the returns measure early learning only.")
 
 
+RUNS = Path(__file__).resolve().parent / "results" / "runs" / "marl_table.jsonl"  # not a RESULTS record file
+
+
+def _run_key(task: str, algorithm: str, seed: int, budget: Budget, device: str) -> str:
+    return json.dumps([task, algorithm, seed, asdict(budget), device], sort_keys=True)
+
+
+def load_runs(path: Path) -> dict[str, dict]:
+    """Finished seeds of earlier invocations: ``{key: {"tdrl": result, "benchmarl": result}}``."""
+    runs: dict[str, dict] = {}
+    if path.exists():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                runs[_run_key(row["task"], row["algorithm"], row["seed"], Budget(**row["budget"]),
+                              row["device"])] = {"tdrl": row["tdrl"], "benchmarl": row["benchmarl"]}
+            except (ValueError, KeyError, TypeError) as err:
+                raise SystemExit(f"{path}:{n}: not a marl_table run record ({err}); fix or remove the line.")
+    return runs
+
+
+def append_run(path: Path, task: str, algorithm: str, seed: int, budget: Budget, device: str,
+               ours: dict, theirs: dict) -> None:
+    """Appends one finished seed (one line, flushed): what a resumed invocation reuses."""
+    row = {"task": task, "algorithm": algorithm, "seed": seed, "budget": asdict(budget), "device": device,
+           "tdrl": ours, "benchmarl": theirs, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--side", choices=["both", "tdrl", "benchmarl"], default="both")
@@ -335,6 +374,8 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument(flag, dest=field, type=int, default=getattr(defaults, field))
     p.add_argument("--device", default="cpu", help="cpu or cuda[:index], both sides")
     p.add_argument("--record", action="store_true", help="write one benchmarks/results record per pair")
+    p.add_argument("--runs", type=Path, default=RUNS, help="per-seed results, appended and reused (see above)")
+    p.add_argument("--fresh", action="store_true", help="rerun seeds already in --runs (appends the new ones)")
     args = p.parse_args(argv)
     _check_device(args.device)
     for name, valid in (("tasks", TASKS), ("algorithms", ALGORITHMS)):
@@ -355,12 +396,20 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not BENCHMARL_PY.exists():
         sys.exit(f"{BENCHMARL_PY} is missing: run `flock /tmp/tdrl-cpu.lock bash benchmarks/setup_benchmarl.sh`.")
+    runs = load_runs(args.runs)
     for task in args.tasks:
         for algorithm in args.algorithms:
             ours, theirs = [], []
             for seed in args.seeds:  # interleave the sides so that load changes hit both
+                done = None if args.fresh else runs.get(_run_key(task, algorithm, seed, budget, args.device))
+                if done is not None:
+                    ours.append(done["tdrl"])
+                    theirs.append(done["benchmarl"])
+                    print(f"{task} {algorithm} seed {seed}: reused from {args.runs}", flush=True)
+                    continue
                 ours.append(run_tdrl(task, algorithm, budget, seed, args.device))
                 theirs.append(_benchmarl_subprocess(task, algorithm, budget, seed, args.device))
+                append_run(args.runs, task, algorithm, seed, budget, args.device, ours[-1], theirs[-1])
                 print(f"{task} {algorithm} seed {seed}: tdrl {ours[-1]}  benchmarl {theirs[-1]}", flush=True)
             s = summarise(ours, theirs)
             ratio, cpu_ratio = s.pop("ratio"), s.pop("cpu ratio")

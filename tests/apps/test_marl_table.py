@@ -139,3 +139,37 @@ def test_benchmarl_values_are_benchmarls_yaml():
     assert {k: yml[k] for k in bench.QMIX} == bench.QMIX
     mlp = read("model/layers/mlp.yaml")
     assert tuple(mlp["num_cells"]) == bench.MLP["num_cells"] and mlp["activation_class"] == "torch.nn.Tanh"
+
+
+def test_finished_seeds_are_appended_and_reused(tmp_path, monkeypatch):
+    """A seed finished by one invocation is not rerun by the next one (the table is filled in
+    pieces); another budget or --fresh reruns it; a corrupt line is named."""
+    budget = bench.Budget(**_BUDGET)
+    calls = []
+
+    def fake(side):
+        def run(task, algorithm, budget, seed, device="cpu"):
+            calls.append((side, task, algorithm, seed))
+            return {"frames": 600, "wall_s": 1.0 + seed, "cpu_s": 1.0, "return": float(seed)}
+        return run
+
+    monkeypatch.setattr(bench, "run_tdrl", fake("tdrl"))
+    monkeypatch.setattr(bench, "_benchmarl_subprocess", lambda *a: fake("benchmarl")(*a))
+    monkeypatch.setattr(bench, "BENCHMARL_PY", tmp_path)  # exists: the side-by-side path runs
+    runs = tmp_path / "runs.jsonl"
+    argv = ["--tasks", "wheel", "--algorithms", "qmix", "--runs", str(runs), "--iters", "10"]
+    bench.main([*argv, "--seeds", "0", "1"])
+    assert [c[3] for c in calls] == [0, 0, 1, 1]
+    assert len(runs.read_text().splitlines()) == 2
+    calls.clear()
+    bench.main([*argv, "--seeds", "0", "1", "2"])
+    assert calls == [("tdrl", "wheel", "qmix", 2), ("benchmarl", "wheel", "qmix", 2)]
+    loaded = bench.load_runs(runs)
+    assert sorted(json_seed for json_seed in (bench.json.loads(k)[2] for k in loaded)) == [0, 1, 2]
+    calls.clear()
+    bench.main([*argv, "--seeds", "0", "--iters", "3"])  # another budget: not the same run
+    bench.main([*argv, "--seeds", "0", "--fresh"])
+    assert [c[3] for c in calls] == [0, 0, 0, 0]
+    runs.write_text(runs.read_text() + "{not json\n")
+    with pytest.raises(SystemExit, match=r"runs.jsonl:6: not a marl_table run record"):
+        bench.load_runs(runs)
