@@ -144,7 +144,6 @@ def test_benchmarl_values_are_benchmarls_yaml():
 def test_finished_seeds_are_appended_and_reused(tmp_path, monkeypatch):
     """A seed finished by one invocation is not rerun by the next one (the table is filled in
     pieces); another budget or --fresh reruns it; a corrupt line is named."""
-    budget = bench.Budget(**_BUDGET)
     calls = []
 
     def fake(side):
@@ -165,7 +164,7 @@ def test_finished_seeds_are_appended_and_reused(tmp_path, monkeypatch):
     bench.main([*argv, "--seeds", "0", "1", "2"])
     assert calls == [("tdrl", "wheel", "qmix", 2), ("benchmarl", "wheel", "qmix", 2)]
     loaded = bench.load_runs(runs)
-    assert sorted(json_seed for json_seed in (bench.json.loads(k)[2] for k in loaded)) == [0, 1, 2]
+    assert sorted(bench.json.loads(k)[2] for k in loaded) == [0, 1, 2]
     calls.clear()
     bench.main([*argv, "--seeds", "0", "--iters", "3"])  # another budget: not the same run
     bench.main([*argv, "--seeds", "0", "--fresh"])
