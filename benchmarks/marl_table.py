@@ -11,7 +11,7 @@ CPU time of the same loop. The sides are interleaved per seed (tdrl, then BenchM
 changes hit both. BenchMARL runs in ``.venv-benchmarl`` (``benchmarks/setup_benchmarl.sh``) as a
 subprocess of this script (``--side benchmarl``); the shared helpers live in ``marl.py``.
 
-Every finished seed (both sides) is appended to ``--runs`` (``benchmarks/results/runs/marl_table.jsonl``)
+Every finished seed (both sides) is appended to ``--runs`` (``benchmarks/results/marl_table_runs.ndjson``)
 at once, keyed by task, algorithm, seed, budget and device: a later invocation reuses the seeds
 found there (``--fresh`` reruns them), so a long table is filled in pieces and a crash or a
 timeout loses only the seed that was running.
@@ -330,7 +330,7 @@ def _note(budget: Budget) -> str:
             f"At this budget the returns measure early learning only.")
 
 
-RUNS = Path(__file__).resolve().parent / "results" / "runs" / "marl_table.jsonl"  # not a RESULTS record file
+RUNS = Path(__file__).resolve().parent / "results" / "marl_table_runs.ndjson"  # not a RESULTS record (*.jsonl)
 
 
 def _run_key(task: str, algorithm: str, seed: int, budget: Budget, device: str) -> str:
