@@ -25,6 +25,22 @@ targets, temperature, optimiser, replay buffer, collector, metric history, RNG s
 ``tensorboard/`` when asked. With the torch ``tdrl/Pendulum`` env (its state travels in the
 TensorDict) a resumed run is bit-identical to an uninterrupted one; the Gymnasium
 simulators cannot be checkpointed, so there every sub-env starts a fresh episode on resume.
+
+With ``n_seeds=K`` the seeds ``seed, ..., seed+K-1`` train in one process as one model
+(:mod:`tdrl.core.train.seeds`): one env of ``K`` seed-major blocks of ``num_envs`` sub-envs
+(block ``k`` seeded as a single run of seed ``seed+k``), each seed's loss built as its single
+run builds it and stacked (``stack_losses``: actor, critics and target critics with a
+leading seed dim, one temperature per seed), one replay storage whose item ``i`` holds every
+seed's ``i``-th transition (``to_seed_items``: each seed samples only its own data, the same
+slots for all), one Adam (element-wise, so per seed). ``total_frames``, ``learning_starts``,
+``buffer_size``, ``batch_size`` and the logged ``step`` are per seed; ``fps`` counts every
+seed's frames. ``metrics.csv`` and ``summary.json`` hold ``train_return/seed_<s>``,
+``eval_return/seed_<s>`` and ``alpha/seed_<s>`` beside the means over seeds. One generator
+draws for all seeds (actions, replay slots, REDQ's critic subsets), so a seed equals its single
+run given the same data, not sample for sample. The torch ``tdrl/Pendulum`` (one generator
+for every sub-env) is refused.
+
+    python apps/sac/train.py env_id=Pendulum-v1 n_seeds=3 total_frames=8000 learning_starts=500
 """
 
 from __future__ import annotations
@@ -38,7 +54,7 @@ from torch import nn
 
 from tdrl.core import DoubleToFloat, RewardSum
 from tdrl.core.collectors import Collector
-from tdrl.core.envs import env_rng_state, make_env
+from tdrl.core.envs import TORCH_ENVS, env_rng_state, make_env
 from tdrl.core.modules import MLP, NormalParamExtractor, ProbabilisticActor, TanhNormal, ValueOperator
 from tdrl.core.objectives import REDQLoss, SACLoss, SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
@@ -48,8 +64,16 @@ from tdrl.core.train import (
     OffPolicyLog,
     Run,
     UpdateBudget,
+    block_seeds,
+    build_seeds,
     evaluate_episodes,
+    evaluate_per_env,
+    from_seed_items,
     hydra_app,
+    per_seed,
+    seed_sub_envs,
+    stack_losses,
+    to_seed_items,
 )
 
 
@@ -80,6 +104,9 @@ class Config(OffPolicyConfig):
     """Frames between checkpoints; 0: only at the end."""
     out: str = "runs/sac"
     """Run folder (a new numbered one beside it if it holds an earlier run and resume is false)."""
+    n_seeds: int = 1
+    """Seeds seed..seed+n_seeds-1 trained in one process as one vectorised model (per-seed
+    metrics); total_frames, learning_starts, buffer_size and batch_size are per seed."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -93,6 +120,13 @@ class Config(OffPolicyConfig):
         if self.algorithm == "redq" and not 1 <= self.critic_subset <= self.num_critics:
             raise ConfigError(f"Config.critic_subset={self.critic_subset}: REDQ needs "
                               f"1 <= critic_subset <= num_critics={self.num_critics}.")
+        if self.n_seeds < 1:
+            raise ConfigError(f"Config.n_seeds={self.n_seeds} is not allowed: expected an integer >= 1.")
+        if self.n_seeds > 1 and self.env_id in TORCH_ENVS:
+            raise ConfigError(f"Config.env_id={self.env_id} with n_seeds={self.n_seeds}: the torch env draws "
+                              "every sub-env from one generator, so its seed blocks cannot be seeded apart; "
+                              "use a Gymnasium task (e.g. Pendulum-v1) or run the seeds one after another "
+                              "(-m seed=0,1,2).")
 
 
 def env_for(cfg: Config, num_envs: int):
@@ -117,30 +151,71 @@ def make_actor_critic(env, cfg: Config):
     return actor, qvalue
 
 
-def train(cfg: Config) -> dict:
-    """Run SAC with ``cfg``; returns a summary dict (also written to ``summary.json``)."""
+def make_loss(env, cfg: Config):
+    """The actor and the SAC / REDQ loss of one seed (its critics, target critics and
+    temperature), on the CPU."""
+    actor, qvalue = make_actor_critic(env, cfg)
+    if cfg.algorithm == "redq":
+        return REDQLoss(actor, qvalue, num_qvalue_nets=cfg.num_critics, subset_size=cfg.critic_subset,
+                        gamma=cfg.gamma, alpha_init=cfg.alpha_init)
+    return SACLoss(actor, qvalue, num_qvalue_nets=cfg.num_critics, gamma=cfg.gamma, alpha_init=cfg.alpha_init)
+
+
+def run_seeds(cfg: Config) -> list[int]:
+    """The seeds of a run: ``seed, ..., seed + n_seeds - 1``."""
+    return [cfg.seed + k for k in range(cfg.n_seeds)]
+
+
+def build_loss(env, cfg: Config, seeds: list[int]):
+    """One seed's loss, or with several ``seeds`` the seeds' losses stacked into one (seed
+    ``s`` initialised as a single run of seed ``s``: ``torch.manual_seed(s)`` then
+    :func:`make_loss`)."""
+    if len(seeds) == 1:
+        return make_loss(env, cfg)
+    return stack_losses(build_seeds(lambda seed: make_loss(env, cfg), seeds, stack=False))
+
+
+def sac_update(loss_fn, optim: torch.optim.Optimizer, batch, n_seeds: int = 1):
+    """One gradient step on ``batch`` (``[n_seeds * B]`` seed-major rows); returns the loss
+    output. The total loss is scaled by ``n_seeds`` so that each seed's slice of the stacked
+    parameters gets the gradient of its own mean loss (Adam is element-wise)."""
+    out = loss_fn(batch)
+    optim.zero_grad(set_to_none=True)
+    (total_loss(out) * n_seeds).backward()
+    optim.step()
+    return out
+
+
+def train(cfg: Config, seeds: list[int] | None = None) -> dict:
+    """Run SAC with ``cfg``; returns a summary dict (also written to ``summary.json``).
+
+    Args:
+        cfg: the config.
+        seeds: the seeds trained together (default :func:`run_seeds`); several train as one
+            vectorised model.
+    """
+    seeds = run_seeds(cfg) if seeds is None else list(seeds)
+    n_seeds = len(seeds)
     run = Run(cfg, cfg.algorithm, total=cfg.total_frames, unit="frames")
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
-    env = env_for(cfg, cfg.num_envs)
-    actor, qvalue = make_actor_critic(env, cfg)
-    if cfg.algorithm == "redq":
-        loss_fn = REDQLoss(actor, qvalue, num_qvalue_nets=cfg.num_critics,
-                           subset_size=cfg.critic_subset, gamma=cfg.gamma,
-                           alpha_init=cfg.alpha_init).to(device)
-    else:
-        loss_fn = SACLoss(actor, qvalue, num_qvalue_nets=cfg.num_critics, gamma=cfg.gamma,
-                          alpha_init=cfg.alpha_init).to(device)
+    env = env_for(cfg, n_seeds * cfg.num_envs)
+    loss_fn = build_loss(env, cfg, seeds).to(device)
+    actor = loss_fn.actor
     optim = torch.optim.Adam([
         {"params": list(actor.parameters()), "lr": cfg.actor_lr},
         {"params": list(loss_fn.qvalue.parameters()), "lr": cfg.critic_lr},
         {"params": list(loss_fn.temperature.parameters()), "lr": cfg.critic_lr},
     ])
     updater = SoftUpdate(loss_fn, tau=cfg.tau)
+    # with several seeds item i holds every seed's i-th transition: a buffer per seed in one storage
     buffer = ReplayBuffer(storage=LazyTensorStorage(min(cfg.buffer_size, cfg.total_frames), device=device),
                           batch_size=cfg.batch_size)
-    collector = Collector(env, actor, frames_per_batch=cfg.num_envs, total_frames=cfg.total_frames,
-                          init_random_frames=cfg.learning_starts, device=device, seed=cfg.seed)
+    collector = Collector(env, actor, frames_per_batch=n_seeds * cfg.num_envs, total_frames=n_seeds * cfg.total_frames,
+                          init_random_frames=n_seeds * cfg.learning_starts, device=device,
+                          seed=cfg.seed if n_seeds == 1 else None)
+    if n_seeds > 1:  # block k starts as a single run of seed seeds[k]
+        seed_sub_envs(env, block_seeds(seeds, cfg.num_envs))
     budget = UpdateBudget(cfg.utd_ratio, cfg.learning_starts)
     keep = ["observation", "action", ("next", "observation"), ("next", "reward"),
             ("next", "terminated")]
@@ -151,29 +226,43 @@ def train(cfg: Config) -> dict:
         state["env_rng"] = env_rng
     if run.start(**state) is not None and env_rng is None:
         collector.reset()  # the simulators restart: new episodes, seeded from the frame count
-        collector.set_seed(cfg.seed + collector.frames)
+        if n_seeds == 1:
+            collector.set_seed(cfg.seed + collector.frames)
+        else:
+            seed_sub_envs(env, block_seeds([s + collector.frames // n_seeds for s in seeds], cfg.num_envs))
 
     def evaluate(seed: int) -> dict:  # the deterministic policy
-        return {"eval_return": evaluate_episodes(env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes, seed)}
+        if n_seeds == 1:
+            return {"eval_return": evaluate_episodes(env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes, seed)}
+        offset = seed - cfg.seed  # block k is evaluated as seed seeds[k]'s single run
+        n = n_seeds * cfg.eval_episodes
+        per_env = evaluate_per_env(env_for(cfg, n), actor, n, block_seeds([s + offset for s in seeds],
+                                                                          cfg.eval_episodes))
+        evals = per_seed(per_env, n_seeds).mean(1).tolist()
+        return {"eval_return": sum(evals) / n_seeds, **{f"eval_return/seed_{s}": v for s, v in zip(seeds, evals)}}
 
-    log = OffPolicyLog(run, cfg, budget, evaluate, show=("train_return", "eval_return", "alpha"))
+    def alphas() -> dict:
+        alpha = loss_fn.temperature.alpha
+        return {f"alpha/seed_{s}": float(a) for s, a in zip(seeds, alpha)} if n_seeds > 1 else {}
+
+    log = OffPolicyLog(run, cfg, budget, evaluate, show=("train_return", "eval_return", "alpha"), extra=alphas,
+                       seeds=seeds)
     for batch in collector:
         # 1. one step of every sub-env (uniformly random actions before learning_starts)
-        frames, new = collector.frames, batch.numel()
-        buffer.extend(batch.reshape(-1).select(*keep).to(device))
+        frames, new = collector.frames // n_seeds, batch.numel() // n_seeds
+        flat = batch.reshape(-1).select(*keep).to(device)
+        buffer.extend(flat if n_seeds == 1 else to_seed_items(flat, n_seeds))
         log.add_batch(batch)
         # 2. gradient steps
         for _ in range(budget.add(frames, new)):
-            out = loss_fn(buffer.sample())
-            optim.zero_grad(set_to_none=True)
-            total_loss(out).backward()
-            optim.step()
+            sample = buffer.sample()
+            out = sac_update(loss_fn, optim, sample if n_seeds == 1 else from_seed_items(sample, n_seeds), n_seeds)
             updater.step()
             log.add_stats(out)
         # 3. log, evaluate, checkpoint
         if log.step(frames, new, state):
             break
-    model = {"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict()}
+    model = {"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict(), "seeds": seeds}
     return log.close(collector, env, state, model, f"{cfg.algorithm.upper()} {cfg.env_id}")
 
 

@@ -81,9 +81,9 @@ class REDQLoss(SACLoss):
             every = torch.arange(len(drawn))
             reward = self._get_next(td, "reward").reshape(next_qs.shape[1:])
             not_term = (~self._get_next(td, "terminated").bool()).reshape(reward.shape)
-            target = redq_target(next_qs, every, self._align(next_lp, next_qs[0]),
-                                 self.temperature.alpha, reward, not_term.to(reward.dtype),
-                                 self.gamma)
+            next_lp = self._align(next_lp, next_qs[0])
+            target = redq_target(next_qs, every, next_lp, self.temperature.alpha_for(next_lp), reward,
+                                 not_term.to(reward.dtype), self.gamma)
         loss = distance_loss(qs, target.expand_as(qs), self.loss_function)
         td_error = (qs - target).detach().abs().max(0).values
         td.set(k.priority, td_error.reshape(td.shape))

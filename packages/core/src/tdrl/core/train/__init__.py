@@ -35,9 +35,12 @@ from tdrl.core.train.seeds import (
     normalize_per_seed,
     per_seed,
     seed_of_env,
+    from_seed_items,
     seed_sub_envs,
+    stack_losses,
     stack_seeds,
     stacked_seed_counts,
+    to_seed_items,
 )
 from tdrl.core.train.state import GeneratorState, StateBox
 
@@ -72,6 +75,9 @@ __all__ = [
     "per_seed",
     "normalize_per_seed",
     "stacked_seed_counts",
+    "stack_losses",
+    "to_seed_items",
+    "from_seed_items",
     "episode_returns",
     "init_from_env",
     "is_main_process",

@@ -49,6 +49,9 @@ __all__ = [
     "per_seed",
     "normalize_per_seed",
     "stacked_seed_counts",
+    "stack_losses",
+    "to_seed_items",
+    "from_seed_items",
 ]
 
 
@@ -56,19 +59,31 @@ _ELEMENTWISE = (nn.Tanh, nn.ReLU, nn.ELU, nn.SiLU, nn.GELU, nn.LeakyReLU, nn.Sig
                 nn.Identity)
 
 
-def _linear_plan(module: nn.Module) -> list[tuple] | None:
+def _linear_plan(module: nn.Module, prefix: str = "") -> list[tuple] | None:
     """The layers of a plain MLP (``nn.Sequential`` / ``tdrl.core.modules.MLP`` of ``nn.Linear``
-    and element-wise activations) for the batched-matmul path; None for anything else."""
+    and element-wise activations, nested ones flattened, optionally ending in a
+    ``NormalParamExtractor``) for the batched-matmul path; None for anything else."""
+    from tensordict.nn import NormalParamExtractor
+
     from tdrl.core.modules.models import MLP
 
     if type(module) not in (nn.Sequential, MLP):
         return None
-    plan = []
-    for i, child in enumerate(module):
+    if prefix and type(module) is MLP and len(module.out_shape) > 1:  # a reshape inside: not flat
+        return None
+    plan: list[tuple] = []
+    children = list(module)
+    for i, child in enumerate(children):
+        if plan and plan[-1][0] == "split":  # a NormalParamExtractor ends the plan
+            return None
         if type(child) is nn.Linear:
-            plan.append(("linear", f"{i}.weight", f"{i}.bias" if child.bias is not None else None))
+            plan.append(("linear", f"{prefix}{i}.weight", f"{prefix}{i}.bias" if child.bias is not None else None))
         elif type(child) in _ELEMENTWISE:
             plan.append(("act", child))
+        elif type(child) is NormalParamExtractor and i == len(children) - 1:
+            plan.append(("split", child))
+        elif (inner := _linear_plan(child, f"{prefix}{i}.")) is not None:
+            plan.extend(inner)
         else:
             return None
     return plan
@@ -130,7 +145,7 @@ class SeedStackedModule(nn.Module):
         return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
 
 
-    def _forward_linear(self, xs: tuple[Tensor, ...]) -> Tensor:
+    def _forward_linear(self, xs: tuple[Tensor, ...]) -> Tensor | tuple[Tensor, ...]:
         """The MLP path: ``[n_seeds, rows, features]`` through one ``baddbmm`` per layer."""
         x = xs[0] if len(xs) == 1 else torch.cat(xs, dim=-1)
         lead = x.shape[:-1]
@@ -140,6 +155,8 @@ class SeedStackedModule(nn.Module):
             if step[0] == "act":
                 x = step[1](x)
                 continue
+            if step[0] == "split":  # NormalParamExtractor: (loc, scale), row-wise
+                return tuple(y.reshape(*lead, y.shape[-1]) for y in step[1](x))
             w = params[step[1]].transpose(1, 2)
             x = torch.bmm(x, w) if step[2] is None else torch.baddbmm(params[step[2]].unsqueeze(1), x, w)
         out = x.reshape(*lead, x.shape[-1])
@@ -188,6 +205,71 @@ def stack_seeds(built: Sequence[Any]) -> Any:
     if not isinstance(first, nn.Module):
         raise TypeError(f"stack_seeds: expected modules (or tuples / dicts of modules), got {type(first).__name__}.")
     return _stack_one(built)
+
+
+def stack_losses(losses: Sequence[nn.Module]) -> nn.Module:
+    """One loss over seed-stacked networks, from one loss per seed (same class and settings).
+
+    The result is a copy of ``losses[0]`` (its keys, config and parameter-free parts) whose
+    every child module holding parameters is replaced by the seeds' children stacked with
+    :func:`stack_seeds`; target networks (``target_<name>``) are stacked from each seed's own
+    target and stay frozen. A child class may stack itself: a classmethod
+    ``stack_seeds(modules)`` is used when present (e.g.
+    :class:`~tdrl.core.objectives.EntropyTemperature`: one temperature per seed).
+
+    Args:
+        losses: one loss per seed, e.g. built by :func:`build_seeds` with ``stack=False``.
+
+    Returns:
+        The seed-stacked loss: it takes ``[n_seeds * N]`` seed-major batches; its means over
+        the batch are the mean over seeds of each seed's mean, so callers scale the total
+        loss by ``n_seeds`` for each seed to get its own mean-loss gradient.
+    """
+    if not losses:
+        raise ValueError("stack_losses needs at least one seed's loss.")
+    first = losses[0]
+    if any(type(x) is not type(first) for x in losses):
+        raise TypeError(f"stack_losses: the seeds built different losses {sorted({type(x).__name__ for x in losses})}.")
+    targets = {t for _, t in getattr(first, "_target_pairs", [])}
+    out = copy.deepcopy(first)
+    for name, child in first.named_children():
+        parts = [x.get_submodule(name) for x in losses]
+        hook = getattr(type(child), "stack_seeds", None)
+        if hook is not None:
+            setattr(out, name, hook(parts))
+        elif any(True for _ in child.parameters()):
+            stacked = stack_seeds(parts)
+            if name in targets:
+                for p in stacked.parameters():
+                    p.requires_grad_(False)
+            setattr(out, name, stacked)
+    return out
+
+
+def to_seed_items(td: TensorDictBase, n_seeds: int) -> TensorDictBase:
+    """Seed-major transitions ``[n_seeds * N]`` -> ``N`` replay items, item ``i`` holding the
+    ``i``-th transition of every seed (leaves ``[N, n_seeds, ...]``, batch ``[N]``).
+
+    A replay storage of such items is one buffer per seed in one tensor: item ``i`` is what
+    a single run of each seed would store at slot ``i``, and :func:`from_seed_items` turns a
+    sample back into seed-major rows, each seed reading only its own transitions.
+    """
+    n = per_seed(td, n_seeds).shape[1]
+    return td.apply(lambda t: t.reshape(n_seeds, n, *t.shape[1:]).transpose(0, 1), batch_size=[n])
+
+
+def from_seed_items(sample: TensorDictBase, n_seeds: int, drop: Sequence[str] = ("index",)) -> TensorDictBase:
+    """A replay sample of :func:`to_seed_items` items (batch ``[B]``, leaves
+    ``[B, n_seeds, ...]``) -> seed-major rows ``[n_seeds * B]`` (seed ``k``'s sample is
+    rows ``k * B .. (k + 1) * B``, the same slots for every seed). ``drop``: entries
+    the buffer adds per item (its sampled ``index``)."""
+    b = sample.shape[0]
+    sample = sample.exclude(*drop)
+    for key, leaf in sample.items(include_nested=True, leaves_only=True):
+        if leaf.ndim < 2 or leaf.shape[1] != n_seeds:
+            raise ValueError(f"from_seed_items: entry {key!r} has shape {tuple(leaf.shape)}; expected "
+                             f"[{b}, n_seeds={n_seeds}, ...] (a sample of to_seed_items items).")
+    return sample.apply(lambda t: t.transpose(0, 1).reshape(n_seeds * b, *t.shape[2:]), batch_size=[n_seeds * b])
 
 
 def build_seeds(build: Callable[[int], Any], seeds: Sequence[int], stack: bool = True) -> Any:
