@@ -17,6 +17,7 @@ The search uses it automatically (:func:`fused_rule`) when the interior rule is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -105,14 +106,24 @@ def first_argmax(scores: Tensor) -> Tensor:
     return action
 
 
-def fused_rule(fn: SelectionFn) -> FusedPUCT | None:
-    """The fused scorer equal to ``fn``, or None if ``fn`` is not a plain PUCT rule."""
+def unwrap_partial(fn: Callable | None) -> tuple[Callable, dict] | None:
+    """``(function, keywords)`` under nested ``functools.partial`` keyword bindings of ``fn``
+    (the outer binding wins), or None if a partial binds positional arguments."""
     kwargs: dict = {}
     while isinstance(fn, partial):
         if fn.args:
             return None
         kwargs = {**fn.keywords, **kwargs}
         fn = fn.func
+    return fn, kwargs
+
+
+def fused_rule(fn: SelectionFn) -> FusedPUCT | None:
+    """The fused scorer equal to ``fn``, or None if ``fn`` is not a plain PUCT rule."""
+    unwrapped = unwrap_partial(fn)
+    if unwrapped is None:
+        return None
+    fn, kwargs = unwrapped
     if fn is not puct_selection or set(kwargs) - {"pb_c_init", "pb_c_base", "qtransform"}:
         return None
     qtransform = kwargs.get("qtransform", qtransform_by_parent_and_siblings)

@@ -23,6 +23,8 @@ all paths with one gather and one write each; the rescoring reuses the node rows
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -79,8 +81,12 @@ def search(
         extra: per-tree extras ``[B]`` stored in ``tree.extra`` (e.g. the root Gumbel).
         method: ``"tensor"`` (statistics in the tree's tensors), ``"python"`` (in Python
             floats, :mod:`~tdrl.core.mcts.small_batch`: only the default PUCT rule at the root
-            and below it, on the CPU) or ``"auto"``: ``"python"`` where it applies and
-            ``B <= SMALL_BATCH``, else ``"tensor"``. Both build the same tree.
+            and below it, on the CPU), ``"numba"`` (walked and backed up by compiled calls
+            on numpy views of the tensors, :mod:`~tdrl.core.mcts.numba_backend`: the same
+            PUCT rule at the root and below it with the default or the fixed-bounds min-max
+            Q-transform, on the CPU; needs numba) or ``"auto"``: ``"numba"`` where it
+            applies and numba is installed, else ``"python"`` where it applies and
+            ``B <= SMALL_BATCH``, else ``"tensor"``. All build the same tree.
 
     Returns:
         The filled :class:`Tree`.
@@ -90,11 +96,18 @@ def search(
     max_depth = num_simulations if max_depth is None else max_depth
     if max_depth < 1:
         raise ValueError(f"max_depth must be >= 1, got {max_depth}")
-    if method not in ("auto", "tensor", "python"):
-        raise ValueError(f"method must be 'auto', 'tensor' or 'python', got {method!r}")
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, _METHODS))}, got {method!r}")
     tree, wrapped = init_tree(root, num_simulations + 1, extra)
     store = _EmbeddingStore(tree.embeddings, wrapped)
-    if method != "tensor":
+    if method in ("auto", "numba"):
+        rule = _numba_rule(tree, root_action_selection_fn, interior_action_selection_fn, method)
+        if rule is not None:
+            from .numba_backend import numba_search
+
+            numba_search(tree, store, recurrent_fn, rule, num_simulations, max_depth, two_player)
+            return tree
+    if method in ("auto", "python"):
         rule = fused_rule(interior_action_selection_fn)
         usable = (
             rule is not None
@@ -148,6 +161,43 @@ def search(
         if sim + 1 < num_simulations:
             cache.rescore(interior_action_selection_fn, changed, changed_stats)
     return tree
+
+
+_METHODS = ("auto", "tensor", "python", "numba")
+_NUMBA_MISSING = (
+    "method='numba' needs numba, which is not installed: pip install 'tdrl-core[mcts]' "
+    "(or numba>=0.60), or use method='auto' / 'tensor'"
+)
+
+
+@functools.cache
+def _numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
+
+
+def _numba_rule(tree: Tree, root_fn: SelectionFn, interior_fn: SelectionFn, method: str):
+    """The numba backend's form of the rules, or None where ``"auto"`` passes it by.
+
+    Under ``method="numba"`` a missing numba or an unsupported configuration is an error.
+    """
+    if not _numba_installed():
+        if method == "numba":
+            raise ImportError(_NUMBA_MISSING)
+        return None
+    from .numba_backend import DTYPES, numba_rule
+
+    rule = numba_rule(root_fn, interior_fn)
+    usable = tree.node_data.device.type == "cpu" and tree.node_data.dtype in DTYPES
+    if method == "numba" and (rule is None or not usable):
+        raise ValueError(
+            "method='numba' supports the same rule at the root and below it, puct_selection "
+            "(optionally bound to pb_c_init / pb_c_base) with qtransform_by_parent_and_siblings "
+            "(optionally its epsilon) or qtransform_by_min_max (min_value, max_value), on the "
+            f"CPU, in float32 or float64; got root rule {root_fn!r}, interior rule "
+            f"{interior_fn!r}, a {tree.node_data.dtype} tree on {tree.node_data.device}; "
+            "use method='auto' or 'tensor' otherwise"
+        )
+    return rule if usable else None
 
 
 class _Path(NamedTuple):
