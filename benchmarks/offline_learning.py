@@ -6,7 +6,7 @@
 3. train BC / TD3+BC / IQL / CQL / DT with ``apps/offline`` on that dataset folder and record
    each policy's evaluation return beside the dataset's mean episode return.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/offline_learning.py --sac-frames 4000 --episodes 50 --steps 5000
+    flock /tmp/tdrl-cpu.lock python benchmarks/offline_learning.py --sac-frames 4000 --episodes 50 --steps 5000 --record
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def main() -> None:
     ap.add_argument("--sac-return", type=float, default=float("nan"), help="with --dataset: its SAC checkpoint's return")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/offline_learning")
+    ap.add_argument("--record", action="store_true", help="write the rows to benchmarks/results (RESULTS.md)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -85,6 +86,10 @@ def main() -> None:
         t1 = time.time()
         s = offline.train(cfg)
         ratio = s["eval_return"] / s["dataset_return"]  # returns are negative on Pendulum: < 1 is better
+        print(f"[offline_learning] {algo}: eval {s['eval_return']:.1f}, dataset mean {s['dataset_return']:.1f} "
+              f"(ratio {ratio:.2f}), {time.time() - t1:.0f} s", flush=True)
+        if not args.record:
+            continue
         write_record(SECTION, f"{args.env_id} medium dataset (tdrl SAC after {args.sac_frames} frames, "
                      f"{args.episodes} rollout episodes, minari format)", algo,
                      {"eval return (10 episodes)": round(s["eval_return"], 1),

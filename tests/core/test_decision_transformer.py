@@ -39,12 +39,12 @@ def test_windows_match_a_naive_construction():
     assert w.shape == (64, k)
     for b, s in enumerate(starts.tolist()):
         steps = [i for i in range(s, min(s + k, 7)) if data["episode"][i] == data["episode"][s]]
-        pad = k - len(steps)
-        assert w["mask"][b].tolist() == [False] * pad + [True] * len(steps)
-        assert w["action"][b, pad:, 0].tolist() == [float(i) for i in steps]
-        assert w["timestep"][b, pad:].tolist() == data["timestep"][steps].tolist()
-        assert w["returns_to_go"][b, pad:, 0].tolist() == data["returns_to_go"][steps, 0].tolist()
-        assert float(w["observation"][b, :pad].abs().sum()) == 0.0
+        m = len(steps)  # right-padded
+        assert w["mask"][b].tolist() == [True] * m + [False] * (k - m)
+        assert w["action"][b, :m, 0].tolist() == [float(i) for i in steps]
+        assert w["timestep"][b, :m].tolist() == data["timestep"][steps].tolist()
+        assert w["returns_to_go"][b, :m, 0].tolist() == data["returns_to_go"][steps, 0].tolist()
+        assert float(w["observation"][b, m:].abs().sum()) == 0.0
 
 
 def _model(**kw):

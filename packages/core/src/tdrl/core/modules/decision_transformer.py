@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 __all__ = ["DecisionTransformer", "DecisionTransformerPolicy"]
 
@@ -41,16 +42,13 @@ class DecisionTransformer(nn.Module):
         if not action_high > action_low:
             raise ValueError(f"DecisionTransformer: action_high={action_high} must be > action_low={action_low}.")
         self.obs_dim, self.act_dim, self.context, self.max_timestep = obs_dim, act_dim, context, max_timestep
-        self.num_heads = num_heads
         self.embed_return = nn.Linear(1, embed_dim)
         self.embed_obs = nn.Linear(obs_dim, embed_dim)
         self.embed_action = nn.Linear(act_dim, embed_dim)
         self.embed_time = nn.Embedding(max_timestep, embed_dim)
         self.embed_norm = nn.LayerNorm(embed_dim)
         self.drop = nn.Dropout(dropout)
-        layer = nn.TransformerEncoderLayer(embed_dim, num_heads, 4 * embed_dim, dropout, activation="gelu",
-                                           batch_first=True, norm_first=True)
-        self.blocks = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+        self.blocks = nn.ModuleList(_Block(embed_dim, num_heads, dropout) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, act_dim)
         self.register_buffer("half_range", torch.tensor((action_high - action_low) / 2), persistent=False)
@@ -64,7 +62,10 @@ class DecisionTransformer(nn.Module):
             returns_to_go: ``[B, T, 1]``. observation: ``[B, T, obs_dim]``.
             action: ``[B, T, act_dim]`` (the action at ``t`` never reaches the prediction at ``t``).
             timestep: episode step of each entry, ``[B, T]`` integers.
-            mask: ``[B, T]`` bool, True for real steps (padding: False); default all real.
+            mask: ``[B, T]`` bool, True for real steps (padding: False); default all real. Padding
+                after the real steps (right padding, what :func:`~tdrl.core.objectives.sample_windows`
+                makes) needs no attention mask beyond the causal one, so it takes the fast
+                ``is_causal`` attention; padding before a real step builds a ``[B, 1, 3T, 3T]`` mask.
         """
         b, t = observation.shape[:2]
         if t > self.context:
@@ -78,16 +79,43 @@ class DecisionTransformer(nn.Module):
         tokens = torch.stack([self.embed_return(returns_to_go) + time, self.embed_obs(observation) + time,
                               self.embed_action(action) + time], dim=2).reshape(b, 3 * t, -1)
         tokens = self.drop(self.embed_norm(tokens))
-        n = 3 * t
-        blocked = torch.ones(n, n, dtype=torch.bool, device=tokens.device).triu(1).expand(b, n, n)
-        if mask is not None:  # no query sees a padded key, except a padded query itself
+        allowed = None  # causal attention alone: no query sees a later (or right-padded) key
+        if mask is not None and bool((mask[:, 1:].bool() & ~mask[:, :-1].bool()).any()):  # a pad before a real step
+            n = 3 * t
             pad = (~mask.bool()).repeat_interleave(3, dim=1)  # [B, 3T]
             own = torch.eye(n, dtype=torch.bool, device=tokens.device)
-            blocked = blocked | (pad[:, None, :] & ~own)
-        blocked = blocked.repeat_interleave(self.num_heads, dim=0)
-        hidden = self.final_norm(self.blocks(tokens, mask=blocked))
+            causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
+            allowed = (causal & ~pad[:, None, :]) | own  # a padded query sees itself only
+            allowed = allowed[:, None]  # [B, 1, 3T, 3T], shared by the heads
+        for block in self.blocks:
+            tokens = block(tokens, allowed)
+        hidden = self.final_norm(tokens)
         state_tokens = hidden.reshape(b, t, 3, -1)[:, :, 1]
         return torch.tanh(self.head(state_tokens)) * self.half_range + self.mid
+
+
+class _Block(nn.Module):
+    """A GPT-2 block (pre-norm; dropout on the attention weights and on each residual branch,
+    none inside the MLP), as in the paper's GPT-2 backbone.
+
+    ``allowed``: ``[B, 1, N, N]`` bool (True: the query may attend to the key) or None for
+    plain causal attention (``scaled_dot_product_attention(is_causal=True)``).
+    """
+
+    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads, self.p = heads, dropout
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc, self.out = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x: Tensor, allowed: Tensor | None) -> Tensor:
+        b, n, d = x.shape
+        p = self.p if self.training else 0.0
+        q, k, v = self.qkv(self.norm1(x)).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, is_causal=allowed is None)
+        x = x + F.dropout(self.proj(att.transpose(1, 2).reshape(b, n, d)), p, self.training)
+        return x + F.dropout(self.out(F.gelu(self.fc(self.norm2(x)))), p, self.training)
 
 
 class DecisionTransformerPolicy:

@@ -60,7 +60,10 @@ def sample_windows(data: TensorDictBase, context: int, batch_size: int,
     """``batch_size`` windows of up to ``context`` consecutive steps of one episode.
 
     Each window starts at a uniformly drawn transition and runs forward within its episode;
-    shorter windows (near an episode's end) are left-padded (``mask`` False, zeros).
+    shorter windows (near an episode's end) are right-padded (``mask`` False, zeros). The
+    transformer is causal and has no in-window position embedding, so a right-padded window
+    predicts its real steps exactly as the short window alone would, without an attention
+    mask for the padding.
 
     Args:
         data: ``[N]`` with ``observation``, ``action``, ``returns_to_go`` ``[N, 1]``,
@@ -70,18 +73,20 @@ def sample_windows(data: TensorDictBase, context: int, batch_size: int,
     Returns:
         ``[batch_size, K]`` with the same keys and ``mask`` (True for real steps).
     """
+    if context < 1 or batch_size < 1:
+        raise ValueError(f"sample_windows: context={context} and batch_size={batch_size} must be >= 1.")
     n = data.shape[0]
     episode = data["episode"]
     start = torch.randint(0, n, (batch_size,), generator=generator)
-    ahead = start[:, None] + torch.arange(context)
-    real = (ahead < n) & (episode[ahead.clamp(max=n - 1)] == episode[start][:, None])
-    length = real.sum(1, keepdim=True)
-    src = start[:, None] + torch.arange(context) - (context - length)  # right-aligned
-    mask = src >= start[:, None]
-    out = data.select("observation", "action", "returns_to_go", "timestep")[src.clamp(0, n - 1)]
-    out = out.apply(lambda x: x * mask.reshape(*mask.shape, *([1] * (x.dim() - 2))).to(x.dtype))
+    src = start[:, None] + torch.arange(context)
+    inside = src.clamp(max=n - 1)
+    mask = (src < n) & (episode[inside] == episode[start][:, None])  # episodes are contiguous
+    out = {}
+    for key in ("observation", "action", "returns_to_go", "timestep"):
+        x = data[key][inside]
+        out[key] = x * mask.reshape(*mask.shape, *([1] * (x.dim() - 2))).to(x.dtype)
     out["mask"] = mask
-    return out
+    return TensorDict(out, batch_size=[batch_size, context])
 
 
 @dataclass
