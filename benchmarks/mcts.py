@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
-import math
 import statistics
 import time
 
@@ -171,12 +171,19 @@ def python_puct_search(
 # ------------------------------------------------------------------------------ benchmark
 
 
-def _median_time(fn, repeats: int) -> float:
+def _median_time(fn, repeats: int, min_block_s: float = 0.2) -> float:
+    """Median seconds per call of ``fn`` over ``repeats`` blocks of calls, each block long
+    enough (``min_block_s``) that a short search is not timed from one call (mcts_mctx.py
+    times the same way)."""
+    start = time.perf_counter()
+    fn()
+    calls = max(1, math.ceil(min_block_s / max(time.perf_counter() - start, 1e-6)))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
     return statistics.median(times)
 
 
@@ -229,6 +236,15 @@ def main() -> None:
         _versus_mctx(args, model, ours_rates, ours_visits)
 
 
+def _backend_name() -> str:
+    """What ``method="auto"`` runs on the CPU here."""
+    import importlib.util
+
+    if importlib.util.find_spec("numba") is not None:
+        return "the numba backend, mcts/numba_backend.py"
+    return f"statistics in Python floats up to B={SMALL_BATCH} trees, mcts/small_batch.py, tensors above"
+
+
 def _versus_mctx(args, model: TinyModel, ours_rates: dict, ours_visits: dict) -> None:
     """Run benchmarks/mcts_mctx.py in the mctx venv on the same weights; print the ratios."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -267,10 +283,10 @@ def _versus_mctx(args, model: TinyModel, ours_rates: dict, ours_visits: dict) ->
                 {"tdrl sims/s": round(ours_rates[b]), "mctx sims/s": round(theirs)},
                 peer=f"mctx {peer['mctx']} (jax {peer['jax']})", ratio=f"{ratio:.2f}x{verdict}",
                 note=f"PUCT, {args.simulations} simulations, min-max Q (qtransform_by_parent_and_siblings), "
-                "no root noise, tiny model (dim 8, 4 actions), same weights and roots; tdrl keeps the "
-                f"statistics in Python floats up to B={SMALL_BATCH} trees (mcts/small_batch.py), in "
-                "tensors above; both on one CPU "
-                "thread (XLA_FLAGS single-threaded); median of repeats, jit compile excluded; "
+                "no root noise, tiny model (dim 8, 4 actions), same weights and roots; tdrl with "
+                f"method='auto' ({_backend_name()}); both on one CPU "
+                "thread (XLA_FLAGS single-threaded); median of repeats, each a block of calls of "
+                ">= 0.2 s, jit compile excluded; "
                 f"visit counts of the first 4 trees identical: {same}",
             )  # fmt: skip
 

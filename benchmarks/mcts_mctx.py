@@ -3,7 +3,8 @@
 Reads the tiny model's weights from an ``.npz`` written by benchmarks/mcts.py, runs
 ``mctx.muzero_policy`` (PUCT, ``qtransform_by_parent_and_siblings`` = min-max Q, no root
 noise, greedy action) under ``jax.jit`` on one CPU thread, and prints one JSON line
-``{"batch": simulations per second, ...}`` (median of repeats, compile excluded).
+``{"batch": simulations per second, ...}`` (median of repeats, each a block of calls of at
+least 0.2 s, compile excluded).
 
 Run (normally by benchmarks/mcts.py --mctx):
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
@@ -13,6 +14,7 @@ Run (normally by benchmarks/mcts.py --mctx):
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import time
@@ -58,11 +60,15 @@ def main() -> None:
     for b in map(int, batches):
         emb = jnp.asarray(np.load(path.replace(".npz", f"_emb{b}.npy")))
         jax.block_until_ready(search(w, emb))  # compile
+        t0 = time.perf_counter()
+        jax.block_until_ready(search(w, emb))
+        calls = max(1, math.ceil(0.2 / max(time.perf_counter() - t0, 1e-6)))  # blocks of >= 0.2 s
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            jax.block_until_ready(search(w, emb))
-            times.append(time.perf_counter() - t0)
+            for _ in range(calls):
+                jax.block_until_ready(search(w, emb))
+            times.append((time.perf_counter() - t0) / calls)
         rates[b] = b * sims / statistics.median(times)
         visits[b] = np.asarray(search(w, emb)[1][:4]).tolist()
     print(json.dumps({"rates": rates, "visits": visits, "jax": jax.__version__, "mctx": mctx.__version__}))

@@ -173,16 +173,17 @@ def _walk(node_data, edge_data, children, invalid, kind, c, max_depth, paths, de
 @numba.njit(cache=True, nogil=True)
 def _expand_backup(
     node_data, edge_data, children, invalid, parents, action_from_parent,
-    paths, depths, out, new_index, leaf, priors, leaf_invalid, has_invalid, negate, c,
+    paths, depths, out, new_index, rewards, discounts, values, logits, probs, leaf_invalid,
+    has_invalid, negate, c,
 ):  # fmt: skip
     """Write the new nodes (slot ``new_index``) of the growing trees; back all values up.
 
     Args:
         node_data ... action_from_parent: the tree's arrays, updated in place.
         paths, depths, out: what :func:`_walk` wrote.
-        leaf: ``[3, B]`` the model's reward, discount and value (rows; unused where a tree
+        rewards, discounts, values: ``[B]`` the model's outputs (unused where a tree
             re-evaluates an existing node).
-        priors: ``[B, A, 2]`` the new leaves' masked prior logits and probabilities.
+        logits, probs: ``[B, A]`` the new leaves' masked prior logits and probabilities.
         leaf_invalid: ``[B, A]`` their illegal actions (read if ``has_invalid``).
         negate: two players: store the discounts negated.
         c: the rule's constants (``c[_ONE]`` keeps the counts in the tree's float type).
@@ -195,14 +196,14 @@ def _expand_backup(
         if node == UNVISITED:  # the tree grows: write the new node
             node = new_index
             children[b, parent, action] = node
-            edge_data[b, parent, action, 2] = leaf[0, b]
-            edge_data[b, parent, action, 3] = -leaf[1, b] if negate else leaf[1, b]
+            edge_data[b, parent, action, 2] = rewards[b]
+            edge_data[b, parent, action, 3] = -discounts[b] if negate else discounts[b]
             parents[b, node] = parent
             action_from_parent[b, node] = action
-            node_data[b, node, 2] = leaf[2, b]
+            node_data[b, node, 2] = values[b]
             for a in range(num_actions):
-                edge_data[b, node, a, 4] = priors[b, a, 0]
-                edge_data[b, node, a, 5] = priors[b, a, 1]
+                edge_data[b, node, a, 4] = logits[b, a]
+                edge_data[b, node, a, 5] = probs[b, a]
                 if has_invalid:
                     invalid[b, node, a] = leaf_invalid[b, a]
         # Back up, in the tensor search's order: the leaf, then each level upwards.
@@ -244,7 +245,7 @@ def numba_search(
         rule: from :func:`numba_rule`.
         num_simulations, max_depth, two_player: as :func:`~tdrl.core.mcts.search.search`.
     """
-    from .search import _vector, leaf_priors
+    from .search import _vector, leaf_logits
 
     batch, num_nodes, num_actions = tree.batch_size, tree.num_nodes, tree.num_actions
     dtype = tree.node_data.dtype
@@ -259,21 +260,24 @@ def numba_search(
     out = out_t.numpy()
     flat_parent, action = out_t[0], out_t[1]
     no_invalid = np.zeros((1, 1), dtype=np.bool_)
-    no_leaf = np.zeros((3, 1), dtype=node_data.dtype)
-    no_priors = np.zeros((1, 1, 2), dtype=node_data.dtype)
+    no_vector = np.zeros(1, dtype=node_data.dtype)
+    no_priors = np.zeros((1, 1), dtype=node_data.dtype)
     args = (node_data, edge_data, children, invalid)
     for sim in range(num_simulations):
         new_index = sim + 1
         growing = _walk(*args, rule.kind, constants, max_depth, paths, depths, out)
-        leaf, priors, leaf_invalid = no_leaf, no_priors, no_invalid
+        rewards = discounts = values = no_vector
+        logits = probs = no_priors
+        leaf_invalid = no_invalid
         if growing:
-            result = RecurrentOutput(*recurrent_fn(store.read(flat_parent), action.clone()))
-            reward = _vector(result.reward, batch, "reward", dtype)
-            discount = _vector(result.discount, batch, "discount", dtype)
-            value = _vector(result.value, batch, "value", dtype)
-            leaf = torch.stack([reward, discount, value]).detach().numpy()
-            priors_t, invalid_t = leaf_priors(result, batch, num_actions, dtype)
-            priors = priors_t.detach().numpy()
+            result = recurrent_fn(store.read(flat_parent), action.clone())
+            if not isinstance(result, RecurrentOutput):
+                result = RecurrentOutput(*result)
+            rewards = _vector(result.reward, batch, "reward", dtype).detach().numpy()
+            discounts = _vector(result.discount, batch, "discount", dtype).detach().numpy()
+            values = _vector(result.value, batch, "value", dtype).detach().numpy()
+            logits_t, probs_t, invalid_t = leaf_logits(result, batch, num_actions, dtype)
+            logits, probs = logits_t.detach().numpy(), probs_t.detach().numpy()
             if invalid_t is not None:
                 leaf_invalid = invalid_t.numpy()
             if growing == batch:
@@ -282,6 +286,6 @@ def numba_search(
                 keep = torch.from_numpy(np.flatnonzero(out[2] == UNVISITED))
                 store.write(keep * num_nodes + new_index, result.next_embedding[keep])
         _expand_backup(
-            *args, parents, action_from_parent, paths, depths, out, new_index, leaf, priors,
-            leaf_invalid, leaf_invalid is not no_invalid, two_player, constants,
+            *args, parents, action_from_parent, paths, depths, out, new_index, rewards, discounts,
+            values, logits, probs, leaf_invalid, leaf_invalid is not no_invalid, two_player, constants,
         )  # fmt: skip

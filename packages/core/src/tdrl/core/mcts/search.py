@@ -465,6 +465,15 @@ def leaf_priors(
 ) -> tuple[Tensor, Tensor | None]:
     """The new leaves' ``[B, A, 2]`` masked prior logits and their softmax (edge channels 4,
     5), and their ``[B, A]`` illegal actions (``None``: all legal, as fresh rows already say)."""
+    logits, probs, invalid = leaf_logits(out, batch, num_actions, dtype)
+    return torch.stack([logits, probs], -1), invalid
+
+
+def leaf_logits(
+    out: RecurrentOutput, batch: int, num_actions: int, dtype: torch.dtype
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """:func:`leaf_priors` unstacked: ``[B, A]`` masked logits, ``[B, A]`` their softmax and
+    the ``[B, A]`` illegal actions (or ``None``)."""
     if out.prior_logits.shape != (batch, num_actions):
         raise ValueError(
             f"recurrent_fn prior_logits must be [B, A]={batch, num_actions}, "
@@ -477,7 +486,7 @@ def leaf_priors(
     else:
         invalid = _normalize_invalid(out.invalid_actions, batch, num_actions, logits.device)
         logits = mask_invalid_logits(logits, invalid)
-    return torch.stack([logits, torch.softmax(logits, -1)], -1), invalid
+    return logits, torch.softmax(logits, -1), invalid
 
 
 def _normalize_invalid(
