@@ -17,9 +17,11 @@
 #   3. mcts_cuda.log    - benchmarks/mcts.py --device cuda --repeats 3;
 #   4. kernels_gpu.log / kernels_gpu.md - benchmarks/kernels_gpu.py (PASS/FAIL parity of every
 #                         Triton kernel, then the timing tables; it stops itself at ~270 s);
+#   5. inference_server.log - benchmarks/inference_server.py on the device's 16 CPU cores;
 #   summary.txt         - one line per step: exit code and seconds.
 # The device image has torch + triton + transformers but no tensordict: tensordict, pyvers,
-# orjson and importlib_metadata are installed from the carried .devwheels (cp312) into
+# orjson, importlib_metadata and gymnasium are installed from the carried .devwheels (cp312,
+# built here first by `bash benchmarks/make_devwheels.sh`) into
 # /tmp/tdrl_site, and the four tdrl packages are put on PYTHONPATH from packages/*/src (an
 # editable install would need hatchling, which the offline image lacks).
 #
@@ -101,6 +103,11 @@ if [ "$HAS_CUDA" = 1 ]; then
     fi
     step "mcts --device cuda" 60 mcts_cuda.log "$PY" benchmarks/mcts.py --device cuda --repeats 3
     step "kernels_gpu.py" 300 kernels_gpu.log env OUT="$OUT" "$PY" benchmarks/kernels_gpu.py
+    # CPU work on the device's 16 cores (8 env workers fit there; the 2-core CI box is
+    # scheduler-bound): the issue-21 inference-server targets; needs gymnasium from .devwheels.
+    if "$PY" -c "import gymnasium, tensordict" 2>/dev/null; then
+        step "inference_server (16 CPU cores)" 90 inference_server.log "$PY" benchmarks/inference_server.py --frames 1600 --repeats 3
+    fi
 else
     note "no CUDA device: grpo/mcts/kernels GPU benchmarks SKIPPED"
     if [ "${GPU_CHECK_DRYRUN:-0}" = 1 ]; then

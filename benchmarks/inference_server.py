@@ -94,10 +94,15 @@ def main() -> None:
             peer="the same workers with their own policy copy; MultiSyncCollector",
             ratio=f"x{best / fps['local']:.2f} own copies (target 1.5x); "
                   f"x{best / fps['multisync']:.2f} MultiSync (target 1.0x)",
-            machine=f"shared 2-core CPU box, load {load:.1f}, one torch thread per process",
-            note=(f"Median of {args.repeats} batches after a warm-up. {args.workers} worker "
-                  "processes on 2 shared cores: batching saves per-call policy overhead, it "
-                  "cannot add cores."),
+            machine=f"{os.cpu_count()}-core CPU box, load {load:.1f}, one torch thread per process",
+            note=(f"Median of {args.repeats} batches after a warm-up. With {args.workers} workers on "
+                  f"{os.cpu_count()} cores every served step waits for a wake-up: profiles of the "
+                  "process transport show the server thread and each worker idle in poll() about "
+                  "90% of the time, so it is bound by scheduling latency, not by work; the thread "
+                  "transport runs every worker under one GIL. Batching saves per-call policy "
+                  "overhead; it cannot add cores. Since 2026-12-02 the server and thread workers "
+                  "carry torch's thread count (tdrl.core.threads; before, each small op in the "
+                  "server thread started an OpenMP team: its forward took ~6 ms)."),
         )
 
 

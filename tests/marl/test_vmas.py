@@ -66,3 +66,50 @@ def test_vmas_wrong_action_shape_names_group_and_shapes():
     td["agents", "action"] = torch.zeros(2, 3, 4)
     with pytest.raises(ValueError, match=r"group 'agents'.*\(2, 3, 4\).*\(2, 3, 2\)"):
         env.step(td)
+
+
+def test_vmas_internal_distributions_skip_checks_and_the_switch_is_restored(monkeypatch):
+    """The simulator's own distributions (``sampling`` builds a MultivariateNormal per step) are
+    built unchecked; the same rollout results; the global default is back afterwards, also
+    when the step raises."""
+    from torch.distributions import Distribution
+
+    seen = []
+    original = Distribution.__init__
+
+    def record(self, *args, **kwargs):
+        seen.append(Distribution._validate_args)
+        original(self, *args, **kwargs)
+
+    def run():
+        env = VmasEnv("sampling", num_envs=2, continuous_actions=False, seed=3, max_steps=4)
+        torch.manual_seed(0)
+        return env.rollout(6, break_when_any_done=False)
+
+    monkeypatch.setattr(Distribution, "__init__", record)
+    assert Distribution._validate_args is True  # torch's default in this process
+    fast = run()
+    assert seen and not any(seen)  # every distribution VMAS built was unchecked
+    assert Distribution._validate_args is True
+    import tdrl.marl.envs.vmas as vmas_mod
+
+    monkeypatch.setattr(vmas_mod, "_unvalidated_distributions", __import__("contextlib").nullcontext)
+    seen.clear()
+    checked = run()
+    assert seen and all(seen)
+    assert torch.equal(fast["next", "agents", "observation"], checked["next", "agents", "observation"])
+    assert torch.equal(fast["next", "agents", "reward"], checked["next", "agents", "reward"])
+    monkeypatch.undo()
+
+    env = VmasEnv("sampling", num_envs=2, continuous_actions=False, seed=3)
+    td = env.rand_step(env.reset())
+
+    def boom(actions):
+        seen.append(Distribution._validate_args)
+        raise RuntimeError("simulator failed")
+
+    seen.clear()
+    env._env.step = boom
+    with pytest.raises(RuntimeError, match="simulator failed"):
+        env.step(td)
+    assert seen == [False] and Distribution._validate_args is True

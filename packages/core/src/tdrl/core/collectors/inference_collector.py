@@ -46,6 +46,7 @@ from ..envs.parallel import DEFAULT_TIMEOUT_S, _exit_with_parent, _parent_token
 from .inference_ray import RayEnvWorker, _RayHub
 from .inference_server import InferenceServer, _Hub, _ProcessHub, _ThreadHub
 from .multi import _WorkerLifecycle, _dumps, _stop_workers
+from ..threads import carry_num_threads
 from .single import as_interaction_type
 
 __all__ = ["InferenceCollector"]
@@ -263,7 +264,7 @@ class InferenceCollector(_WorkerLifecycle):
             self.hub: _Hub = _ThreadHub(self.server, num_workers)
             self.hub.start()
             for i in range(num_workers):
-                t = threading.Thread(target=_thread_worker, name=f"tdrl-env-worker-{i}", daemon=True,
+                t = threading.Thread(target=carry_num_threads(_thread_worker), name=f"tdrl-env-worker-{i}", daemon=True,
                                      args=(i, self.hub, create_env_fn, in_keys, seeds[i], frames,
                                            self.timeout))
                 t.start()

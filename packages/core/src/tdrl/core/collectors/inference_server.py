@@ -28,6 +28,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
+from ..threads import carry_num_threads
+
 __all__ = ["InferenceServer"]
 
 _POLL_S = 0.05
@@ -119,7 +121,7 @@ class _Hub:
         self.outbox: queue.Queue = queue.Queue()
         self.active = 0  # workers collecting now (the server stops waiting when all asked)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="tdrl-inference-server", daemon=True)
+        self._thread = threading.Thread(target=carry_num_threads(self._serve), name="tdrl-inference-server", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from tdrl.core.threads import carry_num_threads, thread_initializer
+
 __all__ = [
     "DEFAULT_REWARD_TIMEOUT_S",
     "ON_REWARD_ERROR",
@@ -86,7 +88,7 @@ def _await_with_timeout(call: Callable[[], object], timeout: float | None, name:
         except BaseException as exc:  # handed to the caller
             box["error"] = exc
 
-    worker = threading.Thread(target=work, name=f"tdrl-reward-{name}", daemon=True)
+    worker = threading.Thread(target=carry_num_threads(work), name=f"tdrl-reward-{name}", daemon=True)
     worker.start()
     worker.join(None if not timeout else timeout + 5.0)  # cancellation itself may take a moment
     if worker.is_alive():
@@ -129,7 +131,7 @@ def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str
         except BaseException as exc:  # handed to the caller
             box["error"] = exc
 
-    worker = threading.Thread(target=work, name=f"tdrl-reward-{name}", daemon=True)
+    worker = threading.Thread(target=carry_num_threads(work), name=f"tdrl-reward-{name}", daemon=True)
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
@@ -154,7 +156,8 @@ def map_bounded(fn: Callable, items: Sequence, workers: int) -> list:
     items = list(items)
     if workers == 1 or len(items) <= 1:
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="tdrl-reward-pool") as pool:
+    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="tdrl-reward-pool",
+                            initializer=thread_initializer()) as pool:
         futures = [pool.submit(fn, x) for x in items]
         return [f.result() for f in futures]
 

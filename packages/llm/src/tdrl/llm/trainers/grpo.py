@@ -283,10 +283,13 @@ class GRPOTrainer(TrainerBase):
             import copy
             from concurrent.futures import ThreadPoolExecutor
 
+            from tdrl.core.threads import thread_initializer
+
             snapshot = copy.deepcopy(unwrap_model(model)).eval().requires_grad_(False)
             self._async_generator = HFGenerator(snapshot, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
                                                 cfg.top_k, share_prefix=cfg.share_prefix is not False)
-            self._async_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tdrl-grpo-gen")
+            self._async_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tdrl-grpo-gen",
+                                                  initializer=thread_initializer())
         torch.manual_seed(cfg.seed + self.rank)
         self._open_run(run, loggers)
 

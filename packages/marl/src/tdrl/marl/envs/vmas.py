@@ -15,8 +15,9 @@ agent dim right after the batch dim:
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -63,6 +64,25 @@ def _make_strict(vmas, name: str, scenario, **kwargs):
             )
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return env
+
+
+@contextlib.contextmanager
+def _unvalidated_distributions() -> Iterator[None]:
+    """``torch.distributions`` built inside skip their argument checks, restored on exit.
+
+    Some scenarios build distributions every step (``sampling`` evaluates a
+    ``MultivariateNormal`` per agent and step); their argument and support checks were ~15%
+    of a MAPPO run on it. TorchRL switches the checks off for the whole process when it is
+    imported (``Distribution.set_default_validate_args(False)``), so a BenchMARL run pays none;
+    here the switch covers only the simulator's own calls, not the user's distributions.
+    """
+    dist = torch.distributions.Distribution
+    before = dist._validate_args
+    dist._validate_args = False
+    try:
+        yield
+    finally:
+        dist._validate_args = before
 
 
 def _td(source: dict, batch_size, device) -> TensorDictBase:
@@ -122,10 +142,11 @@ class VmasEnv(EnvBase):
         self.continuous_actions = continuous_actions
         self.max_steps = max_steps
         self.include_info = include_info
-        self._env = _make_strict(
-            vmas, self.scenario_name, scenario, num_envs=num_envs, device=self.device,
-            continuous_actions=continuous_actions, seed=seed, **scenario_kwargs,
-        )
+        with _unvalidated_distributions():
+            self._env = _make_strict(
+                vmas, self.scenario_name, scenario, num_envs=num_envs, device=self.device,
+                continuous_actions=continuous_actions, seed=seed, **scenario_kwargs,
+            )
         self.agent_names = [a.name for a in self._env.agents]
         self.n_agents = len(self.agent_names)
         self.group_map = group_agents(self.agent_names, group_map)
@@ -222,17 +243,18 @@ class VmasEnv(EnvBase):
     # ------------------------------------------------------------------ EnvBase
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
-        if mask is None or bool(mask.all()):
-            obs = self._env.reset()
-            self._steps.zero_()
-        else:
-            rows = mask.reshape(self.num_envs).nonzero().flatten().tolist()
-            for i in rows:
-                self._env.reset_at(i, return_observations=False)
-            self._steps[rows] = 0
-            obs = self._env.get_from_scenario(
-                get_observations=True, get_rewards=False, get_infos=False, get_dones=False
-            )[0]
+        with _unvalidated_distributions():
+            if mask is None or bool(mask.all()):
+                obs = self._env.reset()
+                self._steps.zero_()
+            else:
+                rows = mask.reshape(self.num_envs).nonzero().flatten().tolist()
+                for i in rows:
+                    self._env.reset_at(i, return_observations=False)
+                self._steps[rows] = 0
+                obs = self._env.get_from_scenario(
+                    get_observations=True, get_rewards=False, get_infos=False, get_dones=False
+                )[0]
         source = self._group_obs(obs)
         false = torch.zeros((self.num_envs, 1), dtype=torch.bool, device=self.device)
         source.update({DONE: false, TERMINATED: false.clone(), TRUNCATED: false.clone()})
@@ -244,7 +266,8 @@ class VmasEnv(EnvBase):
             act = check_group_action(g, tensordict.get((g, ACTION), None), self._act_shapes[g])
             for j, a in zip(idx, act.unbind(1)):
                 actions[j] = a
-        obs, rews, dones, infos = self._env.step(actions)
+        with _unvalidated_distributions():
+            obs, rews, dones, infos = self._env.step(actions)
         self._steps += 1
         source = self._group_obs(obs)
         for g, idx in self._group_idx.items():
@@ -266,7 +289,8 @@ class VmasEnv(EnvBase):
         return _td(source, self.batch_size, self.device)
 
     def _set_seed(self, seed: int) -> int:
-        self._env.seed(seed)
+        with _unvalidated_distributions():
+            self._env.seed(seed)
         return seed + 1
 
     def __repr__(self) -> str:
