@@ -41,7 +41,7 @@ from .._optional import require
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Bounded, Composite, Unbounded
 from ._fastpath import merge_reset_rows, plain_td_maker
-from .common import RESET_KEY, EnvBase
+from .common import RESET_KEY, EnvBase, step_mdp
 
 __all__ = ["BraxEnv"]
 
@@ -98,7 +98,19 @@ def _compiled(name: str, backend: str, num_envs: int, episode_length: int, actio
 
         return key, jax.tree.map(where, new, state)
 
-    return env, jax.jit(fresh), jax.jit(step), jax.jit(partial_reset)
+    def step_and_reset(key, state, action):
+        # step, then (only if a sub-env is done) the partial reset of the done ones, in one
+        # call: the same keys and states as step() then reset(mask=done); the packed outputs
+        # gain the next root's observation [B, D + 4 + D]
+        state = strong(env.step(state, action))
+        packed = outputs(state)
+        done = state.done > 0
+        key, root = jax.lax.cond(done.any(), lambda k, s: partial_reset(k, done, s),
+                                 lambda k, s: (k, s), key, state)
+        return key, root, jnp.concatenate([packed, root.obs], -1)
+
+    return (env, jax.jit(fresh), jax.jit(step), jax.jit(partial_reset),
+            jax.jit(step_and_reset))
 
 
 class BraxEnv(EnvBase):
@@ -152,7 +164,7 @@ class BraxEnv(EnvBase):
         self._jax_device = jax.devices()[0]
         self.env_name, self.backend, self.num_envs = env_name, backend, num_envs
         self.episode_length, self.action_repeat = episode_length, action_repeat
-        env, self._reset_fn, self._step_fn, self._partial_reset_fn = _compiled(
+        env, self._reset_fn, self._step_fn, self._partial_reset_fn, self._step_reset_fn = _compiled(
             env_name, backend, num_envs, episode_length, action_repeat
         )
         if not isinstance(env.observation_size, int):
@@ -171,6 +183,8 @@ class BraxEnv(EnvBase):
         self._obs_dim = env.observation_size
         self._make_td = plain_td_maker(batch, self.device)
         self._false = torch.zeros((num_envs, 1), dtype=torch.bool)  # read-only
+        self._fuse_reset = False  # set by step_and_maybe_reset around its step()
+        self._root_obs = None  # the fused step's next-root observation (numpy), if any was done
         self._state = None
 
     # ------------------------------------------------------------------ conversions
@@ -243,11 +257,42 @@ class BraxEnv(EnvBase):
             src, ~mask_np.reshape(self.num_envs, 1), self._torch(self._state.obs), self._false,
             RESET_KEY, (DONE, TERMINATED, TRUNCATED)))
 
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """:meth:`EnvBase.step_and_maybe_reset` with the step and the reset of the done
+        sub-envs in one jitted call (CPU; the same data as a step then a reset)."""
+        if (type(self).step is not EnvBase.step or type(tensordict) is not TensorDict
+                or self.device.type != "cpu" or self._jax_device.platform != "cpu"):
+            return super().step_and_maybe_reset(tensordict)
+        self._fuse_reset, self._root_obs = True, None
+        try:
+            tensordict = self.step(tensordict)
+        finally:
+            self._fuse_reset = False
+        next_root = step_mdp(tensordict, self.reward_keys)
+        if self._root_obs is not None:
+            obs, self._root_obs = self._root_obs, None
+            src = next_root._tensordict
+            keep = ~src[DONE].numpy()
+            next_root = self._make_td(merge_reset_rows(
+                src, keep, torch.from_numpy(obs), self._false, RESET_KEY, (DONE, TERMINATED, TRUNCATED)))
+        return tensordict, next_root
+
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self._state is None:
             raise RuntimeError(f"{self!r}: call reset() before the first step.")
-        self._state, packed = self._step_fn(self._state, self._jax_array(tensordict.get(ACTION)))
+        action = self._jax_array(tensordict.get(ACTION))
         dim = self._obs_dim
+        if self._fuse_reset:
+            self._key, self._state, packed = self._step_reset_fn(self._key, self._state, action)
+            packed.block_until_ready()
+            arr = np.array(packed)
+            flags = arr[:, dim + 1:dim + 4] > 0.5
+            if flags[:, 0].any():
+                self._root_obs = arr[:, dim + 4:]
+            parts = (arr[:, :dim], arr[:, dim:dim + 1], flags[:, 0:1], flags[:, 1:2], flags[:, 2:3])
+            return self._make_td(dict(zip((OBSERVATION, REWARD, DONE, TERMINATED, TRUNCATED),
+                                          [torch.from_numpy(x) for x in parts])))
+        self._state, packed = self._step_fn(self._state, action)
         if self._jax_device.platform == "cpu":  # split in numpy: its views cost far less
             packed.block_until_ready()
             arr = np.array(packed)
