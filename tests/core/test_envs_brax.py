@@ -98,3 +98,51 @@ def test_make_env_and_bad_input():
     td = fresh.full_action_spec.rand()
     with pytest.raises(RuntimeError, match="call reset"):
         fresh.step(td)
+
+
+def test_fast_partial_reset_equals_the_generic_merge():
+    """BraxEnv.reset's own partial reset (a flat CPU root) gives what EnvBase.reset's merge
+    gives on the same state: fresh rows, kept rows, cleared flags, carried extra entries."""
+    from tdrl.core.envs import EnvBase
+
+    a, b = (BraxEnv("inverted_pendulum", num_envs=4, episode_length=LIMIT, seed=3) for _ in range(2))
+    roots = []
+    for e in (a, b):
+        td = e.reset()
+        td["action"] = torch.full((4, 1), 0.9)
+        td = e.step(td)["next"]
+        td["done"] = torch.tensor([[True], [False], [True], [False]])
+        td["terminated"] = td["done"].clone()
+        td["hidden"] = torch.arange(8.0).reshape(4, 2)  # e.g. a policy's recurrent state
+        td["_reset"] = td["done"].clone()
+        roots.append(td)
+    fast = a.reset(roots[0])
+    generic = EnvBase.reset(b, roots[1])
+    assert set(fast.keys()) == set(generic.keys()) and "_reset" not in fast.keys()
+    for key in generic.keys():
+        assert torch.equal(fast[key], generic[key]), key
+    assert not fast["done"].any() and torch.equal(fast["hidden"], roots[0]["hidden"])
+    assert torch.equal(fast["observation"][[1, 3]], roots[0]["observation"][[1, 3]])
+    assert not torch.equal(fast["observation"][[0, 2]], roots[0]["observation"][[0, 2]])
+
+
+def test_fused_step_and_reset_equals_step_then_reset():
+    """BraxEnv.step_and_maybe_reset (step and the done sub-envs' reset in one jitted call) gives
+    the data of EnvBase's step, step_mdp, reset(mask=done), step after step."""
+    from tdrl.core.envs import EnvBase
+
+    a, b = (BraxEnv("inverted_pendulum", num_envs=4, episode_length=LIMIT, seed=5) for _ in range(2))
+    ta, tb = a.reset(), b.reset()
+    actions = torch.linspace(-1, 1, 4 * 40).reshape(40, 4, 1).flip(0)
+    resets = 0
+    for act in actions:
+        ta["action"], tb["action"] = act, act.clone()
+        sa, ta = a.step_and_maybe_reset(ta)
+        sb, tb = EnvBase.step_and_maybe_reset(b, tb)
+        resets += int(sb["next", "done"].sum())
+        for key in sb.keys(True, True):
+            assert torch.equal(sa[key], sb[key]), key
+        assert set(ta.keys(True, True)) == set(tb.keys(True, True))
+        for key in tb.keys(True, True):
+            assert torch.equal(ta[key], tb[key]), key
+    assert resets >= 4  # the time limit alone ends every sub-env's episode twice

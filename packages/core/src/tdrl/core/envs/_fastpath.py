@@ -21,7 +21,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-__all__ = ["RowSlab", "paused_gc", "plain_td_maker"]
+from ..keys import OBSERVATION
+
+__all__ = ["RowSlab", "merge_reset_rows", "paused_gc", "plain_td_maker"]
 
 # A slab holds at most this many bytes (large observations get few rows per slab, so a
 # kept step does not pin much memory) and at most _MAX_ROWS rows.
@@ -138,3 +140,29 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def merge_reset_rows(src: dict, keep: np.ndarray, observation: torch.Tensor, false: torch.Tensor,
+                     reset_key: str, flags: tuple[str, ...]) -> dict:
+    """A partial reset's output, built from the caller's root entries, as
+    :meth:`EnvBase.reset <tdrl.core.envs.EnvBase.reset>` builds it with a mask (same values).
+
+    Args:
+        src: the root's entries (a plain TensorDict's dict; CPU tensors, no nesting).
+        keep: ``[N, 1]`` bool numpy, True for the sub-envs that did not reset.
+        observation: ``[N, ...]`` the observation after the reset (reset rows fresh, others kept).
+        false: ``[N, 1]`` bool zeros (shared, read-only): a flag the root lacks.
+        reset_key: the mask's key (dropped); flags: the done keys (cleared where reset).
+
+    Returns:
+        ``{key: tensor}``: every entry of ``src`` but the mask, the new observation, and each
+        flag ``flag & keep``.
+    """
+    out = {k: v for k, v in src.items() if k != reset_key}
+    out[OBSERVATION] = observation
+    for key in flags:
+        flag = out.get(key)
+        out[key] = (false if flag is None or flag.shape != false.shape
+                    else torch.from_numpy(flag.numpy() & keep))
+    return out
+

@@ -35,13 +35,13 @@ from functools import lru_cache
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from .._optional import require
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Bounded, Composite, Unbounded
-from ._fastpath import plain_td_maker
-from .common import RESET_KEY, EnvBase
+from ._fastpath import merge_reset_rows, plain_td_maker
+from .common import RESET_KEY, EnvBase, step_mdp
 
 __all__ = ["BraxEnv"]
 
@@ -54,10 +54,12 @@ def _require_brax():
 
 @lru_cache(maxsize=None)
 def _compiled(name: str, backend: str, num_envs: int, episode_length: int, action_repeat: int):
-    """The vectorised env and its jitted ``reset(key)``, ``step(state, action)`` and
-    ``pick(mask, fresh, state)`` (the masked sub-envs' rows from ``fresh``), built once per
-    configuration; a partial reset is a full ``reset`` then ``pick``, so that only the cheap
-    ``pick`` compiles beside ``reset`` and ``step``."""
+    """The vectorised env and its jitted functions, built once per configuration:
+    ``reset(key) -> (key, state)`` (the first reset), ``step(state, action) -> (state, packed
+    outputs)`` and ``partial_reset(key, mask, state) -> (key, state)`` (fresh states for the
+    masked sub-envs, the others kept). The key is split inside: one dispatch per reset, where
+    an eager ``jax.random.split`` and separate reset and select calls took three, each
+    flattening the whole state tree (a partial reset cost about four steps before)."""
     _require_brax()
     import jax
     import jax.numpy as jnp
@@ -72,8 +74,9 @@ def _compiled(name: str, backend: str, num_envs: int, episode_length: int, actio
         # strongly typed: without this the step compiles twice (once per kind of state)
         return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), state)
 
-    def reset(key):
-        return strong(env.reset(jax.random.split(key, num_envs)))
+    def fresh(key):
+        key, sub = jax.random.split(key)
+        return key, strong(env.reset(jax.random.split(sub, num_envs)))
 
     def outputs(state):
         # one float32 array [B, D + 4] (observation, reward, done, terminated, truncated):
@@ -87,13 +90,27 @@ def _compiled(name: str, backend: str, num_envs: int, episode_length: int, actio
         state = strong(env.step(state, action))
         return state, outputs(state)
 
-    def pick(mask, fresh, state):
+    def partial_reset(key, mask, state):
+        key, new = fresh(key)
+
         def where(new, old):
             return jnp.where(mask.reshape(mask.shape + (1,) * (new.ndim - 1)), new, old)
 
-        return jax.tree.map(where, fresh, state)
+        return key, jax.tree.map(where, new, state)
 
-    return env, jax.jit(reset), jax.jit(step), jax.jit(pick)
+    def step_and_reset(key, state, action):
+        # step, then (only if a sub-env is done) the partial reset of the done ones, in one
+        # call: the same keys and states as step() then reset(mask=done); the packed outputs
+        # gain the next root's observation [B, D + 4 + D]
+        state = strong(env.step(state, action))
+        packed = outputs(state)
+        done = state.done > 0
+        key, root = jax.lax.cond(done.any(), lambda k, s: partial_reset(k, done, s),
+                                 lambda k, s: (k, s), key, state)
+        return key, root, jnp.concatenate([packed, root.obs], -1)
+
+    return (env, jax.jit(fresh), jax.jit(step), jax.jit(partial_reset),
+            jax.jit(step_and_reset))
 
 
 class BraxEnv(EnvBase):
@@ -147,7 +164,7 @@ class BraxEnv(EnvBase):
         self._jax_device = jax.devices()[0]
         self.env_name, self.backend, self.num_envs = env_name, backend, num_envs
         self.episode_length, self.action_repeat = episode_length, action_repeat
-        env, self._reset_fn, self._step_fn, self._pick_fn = _compiled(
+        env, self._reset_fn, self._step_fn, self._partial_reset_fn, self._step_reset_fn = _compiled(
             env_name, backend, num_envs, episode_length, action_repeat
         )
         if not isinstance(env.observation_size, int):
@@ -165,6 +182,9 @@ class BraxEnv(EnvBase):
         self.action_spec = Bounded(-1.0, 1.0, (*batch, env.action_size), device=self.device)
         self._obs_dim = env.observation_size
         self._make_td = plain_td_maker(batch, self.device)
+        self._false = torch.zeros((num_envs, 1), dtype=torch.bool)  # read-only
+        self._fuse_reset = False  # set by step_and_maybe_reset around its step()
+        self._root_obs = None  # the fused step's next-root observation (numpy), if any was done
         self._state = None
 
     # ------------------------------------------------------------------ conversions
@@ -197,30 +217,82 @@ class BraxEnv(EnvBase):
         """On an accelerator, the state committed to JAX's device (as the actions are)."""
         return state if self._jax_device.platform == "cpu" else self._jax.device_put(state, self._jax_device)
 
-    def _next_key(self):
-        self._key, key = self._jax.random.split(self._key)
-        return key
-
     # ------------------------------------------------------------------ EnvBase
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
         if kwargs:
             raise TypeError(f"BraxEnv.reset takes no keyword arguments, got {sorted(kwargs)}.")
         mask = None if tensordict is None else tensordict.get(RESET_KEY, None)
-        if mask is not None and self._state is not None:
-            mask = mask.reshape(self.num_envs)
-            if not bool(mask.all()):
-                fresh = self._placed(self._reset_fn(self._next_key()))
-                self._state = self._pick_fn(self._jax_array(mask.to(torch.float32)) > 0.5, fresh,
-                                            self._state)  # fmt: skip
-                return self._make_td({OBSERVATION: self._torch(self._state.obs)})
-        self._state = self._placed(self._reset_fn(self._next_key()))
+        if self._state is not None:  # a full reset is a partial one of every row: no new compile
+            mask = (torch.ones(self.num_envs, dtype=torch.bool) if mask is None
+                    else mask.reshape(self.num_envs))
+            self._key, self._state = self._partial_reset_fn(
+                self._key, self._jax_array(mask.to(torch.float32)) > 0.5, self._state)
+        else:
+            self._key, state = self._reset_fn(self._key)
+            self._state = self._placed(state)
         return self._make_td({OBSERVATION: self._torch(self._state.obs)})
+
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        """:meth:`EnvBase.reset`; a partial reset of a flat CPU TensorDict (what
+        ``step_and_maybe_reset`` and the collectors pass) builds its output from the root's
+        entries directly (:func:`~tdrl.core.envs._fastpath.merge_reset_rows`: the same
+        values as the generic merge, a fraction of its tensor ops)."""
+        mask = None
+        if (tensordict is not None and not kwargs and type(tensordict) is TensorDict
+                and self._state is not None and self.device.type == "cpu"
+                and self._jax_device.platform == "cpu"):
+            src = tensordict._tensordict
+            mask = src.get(RESET_KEY)
+            if (mask is None or mask.dtype != torch.bool or mask.device.type != "cpu"
+                    or any(isinstance(v, TensorDictBase) for v in src.values())):
+                mask = None
+        if mask is None:
+            return super().reset(tensordict, **kwargs)
+        self._assert_open()
+        mask_np = mask.numpy().reshape(self.num_envs)
+        if mask_np.all() or not mask_np.any():
+            return super().reset(tensordict)
+        self._key, self._state = self._partial_reset_fn(self._key, mask_np, self._state)
+        return self._make_td(merge_reset_rows(
+            src, ~mask_np.reshape(self.num_envs, 1), self._torch(self._state.obs), self._false,
+            RESET_KEY, (DONE, TERMINATED, TRUNCATED)))
+
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """:meth:`EnvBase.step_and_maybe_reset` with the step and the reset of the done
+        sub-envs in one jitted call (CPU; the same data as a step then a reset)."""
+        if (type(self).step is not EnvBase.step or type(tensordict) is not TensorDict
+                or self.device.type != "cpu" or self._jax_device.platform != "cpu"):
+            return super().step_and_maybe_reset(tensordict)
+        self._fuse_reset, self._root_obs = True, None
+        try:
+            tensordict = self.step(tensordict)
+        finally:
+            self._fuse_reset = False
+        next_root = step_mdp(tensordict, self.reward_keys)
+        if self._root_obs is not None:
+            obs, self._root_obs = self._root_obs, None
+            src = next_root._tensordict
+            keep = ~src[DONE].numpy()
+            next_root = self._make_td(merge_reset_rows(
+                src, keep, torch.from_numpy(obs), self._false, RESET_KEY, (DONE, TERMINATED, TRUNCATED)))
+        return tensordict, next_root
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self._state is None:
             raise RuntimeError(f"{self!r}: call reset() before the first step.")
-        self._state, packed = self._step_fn(self._state, self._jax_array(tensordict.get(ACTION)))
+        action = self._jax_array(tensordict.get(ACTION))
         dim = self._obs_dim
+        if self._fuse_reset:
+            self._key, self._state, packed = self._step_reset_fn(self._key, self._state, action)
+            packed.block_until_ready()
+            arr = np.array(packed)
+            flags = arr[:, dim + 1:dim + 4] > 0.5
+            if flags[:, 0].any():
+                self._root_obs = arr[:, dim + 4:]
+            parts = (arr[:, :dim], arr[:, dim:dim + 1], flags[:, 0:1], flags[:, 1:2], flags[:, 2:3])
+            return self._make_td(dict(zip((OBSERVATION, REWARD, DONE, TERMINATED, TRUNCATED),
+                                          [torch.from_numpy(x) for x in parts])))
+        self._state, packed = self._step_fn(self._state, action)
         if self._jax_device.platform == "cpu":  # split in numpy: its views cost far less
             packed.block_until_ready()
             arr = np.array(packed)

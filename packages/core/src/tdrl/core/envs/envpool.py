@@ -33,7 +33,7 @@ from tensordict import TensorDict, TensorDictBase
 from .._optional import require
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Composite, OneHot
-from ._fastpath import plain_td_maker
+from ._fastpath import merge_reset_rows, plain_td_maker
 from .common import RESET_KEY, EnvBase, _set_unsafe, step_mdp
 from .gym_spaces import _to_numpy, gym_space_to_spec
 
@@ -217,14 +217,8 @@ class EnvPoolEnv(EnvBase):
         if mask_np.all() or not mask_np.any():
             return None
         obs = self._reset_rows(mask_np, prev.numpy())
-        keep = ~mask_np.reshape(self.num_envs, 1)
-        out = {k: v for k, v in src.items() if k != RESET_KEY}
-        out[OBSERVATION] = self._obs_tensor(obs)
-        for key in (DONE, TERMINATED, TRUNCATED):
-            flag = out.get(key)
-            out[key] = (self._false if flag is None or flag.shape != (self.num_envs, 1)
-                        else torch.from_numpy(flag.numpy() & keep))
-        return out
+        return merge_reset_rows(src, ~mask_np.reshape(self.num_envs, 1), self._obs_tensor(obs),
+                                self._false, RESET_KEY, (DONE, TERMINATED, TRUNCATED))
 
     def dict_resetter(self) -> Callable[[dict, torch.Tensor], dict] | None:
         """:meth:`EnvBase.dict_resetter`: the numpy partial reset of :meth:`reset` on the
