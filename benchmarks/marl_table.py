@@ -313,6 +313,15 @@ def summarise(ours: list[dict], theirs: list[dict]) -> dict:
             "cpu ratio": fps(ours, "cpu_s") / fps(theirs, "cpu_s")}
 
 
+def row_name(task: str, algorithm: str, budget: Budget) -> str:
+    """The RESULTS row of a pair: ``"MAPPO navigation"`` at the default budget; another budget
+    names the fields it changes (``"MAPPO navigation, eval_episodes 200"``), so that a row
+    measured at another budget sits beside the default one instead of replacing it."""
+    default = asdict(Budget())
+    changed = [f"{k} {v}" for k, v in asdict(budget).items() if v != default[k]]
+    return ", ".join([f"{algorithm.upper()} {task}", *changed])
+
+
 def _note(budget: Budget) -> str:
     return (f"Budget per run: {budget.frames:,} frames ({budget.iters} iterations x {budget.frames_per_batch:,} "
             f"frames from {budget.envs} envs); MAPPO/IPPO {budget.epochs} epochs x minibatches of "
@@ -417,7 +426,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.record:
                 from records import write_record
 
-                write_record(SECTION, TABLE, f"{algorithm.upper()} {task}", s, peer=PEER,
+                write_record(SECTION, TABLE, row_name(task, algorithm, budget), s, peer=PEER,
                              ratio=f"{ratio:.2f}x ({cpu_ratio:.2f}x)", note=_note(budget),
                              machine=f"shared 2-core CPU box, one torch thread per side, device {args.device}")
 

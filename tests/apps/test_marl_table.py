@@ -172,3 +172,12 @@ def test_finished_seeds_are_appended_and_reused(tmp_path, monkeypatch):
     runs.write_text(runs.read_text() + "{not json\n")
     with pytest.raises(SystemExit, match=r"runs.jsonl:6: not a marl_table run record"):
         bench.load_runs(runs)
+
+
+def test_rows_at_another_budget_are_named_apart():
+    """A row measured at a non-default budget names the fields it changes, so that recording
+    it does not replace the default budget's row of the same pair."""
+    assert bench.row_name("navigation", "mappo", bench.Budget()) == "MAPPO navigation"
+    assert bench.row_name("balance", "qmix", bench.Budget(eval_episodes=200)) == "QMIX balance, eval_episodes 200"
+    assert (bench.row_name("wheel", "ippo", bench.Budget(iters=5, eval_episodes=20))
+            == "IPPO wheel, iters 5, eval_episodes 20")
