@@ -28,9 +28,17 @@ Where the two libraries differ in formula, the mapping keeps the update the same
 * BenchMARL's QMIX mixes with TorchRL's ``QMixer`` (one-layer hypernetworks): tdrl's QMixer is
   built with ``hypernet_hidden=None``.
 
-Not matched (said in the table's note): at VMAS's time limit TorchRL reports ``terminated``
-(no bootstrap), tdrl ``truncated`` (bootstrapped value), so the value targets of the last
-step of each episode differ.
+Not matched by default (said in the table's note): at VMAS's time limit TorchRL reports
+``terminated`` (no bootstrap), tdrl ``truncated`` (bootstrapped value), so the value targets of
+the last step of each episode differ. ``--time-limit-terminates`` gives the tdrl side TorchRL's
+semantics (``VmasEnv(time_limit_terminates=True)``); its rows and cached seeds are kept apart.
+
+Evaluation noise: a deterministic policy's episode returns are heavy-tailed on navigation (an
+episode where agents stay locked in a collision scores -60 to -80 against a median near +0.5),
+so with BenchMARL's 10 evaluation episodes one such episode moves a seed's return by several
+units (tdrl's MAPPO navigation seed 1: -6.68 on 10 episodes, -2.99 on 200; BenchMARL's seeds
+-1.39..0.40 on 10, -4.2..-3.9 on 200). Rows with ``--eval-episodes 200`` compare returns.
+``marl_parity.py`` checks that one update of either side is the same computation.
 """
 
 from __future__ import annotations
@@ -183,8 +191,13 @@ def tdrl_configs(algorithm: str, budget: Budget, max_steps: int) -> dict:
     return {"algorithm": algo, "train": train, "num_cells": tuple(MLP["num_cells"]), "continuous": on}
 
 
-def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str = "cpu") -> dict:
-    """Train and evaluate one tdrl run; returns frames, wall / CPU seconds and the eval return."""
+def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str = "cpu",
+             time_limit_terminates: bool = False) -> dict:
+    """Train and evaluate one tdrl run; returns frames, wall / CPU seconds and the eval return.
+
+    ``time_limit_terminates``: VMAS's time limit also sets ``terminated`` (TorchRL's semantics,
+    hence BenchMARL's: no bootstrapping there) instead of only ``truncated`` (tdrl's default).
+    """
     from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
     from tdrl.marl.envs import VmasEnv
     from tdrl.marl.trainer import evaluate, train_off_policy, train_on_policy
@@ -195,7 +208,7 @@ def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str =
 
     def env(n: int) -> VmasEnv:
         return VmasEnv(t["scenario"], num_envs=n, continuous_actions=conf["continuous"], max_steps=t["max_steps"],
-                       seed=seed, device=device, **t["kwargs"])
+                       seed=seed, device=device, time_limit_terminates=time_limit_terminates, **t["kwargs"])
 
     train_env, eval_env = env(budget.envs), env(budget.eval_episodes)
     parts = BUILDERS[algorithm][0](train_env, conf["algorithm"], num_cells=conf["num_cells"])
@@ -313,7 +326,22 @@ def summarise(ours: list[dict], theirs: list[dict]) -> dict:
             "cpu ratio": fps(ours, "cpu_s") / fps(theirs, "cpu_s")}
 
 
-def _note(budget: Budget) -> str:
+def row_name(task: str, algorithm: str, budget: Budget, time_limit_terminates: bool = False) -> str:
+    """The RESULTS row of a pair: ``"MAPPO navigation"`` at the default budget; another budget
+    names the fields it changes (``"MAPPO navigation, eval_episodes 200"``), so that a row
+    measured at another budget sits beside the default one instead of replacing it; so does a
+    row with TorchRL's time-limit semantics on the tdrl side (``", time limit terminates"``)."""
+    default = asdict(Budget())
+    changed = [f"{k} {v}" for k, v in asdict(budget).items() if v != default[k]]
+    changed += ["time limit terminates"] if time_limit_terminates else []
+    return ", ".join([f"{algorithm.upper()} {task}", *changed])
+
+
+def _note(budget: Budget, time_limit_terminates: bool = False) -> str:
+    limit = ("Time limit: terminated (no bootstrap) on both sides (tdrl's VmasEnv time_limit_terminates=True, "
+             "TorchRL's semantics); " if time_limit_terminates else
+             "Not matched: at VMAS's time limit TorchRL reports terminated (no bootstrap) and tdrl truncated "
+             "(bootstrapped); ")
     return (f"Budget per run: {budget.frames:,} frames ({budget.iters} iterations x {budget.frames_per_batch:,} "
             f"frames from {budget.envs} envs); MAPPO/IPPO {budget.epochs} epochs x minibatches of "
             f"{budget.minibatch:,}; QMIX {budget.optimizer_steps} gradient steps x {budget.train_batch} "
@@ -323,8 +351,7 @@ def _note(budget: Budget) -> str:
             f"mlp YAML: gamma 0.99, Adam 5e-5 eps 1e-6, grad-norm clip 5, MLP 256x256 Tanh, shared "
             f"parameters) and its task YAMLs (tdrl.marl.tasks). Return: final deterministic evaluation "
             f"on {budget.eval_episodes} episodes, mean ± std over seeds; frames/s: training loop only, mean "
-            f"over seeds; ratio tdrl / BenchMARL (wall clock; CPU time in brackets). Not matched: at "
-            f"VMAS's time limit TorchRL reports terminated (no bootstrap) and tdrl truncated (bootstrapped); "
+            f"over seeds; ratio tdrl / BenchMARL (wall clock; CPU time in brackets). {limit}"
             f"tdrl's timed loop includes its first env reset (BenchMARL's collector resets when it is built), "
             f"one reset more of {budget.iters + 1}, which weighs on sampling, whose VMAS reset is slow. "
             f"At this budget the returns measure early learning only.")
@@ -333,8 +360,10 @@ def _note(budget: Budget) -> str:
 RUNS = Path(__file__).resolve().parent / "results" / "marl_table_runs.ndjson"  # not a RESULTS record (*.jsonl)
 
 
-def _run_key(task: str, algorithm: str, seed: int, budget: Budget, device: str) -> str:
-    return json.dumps([task, algorithm, seed, asdict(budget), device], sort_keys=True)
+def _run_key(task: str, algorithm: str, seed: int, budget: Budget, device: str,
+             time_limit_terminates: bool = False) -> str:
+    extra = ["time_limit_terminates"] if time_limit_terminates else []  # earlier records stay valid
+    return json.dumps([task, algorithm, seed, asdict(budget), device, *extra], sort_keys=True)
 
 
 def load_runs(path: Path) -> dict[str, dict]:
@@ -346,18 +375,20 @@ def load_runs(path: Path) -> dict[str, dict]:
                 continue
             try:
                 row = json.loads(line)
-                runs[_run_key(row["task"], row["algorithm"], row["seed"], Budget(**row["budget"]),
-                              row["device"])] = {"tdrl": row["tdrl"], "benchmarl": row["benchmarl"]}
+                runs[_run_key(row["task"], row["algorithm"], row["seed"], Budget(**row["budget"]), row["device"],
+                              row.get("time_limit_terminates", False))] = {"tdrl": row["tdrl"], "benchmarl": row["benchmarl"]}
             except (ValueError, KeyError, TypeError) as err:
                 raise SystemExit(f"{path}:{n}: not a marl_table run record ({err}); fix or remove the line.")
     return runs
 
 
 def append_run(path: Path, task: str, algorithm: str, seed: int, budget: Budget, device: str,
-               ours: dict, theirs: dict) -> None:
+               ours: dict, theirs: dict, time_limit_terminates: bool = False) -> None:
     """Appends one finished seed (one line, flushed): what a resumed invocation reuses."""
     row = {"task": task, "algorithm": algorithm, "seed": seed, "budget": asdict(budget), "device": device,
            "tdrl": ours, "benchmarl": theirs, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if time_limit_terminates:
+        row["time_limit_terminates"] = True
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(json.dumps(row) + "\n")
@@ -376,6 +407,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--record", action="store_true", help="write one benchmarks/results record per pair")
     p.add_argument("--runs", type=Path, default=RUNS, help="per-seed results, appended and reused (see above)")
     p.add_argument("--fresh", action="store_true", help="rerun seeds already in --runs (appends the new ones)")
+    p.add_argument("--time-limit-terminates", action="store_true",
+                   help="tdrl side: VMAS's time limit sets terminated, as TorchRL's VmasEnv (BenchMARL) does")
     args = p.parse_args(argv)
     _check_device(args.device)
     for name, valid in (("tasks", TASKS), ("algorithms", ALGORITHMS)):
@@ -392,7 +425,8 @@ def main(argv: list[str] | None = None) -> None:
         for task in args.tasks:
             for algorithm in args.algorithms:
                 for seed in args.seeds:
-                    print(json.dumps(run(task, algorithm, budget, seed, args.device)), flush=True)
+                    kw = {"time_limit_terminates": True} if args.time_limit_terminates and run is run_tdrl else {}
+                    print(json.dumps(run(task, algorithm, budget, seed, args.device, **kw)), flush=True)
         return
     if not BENCHMARL_PY.exists():
         sys.exit(f"{BENCHMARL_PY} is missing: run `flock /tmp/tdrl-cpu.lock bash benchmarks/setup_benchmarl.sh`.")
@@ -401,15 +435,17 @@ def main(argv: list[str] | None = None) -> None:
         for algorithm in args.algorithms:
             ours, theirs = [], []
             for seed in args.seeds:  # interleave the sides so that load changes hit both
-                done = None if args.fresh else runs.get(_run_key(task, algorithm, seed, budget, args.device))
+                tl = args.time_limit_terminates
+                done = None if args.fresh else runs.get(_run_key(task, algorithm, seed, budget, args.device, tl))
                 if done is not None:
                     ours.append(done["tdrl"])
                     theirs.append(done["benchmarl"])
                     print(f"{task} {algorithm} seed {seed}: reused from {args.runs}", flush=True)
                     continue
-                ours.append(run_tdrl(task, algorithm, budget, seed, args.device))
+                ours.append(run_tdrl(task, algorithm, budget, seed, args.device, **({"time_limit_terminates": True}
+                                                                                  if tl else {})))
                 theirs.append(_benchmarl_subprocess(task, algorithm, budget, seed, args.device))
-                append_run(args.runs, task, algorithm, seed, budget, args.device, ours[-1], theirs[-1])
+                append_run(args.runs, task, algorithm, seed, budget, args.device, ours[-1], theirs[-1], tl)
                 print(f"{task} {algorithm} seed {seed}: tdrl {ours[-1]}  benchmarl {theirs[-1]}", flush=True)
             s = summarise(ours, theirs)
             ratio, cpu_ratio = s.pop("ratio"), s.pop("cpu ratio")
@@ -417,8 +453,9 @@ def main(argv: list[str] | None = None) -> None:
             if args.record:
                 from records import write_record
 
-                write_record(SECTION, TABLE, f"{algorithm.upper()} {task}", s, peer=PEER,
-                             ratio=f"{ratio:.2f}x ({cpu_ratio:.2f}x)", note=_note(budget),
+                write_record(SECTION, TABLE, row_name(task, algorithm, budget, args.time_limit_terminates), s,
+                             peer=PEER, ratio=f"{ratio:.2f}x ({cpu_ratio:.2f}x)",
+                             note=_note(budget, args.time_limit_terminates),
                              machine=f"shared 2-core CPU box, one torch thread per side, device {args.device}")
 
 

@@ -172,3 +172,26 @@ def test_finished_seeds_are_appended_and_reused(tmp_path, monkeypatch):
     runs.write_text(runs.read_text() + "{not json\n")
     with pytest.raises(SystemExit, match=r"runs.jsonl:6: not a marl_table run record"):
         bench.load_runs(runs)
+
+
+def test_rows_at_another_budget_are_named_apart():
+    """A row measured at a non-default budget names the fields it changes, so that recording
+    it does not replace the default budget's row of the same pair."""
+    assert bench.row_name("navigation", "mappo", bench.Budget()) == "MAPPO navigation"
+    assert bench.row_name("balance", "qmix", bench.Budget(eval_episodes=200)) == "QMIX balance, eval_episodes 200"
+    assert (bench.row_name("wheel", "ippo", bench.Budget(iters=5, eval_episodes=20))
+            == "IPPO wheel, iters 5, eval_episodes 20")
+
+
+def test_time_limit_terminates_is_kept_apart(tmp_path):
+    """--time-limit-terminates runs are cached and named apart from the default semantics."""
+    b = bench.Budget()
+    assert bench.row_name("balance", "qmix", b, True) == "QMIX balance, time limit terminates"
+    assert bench._run_key("balance", "qmix", 0, b, "cpu") != bench._run_key("balance", "qmix", 0, b, "cpu", True)
+    runs = tmp_path / "runs.jsonl"
+    r = {"frames": 1, "wall_s": 1.0, "cpu_s": 1.0, "return": 0.0}
+    bench.append_run(runs, "balance", "qmix", 0, b, "cpu", r, r)
+    bench.append_run(runs, "balance", "qmix", 0, b, "cpu", r, r, True)
+    assert set(bench.load_runs(runs)) == {bench._run_key("balance", "qmix", 0, b, "cpu"),
+                                          bench._run_key("balance", "qmix", 0, b, "cpu", True)}
+    assert "Not matched" in bench._note(b) and "Not matched" not in bench._note(b, True)

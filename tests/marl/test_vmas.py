@@ -30,6 +30,23 @@ def test_vmas_rollout_matches_the_data_contract():
     assert torch.equal(td["agents", "observation"][:, 4], td["next", "agents", "observation"][:, 3])
 
 
+
+def test_time_limit_can_terminate_as_torchrls_vmas_env():
+    """time_limit_terminates=True: the limit sets terminated too (TorchRL's VmasEnv, which
+    BenchMARL uses); the same seed gives the same trajectory otherwise."""
+    def run(flag):
+        env = VmasEnv("navigation", num_envs=2, max_steps=3, seed=0, n_agents=2, time_limit_terminates=flag)
+        torch.manual_seed(0)
+        return env.rollout(7, break_when_any_done=False)
+
+    plain, term = run(False), run(True)
+    limit = torch.zeros(7, dtype=torch.bool)
+    limit[[2, 5]] = True
+    assert torch.equal(term["next", "truncated"][..., 0], limit.expand(2, 7))
+    assert torch.equal(term["next", "terminated"], term["next", "done"])
+    assert not bool(plain["next", "terminated"][:, [2, 5]].any())  # navigation does not end on its own so soon
+    assert torch.equal(plain["next", "agents", "observation"], term["next", "agents", "observation"])
+
 def test_vmas_discrete_actions_and_seeding():
     def run(seed):
         env = VmasEnv("navigation", num_envs=3, continuous_actions=False, seed=seed, n_agents=2)

@@ -98,6 +98,9 @@ class VmasEnv(EnvBase):
         num_envs: number of vectorised worlds (the batch size). Thousands are fine on CPU.
         continuous_actions: continuous (``Bounded``) or discrete (``Categorical``) actions.
         max_steps: optional episode length; reaching it sets ``truncated`` (and ``done``).
+        time_limit_terminates: reaching ``max_steps`` also sets ``terminated``, so value
+            estimators do not bootstrap there: TorchRL's ``VmasEnv`` semantics (hence
+            BenchMARL's), for like-for-like comparisons. Default False (the limit truncates).
         seed: optional seed applied before the first reset.
         device: where the simulation runs and the TensorDicts live.
         group_map: ``None`` (all agents in group ``"agents"``), ``"prefix"`` or a dict
@@ -123,6 +126,7 @@ class VmasEnv(EnvBase):
         device: torch.device | str = "cpu",
         group_map: GroupMap = None,
         include_info: bool = False,
+        time_limit_terminates: bool = False,
         **scenario_kwargs,
     ) -> None:
         vmas = _require_vmas()
@@ -141,6 +145,7 @@ class VmasEnv(EnvBase):
         self.num_envs = num_envs
         self.continuous_actions = continuous_actions
         self.max_steps = max_steps
+        self.time_limit_terminates = time_limit_terminates
         self.include_info = include_info
         with _unvalidated_distributions():
             self._env = _make_strict(
@@ -282,6 +287,8 @@ class VmasEnv(EnvBase):
         if self.max_steps is not None:
             truncated = (self._steps >= self.max_steps).unsqueeze(-1)
             done = terminated | truncated
+            if self.time_limit_terminates:
+                terminated = done.clone()
         else:
             truncated = torch.zeros_like(terminated)
             done = terminated
