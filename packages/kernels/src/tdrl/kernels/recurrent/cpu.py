@@ -87,6 +87,12 @@ def _bias(b: Tensor | None, rows: int, like: Tensor) -> Tensor:
     return like.new_zeros(rows) if b is None else b
 
 
+def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor, ...]]:
+    """For each ``(a, b)`` the ``T`` views ``buf[t, :, a*H : b*H]`` of a ``[T, N, G*H]`` buffer,
+    made in one call each (slicing in the loop costs more than the small ops themselves)."""
+    return [buf[..., a * H : b * H].unbind(0) for a, b in spans]
+
+
 # ---------------------------------------------------------------------------------- GRU
 
 
@@ -101,18 +107,20 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     hs = x.new_empty(n, t_len, H)
     w_ih_t, w_rz_t, w_n_t, b_hn = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t(), b_hh[2 * H :]
     diff, hp_buf = x.new_empty(n, H), x.new_empty(n, H)
-    hp = torch.mul(h0, keep[:, :1], out=hp_buf) if t_len and resets[0] else h0
+    ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)  # per-step views
+    steps = G if save else G.expand(t_len, -1, -1)  # without grad one step's buffer is reused
+    blocks = _per_step(steps, H, (0, 1), (1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
+    hp = torch.mul(h0, ks[0], out=hp_buf) if t_len and resets[0] else h0
     for t in range(t_len):
-        g = G[t if save else 0]
-        ghn, rz, nn_ = g[:, :H], g[:, H : 3 * H], g[:, 3 * H :]
-        torch.addmm(bias, x[:, t], w_ih_t, out=g[:, H:])
+        ghn, gi, rz, r, z, nn_ = (b[t] for b in blocks)
+        torch.addmm(bias, xs[t], w_ih_t, out=gi)
         rz.addmm_(hp, w_rz_t).sigmoid_()
         torch.addmm(b_hn, hp, w_n_t, out=ghn)
-        nn_.addcmul_(rz[:, :H], ghn).tanh_()
+        nn_.addcmul_(r, ghn).tanh_()
         torch.sub(hp, nn_, out=diff)
-        h = torch.addcmul(nn_, rz[:, H:], diff, out=hs[:, t])  # (1 - z) n + z h
+        h = torch.addcmul(nn_, z, diff, out=hss[t])  # (1 - z) n + z h
         if t + 1 < t_len:
-            hp = torch.mul(h, keep[:, t + 1 : t + 2], out=hp_buf) if resets[t + 1] else h
+            hp = torch.mul(h, ks[t + 1], out=hp_buf) if resets[t + 1] else h
     return hs, (G if save else None)
 
 
@@ -143,14 +151,17 @@ class _GRUCPU(torch.autograd.Function):
         one, ones = x.new_ones(()), x.new_ones(n)
         d, u, hp_buf = x.new_empty(n, 4 * H), x.new_empty(n, 2 * H), x.new_empty(n, H)
         dpn, dghn, drz, dgh, dgi = d[:, 3 * H :], d[:, :H], d[:, H : 3 * H], d[:, : 3 * H], d[:, H:]
+        d_t, dgh_t, dgi_t = d.t(), dgh.t(), dgi.t()
+        dxs = dx.unbind(1) if dx is not None else None
         dh, dh2 = x.new_zeros(n, H), x.new_empty(n, H)
+        ks, xs, hss, gss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), g_hs.unbind(1)
+        blocks = _per_step(G, H, (0, 1), (1, 3), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
-            dh.add_(g_hs[:, t])
-            hp = h0 if t == 0 else hs[:, t - 1]
+            dh.add_(gss[t])
+            hp = h0 if t == 0 else hss[t - 1]
             if resets[t]:
-                hp = torch.mul(hp, keep[:, t : t + 1], out=hp_buf)
-            g = G[t]
-            ghn, rz, r, z, nn_ = g[:, :H], g[:, H : 3 * H], g[:, H : 2 * H], g[:, 2 * H : 3 * H], g[:, 3 * H :]
+                hp = torch.mul(hp, ks[t], out=hp_buf)
+            ghn, rz, r, z, nn_ = (b[t] for b in blocks)
             torch.addcmul(one, nn_, nn_, value=-1, out=dpn).mul_(dh)  # dh (1 - n^2)
             dpn.addcmul_(dpn, z, value=-1)  # * (1 - z)
             torch.mul(dpn, r, out=dghn)
@@ -159,16 +170,16 @@ class _GRUCPU(torch.autograd.Function):
             torch.addcmul(rz, rz, rz, value=-1, out=drz).mul_(u)  # rz (1 - rz) u
             torch.mul(dh, z, out=dh2).addmm_(dgh, w_p)
             if resets[t]:
-                dh2.mul_(keep[:, t : t + 1])
+                dh2.mul_(ks[t])
             dh, dh2 = dh2, dh
             if dw_p is not None:
-                dw_p.addmm_(dgh.t(), hp)
+                dw_p.addmm_(dgh_t, hp)
             if dw_ih is not None:
-                dw_ih.addmm_(dgi.t(), x[:, t])
+                dw_ih.addmm_(dgi_t, xs[t])
             if dx is not None:
-                torch.mm(dgi, w_ih, out=dx[:, t])
+                torch.mm(dgi, w_ih, out=dxs[t])
             if db is not None:
-                db.addmv_(d.t(), ones)
+                db.addmv_(d_t, ones)
         dw_hh = None if dw_p is None else torch.cat([dw_p[H:], dw_p[:H]])
         db_ih = db[H:] if need[5] else None
         db_hh = torch.cat([db[H : 3 * H], db[:H]]) if need[6] else None
@@ -201,20 +212,22 @@ def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     w_ih_t, w_hh_t = _ifog(w_ih, H).t(), _ifog(w_hh, H).t()
     hs, cs = x.new_empty(n, t_len, H), x.new_empty(n, t_len, H)
     tc, hp_buf, cp_buf = x.new_empty(n, H), x.new_empty(n, H), x.new_empty(n, H)
+    ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
+    steps = A if save else A.expand(t_len, -1, -1)  # without grad one step's buffer is reused
+    blocks = _per_step(steps, H, (0, 4), (0, 3), (3, 4), (0, 1), (1, 2), (2, 3))
     hp, cp = h0, c0
     if t_len and resets[0]:
-        hp, cp = torch.mul(h0, keep[:, :1], out=hp_buf), torch.mul(c0, keep[:, :1], out=cp_buf)
+        hp, cp = torch.mul(h0, ks[0], out=hp_buf), torch.mul(c0, ks[0], out=cp_buf)
     for t in range(t_len):
-        a = A[t if save else 0]
-        torch.addmm(bias, x[:, t], w_ih_t, out=a).addmm_(hp, w_hh_t)
-        a[:, : 3 * H].sigmoid_()
-        a[:, 3 * H :].tanh_()
-        c = torch.mul(a[:, H : 2 * H], cp, out=cs[:, t]).addcmul_(a[:, :H], a[:, 3 * H :])
-        h = torch.mul(a[:, 2 * H : 3 * H], torch.tanh(c, out=tc), out=hs[:, t])
+        a, sig, g, i, fg, o = (b[t] for b in blocks)
+        torch.addmm(bias, xs[t], w_ih_t, out=a).addmm_(hp, w_hh_t)
+        sig.sigmoid_()
+        g.tanh_()
+        c = torch.mul(fg, cp, out=css[t]).addcmul_(i, g)
+        h = torch.mul(o, torch.tanh(c, out=tc), out=hss[t])
         if t + 1 < t_len:
             if resets[t + 1]:
-                k = keep[:, t + 1 : t + 2]
-                hp, cp = torch.mul(h, k, out=hp_buf), torch.mul(c, k, out=cp_buf)
+                hp, cp = torch.mul(h, ks[t + 1], out=hp_buf), torch.mul(c, ks[t + 1], out=cp_buf)
             else:
                 hp, cp = h, c
     return hs, cs, (A if save else None)
@@ -246,36 +259,39 @@ class _LSTMCPU(torch.autograd.Function):
         d, u = x.new_empty(n, 4 * H), x.new_empty(n, 3 * H)  # d: (i, f, o, g) order
         tc, s, hp_buf, cp_buf = (x.new_empty(n, H) for _ in range(4))
         dh, dc = x.new_zeros(n, H), x.new_zeros(n, H)
+        d3, dg, d_t = d[:, : 3 * H], d[:, 3 * H :], d.t()
+        ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
+        ghs, gcs = g_hs.unbind(1), g_cs.unbind(1)
+        dxs = dx.unbind(1) if dx is not None else None
+        blocks = _per_step(A, H, (0, 3), (0, 1), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
-            dh.add_(g_hs[:, t])
-            dc.add_(g_cs[:, t])
-            k = keep[:, t : t + 1]
-            hp, cp = (h0, c0) if t == 0 else (hs[:, t - 1], cs[:, t - 1])
+            dh.add_(ghs[t])
+            dc.add_(gcs[t])
+            hp, cp = (h0, c0) if t == 0 else (hss[t - 1], css[t - 1])
             if resets[t]:
-                hp, cp = torch.mul(hp, k, out=hp_buf), torch.mul(cp, k, out=cp_buf)
-            a = A[t]
-            i, fg, o, g, a3 = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :], a[:, : 3 * H]
-            torch.tanh(cs[:, t], out=tc)
+                hp, cp = torch.mul(hp, ks[t], out=hp_buf), torch.mul(cp, ks[t], out=cp_buf)
+            a3, i, fg, o, g = (b[t] for b in blocks)
+            torch.tanh(css[t], out=tc)
             torch.addcmul(one, tc, tc, value=-1, out=s)
             dc.addcmul_(torch.mul(dh, o, out=u[:, :H]), s)  # + dh o (1 - tanh(c)^2)
             torch.mul(dc, g, out=u[:, :H])
             torch.mul(dc, cp, out=u[:, H : 2 * H])
             torch.mul(dh, tc, out=u[:, 2 * H :])
-            torch.addcmul(a3, a3, a3, value=-1, out=d[:, : 3 * H]).mul_(u)
-            torch.addcmul(one, g, g, value=-1, out=d[:, 3 * H :]).mul_(i).mul_(dc)
+            torch.addcmul(a3, a3, a3, value=-1, out=d3).mul_(u)  # (i, f, o) (1 - .) u
+            torch.addcmul(one, g, g, value=-1, out=dg).mul_(i).mul_(dc)
             torch.mm(d, w_hh_p, out=dh)
             dc.mul_(fg)
             if resets[t]:
-                dh.mul_(k)
-                dc.mul_(k)
+                dh.mul_(ks[t])
+                dc.mul_(ks[t])
             if dw_hh is not None:
-                dw_hh.addmm_(d.t(), hp)
+                dw_hh.addmm_(d_t, hp)
             if dw_ih is not None:
-                dw_ih.addmm_(d.t(), x[:, t])
+                dw_ih.addmm_(d_t, xs[t])
             if dx is not None:
-                torch.mm(d, w_ih_p, out=dx[:, t])
+                torch.mm(d, w_ih_p, out=dxs[t])
             if db is not None:
-                db.addmv_(d.t(), ones)
+                db.addmv_(d_t, ones)
         dw_ih = None if dw_ih is None else _ifog(dw_ih, H)
         dw_hh = None if dw_hh is None else _ifog(dw_hh, H)
         db = None if db is None else _ifog(db, H)
