@@ -3,15 +3,16 @@
 The same maths as ``fused.py`` (and ``reference.py``, which both are tested against), laid
 out for the CPU, where the cost is not the arithmetic but allocating and touching memory:
 
-* one input GEMM for all ``T`` steps, written into a workspace that the loop then
-  overwrites in place with what the backward needs (GRU: ``W_hn h + b_hn``, ``r``, ``z``,
-  ``n``; LSTM: the activated gates), so nothing ``[N, T, *]`` sized is allocated per step;
-* every step is a few ``out=`` / in-place ops on contiguous rows (LSTM gates reordered to
-  ``i, f, o, g`` so the three sigmoids are one op), the reset ``h * keep`` only on the
-  steps where some row resets (the step list is read once);
-* the backward is one GEMM per step for the state gradient; the gate gradients go into one
-  ``[N, T, 4H]`` buffer laid out so that ``dW_ih``, ``dW_hh``, ``dx`` and the biases are each
-  one large GEMM (or sum) at the end;
+* one time-major workspace ``[T, N, 4H]`` (from a pool): each step's input GEMM writes
+  into it and the step then overwrites it in place with what the backward needs (GRU:
+  ``W_hn h + b_hn``, ``r``, ``z``, ``n``; LSTM: the activated gates), so nothing is
+  allocated per step and each step touches one contiguous block;
+* every step is a few ``out=`` / in-place ops (LSTM gates reordered to ``i, f, o, g`` so
+  the three sigmoids are one op), the reset ``h * keep`` only on the steps where some row
+  resets (the step list is read once), per-step views made once with ``unbind``;
+* the backward keeps one step's gate gradients ``[N, 4H]`` (hot in cache) and does four
+  GEMMs per step: the state gradient, ``dW_hh`` and ``dW_ih`` accumulated in place, and
+  that step's ``dx`` (measured faster here than storing all steps for three large GEMMs);
 * large workspaces come from a small pool (:func:`clear_workspaces`) and go back when the
   autograd graph that saved them is freed: a fresh 64 MB buffer costs ~20 ms in page
   faults here, about as much as a GEMM over all steps.
