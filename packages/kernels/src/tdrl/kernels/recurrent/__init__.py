@@ -1,8 +1,9 @@
-"""GRU / LSTM sequences over ``[N, T]`` with ``is_init`` resets (Triton, fused torch, reference)."""
+"""GRU / LSTM sequences over ``[N, T]`` with ``is_init`` resets (Triton, CPU, fused torch, reference)."""
 
 from __future__ import annotations
 
 from .api import gru_sequence, lstm_sequence
+from .cpu import clear_workspaces
 from .reference import gru_reference, lstm_reference
 
-__all__ = ["gru_reference", "gru_sequence", "lstm_reference", "lstm_sequence"]
+__all__ = ["clear_workspaces", "gru_reference", "gru_sequence", "lstm_reference", "lstm_sequence"]

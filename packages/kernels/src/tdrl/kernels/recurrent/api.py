@@ -2,8 +2,10 @@
 
 * CUDA tensors with ``triton`` installed (or ``TDRL_KERNELS=triton`` under the interpreter):
   the Triton recurrence kernel for the forward pass, hand-written BPTT for the backward.
-* otherwise (``auto`` / ``compile``): the fused torch path (``fused.py``): one input GEMM
-  for all steps, a tight loop over time, hand-written BPTT.
+* CPU tensors otherwise (``auto`` / ``compile``): the CPU path (``cpu.py``): one input GEMM
+  for all steps, a loop of in-place ops on preallocated buffers, hand-written BPTT.
+* other devices without Triton: the fused torch path (``fused.py``, the same maths with
+  plain ops; also the Triton forward's backward).
 * ``TDRL_KERNELS=torch``: the step-by-step reference (``reference.py``), autograd through it.
 """
 
@@ -13,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .._dispatch import current_backend, use_triton
+from .cpu import gru_cpu, lstm_cpu
 from .fused import gru_fused, gru_loop_torch, lstm_fused, lstm_loop_torch
 from .reference import gru_reference, lstm_reference
 
@@ -85,14 +88,16 @@ def gru_sequence(
     _check("gru_sequence", 3, x, [("h0", h0)], is_init, weight_ih, weight_hh, bias_ih, bias_hh)
     if current_backend() == "torch":
         return gru_reference(x, h0, is_init.bool(), weight_ih, weight_hh, bias_ih, bias_hh)
-    b_ih, b_hh = _biases(x, 3 * H, bias_ih, bias_hh)
     keep = (~is_init.bool()).to(x.dtype)
-    loop = gru_loop_torch
     if use_triton(x, h0, weight_ih, weight_hh):
         from .triton import gru_loop_triton
 
-        loop = gru_loop_triton
-    return gru_fused(x, h0, keep, weight_ih, weight_hh, b_ih, b_hh, loop)
+        b_ih, b_hh = _biases(x, 3 * H, bias_ih, bias_hh)
+        return gru_fused(x, h0, keep, weight_ih, weight_hh, b_ih, b_hh, gru_loop_triton)
+    if x.device.type == "cpu":
+        return gru_cpu(x, h0, keep, weight_ih, weight_hh, bias_ih, bias_hh)
+    b_ih, b_hh = _biases(x, 3 * H, bias_ih, bias_hh)
+    return gru_fused(x, h0, keep, weight_ih, weight_hh, b_ih, b_hh, gru_loop_torch)
 
 
 def lstm_sequence(
@@ -124,11 +129,13 @@ def lstm_sequence(
     )  # fmt: skip
     if current_backend() == "torch":
         return lstm_reference(x, h0, c0, is_init.bool(), weight_ih, weight_hh, bias_ih, bias_hh)
-    b_ih, b_hh = _biases(x, 4 * H, bias_ih, bias_hh)
     keep = (~is_init.bool()).to(x.dtype)
-    loop = lstm_loop_torch
     if use_triton(x, h0, c0, weight_ih, weight_hh):
         from .triton import lstm_loop_triton
 
-        loop = lstm_loop_triton
-    return lstm_fused(x, h0, c0, keep, weight_ih, weight_hh, b_ih, b_hh, loop)
+        b_ih, b_hh = _biases(x, 4 * H, bias_ih, bias_hh)
+        return lstm_fused(x, h0, c0, keep, weight_ih, weight_hh, b_ih, b_hh, lstm_loop_triton)
+    if x.device.type == "cpu":
+        return lstm_cpu(x, h0, c0, keep, weight_ih, weight_hh, bias_ih, bias_hh)
+    b_ih, b_hh = _biases(x, 4 * H, bias_ih, bias_hh)
+    return lstm_fused(x, h0, c0, keep, weight_ih, weight_hh, b_ih, b_hh, lstm_loop_torch)

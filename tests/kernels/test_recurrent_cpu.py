@@ -1,0 +1,119 @@
+"""The CPU path of the GRU / LSTM sequence ops (``recurrent/cpu.py``) against the step-by-step
+reference: outputs and every gradient, float64 gradcheck, no bias, no resets, resets at t = 0,
+the buffer pool (two graphs alive at once, a retained graph differentiated twice)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tdrl.kernels import gru_reference, gru_sequence, lstm_reference, lstm_sequence
+from tdrl.kernels.recurrent import cpu
+
+TOL = {torch.float64: {"atol": 1e-10, "rtol": 1e-9}, torch.float32: {"atol": 3e-5, "rtol": 3e-4}}
+
+
+def _case(kind, n=6, t_len=9, f=5, h=8, dtype=torch.float64, seed=0, bias=True, p_reset=0.3):
+    g = torch.Generator().manual_seed(seed)
+    gates = 3 if kind == "gru" else 4
+    mk = lambda *s: (torch.randn(*s, generator=g, dtype=dtype) * 0.6).requires_grad_()  # noqa: E731
+    x = mk(n, t_len, f)
+    states = [mk(n, h) for _ in range(1 if kind == "gru" else 2)]
+    is_init = torch.rand(n, t_len, generator=g) < p_reset
+    is_init[:2, 0] = True  # resets at t = 0 drop h0 (c0) on those rows
+    weights = [mk(gates * h, f), mk(gates * h, h)] + ([mk(gates * h), mk(gates * h)] if bias else [])
+    return x, states, is_init, weights
+
+
+def _ref(kind, x, states, is_init, weights):
+    init = torch.zeros(x.shape[:2], dtype=torch.bool) if is_init is None else is_init
+    if kind == "gru":
+        return gru_reference(x, *states, init, *weights)
+    return lstm_reference(x, *states, init, *weights)
+
+
+def _op(kind, x, states, is_init, weights):
+    return (gru_sequence if kind == "gru" else lstm_sequence)(x, *states, is_init, *weights)
+
+
+def _loss(out, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    outs = out if isinstance(out, tuple) else (out,)
+    return sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum() for o in outs)
+
+
+def _check_against_reference(kind, x, states, is_init, weights, tol):
+    leaves = [x, *states, *weights]
+    out, ref = _op(kind, x, states, is_init, weights), _ref(kind, x, states, is_init, weights)
+    torch.testing.assert_close(out, ref, **tol)
+    got, want = torch.autograd.grad(_loss(out), leaves), torch.autograd.grad(_loss(ref), leaves)
+    for name, a, b in zip(["x", "h0/c0", "..."], got, want):
+        torch.testing.assert_close(a, b, **tol, msg=lambda m, name=name: f"grad {name}: {m}")
+    return out
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("bias", [True, False])
+def test_outputs_and_all_gradients_match_the_reference(kind, dtype, bias):
+    x, states, is_init, weights = _case(kind, dtype=dtype, bias=bias, n=11, t_len=13, h=16)
+    _check_against_reference(kind, x, states, is_init, weights, TOL[dtype])
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_no_resets_and_every_step_resetting(kind):
+    x, states, _, weights = _case(kind)
+    _check_against_reference(kind, x, states, None, weights, TOL[torch.float64])
+    every = torch.ones(x.shape[:2], dtype=torch.bool)
+    out = _check_against_reference(kind, x, states, every, weights, TOL[torch.float64])
+    # all states zeroed before every step: the initial state cannot matter
+    other = [s.detach() * 0 + 5.0 for s in states]
+    torch.testing.assert_close(_op(kind, x, other, every, weights), out)
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_gradcheck_float64(kind):
+    x, states, is_init, weights = _case(kind, n=3, t_len=4, f=2, h=3)
+    fn = cpu.gru_cpu if kind == "gru" else cpu.lstm_cpu
+    keep = (~is_init).double()
+
+    def f(x, *rest):
+        s, w = rest[: len(states)], rest[len(states) :]
+        return fn(x, *s, keep, *w)
+
+    assert torch.autograd.gradcheck(f, (x, *states, *weights))
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_no_grad_forward_equals_the_training_forward_and_a_single_step(kind):
+    x, states, is_init, weights = _case(kind, t_len=1)
+    with_grad = _op(kind, x, states, is_init, weights)
+    with torch.no_grad():
+        no_grad = _op(kind, x, states, is_init, weights)
+    torch.testing.assert_close(no_grad, with_grad)
+    x, states, is_init, weights = _case(kind, t_len=7)
+    with torch.no_grad():
+        torch.testing.assert_close(_op(kind, x, states, is_init, weights), _ref(kind, x, states, is_init, weights))
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_pooled_workspaces_two_live_graphs_and_retain_graph(kind):
+    """Two forwards before either backward (two layers, two losses) must not share a workspace,
+    and a graph kept with retain_graph gives the same gradients when differentiated again."""
+    cpu.clear_workspaces()
+    a = _case(kind, seed=1)
+    b = _case(kind, seed=2)
+    out_a, out_b = _op(kind, *a), _op(kind, *b)
+    ga = torch.autograd.grad(_loss(out_a), [a[0], *a[3]], retain_graph=True)
+    ga2 = torch.autograd.grad(_loss(out_a), [a[0], *a[3]])
+    gb = torch.autograd.grad(_loss(out_b), [b[0], *b[3]])
+    ra, rb = _ref(kind, *a), _ref(kind, *b)
+    for got, want in zip(ga, torch.autograd.grad(_loss(ra), [a[0], *a[3]])):
+        torch.testing.assert_close(got, want)
+    for got, again in zip(ga, ga2):
+        torch.testing.assert_close(got, again)
+    for got, want in zip(gb, torch.autograd.grad(_loss(rb), [b[0], *b[3]])):
+        torch.testing.assert_close(got, want)
+    # the freed graphs gave their workspaces back; the next call of that shape reuses one
+    del out_a, out_b
+    assert cpu._pool, "no workspace came back to the pool"
+    _check_against_reference(kind, *_case(kind, seed=4), TOL[torch.float64])
