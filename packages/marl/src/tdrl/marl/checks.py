@@ -10,7 +10,6 @@ and nothing is learnt, without any error. The check watches the first batches an
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 __all__ = ["TeamRewardCheck", "ZeroTeamRewardError", "env_name"]

@@ -79,7 +79,7 @@ def _previous(states: Tensor, first: Tensor, keep: Tensor) -> Tensor:
 
 
 def _input_grads(ctx, dgi: Tensor, dgh: Tensor, hp_all: Tensor):
-    x, w_ih, w_hh = ctx.x, ctx.w_ih, ctx.w_hh
+    x, w_ih = ctx.x, ctx.w_ih
     need = ctx.needs_input_grad
     g = dgi.shape[-1]
     dgi2, dgh2 = dgi.reshape(-1, g), dgh.reshape(-1, g)
