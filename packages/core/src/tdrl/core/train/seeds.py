@@ -23,7 +23,7 @@ sample for sample; a seed's trajectory does not depend on the other seeds' data 
 Anything that pools statistics over the batch (observation normalisation, a shared
 advantage normalisation) must be made per seed or refused by the caller.
 
-Used by :mod:`tdrl.marl.vectorised` (MAPPO/IPPO) and ``apps/ppo`` (``n_seeds=``).
+Used by :mod:`tdrl.marl.vectorised` (MAPPO/IPPO, QMIX/VDN), ``apps/ppo`` and ``apps/sac`` (``n_seeds=``).
 """
 
 from __future__ import annotations
