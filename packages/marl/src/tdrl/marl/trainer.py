@@ -31,8 +31,8 @@ from .algorithms import OnPolicyParts
 from .keys import DONE, GROUP, IS_INIT, NEXT, REWARD, VALUE_TARGET
 
 __all__ = ["TrainConfig", "collect", "with_episode_returns", "EpisodeReturns", "evaluate", "evaluate_per_env",
-           "evaluate_groups", "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy",
-           "train_off_policy"]
+           "evaluate_groups", "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy"]
+# train_off_policy is tdrl.marl.trainer_off's (``from tdrl.marl.trainer import train_off_policy`` still works)
 
 
 @dataclass
