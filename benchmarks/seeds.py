@@ -9,9 +9,13 @@ against three calls of the same app with ``seed=0``, ``1``, ``2`` one after anot
 of one 256-frame minibatch) and Pendulum-v1 (the same settings, ``norm_obs=false``; rewards are
 scaled per seed). Figures are frames per second of every seed together: the whole ``train()``
 call (env creation, training, final evaluation, files), and the training loop alone (the
-``time_s`` of the last iteration in ``metrics.csv``). MARL: MAPPO on VMAS navigation through
-``tdrl.marl.runner`` (``compare_sequential``: the same seeds vectorised, then one after
-another). One torch thread; the median over ``--repeats`` interleaved rounds.
+``time_s`` of the last iteration in ``metrics.csv``). MARL: MAPPO and QMIX on VMAS navigation
+through ``tdrl.marl.runner`` (``compare_sequential``: the same seeds vectorised, then one after
+another; QMIX with BenchMARL's 1,000 optimiser steps of 128 transitions per 6,000-frame
+iteration). SAC app (``apps/sac/train.py``, Pendulum-v1): ``n_seeds=3`` against three calls
+with ``seed=0``, ``1``, ``2``, ``--sac-frames`` frames per seed (learning from frame 500, one
+gradient step per frame, hidden sizes ``--sac-hidden``). One torch thread; the median over
+``--repeats`` interleaved rounds.
 """
 
 from __future__ import annotations
@@ -72,6 +76,34 @@ def marl_case(tmp: Path, frames_per_batch: int, n_iters: int) -> dict:
             "frames": frames_per_batch * n_iters * len(SEEDS)}
 
 
+def qmix_case(tmp: Path, n_iters: int) -> dict:
+    from tdrl.marl.runner import BenchConfig, run_benchmark
+
+    cfg = BenchConfig(algorithms=("qmix",), tasks=("navigation",), seeds=SEEDS, num_envs=60,
+                      off_policy_frames_per_batch=6000, n_iters=n_iters, n_optimizer_steps=1000,
+                      off_policy_batch_size=128, num_cells=(64, 64), eval_envs=2, eval_interval=n_iters,
+                      compare_sequential=True, out_dir=str(tmp / "qmix"))
+    sp = run_benchmark(cfg)["speedups"][0]
+    return {"vec_s": sp["vectorised_s"], "seq_s": sp["sequential_s"], "frames": 6000 * n_iters * len(SEEDS)}
+
+
+def sac_case(sac, frames: int, hidden: str, tmp: Path, tag: str) -> dict:
+    """One round of the SAC app: ``n_seeds=3``, then the three seeds one after another."""
+    base = ["env_id=Pendulum-v1", f"total_frames={frames}", "learning_starts=500", "progress=false",
+            "checkpoint_every=0", f"hidden={hidden}", "log_every=500", "eval_episodes=2"]
+    t0 = time.perf_counter()
+    vec = sac.train(sac.main.load([*base, f"out={tmp / f'{tag}-vec'}", f"seed={SEEDS[0]}", f"n_seeds={len(SEEDS)}"]))
+    vec_s = time.perf_counter() - t0
+    seq_s, seq_returns = 0.0, []
+    for s in SEEDS:
+        t0 = time.perf_counter()
+        res = sac.train(sac.main.load([*base, f"out={tmp / f'{tag}-seq{s}'}", f"seed={s}"]))
+        seq_s += time.perf_counter() - t0
+        seq_returns.append(res["eval_return"])
+    return {"vec_s": vec_s, "seq_s": seq_s, "frames": frames * len(SEEDS), "vec_returns": vec["eval_return_seeds"],
+            "seq_returns": seq_returns}
+
+
 def _fmt(x: float) -> str:
     return f"{x:,.0f}"
 
@@ -81,6 +113,9 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=16384, help="PPO frames per seed")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--marl-iters", type=int, default=3, help="MAPPO iterations of 6,000 frames per seed (0: skip)")
+    ap.add_argument("--qmix-iters", type=int, default=2, help="QMIX iterations of 6,000 frames per seed (0: skip)")
+    ap.add_argument("--sac-frames", type=int, default=1500, help="SAC app frames per seed (0: skip)")
+    ap.add_argument("--sac-hidden", default="[256,256]", help="SAC hidden sizes (the app's default: [256,256])")
     ap.add_argument("--cases", default="CartPole-v1,Pendulum-v1", help="PPO tasks, comma-separated (empty: none)")
     ap.add_argument("--record", action="store_true", help="write the rows to benchmarks/results")
     args = ap.parse_args()
@@ -99,10 +134,11 @@ def main() -> None:
         if args.record:
             from records import write_record
 
-            note = (f"MAPPO: median of {args.repeats} rounds; the ratio is on the runner's wall time (vectorised run "
-                    "vs the seeds one after another, evaluation included)." if row.startswith("MAPPO") else
-                    f"PPO: median of {args.repeats} interleaved rounds; the ratio is on the whole train() call (the "
-                    "training-loop ratio beside it).")
+            marl = row.startswith(("MAPPO", "QMIX"))
+            note = (f"{row.split()[0]}: median of {args.repeats} rounds; the ratio is on the runner's wall time "
+                    "(vectorised run vs the seeds one after another, evaluation included)." if marl else
+                    f"{row.split()[0]}: median of {args.repeats} interleaved rounds; the ratio is on the whole train() "
+                    "call" + (" (the training-loop ratio beside it)." if row.startswith("PPO") else "."))
             write_record(SECTION, TABLE, row, figures, peer="the same 3 seeds run one after another", ratio=ratio,
                          note=note)
 
@@ -132,6 +168,30 @@ def main() -> None:
                          {"vectorised frames/s": _fmt(fr / vec_s), "sequential frames/s": _fmt(fr / seq_s),
                           "training loop only": "-", "eval return per seed (vectorised / sequential)": "-"},
                          f"x{seq_s / vec_s:.2f}"))
+        if args.qmix_iters:
+            rounds = [qmix_case(tmp / f"q{r}", args.qmix_iters) for r in range(args.repeats)]
+            vec_s = statistics.median(r["vec_s"] for r in rounds)
+            seq_s = statistics.median(r["seq_s"] for r in rounds)
+            fr = rounds[0]["frames"]
+            emit(f"QMIX (tdrl.marl runner), VMAS navigation, 3 seeds x {args.qmix_iters} iterations of 6,000 frames "
+                 "(60 envs, 1,000 steps of 128, MLP 64x64)",
+                 {"vectorised frames/s": _fmt(fr / vec_s), "sequential frames/s": _fmt(fr / seq_s),
+                  "training loop only": "-", "eval return per seed (vectorised / sequential)": "-"},
+                 f"x{seq_s / vec_s:.2f}")
+        if args.sac_frames:
+            sac = load_app("sac")
+            rounds = [sac_case(sac, args.sac_frames, args.sac_hidden, tmp, f"sac{r}") for r in range(args.repeats)]
+            vec_s = statistics.median(r["vec_s"] for r in rounds)
+            seq_s = statistics.median(r["seq_s"] for r in rounds)
+            fr = rounds[0]["frames"]
+            emit(f"SAC app, Pendulum-v1, 3 seeds x {args.sac_frames:,} frames (learning from 500, 1 step a frame, "
+                 f"batch 256, MLP {args.sac_hidden})",
+                 {"vectorised frames/s": _fmt(fr / vec_s), "sequential frames/s": _fmt(fr / seq_s),
+                  "training loop only": "-",
+                  "eval return per seed (vectorised / sequential)":
+                      f"{[round(x) for x in rounds[-1]['vec_returns']]} / "
+                      f"{[round(x) for x in rounds[-1]['seq_returns']]}"},
+                 f"x{seq_s / vec_s:.2f}")
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ TINY = dict(num_envs=4, frames_per_batch=20, n_iters=2, num_epochs=1, minibatch_
 @pytest.mark.parametrize("algo", ["mappo", "qmix"])  # one on-policy, one off-policy family
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_every_task_trains_and_evaluates_every_seed(task, algo, tmp_path):
-    """MAPPO runs two seeds as one vectorised model; QMIX one seed (seeds run one after another)."""
-    seeds = (0, 1) if algo == "mappo" else (0,)
+    """Both families run two seeds as one vectorised model, reported per seed."""
+    seeds = (0, 1)
     cfg = BenchConfig(algorithms=(algo,), tasks=(task,), seeds=seeds, out_dir=str(tmp_path), **TINY)
     result = run_benchmark(cfg)
     rows = result["evaluations"]
@@ -38,7 +38,7 @@ def test_every_task_trains_and_evaluates_every_seed(task, algo, tmp_path):
     assert all(math.isfinite(r["eval_return"]) for r in rows)
     assert all(r["frames"] == 20 * (r["iter"] + 1) for r in rows)
     (summary,) = result["summary"]
-    assert summary["vectorised"] is (algo == "mappo") and math.isfinite(summary["final_return_mean"])
+    assert summary["vectorised"] is True and math.isfinite(summary["final_return_mean"])
     assert result["failures"] == []
     # every evaluation episode is kept (one per eval sub-env of its seed), and marl-eval's JSON
     for r in rows:
@@ -54,6 +54,20 @@ def test_every_task_trains_and_evaluates_every_seed(task, algo, tmp_path):
     lines = (tmp_path / "evaluations.jsonl").read_text().splitlines()
     assert [(d["seed"], d["iter"], d["eval_return"]) for d in map(json.loads, lines)] == [
         (r["seed"], r["iter"], r["eval_return"]) for r in rows]
+
+
+def test_vectorised_qmix_against_sequential_seeds(tmp_path):
+    """compare_sequential with QMIX: the vectorised seeds, then the same seeds one after another
+    (rows of the latter are not added), and the speed-up row in the table."""
+    cfg = BenchConfig(algorithms=("qmix",), tasks=("navigation",), seeds=(0, 1), compare_sequential=True,
+                      out_dir=str(tmp_path), **TINY)
+    result = run_benchmark(cfg)
+    (sp,) = result["speedups"]
+    assert sp["algorithm"] == "qmix" and sp["seeds"] == 2 and sp["speedup"] == pytest.approx(
+        sp["sequential_s"] / sp["vectorised_s"])
+    assert sorted((r["seed"], r["iter"]) for r in result["evaluations"]) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert len({r["eval_return"] for r in result["evaluations"]}) > 1  # the seeds are not copies
+    assert "| qmix | navigation | 2 |" in (tmp_path / "results.md").read_text()
 
 
 @pytest.mark.parametrize("algo", ["ippo", "vdn"])

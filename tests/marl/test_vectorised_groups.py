@@ -111,8 +111,8 @@ def test_vectorised_two_group_training_reports_each_seed_and_group():
 
 def test_vectorised_unsupported_cases_say_why():
     env = _vmas(len(SEEDS) * 2)
-    with pytest.raises(ValueError, match="on-policy.*'qmix'.*one after another"):
-        make_vectorised_groups("qmix", env, SEEDS)
+    with pytest.raises(ValueError, match="support the algorithms.*'sac'.*one after another"):
+        make_vectorised_groups("sac", env, SEEDS)
     with pytest.raises(ValueError, match="do not split into 2 seeds"):
         make_vectorised_groups("mappo", _vmas(3), SEEDS)
     with pytest.raises(ValueError, match="normalize_advantage"):

@@ -85,7 +85,8 @@ class BenchConfig:
         gamma: discount.
         eval_envs: evaluation episodes (one per eval sub-env); eval_interval: iterations.
         max_steps: override every task's episode length (None: the task's).
-        vectorise_seeds: train the seeds of MAPPO/IPPO as one vmap-ed model.
+        vectorise_seeds: train the seeds of every algorithm (MAPPO/IPPO, QMIX/VDN) as one
+            vmap-ed model.
         compare_sequential: also run those seeds one after another and report the speed-up.
         out_dir: where results go. tiny: a CI-sized budget (tens of seconds).
         device: where the VMAS worlds, the networks and the training run (``"cpu"``, ``"cuda"``).
@@ -215,12 +216,13 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
             on_rows(new)
 
     t0 = time.perf_counter()
-    if vectorised and on_policy and len(cfg.seeds) > 1:
+    if vectorised and len(cfg.seeds) > 1:
         s = len(cfg.seeds)
-        env = _env(task, s * cfg.num_envs, True, cfg.seeds[0], max_steps, cfg.device)
-        eval_env = _env(task, s * cfg.eval_envs, True, 10_000 + cfg.seeds[0], max_steps, cfg.device)
+        env = _env(task, s * cfg.num_envs, on_policy, cfg.seeds[0], max_steps, cfg.device)
+        eval_env = _env(task, s * cfg.eval_envs, on_policy, 10_000 + cfg.seeds[0], max_steps, cfg.device)
         parts = make_vectorised_groups(algo, env, cfg.seeds, conf, num_cells=cfg.num_cells)  # every group
-        hist = train_on_policy(env, parts, tcfg, eval_env=eval_env, n_seeds=s, log=lambda rec: emit(
+        train = train_on_policy if on_policy else train_off_policy
+        hist = train(env, parts, tcfg, eval_env=eval_env, n_seeds=s, log=lambda rec: emit(
             [r for i, seed in enumerate(cfg.seeds) for r in _rows(algo, task, seed, [rec], i)]))
         frames = hist[-1]["frames"] * s
     else:
@@ -244,7 +246,7 @@ def _summary(cfg: BenchConfig, algo: str, task: str, rows: list[dict], wall: flo
         "final_return_mean": statistics.fmean(finals) if finals else float("nan"),
         "final_return_std": statistics.pstdev(finals) if len(finals) > 1 else 0.0,
         "frames_per_s": frames / wall, "wall_s": wall,
-        "vectorised": bool(cfg.vectorise_seeds and ALGORITHMS[algo][2] and len(cfg.seeds) > 1),
+        "vectorised": bool(cfg.vectorise_seeds and len(cfg.seeds) > 1),
     }
 
 

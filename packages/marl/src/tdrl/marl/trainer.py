@@ -1,6 +1,7 @@
 """Training loops for the multi-agent algorithms: collect -> advantage -> epochs x minibatches.
 
-``train_on_policy`` runs MAPPO/IPPO, ``train_off_policy`` runs QMIX/VDN; both collect with
+``train_on_policy`` runs MAPPO/IPPO, ``train_off_policy`` (:mod:`tdrl.marl.trainer_off`, also
+importable from here) runs QMIX/VDN; both collect with
 core's :class:`~tdrl.core.collectors.Collector` (the env behind core's ``RewardSum`` on each
 group's rewards, :func:`with_episode_returns`) and log one record per iteration (frames, mean
 training episode return, evaluation return, wall time).
@@ -23,17 +24,15 @@ from torch import nn
 from tdrl.core import RewardSum, TransformedEnv
 from tdrl.core.collectors import Collector
 from tdrl.core.keys import EPISODE_REWARD
-from tdrl.core.objectives import SoftUpdate, total_loss
-from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
+from tdrl.core.objectives import total_loss
 from tdrl.core.train.seeds import clip_grad_norm_per_seed, per_seed, seed_of_env, stacked_seed_counts
 
-from .algorithms import OffPolicyParts, OnPolicyParts
-from .checks import TeamRewardCheck
+from .algorithms import OnPolicyParts
 from .keys import DONE, GROUP, IS_INIT, NEXT, REWARD, VALUE_TARGET
 
 __all__ = ["TrainConfig", "collect", "with_episode_returns", "EpisodeReturns", "evaluate", "evaluate_per_env",
-           "evaluate_groups", "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy",
-           "train_off_policy"]
+           "evaluate_groups", "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy"]
+# train_off_policy is tdrl.marl.trainer_off's (``from tdrl.marl.trainer import train_off_policy`` still works)
 
 
 @dataclass
@@ -276,8 +275,8 @@ def _check_seeds(groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
             )
         if n_seeds == 1 and found:
             raise ValueError(f"group {g!r} has networks stacked over {sorted(found)} seeds; pass n_seeds to "
-                             "train_on_policy.")
-        if n_seeds > 1 and p.loss.value_norm is not None:
+                             "train_on_policy / train_off_policy.")
+        if n_seeds > 1 and getattr(p.loss, "value_norm", None) is not None:
             raise ValueError("value normalisation is not supported with n_seeds > 1 (its statistics "
                              f"would be shared by the seeds; group {g!r}).")
         if n_seeds > 1 and getattr(p.loss.config, "normalize_advantage", False):
@@ -424,62 +423,10 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     return history
 
 
-def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], cfg: TrainConfig, eval_env=None,
-                     group: str = GROUP, log: Callable[[dict], None] | None = None) -> list[dict]:
-    """QMIX / VDN: collect with epsilon-greedy, store, ``n_optimizer_steps`` sampled TD updates
-    with a soft target update after each.
+def __getattr__(name: str):
+    """``train_off_policy`` lives in :mod:`tdrl.marl.trainer_off`; imported from here on first use."""
+    if name == "train_off_policy":
+        from .trainer_off import train_off_policy
 
-    ``parts`` is one group's bundle or ``{group: bundle}`` (one mixer per group, the sum of
-    the groups' losses on the same sampled transitions, gradients clipped per group).
-
-    Raises:
-        ZeroTeamRewardError: with ``cfg.check_team_reward``, when a group's team reward
-            cancels out over the first batches (see :class:`~tdrl.marl.checks.TeamRewardCheck`).
-    """
-    groups = _as_groups(parts, group)
-    n_envs = env.batch_size.numel()
-    n_steps = max(1, cfg.frames_per_batch // n_envs)
-    policy = _joint_policy(groups)
-    group_params = {g: [q for q in p.loss.parameters() if q.requires_grad] for g, p in groups.items()}
-    opt = torch.optim.Adam([q for ps in group_params.values() for q in ps], lr=cfg.lr, eps=cfg.adam_eps)
-    targets = [SoftUpdate(p.loss, tau=p.config.tau) for p in groups.values()]
-    # never more room than the run will fill (the storage allocates its capacity at the first write)
-    capacity = min(cfg.buffer_size, cfg.n_iters * n_steps * n_envs)
-    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
-    checks = {g: TeamRewardCheck(type(p.loss).__name__.removesuffix("Loss"), g, env)
-              for g, p in groups.items() if cfg.check_team_reward}
-    collector = Collector(with_episode_returns(env, list(groups)), policy, frames_per_batch=n_steps * n_envs)
-    history, frames = [], 0
-    trackers = {g: EpisodeReturns(g) for g in groups}
-    t0 = time.perf_counter()
-    for it in range(cfg.n_iters):
-        batch = collector.rollout()
-        frames += batch.numel()
-        for g, check in checks.items():
-            agent_reward = batch.get((NEXT, g, REWARD), None)
-            if agent_reward is not None and check.active:
-                check.update(agent_reward, groups[g].loss.team_reward(batch))
-        for p in groups.values():
-            p.explore.step(batch.numel())
-        returns, extra = _returns(trackers, batch)
-        buffer.extend(batch.reshape(-1))
-        losses = []
-        for _ in range(cfg.n_optimizer_steps):
-            sample = buffer.sample(cfg.minibatch_size)
-            loss = sum(total_loss(p.loss(sample)) for p in groups.values())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.max_grad_norm is not None:
-                for ps in group_params.values():
-                    torch.nn.utils.clip_grad_norm_(ps, cfg.max_grad_norm)
-            opt.step()
-            for target in targets:
-                target.step()
-            losses.append(loss.detach())
-        extra.update({"loss": float(torch.stack(losses).mean()),
-                      "eps": next(iter(groups.values())).explore.eps})
-        rec = _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra)
-        history.append(rec)
-        if log is not None:
-            log(rec)
-    return history
+        return train_off_policy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Several seeds of one algorithm trained as one vectorised model (MAPPO / IPPO).
+"""Several seeds of one algorithm trained as one vectorised model (MAPPO / IPPO, QMIX / VDN).
 
 A thin user of :mod:`tdrl.core.train.seeds`: each seed's networks are built (and
 initialised) by :func:`~tdrl.core.train.seeds.build_seeds`, then stacked along a new leading
@@ -8,31 +8,35 @@ blocks of sub-envs, so one env step, one forward pass and one optimiser step ser
 seed; Adam is element-wise and :func:`~tdrl.marl.trainer.train_on_policy` clips gradients
 per seed, so the seeds stay independent. Every agent group of a multi-group env is stacked
 the same way (:func:`make_vectorised_groups`). Beyond the peers: BenchMARL runs seeds one
-after another.
+after another. QMIX / VDN seeds stack the Q networks, the mixer and both targets
+(:func:`~tdrl.core.train.seeds.stack_losses`) and train with
+``train_off_policy(..., n_seeds=)`` (:mod:`tdrl.marl.trainer_off`: seed-major replay items,
+per-seed clipping, one epsilon schedule counted in one seed's frames).
 
 What stays shared between the seeds: the random draws (actions, the epoch permutation, a
 sampled entropy estimate) come from one generator for all seeds, so a vectorised run equals
 single-seed runs given the same data, not sample for sample. Value normalisation,
 ``normalize_advantage`` and agent masks with False entries are refused (their statistics
-would mix the seeds); off-policy QMIX/VDN have no vectorised path.
+would mix the seeds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tensordict.nn import ProbabilisticTensorDictSequential
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictSequential
 
-from tdrl.core.train.seeds import SeedStackedModule, build_seeds, stack_seeds
+from tdrl.core.train.seeds import SeedStackedModule, build_seeds, stack_losses, stack_seeds
 
-from .algorithms import OnPolicyParts, make_groups, make_ippo, make_mappo
+from .algorithms import OffPolicyParts, OnPolicyParts, make_groups, make_ippo, make_mappo, make_qmix, make_vdn
 from .keys import GROUP
-from .objectives import MAPPOConfig
+from .objectives import MAPPOConfig, QMIXConfig
 
 __all__ = ["SeedStackedModule", "make_vectorised_groups", "make_vectorised_on_policy"]
 
 
-_BUILDERS: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo}
+_BUILDERS: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo, "qmix": make_qmix, "vdn": make_vdn}
+_OFF_POLICY = ("qmix", "vdn")
 
 
 def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
@@ -55,19 +59,32 @@ def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
     return OnPolicyParts(policy, critic, loss, estimator)
 
 
-def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int], config: MAPPOConfig | None = None,
-                           groups: Sequence[str] | None = None,
-                           num_cells: Sequence[int] = (256, 256)) -> dict[str, OnPolicyParts]:
-    """MAPPO/IPPO parts of every agent group, each group's actor and critic stacked over ``seeds``.
+def _stack_off_parts(per_seed: list[OffPolicyParts]) -> OffPolicyParts:
+    """One group's QMIX / VDN parts with the Q network, the mixer and their targets stacked over
+    the seeds of ``per_seed``; the greedy head and the epsilon-greedy module (no parameters,
+    one schedule for all seeds) are the first seed's."""
+    first = per_seed[0]
+    loss = stack_losses([p.loss for p in per_seed])
+    greedy, explore = first.policy.module[0].module[1], first.policy.module[1]
+    policy = TensorDictSequential(TensorDictSequential(loss.local_value_network, greedy), explore)
+    return OffPolicyParts(policy, explore, loss, first.config)
+
+
+def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
+                           config: MAPPOConfig | QMIXConfig | None = None, groups: Sequence[str] | None = None,
+                           num_cells: Sequence[int] = (256, 256)) -> dict[str, OnPolicyParts | OffPolicyParts]:
+    """Parts of every agent group with each group's networks stacked over ``seeds``: MAPPO/IPPO
+    (actor and critic) or QMIX/VDN (Q network, mixer and their targets).
 
     Seed ``s`` is built exactly as a single-seed run builds it: ``torch.manual_seed(s)``
     then :func:`~tdrl.marl.algorithms.make_groups` over all ``groups`` in order, so its
     initial weights equal that run's in every group. Train with
-    ``train_on_policy(env, parts, cfg, n_seeds=len(seeds))``.
+    ``train_on_policy(env, parts, cfg, n_seeds=len(seeds))`` (MAPPO/IPPO) or
+    ``train_off_policy(env, parts, cfg, n_seeds=len(seeds))`` (QMIX/VDN).
 
     Args:
-        algorithm: ``"mappo"``, ``"ippo"`` (or :func:`make_mappo` / :func:`make_ippo`).
-            Off-policy QMIX/VDN have no vectorised path: train their seeds one after another.
+        algorithm: ``"mappo"``, ``"ippo"``, ``"qmix"``, ``"vdn"`` (or their builders,
+            :func:`make_mappo`, ...).
         env: the training env; its ``len(seeds) * E`` sub-envs are ``len(seeds)`` seed-major
             blocks of ``E`` (e.g. ``VmasEnv(num_envs=len(seeds) * E)`` or
             ``SerialEnv(len(seeds) * E, make_env)``).
@@ -78,14 +95,15 @@ def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
         num_cells: hidden sizes of every network.
 
     Returns:
-        ``{group: OnPolicyParts}`` whose networks take ``[len(seeds) * N, ...]`` seed-major inputs.
+        ``{group: OnPolicyParts}`` (MAPPO/IPPO) or ``{group: OffPolicyParts}`` (QMIX/VDN) whose
+        networks take ``[len(seeds) * N, ...]`` seed-major inputs.
     """
     names = {v: k for k, v in _BUILDERS.items()}
     name = names.get(algorithm, algorithm)
     if not isinstance(name, str) or name not in _BUILDERS:
         raise ValueError(
-            f"Vectorised seeds support the on-policy algorithms {sorted(_BUILDERS)}; got {algorithm!r}. "
-            "Off-policy QMIX/VDN seeds run one after another (train_off_policy has no n_seeds)."
+            f"Vectorised seeds support the algorithms {sorted(_BUILDERS)}; got {algorithm!r}. "
+            "Train other algorithms' seeds one after another."
         )
     if not seeds:
         raise ValueError("make_vectorised_groups needs at least one seed.")
@@ -100,6 +118,8 @@ def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
                          "train the seeds one after another.")
     per_seed = build_seeds(lambda seed: make_groups(name, env, config, groups, num_cells=num_cells), seeds,
                            stack=False)
+    if name in _OFF_POLICY:
+        return {g: _stack_off_parts([p[g] for p in per_seed]) for g in per_seed[0]}
     return {g: _stack_parts([p[g] for p in per_seed], g) for g in per_seed[0]}
 
 

@@ -23,7 +23,7 @@ sample for sample; a seed's trajectory does not depend on the other seeds' data 
 Anything that pools statistics over the batch (observation normalisation, a shared
 advantage normalisation) must be made per seed or refused by the caller.
 
-Used by :mod:`tdrl.marl.vectorised` (MAPPO/IPPO) and ``apps/ppo`` (``n_seeds=``).
+Used by :mod:`tdrl.marl.vectorised` (MAPPO/IPPO, QMIX/VDN), ``apps/ppo`` and ``apps/sac`` (``n_seeds=``).
 """
 
 from __future__ import annotations
@@ -98,8 +98,12 @@ class SeedStackedModule(nn.Module):
     Shapes: input ``[n_seeds * N, ...]`` (seed-major) -> output ``[n_seeds * N, ...]``.
     Parameters are ``[n_seeds, *shape]`` (``stacked_params``), so an optimiser over them
     updates every seed at once. A plain MLP (linear layers and element-wise activations) runs
-    as one ``baddbmm`` per layer; any other module through ``vmap`` over ``functional_call``
-    (the same result, with more per-call overhead: ~2.5 ms a call on this CPU).
+    as one ``baddbmm`` per layer; a module whose class defines
+    ``seed_stacked_forward(params, *xs)`` (``params``: ``{name: [n_seeds, *shape]}`` under its
+    own parameter names, inputs and outputs ``[n_seeds, N, ...]``; e.g. ``tdrl.marl``'s
+    ``MultiAgentMLP`` and ``QMixer``) runs that batched path; any other module through ``vmap``
+    over ``functional_call`` (the same result, with more per-call overhead: ~2.5 ms a call on
+    this CPU).
     """
 
     def __init__(self, modules: Sequence[nn.Module]) -> None:
@@ -115,6 +119,8 @@ class SeedStackedModule(nn.Module):
             self.register_buffer(f"_stacked_buffer_{i}", buffers[n].clone())
         self._base = [copy.deepcopy(modules[0]).to("meta")]  # a list: not a registered submodule
         self._plan = _linear_plan(modules[0]) if not self._buffer_names else None
+        self._stacked_forward = (getattr(type(modules[0]), "seed_stacked_forward", None)
+                                 if not self._buffer_names else None)
 
     def _state(self) -> tuple[dict, dict]:
         params = dict(zip(self._names, self.stacked_params))
@@ -135,13 +141,16 @@ class SeedStackedModule(nn.Module):
             return self._forward_linear(xs)
         split = tuple(x.reshape(s, x.shape[0] // s, *x.shape[1:]) for x in xs)
         base = self._base[0]
+        merge = lambda y: y.reshape(s * y.shape[1], *y.shape[2:])  # noqa: E731
+        if self._stacked_forward is not None:  # the module's own batched path over the seed dim
+            out = self._stacked_forward(base, dict(zip(self._names, self.stacked_params)), *split)
+            return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
 
         def one(params, buffers, *inp):
             return functional_call(base, (params, buffers), inp)
 
         params, buffers = self._state()
         out = vmap(one)(params, buffers, *split)
-        merge = lambda y: y.reshape(s * y.shape[1], *y.shape[2:])  # noqa: E731
         return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
 
 

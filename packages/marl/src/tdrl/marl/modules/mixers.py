@@ -97,3 +97,43 @@ class QMixer(nn.Module):
         hidden = F.elu(torch.matmul(q.transpose(-1, -2), w1) + b1)  # [*B, 1, e]
         w2 = self.hyper_w2(s).abs().unsqueeze(-1)  # [*B, e, 1]
         return torch.matmul(hidden, w2).squeeze(-1) + self.value(s)  # [*B, 1]
+
+    def seed_stacked_forward(self, params: dict[str, Tensor], q: Tensor, state: Tensor) -> Tensor:
+        """The forward of ``n_seeds`` stacked mixers at once (``tdrl.core.train.seeds``'s
+        ``SeedStackedModule`` calls it instead of ``vmap``): every hypernetwork layer is one
+        ``baddbmm`` over the seed dim.
+
+        Args:
+            params: this mixer's parameter names -> ``[n_seeds, *shape]``.
+            q: ``[n_seeds, *B, n_agents, 1]``. state: ``[n_seeds, *B, *state_shape]``.
+
+        Returns:
+            ``[n_seeds, *B, 1]``, seed ``k``'s rows equal to ``forward`` with its parameters.
+        """
+        _check_q(q, self.n_agents, "QMixer")
+        k = len(self.state_shape)
+        if tuple(state.shape[state.ndim - k :]) != self.state_shape:
+            raise ValueError(
+                f"QMixer expects a state [*B, {', '.join(map(str, self.state_shape))}], got "
+                f"{tuple(state.shape)}."
+            )
+        n_seeds, batch = q.shape[0], q.shape[1:-2]
+        s = state.reshape(*state.shape[: state.ndim - k], self.state_dim).expand(n_seeds, *batch, -1)
+        s = s.reshape(n_seeds, -1, self.state_dim)  # [S, R, state_dim]
+
+        def linear(name: str, x: Tensor) -> Tensor:
+            return torch.baddbmm(params[f"{name}.bias"].unsqueeze(1), x, params[f"{name}.weight"].transpose(1, 2))
+
+        def net(name: str, x: Tensor) -> Tensor:  # one Linear, or Linear -> ReLU -> Linear
+            if f"{name}.weight" in params:
+                return linear(name, x)
+            return linear(f"{name}.2", torch.relu(linear(f"{name}.0", x)))
+
+        rows = s.shape[1]
+        w1 = net("hyper_w1", s).abs().view(n_seeds, rows, self.n_agents, self.embed_dim)
+        b1 = linear("hyper_b1", s).unsqueeze(-2)  # [S, R, 1, e]
+        qr = q.reshape(n_seeds, rows, self.n_agents, 1)
+        hidden = F.elu(torch.matmul(qr.transpose(-1, -2), w1) + b1)  # [S, R, 1, e]
+        w2 = net("hyper_w2", s).abs().unsqueeze(-1)  # [S, R, e, 1]
+        out = torch.matmul(hidden, w2).squeeze(-1) + net("value", s)  # [S, R, 1]
+        return out.reshape(n_seeds, *batch, 1)

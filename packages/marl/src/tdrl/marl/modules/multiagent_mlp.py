@@ -115,6 +115,41 @@ class MultiAgentMLP(nn.Module):
             h = h.unsqueeze(-2).expand(*h.shape[:-1], self.n_agents, h.shape[-1])
         return h
 
+    def seed_stacked_forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
+        """The forward of ``n_seeds`` stacked copies at once (``tdrl.core.train.seeds``'s
+        ``SeedStackedModule`` calls it instead of ``vmap``): batched matmuls over the seed dim.
+
+        Args:
+            params: ``{"weights.<l>": [n_seeds, n_nets, in, out], "biases.<l>": [n_seeds, n_nets, out]}``.
+            x: ``[n_seeds, *B, n_agents, n_agent_inputs]``.
+
+        Returns:
+            ``[n_seeds, *B, n_agents, n_agent_outputs]``, seed ``k``'s rows equal to
+            ``forward`` with seed ``k``'s parameters.
+        """
+        self._check(x)
+        s, mid, n = x.shape[0], x.shape[1:-2], self.n_agents
+        n_layers = len(self.weights)
+        h = x.reshape(s, -1, n, x.shape[-1])  # [S, M, n, in]
+        if self.centralised:
+            h = h.flatten(-2)  # [S, M, n * in]: no agent dim yet
+        shared_input = self.centralised
+        for i in range(n_layers):
+            w, b = params[f"weights.{i}"], params[f"biases.{i}"]
+            if self.share_params:  # one batched GEMM per seed over every row
+                rows = h.reshape(s, -1, h.shape[-1])
+                h = torch.baddbmm(b[:, 0].unsqueeze(1), rows, w[:, 0]).reshape(*h.shape[:-1], w.shape[-1])
+            elif shared_input:
+                h = torch.einsum("smi,snio->smno", h, w) + b.unsqueeze(1)
+                shared_input = False
+            else:
+                h = torch.einsum("smni,snio->smno", h, w) + b.unsqueeze(1)
+            if i < n_layers - 1:
+                h = self.activation(h)
+        if self.centralised and self.share_params:
+            h = h.unsqueeze(-2).expand(*h.shape[:-1], n, h.shape[-1])
+        return h.reshape(s, *mid, n, h.shape[-1])
+
     def extra_repr(self) -> str:
         return (
             f"n_agents={self.n_agents}, in={self.n_agent_inputs}, out={self.n_agent_outputs}, "

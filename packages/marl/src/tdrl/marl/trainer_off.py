@@ -1,0 +1,157 @@
+"""The off-policy loop for QMIX / VDN: collect with epsilon-greedy -> store -> sampled TD updates.
+
+With ``n_seeds > 1`` the seeds train as one vectorised model (:mod:`tdrl.core.train.seeds`,
+parts from :func:`~tdrl.marl.vectorised.make_vectorised_groups`): the env holds ``n_seeds``
+seed-major blocks of sub-envs, Q networks, mixers and their targets carry a leading seed dim,
+the replay storage holds seed-major items (:func:`~tdrl.core.train.seeds.to_seed_items`: item
+``i`` is every seed's ``i``-th transition, so a seed samples only its own data, the same slots
+for all), gradients are clipped per seed and the epsilon schedule advances by the frames of
+one seed. One random generator draws for every seed (exploration coins and random actions,
+replay slots), so a seed equals its single-seed run given the same data, not sample for sample.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from tensordict import TensorDictBase
+
+from tdrl.core.collectors import Collector
+from tdrl.core.objectives import SoftUpdate, total_loss
+from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
+from tdrl.core.train.seeds import clip_grad_norm_per_seed, from_seed_items, to_seed_items
+
+from .algorithms import OffPolicyParts
+from .checks import TeamRewardCheck
+from .keys import GROUP, NEXT, REWARD
+from .trainer import (
+    EpisodeReturns, TrainConfig, _as_groups, _check_seeds, _joint_policy, _record, _returns, _seed_returns,
+    with_episode_returns,
+)
+
+__all__ = ["off_policy_optimizer", "off_policy_update", "train_off_policy"]
+
+
+def off_policy_optimizer(groups: Mapping[str, OffPolicyParts], cfg: TrainConfig
+                         ) -> tuple[torch.optim.Adam, list[list[torch.Tensor]]]:
+    """Adam over every group's trainable loss parameters (Q networks and mixer; the targets are
+    frozen), and the per-group parameter lists whose gradient norms are clipped separately."""
+    clip_groups = [[q for q in p.loss.parameters() if q.requires_grad] for p in groups.values()]
+    return torch.optim.Adam([q for ps in clip_groups for q in ps], lr=cfg.lr, eps=cfg.adam_eps), clip_groups
+
+
+def off_policy_update(sample: TensorDictBase, groups: Mapping[str, OffPolicyParts], optimizer: torch.optim.Optimizer,
+                      clip_groups: Sequence[Sequence[torch.Tensor]], targets: Sequence[SoftUpdate],
+                      max_grad_norm: float | None, n_seeds: int = 1) -> torch.Tensor:
+    """One gradient step on sampled transitions, then every soft target update.
+
+    Args:
+        sample: transitions ``[n_seeds * B]``, seed-major (``from_seed_items`` of a replay
+            sample; ``[B]`` with one seed).
+        groups: ``{group: parts}``; one step takes the sum of the groups' losses.
+        optimizer, clip_groups: from :func:`off_policy_optimizer`.
+        targets: one :class:`~tdrl.core.objectives.SoftUpdate` per group.
+        max_grad_norm: per group (and per seed with ``n_seeds > 1``); None: off.
+        n_seeds: seeds stacked in the networks: the loss (a mean over every row) is scaled by
+            ``n_seeds`` so that each seed's slice gets the gradient of its own mean loss.
+
+    Returns:
+        The (unscaled) loss, detached.
+    """
+    loss = sum(total_loss(p.loss(sample)) for p in groups.values())
+    optimizer.zero_grad(set_to_none=True)
+    (loss * n_seeds).backward()
+    if max_grad_norm is not None:
+        for params in clip_groups:
+            if n_seeds > 1:
+                clip_grad_norm_per_seed(params, max_grad_norm, n_seeds)
+            elif params:
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    for target in targets:
+        target.step()
+    return loss.detach()
+
+
+def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], cfg: TrainConfig, eval_env=None,
+                     group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1) -> list[dict]:
+    """QMIX / VDN: collect with epsilon-greedy, store, ``n_optimizer_steps`` sampled TD updates
+    with a soft target update after each.
+
+    ``parts`` is one group's bundle or ``{group: bundle}`` (one mixer per group, the sum of
+    the groups' losses on the same sampled transitions, gradients clipped per group).
+
+    With ``n_seeds > 1`` the parts come from
+    :func:`~tdrl.marl.vectorised.make_vectorised_groups` (``"qmix"`` / ``"vdn"``), the env's
+    sub-envs (and ``eval_env``'s) are ``n_seeds`` seed-major blocks and every network is
+    stacked over the seeds: ``frames_per_batch``, ``buffer_size`` and ``minibatch_size`` are
+    per seed, the replay storage keeps each seed's transitions apart (seed-major items), the
+    epsilon schedule advances by one seed's frames, gradients are clipped per seed and each
+    seed's target networks follow its own online networks.
+
+    Returns:
+        One record per iteration: ``iter``, ``frames`` (per seed), ``time_s``,
+        ``train_return``, ``eval_return`` (NaN when not evaluated), ``loss``, ``eps`` and, when
+        evaluated, ``eval_episode_returns``; with several groups also ``train_return/<group>``
+        and ``eval_return/<group>``; with ``n_seeds > 1``, ``train_return_seeds`` and (when
+        evaluated) ``eval_return_seeds``: one entry per seed.
+
+    Raises:
+        ZeroTeamRewardError: with ``cfg.check_team_reward``, when a group's team reward
+            cancels out over the first batches (see :class:`~tdrl.marl.checks.TeamRewardCheck`).
+        ValueError: ``n_seeds`` < 1, sub-envs (of ``env`` or ``eval_env``) that do not split
+            into ``n_seeds`` blocks, or parts stacked over another number of seeds.
+    """
+    groups = _as_groups(parts, group)
+    if n_seeds < 1:
+        raise ValueError(f"n_seeds must be >= 1, got {n_seeds}.")
+    for name, e in (("env", env), ("eval_env", eval_env)):
+        if e is not None and e.batch_size.numel() % n_seeds:
+            raise ValueError(f"The {name}'s {e.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} "
+                             "seed-major blocks.")
+    _check_seeds(groups, n_seeds)
+    n_envs = env.batch_size.numel() // n_seeds
+    n_steps = max(1, cfg.frames_per_batch // n_envs)
+    policy = _joint_policy(groups)
+    opt, clip_groups = off_policy_optimizer(groups, cfg)
+    targets = [SoftUpdate(p.loss, tau=p.config.tau) for p in groups.values()]
+    # never more room than the run will fill (the storage allocates its capacity at the first write);
+    # with several seeds an item holds every seed's transition, so the capacity is per seed
+    capacity = min(cfg.buffer_size, cfg.n_iters * n_steps * n_envs)
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
+    checks = {g: TeamRewardCheck(type(p.loss).__name__.removesuffix("Loss"), g, env)
+              for g, p in groups.items() if cfg.check_team_reward}
+    collector = Collector(with_episode_returns(env, list(groups)), policy,
+                          frames_per_batch=n_steps * env.batch_size.numel())
+    history, frames = [], 0
+    trackers = {g: EpisodeReturns(g) for g in groups}
+    t0 = time.perf_counter()
+    for it in range(cfg.n_iters):
+        batch = collector.rollout()
+        new = batch.numel() // n_seeds  # frames of one seed
+        frames += new
+        for g, check in checks.items():
+            agent_reward = batch.get((NEXT, g, REWARD), None)
+            if agent_reward is not None and check.active:
+                check.update(agent_reward, groups[g].loss.team_reward(batch))
+        for p in {id(p.explore): p.explore for p in groups.values()}.values():
+            p.step(new)  # the same schedule for every seed: epsilon after this many frames of one run
+        returns, extra = _returns(trackers, batch)
+        if n_seeds > 1:
+            extra["train_return_seeds"] = _seed_returns(trackers, n_seeds, n_envs)
+        flat = batch.reshape(-1)  # seed-major: sub-env blocks, then time
+        buffer.extend(flat if n_seeds == 1 else to_seed_items(flat, n_seeds))
+        losses = []
+        for _ in range(cfg.n_optimizer_steps):
+            sample = buffer.sample(cfg.minibatch_size)
+            sample = sample if n_seeds == 1 else from_seed_items(sample, n_seeds)
+            losses.append(off_policy_update(sample, groups, opt, clip_groups, targets, cfg.max_grad_norm, n_seeds))
+        extra.update({"loss": float(torch.stack(losses).mean()),
+                      "eps": next(iter(groups.values())).explore.eps})
+        rec = _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
+        history.append(rec)
+        if log is not None:
+            log(rec)
+    return history
