@@ -7,6 +7,8 @@ budget, same gradient steps) trained twice on a Gymnasium Robotics point maze: w
 reached and held at the episode's last step) is printed side by side.
 
     flock /tmp/tdrl-cpu.lock python benchmarks/her_goals.py --env-id PointMaze_Open-v3 --frames 12000 --record
+    # apps/her's open recipe (gamma 0.98 for the 100-step episodes, tau 0.05), 100 evaluation episodes:
+    flock /tmp/tdrl-cpu.lock python benchmarks/her_goals.py --frames 12000 --eval-episodes 100 --tau 0.05 --gamma 0.98 --seed 0 --record
 """
 
 from __future__ import annotations
