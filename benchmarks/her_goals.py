@@ -7,6 +7,8 @@ budget, same gradient steps) trained twice on a Gymnasium Robotics point maze: w
 reached and held at the episode's last step) is printed side by side.
 
     flock /tmp/tdrl-cpu.lock python benchmarks/her_goals.py --env-id PointMaze_Open-v3 --frames 12000 --record
+    # apps/her's open recipe (gamma 0.98 for the 100-step episodes, tau 0.05), 100 evaluation episodes:
+    flock /tmp/tdrl-cpu.lock python benchmarks/her_goals.py --frames 12000 --eval-episodes 100 --tau 0.05 --gamma 0.98 --seed 0 --record
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ def main() -> None:
     ap.add_argument("--max-episode-steps", type=int, default=100)
     ap.add_argument("--hidden", default="128,128")
     ap.add_argument("--eval-episodes", type=int, default=50)
+    ap.add_argument("--tau", type=float, default=0.005, help="Polyak factor of the target critics")
+    ap.add_argument("--gamma", type=float, default=0.95)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--utd", type=float, default=1.0, help="gradient steps per frame")
+    ap.add_argument("--k", type=int, default=4, help="HER: hindsight goals per real goal")
     ap.add_argument("--arms", default="her,no_her")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/her_goals")
@@ -47,6 +54,7 @@ def main() -> None:
             raise SystemExit(f"--arms: unknown arm {arm!r} (expected her, no_her)")
         cfg = her.Config(env_id=args.env_id, total_frames=args.frames, max_episode_steps=args.max_episode_steps,
                          hidden=hidden, her=arm == "her", eval_every=max(1, args.frames // 6),
+                         tau=args.tau, gamma=args.gamma, batch_size=args.batch_size, utd_ratio=args.utd, k=args.k,
                          eval_episodes=args.eval_episodes, checkpoint_every=0, progress=False,
                          seed=args.seed, out=str(Path(args.out) / arm))
         t0 = time.time()
@@ -61,13 +69,16 @@ def main() -> None:
         return
     table = (f"{args.env_id} (sparse reward, {args.max_episode_steps}-step episodes), SAC "
              f"{args.hidden.replace(',', 'x')}, {args.frames} frames, seed {args.seed}")
+    changed = [f"{name} {getattr(args, attr)}" for name, attr, default in
+               (("gamma", "gamma", 0.95), ("tau", "tau", 0.005), ("batch", "batch_size", 256), ("UTD", "utd", 1.0)) if getattr(args, attr) != default]
+    table += "".join(f", {c}" for c in changed)  # the default settings keep the earlier tables' names
     other = {"her": "no_her", "no_her": "her"}
     for arm, (s, secs) in results.items():
         peer = results.get(other[arm])
         ratio = None
         if arm == "her" and peer is not None:
             ratio = f"success {s['eval_success']:.2f} vs {peer[0]['eval_success']:.2f} without HER"
-        write_record(SECTION, table, "SAC + HER (future, k=4)" if arm == "her" else "SAC without HER",
+        write_record(SECTION, table, f"SAC + HER (future, k={args.k})" if arm == "her" else "SAC without HER",
                      {f"success ({args.eval_episodes} episodes)": round(s["eval_success"], 2),
                       "eval return": round(s["eval_return"], 1), "gradient steps": s["updates"],
                       "CPU s": round(secs)},

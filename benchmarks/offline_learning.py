@@ -91,7 +91,8 @@ def main() -> None:
         if not args.record:
             continue
         write_record(SECTION, f"{args.env_id} medium dataset (tdrl SAC after {args.sac_frames} frames, "
-                     f"{args.episodes} rollout episodes, minari format)", algo,
+                     f"{args.episodes} rollout episodes, minari format)",
+                     algo if args.seed == 0 else f"{algo} (seed {args.seed})",  # other seeds: rows beside seed 0's
                      {"eval return (10 episodes)": round(s["eval_return"], 1),
                       "dataset mean return": round(s["dataset_return"], 1),
                       "gradient steps": steps, "CPU s": round(time.time() - t1)},

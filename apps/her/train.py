@@ -18,6 +18,7 @@ through that time limit.
 
     python apps/her/train.py                                   # PointMaze Open, HER (future, k=4)
     python apps/her/train.py her=false                         # the same agent without HER
+    python apps/her/train.py --config-name open                # gamma 0.98, tau 0.05: RESULTS.md's settings
     python apps/her/train.py --config-name umaze               # the U-shaped maze (harder)
     python apps/her/train.py --config-name tiny                # a seconds-long smoke run (CI)
 

@@ -14,6 +14,7 @@ return (or ``target_return``), decremented by each reward.
 
     python apps/offline/train.py algorithm=td3_bc dataset=halfcheetah-medium.hdf5 env_id=HalfCheetah-v5
     python apps/offline/train.py -m algorithm=bc,td3_bc,iql,cql        # one folder each, sweep.json
+    python apps/offline/train.py --config-name dt dataset=DIR           # DT, the settings of RESULTS.md
     python apps/offline/train.py --config-name tiny                     # a seconds-long smoke run (CI)
 
 Outputs in ``out``: ``config.yaml``, ``metrics.csv`` (``step`` = gradient steps),
@@ -72,9 +73,9 @@ class Config(EnvRunConfig):
     hidden: tuple[int, ...] = (256, 256)
     context: int = 20
     """dt: window length K (steps per sequence)."""
-    embed_dim: int = 128
+    embed_dim: int = 64
     """dt: token width."""
-    num_layers: int = 3
+    num_layers: int = 2
     """dt: transformer blocks (one head each)."""
     return_scale: float = 1000.0
     """dt: returns-to-go are divided by it."""

@@ -33,6 +33,16 @@ def test_tiny_run_for_every_algorithm(app, tmp_path, algorithm):
         assert (out / name).exists(), name
 
 
+def test_dt_recipe_runs_with_the_measured_settings(app, tmp_path):
+    out = tmp_path / "dt"
+    summary = app.main(["-cn", "dt", f"out={out}", "steps=4", "dataset_frames=400", "eval_every=0",
+                        "eval_episodes=1", "log_every=2", "progress=false"])
+    assert summary["algorithm"] == "dt" and summary["steps"] == 4
+    cfg = (out / "config.yaml").read_text()
+    for line in ("batch_size: 64", "lr: 0.0001", "context: 20", "embed_dim: 64", "num_layers: 2"):
+        assert line in cfg, line
+
+
 def test_a_given_dataset_is_used_as_is(app, tmp_path):
     first = app.main(["-cn", "tiny", f"out={tmp_path / 'a'}", "algorithm=bc", "dataset_frames=400"])
     data = tmp_path / "a" / "dataset.hdf5"

@@ -128,6 +128,17 @@ def test_inference_loop_conditions_on_a_decremented_return():
     assert policy.obs.shape == (2, 0, 3) and float(policy.next_rtg[0, 0, 0]) == 5.0
 
 
+def test_timestep_embedding_starts_small_beside_the_token_embeddings():
+    # GPT-2's N(0, 0.02) position-embedding init: with nn.Embedding's N(0, 1) the timestep vector
+    # dominates each token at init (the learning regression this guards against)
+    model = DecisionTransformer(3, 2, embed_dim=64, max_timestep=200)
+    assert 0.015 < float(model.embed_time.weight.std()) < 0.025
+    obs = torch.randn(256, 3)
+    token = model.embed_obs(obs)
+    time = model.embed_time(torch.randint(0, 200, (256,)))
+    assert float(time.norm(dim=-1).mean()) < 0.5 * float(token.norm(dim=-1).mean())
+
+
 def test_bad_inputs():
     model = _model()
     rtg, obs, act, ts = _inputs(t=6)
