@@ -104,19 +104,23 @@ def test_vmas_internal_distributions_skip_checks_and_the_switch_is_restored(monk
         return env.rollout(6, break_when_any_done=False)
 
     monkeypatch.setattr(Distribution, "__init__", record)
-    assert Distribution._validate_args is True  # torch's default in this process
+    # torch's default; another library imported earlier in the process (as TorchRL does) may
+    # have switched it off for everyone: start from the default
+    monkeypatch.setattr(Distribution, "_validate_args", True)
     fast = run()
     assert seen and not any(seen)  # every distribution VMAS built was unchecked
     assert Distribution._validate_args is True
     import tdrl.marl.envs.vmas as vmas_mod
 
+    fast_ctx = vmas_mod._unvalidated_distributions
     monkeypatch.setattr(vmas_mod, "_unvalidated_distributions", __import__("contextlib").nullcontext)
     seen.clear()
     checked = run()
     assert seen and all(seen)
     assert torch.equal(fast["next", "agents", "observation"], checked["next", "agents", "observation"])
     assert torch.equal(fast["next", "agents", "reward"], checked["next", "agents", "reward"])
-    monkeypatch.undo()
+    monkeypatch.setattr(vmas_mod, "_unvalidated_distributions", fast_ctx)
+    monkeypatch.setattr(Distribution, "__init__", original)
 
     env = VmasEnv("sampling", num_envs=2, continuous_actions=False, seed=3)
     td = env.rand_step(env.reset())
