@@ -98,4 +98,4 @@ def test_tiny_run_writes_outputs(her, tmp_path):
 def test_open_recipe_has_the_measured_settings(her, tmp_path):
     cfg = her.main.load([f"out={tmp_path}"], recipe="open")
     assert (cfg.env_id, cfg.gamma, cfg.tau, cfg.k, cfg.her) == ("PointMaze_Open-v3", 0.98, 0.05, 4, True)
-    assert cfg.eval_episodes == 100 and cfg.total_frames == 12_000
+    assert cfg.eval_episodes == 100 and cfg.total_frames == 12_000 and cfg.batch_size == 512
