@@ -277,34 +277,32 @@ class BraxEnv(EnvBase):
                 src, keep, torch.from_numpy(obs), self._false, RESET_KEY, (DONE, TERMINATED, TRUNCATED)))
         return tensordict, next_root
 
+    def _split(self, packed) -> tuple:
+        """``(observation, reward, done, terminated, truncated)`` views of a packed
+        ``[B, D + 4 (+ D)]`` step output (numpy or torch)."""
+        dim = self._obs_dim
+        flags = packed[:, dim + 1:dim + 4] > 0.5
+        return packed[:, :dim], packed[:, dim:dim + 1], flags[:, 0:1], flags[:, 1:2], flags[:, 2:3]
+
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self._state is None:
             raise RuntimeError(f"{self!r}: call reset() before the first step.")
         action = self._jax_array(tensordict.get(ACTION))
-        dim = self._obs_dim
-        if self._fuse_reset:
+        if self._fuse_reset:  # CPU only (step_and_maybe_reset checks)
             self._key, self._state, packed = self._step_reset_fn(self._key, self._state, action)
-            packed.block_until_ready()
-            arr = np.array(packed)
-            flags = arr[:, dim + 1:dim + 4] > 0.5
-            if flags[:, 0].any():
-                self._root_obs = arr[:, dim + 4:]
-            parts = (arr[:, :dim], arr[:, dim:dim + 1], flags[:, 0:1], flags[:, 1:2], flags[:, 2:3])
-            return self._make_td(dict(zip((OBSERVATION, REWARD, DONE, TERMINATED, TRUNCATED),
-                                          [torch.from_numpy(x) for x in parts])))
-        self._state, packed = self._step_fn(self._state, action)
+        else:
+            self._state, packed = self._step_fn(self._state, action)
         if self._jax_device.platform == "cpu":  # split in numpy: its views cost far less
             packed.block_until_ready()
             arr = np.array(packed)
-            flags = arr[:, dim + 1:] > 0.5
-            parts = (arr[:, :dim], arr[:, dim:dim + 1], flags[:, 0:1], flags[:, 1:2], flags[:, 2:3])
+            parts = self._split(arr)
+            if self._fuse_reset and parts[2].any():
+                self._root_obs = arr[:, self._obs_dim + 4:]
             parts = [torch.from_numpy(x) for x in parts]
             if self.device.type != "cpu":
                 parts = [x.to(self.device) for x in parts]
         else:
-            packed = self._torch(packed)
-            flags = packed[:, dim + 1:] > 0.5
-            parts = (packed[:, :dim], packed[:, dim:dim + 1], flags[:, 0:1], flags[:, 1:2], flags[:, 2:3])
+            parts = self._split(self._torch(packed))
         return self._make_td(dict(zip((OBSERVATION, REWARD, DONE, TERMINATED, TRUNCATED), parts)))
 
     def _set_seed(self, seed: int) -> int:

@@ -82,7 +82,8 @@ class QMixer(nn.Module):
         self.hyper_b1 = nn.Linear(s, e)
         self.value = nn.Sequential(nn.Linear(s, e), nn.ReLU(), nn.Linear(e, 1))
 
-    def forward(self, q: Tensor, state: Tensor) -> Tensor:
+    def _check_inputs(self, q: Tensor, state: Tensor) -> int:
+        """Raise on a wrong ``q`` or ``state`` shape; returns the number of state dims."""
         _check_q(q, self.n_agents, "QMixer")
         k = len(self.state_shape)
         if tuple(state.shape[state.ndim - k :]) != self.state_shape:
@@ -90,6 +91,10 @@ class QMixer(nn.Module):
                 f"QMixer expects a state [*B, {', '.join(map(str, self.state_shape))}], got "
                 f"{tuple(state.shape)}."
             )
+        return k
+
+    def forward(self, q: Tensor, state: Tensor) -> Tensor:
+        k = self._check_inputs(q, state)
         batch = q.shape[:-2]
         s = state.reshape(*state.shape[: state.ndim - k], self.state_dim).expand(*batch, -1)
         w1 = self.hyper_w1(s).abs().view(*batch, self.n_agents, self.embed_dim)
@@ -110,13 +115,7 @@ class QMixer(nn.Module):
         Returns:
             ``[n_seeds, *B, 1]``, seed ``k``'s rows equal to ``forward`` with its parameters.
         """
-        _check_q(q, self.n_agents, "QMixer")
-        k = len(self.state_shape)
-        if tuple(state.shape[state.ndim - k :]) != self.state_shape:
-            raise ValueError(
-                f"QMixer expects a state [*B, {', '.join(map(str, self.state_shape))}], got "
-                f"{tuple(state.shape)}."
-            )
+        k = self._check_inputs(q, state)
         n_seeds, batch = q.shape[0], q.shape[1:-2]
         s = state.reshape(*state.shape[: state.ndim - k], self.state_dim).expand(n_seeds, *batch, -1)
         s = s.reshape(n_seeds, -1, self.state_dim)  # [S, R, state_dim]
