@@ -155,6 +155,17 @@ def _mask_logits(logits: Tensor, mask: Tensor | None) -> Tensor:
     return logits.masked_fill(~mask.bool(), torch.finfo(logits.dtype).min)
 
 
+def _masked_logits(who: str, logits: Tensor | None, probs: Tensor | None,
+                   mask: Tensor | None) -> Tensor:
+    """The logits of a categorical given ``logits`` or ``probs`` (``log`` of probs clamped
+    at the dtype's smallest normal), with ``mask``'s disallowed actions set to the minimum."""
+    if logits is None:
+        if probs is None:
+            raise ValueError(f"{who} needs logits or probs.")
+        logits = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
+    return _mask_logits(logits, mask)
+
+
 class MaskedCategorical(D.Categorical):
     """Categorical over ``n`` actions where ``mask == False`` actions have zero probability.
 
@@ -172,12 +183,9 @@ class MaskedCategorical(D.Categorical):
         mask: Tensor | None = None,
         validate_args: bool | None = False,
     ) -> None:
-        if logits is None:
-            if probs is None:
-                raise ValueError("MaskedCategorical needs logits or probs.")
-            logits = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
         self.mask = mask
-        super().__init__(logits=_mask_logits(logits, mask), validate_args=validate_args)
+        super().__init__(logits=_masked_logits(type(self).__name__, logits, probs, mask),
+                         validate_args=validate_args)
 
     @property
     def deterministic_sample(self) -> Tensor:
@@ -198,12 +206,9 @@ class OneHotCategorical(D.OneHotCategorical):
         mask: Tensor | None = None,
         validate_args: bool | None = False,
     ) -> None:
-        if logits is None:
-            if probs is None:
-                raise ValueError("OneHotCategorical needs logits or probs.")
-            logits = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
         self.mask = mask
-        super().__init__(logits=_mask_logits(logits, mask), validate_args=validate_args)
+        super().__init__(logits=_masked_logits(type(self).__name__, logits, probs, mask),
+                         validate_args=validate_args)
 
     @property
     def deterministic_sample(self) -> Tensor:
