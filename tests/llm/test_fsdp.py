@@ -13,7 +13,8 @@ import torch
 from tdrl.llm import GRPOConfig, SFTConfig, load_model_and_tokenizer
 
 _RANKS = textwrap.dedent("""
-    import os, torch, torch.distributed as dist
+    import faulthandler, gc, os, torch, torch.distributed as dist
+    faulthandler.enable()  # an abort (SIGABRT) prints where each thread was
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -45,18 +46,26 @@ _RANKS = textwrap.dedent("""
         trainer.train(stop)
         return trainer
 
-    results = {{}}
-    for name, make, steps in (("sft", sft, 4), ("grpo", grpo, 3)):
-        ddp = make(False, steps)
-        ckpt = os.path.join(out, name + ".pt")
-        make(True, steps, ckpt, stop=steps - 1)  # stops one step early and saves its shards
-        resumed = make(True, steps, ckpt)  # a fresh sharded trainer resumes from them
-        assert resumed.step_count == steps
-        resumed.save_pretrained(os.path.join(out, name + "_fsdp"))  # every rank: a collective
-        results[name] = {{k: v.detach().clone() for k, v in ddp.model.state_dict().items()}}
-        results[name + "_metrics"] = [r["loss" if name == "sft" else "reward"] for r in resumed.metrics.rows]
-    if rank == 0:
-        torch.save(results, os.path.join(out, "ddp.pt"))
+    def main():
+        results = {{}}
+        for name, make, steps in (("sft", sft, 4), ("grpo", grpo, 3)):
+            ddp = make(False, steps)
+            ckpt = os.path.join(out, name + ".pt")
+            make(True, steps, ckpt, stop=steps - 1)  # stops one step early and saves its shards
+            resumed = make(True, steps, ckpt)  # a fresh sharded trainer resumes from them
+            assert resumed.step_count == steps
+            resumed.save_pretrained(os.path.join(out, name + "_fsdp"))  # every rank: a collective
+            results[name] = {{k: v.detach().clone() for k, v in ddp.model.state_dict().items()}}
+            results[name + "_metrics"] = [r["loss" if name == "sft" else "reward"] for r in resumed.metrics.rows]
+        if rank == 0:
+            torch.save(results, os.path.join(out, "ddp.pt"))
+
+    main()
+    # the sharded models (and any collective work they hold) are freed while the group lives: one
+    # left to interpreter finalisation after the group is gone aborted a rank once in CI
+    # ("terminate called without an active exception", exit -6, after the work was done)
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 """)
 

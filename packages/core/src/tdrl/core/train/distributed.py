@@ -12,6 +12,7 @@ single process unless given an MPI hostfile, and MPI ranks are not read here: it
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from collections.abc import Iterator
@@ -53,10 +54,19 @@ def init_from_env(backend: str | None = None) -> bool:
     if not dist.is_initialized():
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         dist.init_process_group(backend)
+        atexit.register(_destroy_at_exit)
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         log.info("joined process group: rank %d of %d (%s)", dist.get_rank(), dist.get_world_size(), backend)
     return True
+
+
+def _destroy_at_exit() -> None:
+    """Leave the group while the interpreter is whole: a gloo group left to interpreter
+    finalisation can abort the process (``terminate called without an active exception``) after
+    the work is done, which ``torchrun`` reports as a failed rank."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _check_launcher() -> None:
