@@ -8,10 +8,14 @@ tuning), a :class:`Collector` (uniformly random actions for the first ``learning
 frames), a :class:`ReplayBuffer` over a :class:`LazyTensorStorage`, :class:`SoftUpdate` of
 the target critics, and the run harness of ``tdrl.core.train`` (run folder, metrics,
 checkpoints, exact resume). Each collected batch is one step
-of every sub-env; then ``utd_ratio`` gradient steps on sampled batches per collected frame.
+of every sub-env; then ``utd_ratio`` gradient steps on sampled batches per collected frame,
+the actor and temperature stepping on every ``policy_delay``-th of them (1 for SAC: every step).
 ``algorithm=redq`` swaps in :class:`REDQLoss` (``num_critics`` critics, each target the min
 over a random ``critic_subset`` of them, the actor on their mean); the paper's high
-update-to-data ratio is ``utd_ratio`` (20 in the ``redq`` recipe).
+update-to-data ratio is ``utd_ratio`` (20 in the ``redq`` recipe) and its Algorithm 1 steps
+the policy once per environment step, after the ``G`` critic steps: ``policy_delay = G``
+(the recipe's 20; the actor's step shares the batch of the ``G``-th critic step, as the
+authors' code does).
 
     python apps/sac/train.py                                    # HalfCheetah-v5, 1M frames
     python apps/sac/train.py env_id=Pendulum-v1 total_frames=8000 learning_starts=500
@@ -99,6 +103,10 @@ class Config(OffPolicyConfig):
     """Q networks in the ensemble (2 for SAC; the REDQ paper uses 10)."""
     critic_subset: int = 2
     """REDQ only: critics drawn per update for the target's minimum (the paper's M = 2)."""
+    policy_delay: int = 1
+    """Gradient steps per actor (and temperature) step: the actor steps on every
+    policy_delay-th update, the others update the critics only. 1: SAC (every step); REDQ's
+    Algorithm 1: utd_ratio (one policy step per environment step)."""
     eval_episodes: int = 5
     checkpoint_every: int = 50_000
     """Frames between checkpoints; 0: only at the end."""
@@ -120,6 +128,8 @@ class Config(OffPolicyConfig):
         if self.algorithm == "redq" and not 1 <= self.critic_subset <= self.num_critics:
             raise ConfigError(f"Config.critic_subset={self.critic_subset}: REDQ needs "
                               f"1 <= critic_subset <= num_critics={self.num_critics}.")
+        if not isinstance(self.policy_delay, int) or self.policy_delay < 1:
+            raise ConfigError(f"Config.policy_delay={self.policy_delay!r}: expected an integer >= 1.")
         if self.n_seeds < 1:
             raise ConfigError(f"Config.n_seeds={self.n_seeds} is not allowed: expected an integer >= 1.")
         if self.n_seeds > 1 and self.env_id in TORCH_ENVS:
@@ -175,11 +185,12 @@ def build_loss(env, cfg: Config, seeds: list[int]):
     return stack_losses(build_seeds(lambda seed: make_loss(env, cfg), seeds, stack=False))
 
 
-def sac_update(loss_fn, optim: torch.optim.Optimizer, batch, n_seeds: int = 1):
+def sac_update(loss_fn, optim: torch.optim.Optimizer, batch, n_seeds: int = 1, actor: bool = True):
     """One gradient step on ``batch`` (``[n_seeds * B]`` seed-major rows); returns the loss
     output. The total loss is scaled by ``n_seeds`` so that each seed's slice of the stacked
-    parameters gets the gradient of its own mean loss (Adam is element-wise)."""
-    out = loss_fn(batch)
+    parameters gets the gradient of its own mean loss (Adam is element-wise). ``actor=False``:
+    the critics only (the actor and temperature get no gradient, so Adam leaves them be)."""
+    out = loss_fn(batch, actor=actor)
     optim.zero_grad(set_to_none=True)
     (total_loss(out) * n_seeds).backward()
     optim.step()
@@ -254,11 +265,15 @@ def train(cfg: Config, seeds: list[int] | None = None) -> dict:
         buffer.extend(flat if n_seeds == 1 else to_seed_items(flat, n_seeds))
         log.add_batch(batch)
         # 2. gradient steps
-        for _ in range(budget.add(frames, new)):
+        steps = budget.add(frames, new)
+        for u in range(budget.updates - steps, budget.updates):  # u: the run's update index
             sample = buffer.sample()
-            out = sac_update(loss_fn, optim, sample if n_seeds == 1 else from_seed_items(sample, n_seeds), n_seeds)
+            with_actor = (u + 1) % cfg.policy_delay == 0
+            out = sac_update(loss_fn, optim, sample if n_seeds == 1 else from_seed_items(sample, n_seeds), n_seeds,
+                             actor=with_actor)
             updater.step()
-            log.add_stats(out)
+            if with_actor:  # the diagnostics of the steps with every term
+                log.add_stats(out)
         # 3. log, evaluate, checkpoint
         if log.step(frames, new, state):
             break

@@ -98,18 +98,23 @@ def test_resumed_run_is_bit_identical(sac, tmp_path):
 
 
 def test_tiny_redq_run(sac, tmp_path):
-    """``algorithm=redq``: an ensemble of 4 critics, subsets of 2, two updates per frame."""
+    """``algorithm=redq``: an ensemble of 4 critics (stacked), subsets of 2, two updates per
+    frame, the actor and temperature stepped on every 4th update (Adam's step counts)."""
     cfg = sac.main.load(["env_id=Pendulum-v1", f"out={tmp_path}", "algorithm=redq",
-                         "num_critics=4", "critic_subset=2", "utd_ratio=2"], recipe="tiny")
+                         "num_critics=4", "critic_subset=2", "utd_ratio=2", "policy_delay=4"], recipe="tiny")
     summary = sac.train(cfg)
     assert summary["frames"] == 200 and summary["updates"] == 202
     state = torch.load(tmp_path / "model.pt", weights_only=True)
-    assert {k.split(".")[0] for k in state["qvalue"]} == {"0", "1", "2", "3"}
+    assert {v.shape[0] for v in state["qvalue"].values()} == {4}  # [num_critics, *shape] stacked
+    optim = torch.load(tmp_path / "checkpoints" / "step_200.pt", weights_only=False)["objects"]["optim"]
+    groups = [[int(optim["state"][i]["step"]) for i in g["params"]] for g in optim["param_groups"]]
+    assert groups == [[202 // 4] * 6, [202] * 6, [202 // 4]]  # actor, critics, temperature
     with open(tmp_path / "metrics.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r.get("q_std")]
     assert rows and all(math.isfinite(float(r["q_std"])) for r in rows)
     redq = sac.main.load([], recipe="redq")
-    assert (redq.algorithm, redq.num_critics, redq.critic_subset, redq.utd_ratio) == ("redq", 10, 2, 20)
-    for bad in (["algorithm=td4"], ["algorithm=redq", "critic_subset=3", "num_critics=2"]):
+    assert (redq.algorithm, redq.num_critics, redq.critic_subset, redq.utd_ratio, redq.policy_delay) == (
+        "redq", 10, 2, 20, 20)
+    for bad in (["algorithm=td4"], ["algorithm=redq", "critic_subset=3", "num_critics=2"], ["policy_delay=0"]):
         with pytest.raises(ValueError, match=bad[-1].split("=")[0]):
             sac.main.load(bad, recipe="tiny")

@@ -54,10 +54,13 @@ def _assert_seed_equal(vec, single, k: int, tol: float = 2e-5) -> None:
     found = 0
     for name, mod in vec.named_modules():
         if isinstance(mod, SeedStackedModule):
-            ref = single.get_submodule(name).state_dict()
-            for n, v in mod.seed_state(k).items():
-                torch.testing.assert_close(v, ref[n], rtol=tol, atol=tol, msg=f"{name}.{n} seed {SEEDS[k]}")
-                found += 1
+            ref = single.get_submodule(name)
+            per = mod.n_seeds // len(SEEDS)  # REDQ's ensemble: seed k's critics are members k * N .. k * N + N - 1
+            for i in range(per):
+                want = ref.state_dict() if per == 1 else ref.seed_state(i)
+                for n, v in mod.seed_state(k * per + i).items():
+                    torch.testing.assert_close(v, want[n], rtol=tol, atol=tol, msg=f"{name}.{n} seed {SEEDS[k]}")
+                    found += 1
     assert found >= 6 * 2  # actor + 2 critics + 2 target critics, weights and biases
     torch.testing.assert_close(vec.temperature.log_alpha.detach()[k], single.temperature.log_alpha.detach())
 

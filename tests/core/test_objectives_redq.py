@@ -1,16 +1,22 @@
-"""REDQLoss: hand values, a naive per-sample loop reference (loss and gradients), M = N is
-SAC's target, the subset draws, bad settings."""
+"""REDQLoss: hand values, a naive per-sample loop reference (loss and gradients), the batched
+ensemble against a per-critic loop of separate modules (losses and gradients to 1e-6), M = N is
+SAC's target, soft updates and the state-dict round trip of the stacked layout, the subset
+draws, bad settings."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
+from torch.func import functional_call
 
 from tdrl.core.modules import MLP, NormalParamExtractor, ProbabilisticActor, TanhNormal, ValueOperator
-from tdrl.core.objectives import REDQLoss, SACLoss
+from tdrl.core.objectives import REDQLoss, SACLoss, SoftUpdate
+from tdrl.core.objectives.common import distance_loss
 
 
 class _PointMass:
@@ -60,9 +66,10 @@ def test_hand_values():
                     gamma=0.9, alpha_init=0.2, fixed_alpha=True)
     with torch.no_grad():
         for nets in (loss.qvalue, loss.target_qvalue):
-            for net, ci in zip(nets, c):
-                net.module[0].weight.zero_()
-                net.module[0].bias.fill_(ci)
+            params = nets.net.stacked()
+            assert sorted(params) == ["0.bias", "0.weight"] and params["0.bias"].shape == (4, 1)
+            params["0.weight"].zero_()
+            params["0.bias"].copy_(torch.tensor(c)[:, None])
     loss.draw_subset = lambda: torch.tensor([0, 3])
     td = TensorDict(observation=torch.zeros(2, 1), action=torch.zeros(2, 1),
                     next=TensorDict(observation=torch.zeros(2, 1), reward=torch.full((2, 1), 0.5),
@@ -88,11 +95,13 @@ def _redq(n, m, seed=0):
     with torch.no_grad():  # targets differ from the online critics
         for p in loss.target_qvalue.parameters():
             p.add_(0.1 * torch.randn_like(p))
+    loss._critic = critic.module  # a real module of the critics' architecture, for the references
     return loss
 
 
-def _q(net, obs, act):
-    return net.module(obs, act)
+def _q(loss, ens, i, obs, act):
+    """Critic ``i`` of the stacked ensemble ``ens`` alone (its slice of the stacked parameters)."""
+    return functional_call(loss._critic, {n: p[i] for n, p in ens.net.stacked().items()}, (obs, act))
 
 
 def test_matches_a_naive_loop_reference():
@@ -115,11 +124,11 @@ def test_matches_a_naive_loop_reference():
         per = []
         for j in range(b):
             with torch.no_grad():
-                qmin = min(_q(loss.target_qvalue[int(s)], nxt["observation"][j], a2[j]).item()
+                qmin = min(_q(loss, loss.target_qvalue, int(s), nxt["observation"][j], a2[j]).item()
                            for s in subset)
                 y = nxt["reward"][j, 0] + 0.95 * (0.0 if nxt["terminated"][j, 0] else 1.0) * (
                     qmin - alpha * lp2[j])
-            q = _q(loss.qvalue[i], td["observation"][j], td["action"][j])[0]
+            q = _q(loss, loss.qvalue, i, td["observation"][j], td["action"][j])[0]
             per.append(0.5 * (q - y) ** 2)
         ref = ref + sum(per) / b
     assert out["loss_qvalue"].item() == pytest.approx(ref.item(), rel=1e-5)
@@ -134,7 +143,7 @@ def test_matches_a_naive_loop_reference():
     a, lp = loss.actor.get_dist(td.copy()).rsample_with_log_prob()
     ref = 0.0
     for j in range(b):
-        qbar = sum(_q(net, td["observation"][j], a[j])[0] for net in loss.qvalue) / n
+        qbar = sum(_q(loss, loss.qvalue, i, td["observation"][j], a[j])[0] for i in range(n)) / n
         ref = ref + (alpha * lp[j] - qbar) / b
     assert out["loss_actor"].item() == pytest.approx(ref.item(), rel=1e-5)
     ref_grads = torch.autograd.grad(ref, list(loss.actor.parameters()))
@@ -142,11 +151,86 @@ def test_matches_a_naive_loop_reference():
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
 
 
+def _unstacked(loss, ens) -> nn.ModuleList:
+    """The stacked ensemble ``ens`` as a list of separate critic modules (copied weights)."""
+    out = nn.ModuleList()
+    for i in range(ens.num_nets):
+        net = ValueOperator(copy.deepcopy(loss._critic), in_keys=ens.in_keys, out_keys=[ens.out_key])
+        net.module.load_state_dict(ens.net.seed_state(i))
+        out.append(net)
+    return out
+
+
+def test_batched_ensemble_equals_a_per_critic_loop():
+    """The stacked forward against REDQ written as a loop over N separate critic modules (the
+    layout before the ensemble was stacked): critic and actor losses and every gradient, 1e-6."""
+    n, m, b = 6, 2, 9
+    loss = _redq(n, m)
+    td = _batch(b, obs_dim=3, act_dim=2, seed=4)
+    online, target = _unstacked(loss, loss.qvalue), _unstacked(loss, loss.target_qvalue)
+    subset = loss.draw_subset()
+    loss.draw_subset = lambda: subset
+
+    torch.manual_seed(5)
+    out = loss(td.clone())
+    stacked = list(loss.qvalue.net.stacked().values())
+    g_q = torch.autograd.grad(out["loss_qvalue"], stacked, retain_graph=True)
+    g_a = torch.autograd.grad(out["loss_actor"], list(loss.actor.parameters()))
+
+    torch.manual_seed(5)  # SAC's order: the actor's sample first, then the next actions
+    a, lp = loss.actor.get_dist(td.copy()).rsample_with_log_prob()
+    nxt = td["next"]
+    a2, lp2 = loss.actor.get_dist(nxt.copy()).rsample_with_log_prob()
+    alpha = loss.temperature.alpha
+    qbar = sum(net.module(td["observation"], a) for net in online) / n  # actor: the mean of all critics
+    ref_actor = (alpha * lp.unsqueeze(-1) - qbar).mean()
+    with torch.no_grad():
+        nq = torch.stack([target[int(i)].module(nxt["observation"], a2) for i in subset]).min(0).values
+        y = nxt["reward"] + 0.95 * (~nxt["terminated"]).float() * (nq - alpha * lp2.unsqueeze(-1))
+    ref_q = sum(distance_loss(net.module(td["observation"], td["action"]), y).mean() for net in online)
+    torch.testing.assert_close(out["loss_qvalue"], ref_q.detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out["loss_actor"], ref_actor.detach(), rtol=1e-6, atol=1e-6)
+    names = list(loss.qvalue.net.stacked())
+    ref_g = torch.autograd.grad(ref_q, list(online.parameters()))
+    per_critic = dict(zip([f"{i}.{k}" for i, net in enumerate(online) for k, _ in net.module.named_parameters()],
+                          ref_g))
+    for name, g in zip(names, g_q):
+        want = torch.stack([per_critic[f"{i}.{name}"] for i in range(n)])
+        torch.testing.assert_close(g, want, rtol=1e-6, atol=1e-6)
+    for g, r in zip(g_a, torch.autograd.grad(ref_actor, list(loss.actor.parameters()))):
+        torch.testing.assert_close(g, r, rtol=1e-6, atol=1e-6)
+
+
+def test_soft_update_and_state_dict_round_trip():
+    """SoftUpdate lerps the stacked target parameters; a loss loaded from another's state dict
+    gives the same outputs."""
+    loss = _redq(4, 2)
+    before = {k: v.clone() for k, v in loss.target_qvalue.net.stacked().items()}
+    online = loss.qvalue.net.stacked()
+    SoftUpdate(loss, tau=0.25).step()
+    for k, v in loss.target_qvalue.net.stacked().items():
+        torch.testing.assert_close(v, 0.75 * before[k] + 0.25 * online[k])
+        assert not v.requires_grad
+    other = _redq(4, 2, seed=9)
+    td = _batch(5, obs_dim=3, act_dim=2)
+    torch.manual_seed(0)
+    a = other.qvalue_loss(td.clone())["loss_qvalue"]
+    other.load_state_dict(loss.state_dict())
+    other.generator.set_state(loss.generator.get_state())
+    torch.manual_seed(0)
+    b = other.qvalue_loss(td.clone())["loss_qvalue"]
+    torch.manual_seed(0)
+    want = loss.qvalue_loss(td.clone())["loss_qvalue"]
+    assert not torch.allclose(a, want) and torch.equal(b, want)
+
+
 def test_full_subset_is_sacs_target():
     loss = _redq(3, 3)
-    sac = SACLoss(loss.actor, loss.qvalue[0], num_qvalue_nets=3, gamma=0.95, alpha_init=0.3)
-    sac.qvalue.load_state_dict(loss.qvalue.state_dict())
-    sac.target_qvalue.load_state_dict(loss.target_qvalue.state_dict())
+    sac = SACLoss(loss.actor, ValueOperator(copy.deepcopy(loss._critic), in_keys=["observation", "action"],
+                                            out_keys=["state_action_value"]),
+                  num_qvalue_nets=3, gamma=0.95, alpha_init=0.3)
+    sac.qvalue.load_state_dict(_unstacked(loss, loss.qvalue).state_dict())
+    sac.target_qvalue.load_state_dict(_unstacked(loss, loss.target_qvalue).state_dict())
     td = _batch(8, obs_dim=3, act_dim=2)
     torch.manual_seed(3)
     a = loss.qvalue_loss(td.clone())

@@ -4,18 +4,28 @@
 SAC with an ensemble of ``N`` critics (10 in the paper): each critic's target takes the min
 over a random subset of ``M`` (2) target critics, drawn afresh at every update, and the actor
 maximises the mean of all ``N`` critics. The high update-to-data ratio (``G = 20`` in the
-paper) is the training loop's choice (``utd_ratio`` of ``apps/sac``)."""
+paper) is the training loop's choice (``utd_ratio`` of ``apps/sac``; its ``policy_delay`` sets the
+paper's one actor step per ``G`` critic steps).
+
+The ``N`` critics are one stacked network (:class:`CriticEnsemble` over
+:class:`~tdrl.core.train.SeedStackedModule`): one batched forward for all of them, and the
+``M`` drawn target critics run by indexing the stacked target parameters."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from tensordict import TensorDictBase
-from torch import Tensor
+from tensordict.nn import TensorDictModule
+from torch import Tensor, nn
 
-from tdrl.core.objectives.common import distance_loss
+from tdrl.core.objectives.common import distance_loss, make_target
 from tdrl.core.objectives.sac import SACLoss
+from tdrl.core.train.seeds import SeedStackedModule
+from tdrl.core.values._utils import require
 
-__all__ = ["REDQLoss", "redq_target"]
+__all__ = ["CriticEnsemble", "REDQLoss", "redq_target"]
 
 
 def redq_target(next_qs: Tensor, subset: Tensor, next_log_prob: Tensor, alpha: Tensor | float,
@@ -36,6 +46,69 @@ def redq_target(next_qs: Tensor, subset: Tensor, next_log_prob: Tensor, alpha: T
     return reward + gamma * not_terminated * next_v
 
 
+class CriticEnsemble(nn.Module):
+    """``num_nets`` critics of one architecture as one stacked network, all run in one batched
+    call (:class:`~tdrl.core.train.SeedStackedModule`: one ``baddbmm`` per layer of an MLP,
+    ``vmap`` over ``functional_call`` otherwise).
+
+    Args:
+        critics: plain TensorDict modules of one architecture with one out key (e.g. a
+            :class:`~tdrl.core.modules.ValueOperator` over an MLP); their weights are stacked.
+
+    The stacked parameters are ``[n_seeds * num_nets, *shape]``: member ``k * num_nets + i`` is
+    critic ``i`` of seed ``k`` (``n_seeds`` is 1 unless :func:`~tdrl.core.train.stack_losses`
+    stacked several seeds' ensembles with :meth:`stack_seeds`).
+    """
+
+    def __init__(self, critics: Sequence[nn.Module]) -> None:
+        super().__init__()
+        first = critics[0] if critics else None
+        if not (isinstance(first, TensorDictModule) and type(first).forward is TensorDictModule.forward
+                and len(first.out_keys) == 1):
+            raise TypeError("CriticEnsemble: each critic must be a plain TensorDictModule with one out key "
+                            f"(e.g. ValueOperator(MLP(...), in_keys=[...], out_keys=[...])), got {type(first).__name__}.")
+        self.in_keys, self.out_key = list(first.in_keys), first.out_keys[0]
+        self.num_nets, self.n_seeds = len(critics), 1
+        self.net = SeedStackedModule([c.module for c in critics])
+
+    @classmethod
+    def stack_seeds(cls, parts: Sequence["CriticEnsemble"]) -> "CriticEnsemble":
+        """The seeds' ensembles as one (seed-major members), for a seed-stacked loss."""
+        if any(p.num_nets != parts[0].num_nets for p in parts):
+            raise ValueError("CriticEnsemble.stack_seeds: the seeds' ensembles differ in size.")
+        out = cls.__new__(cls)
+        nn.Module.__init__(out)
+        out.in_keys, out.out_key, out.num_nets = parts[0].in_keys, parts[0].out_key, parts[0].num_nets
+        out.n_seeds = sum(p.n_seeds for p in parts)
+        out.net = SeedStackedModule.concat([p.net for p in parts])
+        return out
+
+    def forward(self, inputs: Sequence[Tensor], index: Tensor | None = None, detach: bool = False) -> Tensor:
+        """Every critic (or the critics ``index``) on the same inputs.
+
+        Args:
+            inputs: one tensor per in key, ``[*B, ...]`` (``B`` seed-major blocks when seed-stacked).
+            index: optional critic indices ``[K]`` (the same for every seed).
+            detach: detached parameters (gradients reach the inputs only).
+
+        Returns:
+            ``[K, *B, ...]`` (``K = num_nets`` without ``index``).
+        """
+        s, k = self.n_seeds, self.num_nets if index is None else int(index.numel())
+        lead = inputs[0].shape[:-1]
+        rows = lead.numel()
+        if rows % s:
+            raise ValueError(f"CriticEnsemble: {rows} rows are not {s} seed-major blocks.")
+        r, nd = rows // s, len(lead)
+        xs = [x.reshape(s, 1, r, *x.shape[nd:]).expand(s, k, r, *x.shape[nd:]).reshape(s * k * r, *x.shape[nd:])
+              for x in inputs]
+        members = None
+        if index is not None:
+            members = (torch.arange(s, device=index.device)[:, None] * self.num_nets + index[None]).reshape(-1)
+        out = self.net(*xs, index=members, detach=detach)
+        return out.reshape(s, k, r, *out.shape[1:]).transpose(0, 1).reshape(k, *lead, *out.shape[1:])
+
+
 class REDQLoss(SACLoss):
     """REDQ: SAC's actor and temperature, ``num_qvalue_nets`` critics (default 10) with the
     in-target minimisation over a random subset of ``subset_size`` (default 2) of them.
@@ -52,6 +125,7 @@ class REDQLoss(SACLoss):
 
     ``loss_qvalue`` sums the ``N`` critics' mean losses; ``loss_actor`` is
     ``alpha log pi(a|s) - mean_i Q_i(s, a)``. Only the ``M`` drawn target critics are run.
+    ``qvalue`` / ``target_qvalue`` are :class:`CriticEnsemble` s (stacked parameters).
     """
 
     def __init__(self, actor, qvalue, *, num_qvalue_nets: int = 10, subset_size: int = 2,
@@ -61,6 +135,14 @@ class REDQLoss(SACLoss):
                              f"{num_qvalue_nets}], got {subset_size!r}.")
         super().__init__(actor, qvalue, num_qvalue_nets=num_qvalue_nets, **sac_kwargs)
         self.num_qvalue_nets, self.subset_size, self.generator = num_qvalue_nets, subset_size, generator
+        self.qvalue = CriticEnsemble(list(self.qvalue))  # SAC's N copies, stacked
+        self.target_qvalue = make_target(self.qvalue)
+
+    def _qs(self, nets: CriticEnsemble, td, action, detach_params=False, index: Tensor | None = None) -> Tensor:
+        """``[N, *B, 1]`` values of the ensemble ``nets`` (``[K, *B, 1]`` for critics ``index``)."""
+        act = self.tensor_keys.action
+        args = [action if key == act else require(td, key, type(self).__name__) for key in nets.in_keys]
+        return nets(args, index=index, detach=detach_params)
 
     def draw_subset(self) -> Tensor:
         """``subset_size`` distinct critic indices, sorted, drawn uniformly."""
@@ -76,9 +158,8 @@ class REDQLoss(SACLoss):
         subset = self.draw_subset()
         with torch.no_grad():
             next_action, next_lp = self._sample(next_td)
-            drawn = [self.target_qvalue[int(i)] for i in subset]
-            next_qs = self._qs(drawn, next_td, next_action)
-            every = torch.arange(len(drawn))
+            next_qs = self._qs(self.target_qvalue, next_td, next_action, index=subset)
+            every = torch.arange(len(subset))
             reward = self._get_next(td, "reward").reshape(next_qs.shape[1:])
             not_term = (~self._get_next(td, "terminated").bool()).reshape(reward.shape)
             next_lp = self._align(next_lp, next_qs[0])

@@ -197,5 +197,10 @@ class SACLoss(LossModule):
             out["loss_alpha"] = loss_alpha
         return out
 
-    def forward(self, td: TensorDictBase) -> TensorDict:
+    def forward(self, td: TensorDictBase, actor: bool = True) -> TensorDict:
+        """All terms; ``actor=False``: the critic terms only (no actor sample, no
+        ``loss_actor`` / ``loss_alpha``: a critic-only step of a delayed policy update, as
+        REDQ's ``G`` critic steps per actor step)."""
+        if not actor:
+            return self._output(self.qvalue_loss(td))
         return self._output({**self.actor_loss(td), **self.qvalue_loss(td)})

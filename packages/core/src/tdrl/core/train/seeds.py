@@ -103,7 +103,9 @@ class SeedStackedModule(nn.Module):
     own parameter names, inputs and outputs ``[n_seeds, N, ...]``; e.g. ``tdrl.marl``'s
     ``MultiAgentMLP`` and ``QMixer``) runs that batched path; any other module through ``vmap``
     over ``functional_call`` (the same result, with more per-call overhead: ~2.5 ms a call on
-    this CPU).
+    this CPU). The stacked copies need not be seeds: REDQ's critic ensemble
+    (:class:`~tdrl.core.objectives.redq.CriticEnsemble`) stacks its critics, runs a subset of
+    them with ``forward(..., index=)`` and joins seeds' ensembles with :meth:`concat`.
     """
 
     def __init__(self, modules: Sequence[nn.Module]) -> None:
@@ -127,39 +129,73 @@ class SeedStackedModule(nn.Module):
         buffers = {n: getattr(self, f"_stacked_buffer_{i}") for i, n in enumerate(self._buffer_names)}
         return params, buffers
 
+    def stacked(self) -> dict[str, Tensor]:
+        """The stacked parameters ``{name: [n_seeds, *shape]}`` under the single module's names
+        (the live parameters: writes and gradients reach the module)."""
+        return dict(zip(self._names, self.stacked_params))
+
     def seed_state(self, k: int) -> dict[str, Tensor]:
         """Seed ``k``'s parameters and buffers under the single module's names (a state dict)."""
         params, buffers = self._state()
         return {n: t[k].detach() for n, t in {**params, **buffers}.items()}
 
-    def forward(self, *xs: Tensor):
-        s = self.n_seeds
+    @classmethod
+    def concat(cls, stacks: Sequence["SeedStackedModule"]) -> "SeedStackedModule":
+        """One stacked module whose members are those of ``stacks``, in order (e.g. each seed's
+        ensemble of critics: member ``k * n + i`` is critic ``i`` of seed ``k``)."""
+        first = stacks[0]
+        if any(type(m) is not cls or m._names != first._names for m in stacks):
+            raise TypeError("SeedStackedModule.concat: every part must be a SeedStackedModule of one architecture.")
+        out = copy.deepcopy(first)
+        out.n_seeds = sum(m.n_seeds for m in stacks)
+        out.stacked_params = nn.ParameterList([
+            nn.Parameter(torch.cat([m.stacked_params[i].detach() for m in stacks]),
+                         requires_grad=first.stacked_params[i].requires_grad)
+            for i in range(len(first._names))])
+        for i in range(len(first._buffer_names)):
+            setattr(out, f"_stacked_buffer_{i}", torch.cat([getattr(m, f"_stacked_buffer_{i}") for m in stacks]))
+        return out
+
+    def forward(self, *xs: Tensor, index: Tensor | None = None, detach: bool = False):
+        """Inputs ``[n * R, ...]`` in ``n`` member-major blocks -> outputs ``[n * R, ...]``.
+
+        Args:
+            xs: the inputs (block ``k`` goes to member ``k``).
+            index: optional member indices ``[n]`` (repeats allowed): only those members run,
+                block ``j`` through member ``index[j]`` (``n = n_seeds`` without it).
+            detach: run with detached parameters (gradients reach the inputs only).
+        """
+        params, buffers = self._state()
+        if index is not None:
+            params = {n: t[index] for n, t in params.items()}
+            buffers = {n: t[index] for n, t in buffers.items()}
+        if detach:
+            params = {n: t.detach() for n, t in params.items()}
+        s = self.n_seeds if index is None else int(index.numel())
         if xs[0].shape[0] % s:
             raise ValueError(f"SeedStackedModule: leading dim {xs[0].shape[0]} is not a multiple of n_seeds={s} "
-                             "(inputs must be n_seeds seed-major blocks).")
+                             "(inputs must be n_seeds seed-major blocks, one per stacked member).")
         if self._plan is not None:
-            return self._forward_linear(xs)
+            return self._forward_linear(xs, params, s)
         split = tuple(x.reshape(s, x.shape[0] // s, *x.shape[1:]) for x in xs)
         base = self._base[0]
         merge = lambda y: y.reshape(s * y.shape[1], *y.shape[2:])  # noqa: E731
         if self._stacked_forward is not None:  # the module's own batched path over the seed dim
-            out = self._stacked_forward(base, dict(zip(self._names, self.stacked_params)), *split)
+            out = self._stacked_forward(base, params, *split)
             return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
 
         def one(params, buffers, *inp):
             return functional_call(base, (params, buffers), inp)
 
-        params, buffers = self._state()
         out = vmap(one)(params, buffers, *split)
         return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
 
-
-    def _forward_linear(self, xs: tuple[Tensor, ...]) -> Tensor | tuple[Tensor, ...]:
-        """The MLP path: ``[n_seeds, rows, features]`` through one ``baddbmm`` per layer."""
+    def _forward_linear(self, xs: tuple[Tensor, ...], params: dict[str, Tensor],
+                        n: int) -> Tensor | tuple[Tensor, ...]:
+        """The MLP path: ``[n, rows, features]`` through one ``baddbmm`` per layer."""
         x = xs[0] if len(xs) == 1 else torch.cat(xs, dim=-1)
         lead = x.shape[:-1]
-        x = x.reshape(self.n_seeds, -1, x.shape[-1])
-        params = dict(zip(self._names, self.stacked_params))
+        x = x.reshape(n, -1, x.shape[-1])
         for step in self._plan:
             if step[0] == "act":
                 x = step[1](x)
