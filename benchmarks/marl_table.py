@@ -14,7 +14,9 @@ subprocess of this script (``--side benchmarl``); the shared helpers live in ``m
 Every finished seed (both sides) is appended to ``--runs`` (``benchmarks/results/marl_table_runs.ndjson``)
 at once, keyed by task, algorithm, seed, budget and device: a later invocation reuses the seeds
 found there (``--fresh`` reruns them), so a long table is filled in pieces and a crash or a
-timeout loses only the seed that was running.
+timeout loses only the seed that was running. ``--time-limit-terminates`` changes only the tdrl
+side, so its seeds take BenchMARL's run from the default variant's record (and the other way
+round) when there is one (``peer_run``).
 
     flock /tmp/tdrl-cpu.lock python -u benchmarks/marl_table.py --tasks navigation --seeds 0 1 --record
     flock /tmp/tdrl-cpu.lock python -u benchmarks/marl_table.py --tasks wheel --algorithms qmix --seeds 0 1 2 --record
@@ -382,6 +384,21 @@ def load_runs(path: Path) -> dict[str, dict]:
     return runs
 
 
+def peer_run(runs: dict[str, dict], task: str, algorithm: str, seed: int, budget: Budget,
+             device: str) -> dict | None:
+    """BenchMARL's result of a seed from a record of either time-limit variant, or None.
+
+    ``--time-limit-terminates`` changes only the tdrl side, and a BenchMARL run is a
+    deterministic function of its seed and budget on the CPU (its returns repeat to the last
+    digit), so a variant's rows reuse the other's BenchMARL runs instead of rerunning them.
+    """
+    for tl in (False, True):
+        done = runs.get(_run_key(task, algorithm, seed, budget, device, tl))
+        if done is not None:
+            return done["benchmarl"]
+    return None
+
+
 def append_run(path: Path, task: str, algorithm: str, seed: int, budget: Budget, device: str,
                ours: dict, theirs: dict, time_limit_terminates: bool = False) -> None:
     """Appends one finished seed (one line, flushed): what a resumed invocation reuses."""
@@ -444,7 +461,12 @@ def main(argv: list[str] | None = None) -> None:
                     continue
                 ours.append(run_tdrl(task, algorithm, budget, seed, args.device, **({"time_limit_terminates": True}
                                                                                   if tl else {})))
-                theirs.append(_benchmarl_subprocess(task, algorithm, budget, seed, args.device))
+                peer = None if args.fresh else peer_run(runs, task, algorithm, seed, budget, args.device)
+                if peer is not None:
+                    print(f"{task} {algorithm} seed {seed}: BenchMARL side reused from the other time-limit "
+                          "variant's record", flush=True)
+                theirs.append(peer if peer is not None else
+                              _benchmarl_subprocess(task, algorithm, budget, seed, args.device))
                 append_run(args.runs, task, algorithm, seed, budget, args.device, ours[-1], theirs[-1], tl)
                 print(f"{task} {algorithm} seed {seed}: tdrl {ours[-1]}  benchmarl {theirs[-1]}", flush=True)
             s = summarise(ours, theirs)

@@ -195,3 +195,36 @@ def test_time_limit_terminates_is_kept_apart(tmp_path):
     assert set(bench.load_runs(runs)) == {bench._run_key("balance", "qmix", 0, b, "cpu"),
                                           bench._run_key("balance", "qmix", 0, b, "cpu", True)}
     assert "Not matched" in bench._note(b) and "Not matched" not in bench._note(b, True)
+
+
+def test_time_limit_variant_reuses_the_benchmarl_side(tmp_path, monkeypatch):
+    """A --time-limit-terminates seed reruns only the tdrl side when the default variant's
+    record holds BenchMARL's run of that seed (the flag does not touch BenchMARL), and the
+    reused run is the recorded one; --fresh reruns both sides."""
+    calls = []
+
+    def tdrl(task, algorithm, budget, seed, device="cpu", time_limit_terminates=False):
+        calls.append(("tdrl", seed, time_limit_terminates))
+        return {"frames": 600, "wall_s": 1.0, "cpu_s": 1.0, "return": 10.0 + seed}
+
+    def peer(task, algorithm, budget, seed, device):
+        calls.append(("benchmarl", seed))
+        return {"frames": 600, "wall_s": 2.0, "cpu_s": 2.0, "return": -float(seed)}
+
+    monkeypatch.setattr(bench, "run_tdrl", tdrl)
+    monkeypatch.setattr(bench, "_benchmarl_subprocess", peer)
+    monkeypatch.setattr(bench, "BENCHMARL_PY", tmp_path)
+    runs = tmp_path / "runs.jsonl"
+    argv = ["--tasks", "balance", "--algorithms", "qmix", "--runs", str(runs), "--iters", "10"]
+    bench.main([*argv, "--seeds", "3"])
+    assert calls == [("tdrl", 3, False), ("benchmarl", 3)]
+    calls.clear()
+    bench.main([*argv, "--seeds", "3", "4", "--time-limit-terminates"])
+    assert calls == [("tdrl", 3, True), ("tdrl", 4, True), ("benchmarl", 4)]
+    b = bench.Budget(iters=10)
+    loaded = bench.load_runs(runs)
+    assert loaded[bench._run_key("balance", "qmix", 3, b, "cpu", True)]["benchmarl"]["return"] == -3.0
+    assert bench.peer_run(loaded, "balance", "qmix", 5, b, "cpu") is None
+    calls.clear()
+    bench.main([*argv, "--seeds", "3", "--time-limit-terminates", "--fresh"])
+    assert calls == [("tdrl", 3, True), ("benchmarl", 3)]
