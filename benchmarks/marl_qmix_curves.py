@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -40,8 +38,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from marl import BENCHMARL_PY, _task  # noqa: E402  (a script beside marl.py)
-from marl_table import Budget, _BUDGET_FLAGS, _Callback, _budget_argv, benchmarl_overrides  # noqa: E402
+from marl import _task  # noqa: E402  (a script beside marl.py)
+from marl_table import Budget, _BUDGET_FLAGS, _Callback, _budget_argv, benchmarl_overrides, run_benchmarl_side  # noqa: E402
 
 COLUMNS = ("eps", "eps_obs", "buffer", "steps", "loss", "q_tot", "target", "gnorm", "clip", "ret", "eps_n")
 
@@ -234,14 +232,9 @@ def benchmarl_curves(task: str, budget: Budget, seed: int, init_path: Path | Non
 
 
 def _benchmarl_subprocess(task: str, budget: Budget, seed: int, init_path: Path | None = None) -> dict:
-    cmd = [str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--task", task, "--seeds", str(seed),
-           *_budget_argv(budget), *(["--init", str(init_path)] if init_path is not None else [])]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    env.pop("PYTHONPATH", None)  # BenchMARL's venv must not see this tree's tdrl / tensordict
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
-    if out.returncode != 0:
-        raise RuntimeError(f"BenchMARL side failed (seed {seed}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    argv = ["--side", "benchmarl", "--task", task, "--seeds", str(seed), *_budget_argv(budget),
+            *(["--init", str(init_path)] if init_path is not None else [])]
+    return run_benchmarl_side(__file__, argv, f"seed {seed}")
 
 
 def mean_rows(runs: list[dict]) -> list[dict]:

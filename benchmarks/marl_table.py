@@ -286,15 +286,22 @@ def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: 
     return {"frames": exp.total_frames, "wall_s": wall, "cpu_s": cpu, "return": sum(rets) / len(rets)}
 
 
-def _benchmarl_subprocess(task: str, algorithm: str, budget: Budget, seed: int, device: str) -> dict:
-    cmd = [str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--tasks", task, "--algorithms", algorithm,
-           "--seeds", str(seed), "--device", device, *_budget_argv(budget)]
+def run_benchmarl_side(script: str, argv: list[str], what: str) -> dict:
+    """``script argv`` in .venv-benchmarl (one thread, without this tree on the path); the JSON
+    object its last stdout line prints. ``what`` names the run in the error."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     env.pop("PYTHONPATH", None)  # BenchMARL's venv must not see this tree's tdrl / tensordict
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    out = subprocess.run([str(BENCHMARL_PY), script, *argv], capture_output=True, text=True, env=env,
+                         cwd=tempfile.gettempdir())
     if out.returncode != 0:
-        raise RuntimeError(f"BenchMARL side failed ({task}, {algorithm}, seed {seed}):\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"BenchMARL side failed ({what}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _benchmarl_subprocess(task: str, algorithm: str, budget: Budget, seed: int, device: str) -> dict:
+    argv = ["--side", "benchmarl", "--tasks", task, "--algorithms", algorithm, "--seeds", str(seed),
+            "--device", device, *_budget_argv(budget)]
+    return run_benchmarl_side(__file__, argv, f"{task}, {algorithm}, seed {seed}")
 
 
 _BUDGET_FLAGS = {"envs": "--envs", "frames_per_batch": "--frames", "iters": "--iters", "epochs": "--epochs",
