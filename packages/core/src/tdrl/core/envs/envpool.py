@@ -236,7 +236,7 @@ class EnvPoolEnv(EnvBase):
 
     # ------------------------------------------------------------------ EnvBase
     def _reset_rows(self, mask_np: np.ndarray, prev_obs: np.ndarray) -> np.ndarray:
-        """Reset the sub-envs in ``mask_np`` (not all): ``prev_obs`` with their rows replaced."""
+        """Reset the sub-envs in ``mask_np`` (some or all): ``prev_obs`` with their rows replaced."""
         obs_rows, env_ids = self._chan.reset(self._env_ids[mask_np])
         obs = prev_obs.copy()
         obs[env_ids] = obs_rows
