@@ -17,7 +17,7 @@ from tensordict.nn import TensorDictModule
 envpool = pytest.importorskip("envpool", reason='needs envpool: pip install "packages/core[envpool]"')
 
 from tdrl.core.collectors import Collector  # noqa: E402
-from tdrl.core.envs import EnvPoolEnv, check_env_specs  # noqa: E402
+from tdrl.core.envs import EnvBase, EnvPoolEnv, check_env_specs  # noqa: E402
 from tdrl.core.specs import Bounded, Categorical, OneHot, Unbounded  # noqa: E402
 
 
@@ -205,3 +205,84 @@ def test_bad_input_and_a_missing_extra_are_reported(monkeypatch):
     monkeypatch.setitem(sys.modules, "envpool", None)
     with pytest.raises(ModuleNotFoundError, match=r'pip install "packages/core\[envpool\]"'):
         EnvPoolEnv("CartPole-v1", 2)
+
+
+def _run(env, actions, generic: bool = False) -> list:
+    """``step_and_maybe_reset`` over ``actions`` (the fused path, or EnvBase's generic one):
+    ``[(stepped td, next root)]``."""
+    td, out = env.reset(), []
+    for a in actions:
+        td["action"] = a
+        step = EnvBase.step_and_maybe_reset if generic else type(env).step_and_maybe_reset
+        stepped, td = step(env, td)
+        out.append((stepped, td))
+    return out
+
+
+@pytest.mark.parametrize("env_id, kwargs", [("CartPole-v1", {"max_episode_steps": 7}),
+                                            ("HalfCheetah-v5", {"max_episode_steps": 5})])
+def test_cpp_channel_and_fused_step_match_the_public_api_and_the_generic_path(env_id, kwargs):
+    envs = []
+    for direct in (True, False):
+        EnvPoolEnv._direct_channel = direct
+        try:
+            envs.append(EnvPoolEnv(env_id, 3, num_threads=1, seed=4, **kwargs))
+        finally:
+            EnvPoolEnv._direct_channel = True
+    assert envs[0]._chan.direct and not envs[1]._chan.direct
+    generic = EnvPoolEnv(env_id, 3, num_threads=1, seed=4, **kwargs)
+    torch.manual_seed(0)
+    actions = [envs[0].action_spec.rand() for _ in range(20)]
+    runs = [_run(envs[0], actions), _run(envs[1], actions), _run(generic, actions, generic=True)]
+    done = torch.stack([stepped["next", "done"][:, 0] for stepped, _ in runs[0]])
+    assert done.any(0).all() and not done.all(1).all()  # partial resets of every sub-env
+    for t in range(20):
+        for other in runs[1:]:
+            for a, b in zip(runs[0][t], other[t]):
+                assert set(a.keys(True, True)) == set(b.keys(True, True))
+                for k in a.keys(True, True):
+                    assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), (t, k)
+    stepped, root = runs[0][-1]
+    assert set(root.keys()) == {"observation", "done", "terminated", "truncated"}
+    assert stepped.batch_size == root.batch_size == stepped["next"].batch_size == (3,)
+
+
+def test_fused_step_outputs_do_not_alias_later_steps():
+    env = EnvPoolEnv("CartPole-v1", 4, num_threads=1, seed=0, max_episode_steps=6)
+    torch.manual_seed(0)
+    out, copies = [], []
+    td = env.reset()
+    for _ in range(30):
+        td["action"] = env.action_spec.rand()
+        stepped, td = env.step_and_maybe_reset(td)
+        out.append((stepped, td))
+        copies.append((stepped.clone(), td.clone()))
+    n_resets = 0
+    for (stepped, root), (s0, r0) in zip(out, copies):
+        # nothing changed after the fact (the next step only adds "action" and "next" to root)
+        assert (stepped == s0).all() and (root.select(*r0.keys()) == r0).all()
+        done = stepped["next", "done"][:, 0]
+        n_resets += int(done.any())
+        # the reset rows of the next root are fresh starts, the step's own "next" is kept
+        assert not root["done"].any()
+        assert torch.equal(root["observation"][~done], stepped["next", "observation"][~done])
+        if done.any():
+            assert not torch.equal(root["observation"][done], stepped["next", "observation"][done])
+            assert root["observation"].data_ptr() != stepped["next", "observation"].data_ptr()
+    assert n_resets >= 3
+    ptrs = [s["next", "observation"].data_ptr() for s, _ in out]
+    assert len(set(ptrs)) == len(ptrs)
+
+
+def test_fused_step_falls_back_for_a_locked_tensordict_or_a_preset_next():
+    env = EnvPoolEnv("CartPole-v1", 2, num_threads=1, seed=0, categorical_action_encoding=True)
+    td = env.reset().set("action", torch.tensor([0, 1]))
+    td.set(("next", "memory"), torch.ones(2, 3))
+    stepped, root = env.step_and_maybe_reset(td)
+    assert torch.equal(stepped["next", "memory"], torch.ones(2, 3)) and "memory" in root.keys()
+    root = root.set("action", torch.tensor([1, 0])).lock_()
+    with pytest.raises(RuntimeError, match="locked"):
+        env.step_and_maybe_reset(root)
+    env = EnvPoolEnv("HalfCheetah-v5", 2, num_threads=1, seed=0)
+    with pytest.raises(ValueError, match=r"action of shape \(2, 5\), expected \(2, 6\)"):
+        env.step_and_maybe_reset(env.reset().set("action", torch.zeros(2, 5)))
