@@ -88,6 +88,25 @@ def _bias(b: Tensor | None, rows: int, like: Tensor) -> Tensor:
     return like.new_zeros(rows) if b is None else b
 
 
+def _rows(bias: Tensor, n: int) -> Tensor:
+    """``bias`` expanded to ``[n, G*H]`` and made contiguous once: ``addmm`` then starts each
+    step from a plain copy instead of a (several times slower) broadcast copy."""
+    return bias.expand(n, -1).contiguous()
+
+
+def _grad_steps(g: Tensor | None) -> list[Tensor] | None:
+    """The ``T`` per-step ``[N, H]`` slices of an output gradient ``[N, T, H]`` (None: unused
+    output). A gradient broadcast along time (``out.sum().backward()``: stride 0) becomes one
+    contiguous slice shared by all steps; other broadcast ones are made contiguous."""
+    if g is None:
+        return None
+    if g.stride(1) == 0:
+        return [g[:, 0].contiguous()] * g.shape[1]
+    if 0 in g.stride():
+        g = g.contiguous()
+    return list(g.unbind(1))
+
+
 def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor, ...]]:
     """For each ``(a, b)`` the ``T`` views ``buf[t, :, a*H : b*H]`` of a ``[T, N, G*H]`` buffer,
     made in one call each (slicing in the loop costs more than the small ops themselves)."""
@@ -103,10 +122,10 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     n, t_len, _ = x.shape
     H = w_hh.shape[1]
     b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
-    bias = torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]])  # b_hr, b_hz folded in
+    bias = _rows(torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]]), n)  # b_hr, b_hz folded in
     G = _take((t_len, n, 4 * H), x) if save else x.new_empty(1, n, 4 * H)
     hs = x.new_empty(n, t_len, H)
-    w_ih_t, w_rz_t, w_n_t, b_hn = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t(), b_hh[2 * H :]
+    w_ih_t, w_rz_t, w_n_t, b_hn = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t(), _rows(b_hh[2 * H :], n)
     diff, hp_buf = x.new_empty(n, H), x.new_empty(n, H)
     ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)  # per-step views
     steps = G if save else G.expand(t_len, -1, -1)  # without grad one step's buffer is reused
@@ -128,6 +147,7 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
 class _GRUCPU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, keep, w_ih, w_hh, b_ih, b_hh):
+        ctx.set_materialize_grads(False)
         resets = _reset_steps(keep)
         hs, G = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
         ctx.save_for_backward(x, h0, keep, w_ih, w_hh, hs)
@@ -140,6 +160,8 @@ class _GRUCPU(torch.autograd.Function):
     def backward(ctx, g_hs):
         x, h0, keep, w_ih, w_hh, hs = ctx.saved_tensors
         G, resets = ctx.G, ctx.resets
+        if g_hs is None:  # not reached by autograd (one output), kept for direct calls
+            g_hs = hs.new_zeros(()).expand(hs.shape)
         need = ctx.needs_input_grad
         n, t_len, H = hs.shape
         # d per step: (d ghn, d r_pre, d z_pre, d n_pre): [:3H] is d(W_hh h + b_hh) for
@@ -155,7 +177,7 @@ class _GRUCPU(torch.autograd.Function):
         d_t, dgh_t, dgi_t = d.t(), dgh.t(), dgi.t()
         dxs = dx.unbind(1) if dx is not None else None
         dh, dh2 = x.new_zeros(n, H), x.new_empty(n, H)
-        ks, xs, hss, gss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), g_hs.unbind(1)
+        ks, xs, hss, gss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), _grad_steps(g_hs)
         blocks = _per_step(G, H, (0, 1), (1, 3), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
             dh.add_(gss[t])
@@ -204,17 +226,19 @@ def _ifog(w: Tensor, H: int) -> Tensor:
 
 
 def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
-    """Returns ``hs, cs [N, T, H]`` and, when ``save``, the time-major workspace
-    ``A [T, N, 4H]`` of activated gates ``(i, f, o, g)`` per step."""
+    """Returns ``hs, cs [N, T, H]`` and, when ``save``, the time-major workspaces
+    ``A [T, N, 4H]`` of activated gates ``(i, f, o, g)`` and ``TC [T, N, H]`` of ``tanh(c)``."""
     n, t_len, _ = x.shape
     H = w_hh.shape[1]
-    bias = _ifog(_bias(b_ih, 4 * H, x) + _bias(b_hh, 4 * H, x), H)
+    bias = _rows(_ifog(_bias(b_ih, 4 * H, x) + _bias(b_hh, 4 * H, x), H), n)
     A = _take((t_len, n, 4 * H), x) if save else x.new_empty(1, n, 4 * H)
+    TC = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
     w_ih_t, w_hh_t = _ifog(w_ih, H).t(), _ifog(w_hh, H).t()
     hs, cs = x.new_empty(n, t_len, H), x.new_empty(n, t_len, H)
-    tc, hp_buf, cp_buf = x.new_empty(n, H), x.new_empty(n, H), x.new_empty(n, H)
+    hp_buf, cp_buf = x.new_empty(n, H), x.new_empty(n, H)
     ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
     steps = A if save else A.expand(t_len, -1, -1)  # without grad one step's buffer is reused
+    tcs = (TC if save else TC.expand(t_len, -1, -1)).unbind(0)
     blocks = _per_step(steps, H, (0, 4), (0, 3), (3, 4), (0, 1), (1, 2), (2, 3))
     hp, cp = h0, c0
     if t_len and resets[0]:
@@ -225,23 +249,24 @@ def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
         sig.sigmoid_()
         g.tanh_()
         c = torch.mul(fg, cp, out=css[t]).addcmul_(i, g)
-        h = torch.mul(o, torch.tanh(c, out=tc), out=hss[t])
+        h = torch.mul(o, torch.tanh(c, out=tcs[t]), out=hss[t])
         if t + 1 < t_len:
             if resets[t + 1]:
                 hp, cp = torch.mul(h, ks[t + 1], out=hp_buf), torch.mul(c, ks[t + 1], out=cp_buf)
             else:
                 hp, cp = h, c
-    return hs, cs, (A if save else None)
+    return hs, cs, ((A, TC) if save else None)
 
 
 class _LSTMCPU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh):
+        ctx.set_materialize_grads(False)  # an unused output (most often cs) gets no zero grad
         resets = _reset_steps(keep)
-        hs, cs, A = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        hs, cs, (A, TC) = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
         ctx.save_for_backward(x, h0, c0, keep, w_ih, w_hh, hs, cs)
-        ctx.A, ctx.resets = A, resets
-        weakref.finalize(ctx, _give, A)  # back to the pool when the graph is freed
+        ctx.A, ctx.TC, ctx.resets = A, TC, resets
+        weakref.finalize(ctx, _give, A, TC)  # back to the pool when the graph is freed
         return hs, cs
 
     @staticmethod
@@ -258,26 +283,29 @@ class _LSTMCPU(torch.autograd.Function):
         db = x.new_zeros(4 * H) if need[6] or need[7] else None
         one, ones = x.new_ones(()), x.new_ones(n)
         d, u = x.new_empty(n, 4 * H), x.new_empty(n, 3 * H)  # d: (i, f, o, g) order
-        tc, s, hp_buf, cp_buf = (x.new_empty(n, H) for _ in range(4))
+        s, hp_buf, cp_buf = (x.new_empty(n, H) for _ in range(3))
         dh, dc = x.new_zeros(n, H), x.new_zeros(n, H)
         d3, dg, d_t = d[:, : 3 * H], d[:, 3 * H :], d.t()
+        u_i, u_f, u_o = u[:, :H], u[:, H : 2 * H], u[:, 2 * H :]
         ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
-        ghs, gcs = g_hs.unbind(1), g_cs.unbind(1)
+        ghs, gcs, tcs = _grad_steps(g_hs), _grad_steps(g_cs), ctx.TC.unbind(0)
         dxs = dx.unbind(1) if dx is not None else None
         blocks = _per_step(A, H, (0, 3), (0, 1), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
-            dh.add_(ghs[t])
-            dc.add_(gcs[t])
+            if ghs is not None:
+                dh.add_(ghs[t])
+            if gcs is not None:
+                dc.add_(gcs[t])
             hp, cp = (h0, c0) if t == 0 else (hss[t - 1], css[t - 1])
             if resets[t]:
                 hp, cp = torch.mul(hp, ks[t], out=hp_buf), torch.mul(cp, ks[t], out=cp_buf)
             a3, i, fg, o, g = (b[t] for b in blocks)
-            torch.tanh(css[t], out=tc)
-            torch.addcmul(one, tc, tc, value=-1, out=s)
-            dc.addcmul_(torch.mul(dh, o, out=u[:, :H]), s)  # + dh o (1 - tanh(c)^2)
-            torch.mul(dc, g, out=u[:, :H])
-            torch.mul(dc, cp, out=u[:, H : 2 * H])
-            torch.mul(dh, tc, out=u[:, 2 * H :])
+            tc = tcs[t]
+            torch.addcmul(one, tc, tc, value=-1, out=s).mul_(o)  # o (1 - tanh(c)^2)
+            dc.addcmul_(dh, s)
+            torch.mul(dc, g, out=u_i)
+            torch.mul(dc, cp, out=u_f)
+            torch.mul(dh, tc, out=u_o)
             torch.addcmul(a3, a3, a3, value=-1, out=d3).mul_(u)  # (i, f, o) (1 - .) u
             torch.addcmul(one, g, g, value=-1, out=dg).mul_(i).mul_(dc)
             torch.mm(d, w_hh_p, out=dh)
