@@ -117,20 +117,24 @@ def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor
 
 
 def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
-    """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspace ``G [T, N, 4H]``
-    holding ``(W_hn h + b_hn, r, z, n)`` per step."""
+    """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspaces ``G [T, N, 4H]``
+    holding ``(W_hn h + b_hn, r, z, n)`` per step and ``HP [T, N, H]``, the reset state
+    ``h * keep`` entering each step that resets (other steps read ``hs``)."""
     n, t_len, _ = x.shape
     H = w_hh.shape[1]
     b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
-    bias = _rows(torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]]), n)  # b_hr, b_hz folded in
+    bias = _rows(torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]]), n)  # b_hr, b_hz in
     G = _take((t_len, n, 4 * H), x) if save else x.new_empty(1, n, 4 * H)
+    HP = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
     hs = x.new_empty(n, t_len, H)
-    w_ih_t, w_rz_t, w_n_t, b_hn = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t(), _rows(b_hh[2 * H :], n)
-    diff, hp_buf = x.new_empty(n, H), x.new_empty(n, H)
+    w_ih_t, w_rz_t, w_n_t = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t()
+    b_hn = _rows(b_hh[2 * H :], n)
+    diff = x.new_empty(n, H)
     ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)  # per-step views
     steps = G if save else G.expand(t_len, -1, -1)  # without grad one step's buffer is reused
+    hps = (HP if save else HP.expand(t_len, -1, -1)).unbind(0)
     blocks = _per_step(steps, H, (0, 1), (1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
-    hp = torch.mul(h0, ks[0], out=hp_buf) if t_len and resets[0] else h0
+    hp = torch.mul(h0, ks[0], out=hps[0]) if t_len and resets[0] else h0
     for t in range(t_len):
         ghn, gi, rz, r, z, nn_ = (b[t] for b in blocks)
         torch.addmm(bias, xs[t], w_ih_t, out=gi)
@@ -140,8 +144,8 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
         torch.sub(hp, nn_, out=diff)
         h = torch.addcmul(nn_, z, diff, out=hss[t])  # (1 - z) n + z h
         if t + 1 < t_len:
-            hp = torch.mul(h, ks[t + 1], out=hp_buf) if resets[t + 1] else h
-    return hs, (G if save else None)
+            hp = torch.mul(h, ks[t + 1], out=hps[t + 1]) if resets[t + 1] else h
+    return hs, ((G, HP) if save else None)
 
 
 class _GRUCPU(torch.autograd.Function):
@@ -149,10 +153,10 @@ class _GRUCPU(torch.autograd.Function):
     def forward(ctx, x, h0, keep, w_ih, w_hh, b_ih, b_hh):
         ctx.set_materialize_grads(False)
         resets = _reset_steps(keep)
-        hs, G = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        hs, (G, HP) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
         ctx.save_for_backward(x, h0, keep, w_ih, w_hh, hs)
-        ctx.G, ctx.resets = G, resets
-        weakref.finalize(ctx, _give, G)  # back to the pool when the graph is freed
+        ctx.G, ctx.HP, ctx.resets = G, HP, resets
+        weakref.finalize(ctx, _give, G, HP)  # back to the pool when the graph is freed
         return hs
 
     @staticmethod
@@ -172,18 +176,17 @@ class _GRUCPU(torch.autograd.Function):
         dw_p = x.new_zeros(3 * H, H) if need[4] else None
         db = x.new_zeros(4 * H) if need[5] or need[6] else None
         one, ones = x.new_ones(()), x.new_ones(n)
-        d, u, hp_buf = x.new_empty(n, 4 * H), x.new_empty(n, 2 * H), x.new_empty(n, H)
+        d, u, hps = x.new_empty(n, 4 * H), x.new_empty(n, 2 * H), ctx.HP.unbind(0)
         dpn, dghn, drz, dgh, dgi = d[:, 3 * H :], d[:, :H], d[:, H : 3 * H], d[:, : 3 * H], d[:, H:]
         d_t, dgh_t, dgi_t = d.t(), dgh.t(), dgi.t()
         dxs = dx.unbind(1) if dx is not None else None
         dh, dh2 = x.new_zeros(n, H), x.new_empty(n, H)
-        ks, xs, hss, gss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), _grad_steps(g_hs)
+        ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)
+        gss = _grad_steps(g_hs)
         blocks = _per_step(G, H, (0, 1), (1, 3), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
             dh.add_(gss[t])
-            hp = h0 if t == 0 else hss[t - 1]
-            if resets[t]:
-                hp = torch.mul(hp, ks[t], out=hp_buf)
+            hp = hps[t] if resets[t] else h0 if t == 0 else hss[t - 1]
             ghn, rz, r, z, nn_ = (b[t] for b in blocks)
             torch.addcmul(one, nn_, nn_, value=-1, out=dpn).mul_(dh)  # dh (1 - n^2)
             dpn.addcmul_(dpn, z, value=-1)  # * (1 - z)
@@ -227,22 +230,24 @@ def _ifog(w: Tensor, H: int) -> Tensor:
 
 def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     """Returns ``hs, cs [N, T, H]`` and, when ``save``, the time-major workspaces
-    ``A [T, N, 4H]`` of activated gates ``(i, f, o, g)`` and ``TC [T, N, H]`` of ``tanh(c)``."""
+    ``A [T, N, 4H]`` of activated gates ``(i, f, o, g)``, ``TC [T, N, H]`` of ``tanh(c)`` and
+    ``HC [T, N, 2H]``, the reset states ``(h, c) * keep`` entering each step that resets."""
     n, t_len, _ = x.shape
     H = w_hh.shape[1]
     bias = _rows(_ifog(_bias(b_ih, 4 * H, x) + _bias(b_hh, 4 * H, x), H), n)
     A = _take((t_len, n, 4 * H), x) if save else x.new_empty(1, n, 4 * H)
     TC = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
+    HC = _take((t_len, n, 2 * H), x) if save else x.new_empty(1, n, 2 * H)
     w_ih_t, w_hh_t = _ifog(w_ih, H).t(), _ifog(w_hh, H).t()
     hs, cs = x.new_empty(n, t_len, H), x.new_empty(n, t_len, H)
-    hp_buf, cp_buf = x.new_empty(n, H), x.new_empty(n, H)
     ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
     steps = A if save else A.expand(t_len, -1, -1)  # without grad one step's buffer is reused
     tcs = (TC if save else TC.expand(t_len, -1, -1)).unbind(0)
+    hps, cps = _per_step(HC if save else HC.expand(t_len, -1, -1), H, (0, 1), (1, 2))
     blocks = _per_step(steps, H, (0, 4), (0, 3), (3, 4), (0, 1), (1, 2), (2, 3))
     hp, cp = h0, c0
     if t_len and resets[0]:
-        hp, cp = torch.mul(h0, ks[0], out=hp_buf), torch.mul(c0, ks[0], out=cp_buf)
+        hp, cp = torch.mul(h0, ks[0], out=hps[0]), torch.mul(c0, ks[0], out=cps[0])
     for t in range(t_len):
         a, sig, g, i, fg, o = (b[t] for b in blocks)
         torch.addmm(bias, xs[t], w_ih_t, out=a).addmm_(hp, w_hh_t)
@@ -252,10 +257,11 @@ def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
         h = torch.mul(o, torch.tanh(c, out=tcs[t]), out=hss[t])
         if t + 1 < t_len:
             if resets[t + 1]:
-                hp, cp = torch.mul(h, ks[t + 1], out=hp_buf), torch.mul(c, ks[t + 1], out=cp_buf)
+                hp = torch.mul(h, ks[t + 1], out=hps[t + 1])
+                cp = torch.mul(c, ks[t + 1], out=cps[t + 1])
             else:
                 hp, cp = h, c
-    return hs, cs, ((A, TC) if save else None)
+    return hs, cs, ((A, TC, HC) if save else None)
 
 
 class _LSTMCPU(torch.autograd.Function):
@@ -263,10 +269,11 @@ class _LSTMCPU(torch.autograd.Function):
     def forward(ctx, x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh):
         ctx.set_materialize_grads(False)  # an unused output (most often cs) gets no zero grad
         resets = _reset_steps(keep)
-        hs, cs, (A, TC) = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        hs, cs, saved = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        A, TC, HC = saved
         ctx.save_for_backward(x, h0, c0, keep, w_ih, w_hh, hs, cs)
-        ctx.A, ctx.TC, ctx.resets = A, TC, resets
-        weakref.finalize(ctx, _give, A, TC)  # back to the pool when the graph is freed
+        ctx.A, ctx.TC, ctx.HC, ctx.resets = A, TC, HC, resets
+        weakref.finalize(ctx, _give, A, TC, HC)  # back to the pool when the graph is freed
         return hs, cs
 
     @staticmethod
@@ -283,7 +290,8 @@ class _LSTMCPU(torch.autograd.Function):
         db = x.new_zeros(4 * H) if need[6] or need[7] else None
         one, ones = x.new_ones(()), x.new_ones(n)
         d, u = x.new_empty(n, 4 * H), x.new_empty(n, 3 * H)  # d: (i, f, o, g) order
-        s, hp_buf, cp_buf = (x.new_empty(n, H) for _ in range(3))
+        s = x.new_empty(n, H)
+        hps, cps = _per_step(ctx.HC, H, (0, 1), (1, 2))
         dh, dc = x.new_zeros(n, H), x.new_zeros(n, H)
         d3, dg, d_t = d[:, : 3 * H], d[:, 3 * H :], d.t()
         u_i, u_f, u_o = u[:, :H], u[:, H : 2 * H], u[:, 2 * H :]
@@ -296,9 +304,10 @@ class _LSTMCPU(torch.autograd.Function):
                 dh.add_(ghs[t])
             if gcs is not None:
                 dc.add_(gcs[t])
-            hp, cp = (h0, c0) if t == 0 else (hss[t - 1], css[t - 1])
             if resets[t]:
-                hp, cp = torch.mul(hp, ks[t], out=hp_buf), torch.mul(cp, ks[t], out=cp_buf)
+                hp, cp = hps[t], cps[t]
+            else:
+                hp, cp = (h0, c0) if t == 0 else (hss[t - 1], css[t - 1])
             a3, i, fg, o, g = (b[t] for b in blocks)
             tc = tcs[t]
             torch.addcmul(one, tc, tc, value=-1, out=s).mul_(o)  # o (1 - tanh(c)^2)
@@ -332,5 +341,6 @@ def lstm_cpu(x, h0, c0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> tuple[Tensor,
     if _need_grad(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
         return _LSTMCPU.apply(x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh)
     with torch.no_grad():
-        hs, cs, _ = _lstm_forward(x, h0, c0, keep, _reset_steps(keep), w_ih, w_hh, b_ih, b_hh, save=False)
+        resets = _reset_steps(keep)
+        hs, cs, _ = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=False)
     return hs, cs
