@@ -1,7 +1,8 @@
 """GRU / LSTM sequences on the CPU: preallocated buffers, in-place steps, hand-written BPTT.
 
 The same maths as ``fused.py`` (and ``reference.py``, which both are tested against), laid
-out for the CPU, where the cost is not the arithmetic but allocating and touching memory:
+out for the CPU, where the cost is not the arithmetic but allocating and touching memory
+(and, the GEMMs being at this core's peak, the count of small elementwise ops per step):
 
 * one time-major workspace ``[T, N, 4H]`` (from a pool): each step's input GEMM writes
   into it and the step then overwrites it in place with what the backward needs (GRU:
@@ -9,7 +10,11 @@ out for the CPU, where the cost is not the arithmetic but allocating and touchin
   allocated per step and each step touches one contiguous block;
 * every step is a few ``out=`` / in-place ops (LSTM gates reordered to ``i, f, o, g`` so
   the three sigmoids are one op), the reset ``h * keep`` only on the steps where some row
-  resets (the step list is read once), per-step views made once with ``unbind``;
+  resets (the step list is read once), per-step views made once with ``unbind``; what the
+  forward computes anyway and the backward would recompute is kept (the reset states,
+  LSTM ``tanh(c)``, GRU ``h_prev - n``);
+* an output gradient that is None (an unused LSTM ``cs``: ``set_materialize_grads(False)``)
+  is skipped, one broadcast along time (``out.sum()``) is read as one contiguous slice;
 * the backward keeps one step's gate gradients ``[N, 4H]`` (hot in cache) and does four
   GEMMs per step: the state gradient, ``dW_hh`` and ``dW_ih`` accumulated in place, and
   that step's ``dx`` (measured faster here than storing all steps for three large GEMMs);
@@ -118,21 +123,23 @@ def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor
 
 def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspaces ``G [T, N, 4H]``
-    holding ``(W_hn h + b_hn, r, z, n)`` per step and ``HP [T, N, H]``, the reset state
-    ``h * keep`` entering each step that resets (other steps read ``hs``)."""
+    holding ``(W_hn h + b_hn, r, z, n)`` per step, ``HP [T, N, H]``, the reset state
+    ``h * keep`` entering each step that resets (other steps read ``hs``), and
+    ``DF [T, N, H]``, ``h_prev - n`` (the backward's ``dz`` factor)."""
     n, t_len, _ = x.shape
     H = w_hh.shape[1]
     b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
     bias = _rows(torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]]), n)  # b_hr, b_hz in
     G = _take((t_len, n, 4 * H), x) if save else x.new_empty(1, n, 4 * H)
     HP = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
+    DF = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
     hs = x.new_empty(n, t_len, H)
     w_ih_t, w_rz_t, w_n_t = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t()
     b_hn = _rows(b_hh[2 * H :], n)
-    diff = x.new_empty(n, H)
     ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)  # per-step views
     steps = G if save else G.expand(t_len, -1, -1)  # without grad one step's buffer is reused
     hps = (HP if save else HP.expand(t_len, -1, -1)).unbind(0)
+    dfs = (DF if save else DF.expand(t_len, -1, -1)).unbind(0)
     blocks = _per_step(steps, H, (0, 1), (1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
     hp = torch.mul(h0, ks[0], out=hps[0]) if t_len and resets[0] else h0
     for t in range(t_len):
@@ -141,11 +148,11 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
         rz.addmm_(hp, w_rz_t).sigmoid_()
         torch.addmm(b_hn, hp, w_n_t, out=ghn)
         nn_.addcmul_(r, ghn).tanh_()
-        torch.sub(hp, nn_, out=diff)
+        diff = torch.sub(hp, nn_, out=dfs[t])
         h = torch.addcmul(nn_, z, diff, out=hss[t])  # (1 - z) n + z h
         if t + 1 < t_len:
             hp = torch.mul(h, ks[t + 1], out=hps[t + 1]) if resets[t + 1] else h
-    return hs, ((G, HP) if save else None)
+    return hs, ((G, HP, DF) if save else None)
 
 
 class _GRUCPU(torch.autograd.Function):
@@ -153,10 +160,10 @@ class _GRUCPU(torch.autograd.Function):
     def forward(ctx, x, h0, keep, w_ih, w_hh, b_ih, b_hh):
         ctx.set_materialize_grads(False)
         resets = _reset_steps(keep)
-        hs, (G, HP) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        hs, (G, HP, DF) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
         ctx.save_for_backward(x, h0, keep, w_ih, w_hh, hs)
-        ctx.G, ctx.HP, ctx.resets = G, HP, resets
-        weakref.finalize(ctx, _give, G, HP)  # back to the pool when the graph is freed
+        ctx.G, ctx.HP, ctx.DF, ctx.resets = G, HP, DF, resets
+        weakref.finalize(ctx, _give, G, HP, DF)  # back to the pool when the graph is freed
         return hs
 
     @staticmethod
@@ -182,7 +189,7 @@ class _GRUCPU(torch.autograd.Function):
         dxs = dx.unbind(1) if dx is not None else None
         dh, dh2 = x.new_zeros(n, H), x.new_empty(n, H)
         ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)
-        gss = _grad_steps(g_hs)
+        gss, dfs = _grad_steps(g_hs), ctx.DF.unbind(0)
         blocks = _per_step(G, H, (0, 1), (1, 3), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
             dh.add_(gss[t])
@@ -192,7 +199,7 @@ class _GRUCPU(torch.autograd.Function):
             dpn.addcmul_(dpn, z, value=-1)  # * (1 - z)
             torch.mul(dpn, r, out=dghn)
             torch.mul(dpn, ghn, out=u[:, :H])
-            torch.sub(hp, nn_, out=u[:, H:]).mul_(dh)
+            torch.mul(dfs[t], dh, out=u[:, H:])  # (h_prev - n) dh
             torch.addcmul(rz, rz, rz, value=-1, out=drz).mul_(u)  # rz (1 - rz) u
             torch.mul(dh, z, out=dh2).addmm_(dgh, w_p)
             if resets[t]:
@@ -292,7 +299,8 @@ class _LSTMCPU(torch.autograd.Function):
         d, u = x.new_empty(n, 4 * H), x.new_empty(n, 3 * H)  # d: (i, f, o, g) order
         s = x.new_empty(n, H)
         hps, cps = _per_step(ctx.HC, H, (0, 1), (1, 2))
-        dh, dc = x.new_zeros(n, H), x.new_zeros(n, H)
+        dhc = x.new_zeros(n, 2 * H)  # (dh, dc) side by side: a reset masks both in one op
+        dh, dc, dhc3 = dhc[:, :H], dhc[:, H:], dhc.view(n, 2, H)
         d3, dg, d_t = d[:, : 3 * H], d[:, 3 * H :], d.t()
         u_i, u_f, u_o = u[:, :H], u[:, H : 2 * H], u[:, 2 * H :]
         ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
@@ -320,8 +328,7 @@ class _LSTMCPU(torch.autograd.Function):
             torch.mm(d, w_hh_p, out=dh)
             dc.mul_(fg)
             if resets[t]:
-                dh.mul_(ks[t])
-                dc.mul_(ks[t])
+                dhc3.mul_(ks[t].unsqueeze(1))
             if dw_hh is not None:
                 dw_hh.addmm_(d_t, hp)
             if dw_ih is not None:
