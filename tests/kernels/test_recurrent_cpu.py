@@ -117,3 +117,30 @@ def test_pooled_workspaces_two_live_graphs_and_retain_graph(kind):
     del out_a, out_b
     assert cpu._pool, "no workspace came back to the pool"
     _check_against_reference(kind, *_case(kind, seed=4), TOL[torch.float64])
+
+
+@pytest.mark.parametrize("used", ["hs", "cs", "hs_broadcast"])
+def test_lstm_one_output_unused_or_broadcast_gradient(used):
+    """Only one LSTM output in the loss (the other's gradient is None, not zero-filled), and
+    ``out.sum()`` (a gradient broadcast along time, stride 0): gradients as the reference's."""
+    x, states, is_init, weights = _case("lstm", n=7, t_len=10, h=6, seed=5)
+    leaves = [x, *states, *weights]
+
+    def loss(out):
+        if used == "hs_broadcast":
+            return out[0].sum()
+        return _loss(out[0] if used == "hs" else out[1])
+
+    got = torch.autograd.grad(loss(_op("lstm", x, states, is_init, weights)), leaves)
+    want = torch.autograd.grad(loss(_ref("lstm", x, states, is_init, weights)), leaves)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+def test_gru_broadcast_gradient_along_time():
+    x, states, is_init, weights = _case("gru", n=7, t_len=10, h=6, seed=6)
+    leaves = [x, *states, *weights]
+    got = torch.autograd.grad(_op("gru", x, states, is_init, weights).sum(), leaves)
+    want = torch.autograd.grad(_ref("gru", x, states, is_init, weights).sum(), leaves)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])

@@ -1,7 +1,8 @@
 """GRU / LSTM sequences on the CPU: preallocated buffers, in-place steps, hand-written BPTT.
 
 The same maths as ``fused.py`` (and ``reference.py``, which both are tested against), laid
-out for the CPU, where the cost is not the arithmetic but allocating and touching memory:
+out for the CPU, where the cost is not the arithmetic but allocating and touching memory
+(and, the GEMMs being at this core's peak, the count of small elementwise ops per step):
 
 * one time-major workspace ``[T, N, 4H]`` (from a pool): each step's input GEMM writes
   into it and the step then overwrites it in place with what the backward needs (GRU:
@@ -9,7 +10,11 @@ out for the CPU, where the cost is not the arithmetic but allocating and touchin
   allocated per step and each step touches one contiguous block;
 * every step is a few ``out=`` / in-place ops (LSTM gates reordered to ``i, f, o, g`` so
   the three sigmoids are one op), the reset ``h * keep`` only on the steps where some row
-  resets (the step list is read once), per-step views made once with ``unbind``;
+  resets (the step list is read once), per-step views made once with ``unbind``; what the
+  forward computes anyway and the backward would recompute is kept (the reset states,
+  LSTM ``tanh(c)``, GRU ``h_prev - n``);
+* an output gradient that is None (an unused LSTM ``cs``: ``set_materialize_grads(False)``)
+  is skipped, one broadcast along time (``out.sum()``) is read as one contiguous slice;
 * the backward keeps one step's gate gradients ``[N, 4H]`` (hot in cache) and does four
   GEMMs per step: the state gradient, ``dW_hh`` and ``dW_ih`` accumulated in place, and
   that step's ``dx`` (measured faster here than storing all steps for three large GEMMs);
@@ -88,6 +93,25 @@ def _bias(b: Tensor | None, rows: int, like: Tensor) -> Tensor:
     return like.new_zeros(rows) if b is None else b
 
 
+def _rows(bias: Tensor, n: int) -> Tensor:
+    """``bias`` expanded to ``[n, G*H]`` and made contiguous once: ``addmm`` then starts each
+    step from a plain copy instead of a (several times slower) broadcast copy."""
+    return bias.expand(n, -1).contiguous()
+
+
+def _grad_steps(g: Tensor | None) -> list[Tensor] | None:
+    """The ``T`` per-step ``[N, H]`` slices of an output gradient ``[N, T, H]`` (None: unused
+    output). A gradient broadcast along time (``out.sum().backward()``: stride 0) becomes one
+    contiguous slice shared by all steps; other broadcast ones are made contiguous."""
+    if g is None:
+        return None
+    if g.stride(1) == 0:
+        return [g[:, 0].contiguous()] * g.shape[1]
+    if 0 in g.stride():
+        g = g.contiguous()
+    return list(g.unbind(1))
+
+
 def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor, ...]]:
     """For each ``(a, b)`` the ``T`` views ``buf[t, :, a*H : b*H]`` of a ``[T, N, G*H]`` buffer,
     made in one call each (slicing in the loop costs more than the small ops themselves)."""
@@ -98,41 +122,48 @@ def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor
 
 
 def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
-    """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspace ``G [T, N, 4H]``
-    holding ``(W_hn h + b_hn, r, z, n)`` per step."""
+    """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspaces ``G [T, N, 4H]``
+    holding ``(W_hn h + b_hn, r, z, n)`` per step, ``HP [T, N, H]``, the reset state
+    ``h * keep`` entering each step that resets (other steps read ``hs``), and
+    ``DF [T, N, H]``, ``h_prev - n`` (the backward's ``dz`` factor)."""
     n, t_len, _ = x.shape
     H = w_hh.shape[1]
     b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
-    bias = torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]])  # b_hr, b_hz folded in
+    bias = _rows(torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]]), n)  # b_hr, b_hz in
     G = _take((t_len, n, 4 * H), x) if save else x.new_empty(1, n, 4 * H)
+    HP = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
+    DF = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
     hs = x.new_empty(n, t_len, H)
-    w_ih_t, w_rz_t, w_n_t, b_hn = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t(), b_hh[2 * H :]
-    diff, hp_buf = x.new_empty(n, H), x.new_empty(n, H)
+    w_ih_t, w_rz_t, w_n_t = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t()
+    b_hn = _rows(b_hh[2 * H :], n)
     ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)  # per-step views
     steps = G if save else G.expand(t_len, -1, -1)  # without grad one step's buffer is reused
+    hps = (HP if save else HP.expand(t_len, -1, -1)).unbind(0)
+    dfs = (DF if save else DF.expand(t_len, -1, -1)).unbind(0)
     blocks = _per_step(steps, H, (0, 1), (1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
-    hp = torch.mul(h0, ks[0], out=hp_buf) if t_len and resets[0] else h0
+    hp = torch.mul(h0, ks[0], out=hps[0]) if t_len and resets[0] else h0
     for t in range(t_len):
         ghn, gi, rz, r, z, nn_ = (b[t] for b in blocks)
         torch.addmm(bias, xs[t], w_ih_t, out=gi)
         rz.addmm_(hp, w_rz_t).sigmoid_()
         torch.addmm(b_hn, hp, w_n_t, out=ghn)
         nn_.addcmul_(r, ghn).tanh_()
-        torch.sub(hp, nn_, out=diff)
+        diff = torch.sub(hp, nn_, out=dfs[t])
         h = torch.addcmul(nn_, z, diff, out=hss[t])  # (1 - z) n + z h
         if t + 1 < t_len:
-            hp = torch.mul(h, ks[t + 1], out=hp_buf) if resets[t + 1] else h
-    return hs, (G if save else None)
+            hp = torch.mul(h, ks[t + 1], out=hps[t + 1]) if resets[t + 1] else h
+    return hs, ((G, HP, DF) if save else None)
 
 
 class _GRUCPU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, keep, w_ih, w_hh, b_ih, b_hh):
+        ctx.set_materialize_grads(False)
         resets = _reset_steps(keep)
-        hs, G = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        hs, (G, HP, DF) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
         ctx.save_for_backward(x, h0, keep, w_ih, w_hh, hs)
-        ctx.G, ctx.resets = G, resets
-        weakref.finalize(ctx, _give, G)  # back to the pool when the graph is freed
+        ctx.G, ctx.HP, ctx.DF, ctx.resets = G, HP, DF, resets
+        weakref.finalize(ctx, _give, G, HP, DF)  # back to the pool when the graph is freed
         return hs
 
     @staticmethod
@@ -140,6 +171,8 @@ class _GRUCPU(torch.autograd.Function):
     def backward(ctx, g_hs):
         x, h0, keep, w_ih, w_hh, hs = ctx.saved_tensors
         G, resets = ctx.G, ctx.resets
+        if g_hs is None:  # not reached by autograd (one output), kept for direct calls
+            g_hs = hs.new_zeros(()).expand(hs.shape)
         need = ctx.needs_input_grad
         n, t_len, H = hs.shape
         # d per step: (d ghn, d r_pre, d z_pre, d n_pre): [:3H] is d(W_hh h + b_hh) for
@@ -150,24 +183,23 @@ class _GRUCPU(torch.autograd.Function):
         dw_p = x.new_zeros(3 * H, H) if need[4] else None
         db = x.new_zeros(4 * H) if need[5] or need[6] else None
         one, ones = x.new_ones(()), x.new_ones(n)
-        d, u, hp_buf = x.new_empty(n, 4 * H), x.new_empty(n, 2 * H), x.new_empty(n, H)
+        d, u, hps = x.new_empty(n, 4 * H), x.new_empty(n, 2 * H), ctx.HP.unbind(0)
         dpn, dghn, drz, dgh, dgi = d[:, 3 * H :], d[:, :H], d[:, H : 3 * H], d[:, : 3 * H], d[:, H:]
         d_t, dgh_t, dgi_t = d.t(), dgh.t(), dgi.t()
         dxs = dx.unbind(1) if dx is not None else None
         dh, dh2 = x.new_zeros(n, H), x.new_empty(n, H)
-        ks, xs, hss, gss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), g_hs.unbind(1)
+        ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)
+        gss, dfs = _grad_steps(g_hs), ctx.DF.unbind(0)
         blocks = _per_step(G, H, (0, 1), (1, 3), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
             dh.add_(gss[t])
-            hp = h0 if t == 0 else hss[t - 1]
-            if resets[t]:
-                hp = torch.mul(hp, ks[t], out=hp_buf)
+            hp = hps[t] if resets[t] else h0 if t == 0 else hss[t - 1]
             ghn, rz, r, z, nn_ = (b[t] for b in blocks)
             torch.addcmul(one, nn_, nn_, value=-1, out=dpn).mul_(dh)  # dh (1 - n^2)
             dpn.addcmul_(dpn, z, value=-1)  # * (1 - z)
             torch.mul(dpn, r, out=dghn)
             torch.mul(dpn, ghn, out=u[:, :H])
-            torch.sub(hp, nn_, out=u[:, H:]).mul_(dh)
+            torch.mul(dfs[t], dh, out=u[:, H:])  # (h_prev - n) dh
             torch.addcmul(rz, rz, rz, value=-1, out=drz).mul_(u)  # rz (1 - rz) u
             torch.mul(dh, z, out=dh2).addmm_(dgh, w_p)
             if resets[t]:
@@ -204,44 +236,51 @@ def _ifog(w: Tensor, H: int) -> Tensor:
 
 
 def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
-    """Returns ``hs, cs [N, T, H]`` and, when ``save``, the time-major workspace
-    ``A [T, N, 4H]`` of activated gates ``(i, f, o, g)`` per step."""
+    """Returns ``hs, cs [N, T, H]`` and, when ``save``, the time-major workspaces
+    ``A [T, N, 4H]`` of activated gates ``(i, f, o, g)``, ``TC [T, N, H]`` of ``tanh(c)`` and
+    ``HC [T, N, 2H]``, the reset states ``(h, c) * keep`` entering each step that resets."""
     n, t_len, _ = x.shape
     H = w_hh.shape[1]
-    bias = _ifog(_bias(b_ih, 4 * H, x) + _bias(b_hh, 4 * H, x), H)
+    bias = _rows(_ifog(_bias(b_ih, 4 * H, x) + _bias(b_hh, 4 * H, x), H), n)
     A = _take((t_len, n, 4 * H), x) if save else x.new_empty(1, n, 4 * H)
+    TC = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
+    HC = _take((t_len, n, 2 * H), x) if save else x.new_empty(1, n, 2 * H)
     w_ih_t, w_hh_t = _ifog(w_ih, H).t(), _ifog(w_hh, H).t()
     hs, cs = x.new_empty(n, t_len, H), x.new_empty(n, t_len, H)
-    tc, hp_buf, cp_buf = x.new_empty(n, H), x.new_empty(n, H), x.new_empty(n, H)
     ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
     steps = A if save else A.expand(t_len, -1, -1)  # without grad one step's buffer is reused
+    tcs = (TC if save else TC.expand(t_len, -1, -1)).unbind(0)
+    hps, cps = _per_step(HC if save else HC.expand(t_len, -1, -1), H, (0, 1), (1, 2))
     blocks = _per_step(steps, H, (0, 4), (0, 3), (3, 4), (0, 1), (1, 2), (2, 3))
     hp, cp = h0, c0
     if t_len and resets[0]:
-        hp, cp = torch.mul(h0, ks[0], out=hp_buf), torch.mul(c0, ks[0], out=cp_buf)
+        hp, cp = torch.mul(h0, ks[0], out=hps[0]), torch.mul(c0, ks[0], out=cps[0])
     for t in range(t_len):
         a, sig, g, i, fg, o = (b[t] for b in blocks)
         torch.addmm(bias, xs[t], w_ih_t, out=a).addmm_(hp, w_hh_t)
         sig.sigmoid_()
         g.tanh_()
         c = torch.mul(fg, cp, out=css[t]).addcmul_(i, g)
-        h = torch.mul(o, torch.tanh(c, out=tc), out=hss[t])
+        h = torch.mul(o, torch.tanh(c, out=tcs[t]), out=hss[t])
         if t + 1 < t_len:
             if resets[t + 1]:
-                hp, cp = torch.mul(h, ks[t + 1], out=hp_buf), torch.mul(c, ks[t + 1], out=cp_buf)
+                hp = torch.mul(h, ks[t + 1], out=hps[t + 1])
+                cp = torch.mul(c, ks[t + 1], out=cps[t + 1])
             else:
                 hp, cp = h, c
-    return hs, cs, (A if save else None)
+    return hs, cs, ((A, TC, HC) if save else None)
 
 
 class _LSTMCPU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh):
+        ctx.set_materialize_grads(False)  # an unused output (most often cs) gets no zero grad
         resets = _reset_steps(keep)
-        hs, cs, A = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        hs, cs, saved = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        A, TC, HC = saved
         ctx.save_for_backward(x, h0, c0, keep, w_ih, w_hh, hs, cs)
-        ctx.A, ctx.resets = A, resets
-        weakref.finalize(ctx, _give, A)  # back to the pool when the graph is freed
+        ctx.A, ctx.TC, ctx.HC, ctx.resets = A, TC, HC, resets
+        weakref.finalize(ctx, _give, A, TC, HC)  # back to the pool when the graph is freed
         return hs, cs
 
     @staticmethod
@@ -258,33 +297,38 @@ class _LSTMCPU(torch.autograd.Function):
         db = x.new_zeros(4 * H) if need[6] or need[7] else None
         one, ones = x.new_ones(()), x.new_ones(n)
         d, u = x.new_empty(n, 4 * H), x.new_empty(n, 3 * H)  # d: (i, f, o, g) order
-        tc, s, hp_buf, cp_buf = (x.new_empty(n, H) for _ in range(4))
-        dh, dc = x.new_zeros(n, H), x.new_zeros(n, H)
+        s = x.new_empty(n, H)
+        hps, cps = _per_step(ctx.HC, H, (0, 1), (1, 2))
+        dhc = x.new_zeros(n, 2 * H)  # (dh, dc) side by side: a reset masks both in one op
+        dh, dc, dhc3 = dhc[:, :H], dhc[:, H:], dhc.view(n, 2, H)
         d3, dg, d_t = d[:, : 3 * H], d[:, 3 * H :], d.t()
+        u_i, u_f, u_o = u[:, :H], u[:, H : 2 * H], u[:, 2 * H :]
         ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
-        ghs, gcs = g_hs.unbind(1), g_cs.unbind(1)
+        ghs, gcs, tcs = _grad_steps(g_hs), _grad_steps(g_cs), ctx.TC.unbind(0)
         dxs = dx.unbind(1) if dx is not None else None
         blocks = _per_step(A, H, (0, 3), (0, 1), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
-            dh.add_(ghs[t])
-            dc.add_(gcs[t])
-            hp, cp = (h0, c0) if t == 0 else (hss[t - 1], css[t - 1])
+            if ghs is not None:
+                dh.add_(ghs[t])
+            if gcs is not None:
+                dc.add_(gcs[t])
             if resets[t]:
-                hp, cp = torch.mul(hp, ks[t], out=hp_buf), torch.mul(cp, ks[t], out=cp_buf)
+                hp, cp = hps[t], cps[t]
+            else:
+                hp, cp = (h0, c0) if t == 0 else (hss[t - 1], css[t - 1])
             a3, i, fg, o, g = (b[t] for b in blocks)
-            torch.tanh(css[t], out=tc)
-            torch.addcmul(one, tc, tc, value=-1, out=s)
-            dc.addcmul_(torch.mul(dh, o, out=u[:, :H]), s)  # + dh o (1 - tanh(c)^2)
-            torch.mul(dc, g, out=u[:, :H])
-            torch.mul(dc, cp, out=u[:, H : 2 * H])
-            torch.mul(dh, tc, out=u[:, 2 * H :])
+            tc = tcs[t]
+            torch.addcmul(one, tc, tc, value=-1, out=s).mul_(o)  # o (1 - tanh(c)^2)
+            dc.addcmul_(dh, s)
+            torch.mul(dc, g, out=u_i)
+            torch.mul(dc, cp, out=u_f)
+            torch.mul(dh, tc, out=u_o)
             torch.addcmul(a3, a3, a3, value=-1, out=d3).mul_(u)  # (i, f, o) (1 - .) u
             torch.addcmul(one, g, g, value=-1, out=dg).mul_(i).mul_(dc)
             torch.mm(d, w_hh_p, out=dh)
             dc.mul_(fg)
             if resets[t]:
-                dh.mul_(ks[t])
-                dc.mul_(ks[t])
+                dhc3.mul_(ks[t].unsqueeze(1))
             if dw_hh is not None:
                 dw_hh.addmm_(d_t, hp)
             if dw_ih is not None:
@@ -304,5 +348,6 @@ def lstm_cpu(x, h0, c0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> tuple[Tensor,
     if _need_grad(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
         return _LSTMCPU.apply(x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh)
     with torch.no_grad():
-        hs, cs, _ = _lstm_forward(x, h0, c0, keep, _reset_steps(keep), w_ih, w_hh, b_ih, b_hh, save=False)
+        resets = _reset_steps(keep)
+        hs, cs, _ = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=False)
     return hs, cs
