@@ -98,8 +98,9 @@ def main() -> None:
                       "gradient steps": steps, "CPU s": round(time.time() - t1)},
                      ratio=f"{'above' if s['eval_return'] >= s['dataset_return'] else 'below'} the dataset "
                            f"(return ratio {ratio:.2f})",
-                     note=f"One seed ({args.seed}); the SAC checkpoint itself evaluates at {sac_return:.1f}. "
-                          "Pendulum returns are negative: higher (closer to 0) is better.")
+                     note=f"Seed 0 unless the row names another; one dataset build, whose SAC checkpoint "
+                          f"itself evaluates at {sac_return:.1f}. Pendulum returns are negative: higher "
+                          "(closer to 0) is better.")
     print(f"[offline_learning] total {time.time() - t0:.0f} s", flush=True)
 
 

@@ -24,11 +24,11 @@ import platform
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESULTS_DIR", "FIELDS", "read_records", "record_path", "write_record", "this_command"]
+__all__ = ["RESULTS_DIR", "FIELDS", "read_records", "record_path", "remove_records", "write_record", "this_command"]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FIELDS = ("section", "table", "row", "figures", "peer", "ratio", "command", "date", "machine", "note")
@@ -123,3 +123,25 @@ def write_record(
         records.append(record)
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     return record
+
+
+def remove_records(
+    section: str,
+    table: str,
+    rows: Sequence[str] | None = None,
+    *,
+    results_dir: Path | None = None,
+) -> int:
+    """Delete the records of one table (all of them, or only the named ``rows``): the supported
+    way to retire a superseded table or row (git keeps its history).
+
+    Returns:
+        How many records were removed.
+    """
+    path = record_path(section, results_dir)
+    records = read_records(path)
+    keep = [r for r in records if not (r["section"] == section and r["table"] == table
+                                       and (rows is None or r["row"] in rows))]
+    if len(keep) != len(records):
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in keep), encoding="utf-8")
+    return len(records) - len(keep)

@@ -75,3 +75,19 @@ def test_write_record_replaces_the_same_row(tmp_path):
     write_record("S", "T", "r1", {"ms": 3.0}, command="c", results_dir=tmp_path)
     records = read_records(record_path("S", tmp_path))
     assert [(r["row"], r["figures"]["ms"]) for r in records] == [("r1", 3.0), ("r2", 2.0)]
+
+
+def test_remove_records_drops_one_table_or_named_rows(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from records import read_records, record_path, remove_records, write_record
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for table, row in [("T", "r1"), ("T", "r2"), ("U", "r1"), ("T", "r3")]:
+        write_record("S", table, row, {"ms": 1.0}, command="c", results_dir=tmp_path)
+    assert remove_records("S", "T", ["r2", "absent"], results_dir=tmp_path) == 1
+    assert [(r["table"], r["row"]) for r in read_records(record_path("S", tmp_path))] == [
+        ("T", "r1"), ("U", "r1"), ("T", "r3")]
+    assert remove_records("S", "T", results_dir=tmp_path) == 2
+    assert [(r["table"], r["row"]) for r in read_records(record_path("S", tmp_path))] == [("U", "r1")]
+    assert remove_records("S", "nothing", results_dir=tmp_path) == 0
