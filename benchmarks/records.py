@@ -121,7 +121,7 @@ def write_record(
             break
     else:
         records.append(record)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    _write(path, records)
     return record
 
 
@@ -143,5 +143,10 @@ def remove_records(
     keep = [r for r in records if not (r["section"] == section and r["table"] == table
                                        and (rows is None or r["row"] in rows))]
     if len(keep) != len(records):
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in keep), encoding="utf-8")
+        _write(path, keep)
     return len(records) - len(keep)
+
+
+def _write(path: Path, records: list[dict]) -> None:
+    """The records file: one JSON object per line."""
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")

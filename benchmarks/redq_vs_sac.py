@@ -17,6 +17,7 @@ share of a gain from the extra gradient steps'.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -48,8 +49,8 @@ def _record_means(table: str, names: dict[str, str], eval_col: str, results_dir:
         if not by_seed:
             continue
         vals = list(by_seed.values())
-        mean = sum(vals) / len(vals)
-        sd = (sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else None
+        mean = statistics.mean(vals)
+        sd = statistics.stdev(vals) if len(vals) > 1 else None
         ratio, common = None, sorted(set(by_seed) & set(per_seed["sac"]))
         if arm != "sac" and common:
             ours, sacs = (sum(d[s] for s in common) / len(common) for d in (by_seed, per_seed["sac"]))
