@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ def test_scripts_parse(name):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the script would run the GPU steps")
 def test_gpu_marl_skips_without_cuda(tmp_path):
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": os.environ.get("PYTHON", "python")}
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}  # this torch: no CUDA
     out = subprocess.run(["bash", str(_ROOT / "benchmarks" / "gpu_marl.sh")], capture_output=True, text=True,
                          env=env, timeout=60)
     assert out.returncode == 0, out.stderr
