@@ -20,10 +20,14 @@
 #   5. inference_server.log - benchmarks/inference_server.py on the device's 16 CPU cores;
 #   summary.txt         - one line per step: exit code and seconds.
 # The device image has torch + triton + transformers but no tensordict: tensordict, pyvers,
-# orjson, importlib_metadata and gymnasium are installed from the carried .devwheels (cp312,
-# built here first by `bash benchmarks/make_devwheels.sh`) into
+# orjson, importlib_metadata, gymnasium and vmas (+ gym, pyglet) are installed from the carried
+# .devwheels/*.whl (cp312, built here first by `bash benchmarks/make_devwheels.sh`) into
 # /tmp/tdrl_site, and the four tdrl packages are put on PYTHONPATH from packages/*/src (an
 # editable install would need hatchling, which the offline image lacks).
+#
+# MARL (tdrl vs BenchMARL on CUDA, issue #16) is the second prepared script, benchmarks/gpu_marl.sh:
+# run it right after this one while the machine is still warm (30 s), when >= 5 minutes of
+# device time are left (its header has the run() line, timeout_s=300).
 #
 # Without CUDA (e.g. `bash benchmarks/gpu_check.sh` on the CI machine) the GPU steps are
 # skipped, the gpu-marked tests are collected and skipped, and the script exits 0: that is
@@ -37,26 +41,8 @@ BUDGET=${GPU_CHECK_BUDGET_S:-450}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error
 : >"$OUT/summary.txt"
 
-note() { echo "[gpu_check +${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
-
-# step NAME CAP_S LOGFILE CMD...: run CMD under timeout min(CAP_S, budget left), log to $OUT/LOGFILE.
-step() {
-    local name=$1 cap=$2 logf=$3
-    shift 3
-    local left=$((BUDGET - SECONDS))
-    local limit=$((cap < left ? cap : left))
-    if [ "$limit" -lt 20 ]; then
-        note "$name: SKIPPED (only ${left}s of the ${BUDGET}s budget left)"
-        return 0
-    fi
-    local t0=$SECONDS
-    timeout --kill-after=10 "$limit" "$@" >"$OUT/$logf" 2>&1
-    local rc=$?
-    local verdict=ok
-    [ "$rc" -ne 0 ] && verdict="FAILED"
-    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && verdict="TIMED OUT after ${limit}s"
-    note "$name: rc=$rc ($verdict), $((SECONDS - t0))s, log $logf: $(tail -n 1 "$OUT/$logf" | cut -c1-160)"
-}
+TAG=gpu_check
+. benchmarks/gpu_steps.sh  # note, step
 
 # ---------------------------------------------------------------- dependencies (offline)
 if ! "$PY" -c "import tensordict" 2>/dev/null; then

@@ -13,7 +13,10 @@ from other jobs CPU time is the steadier figure). The return is the mean episode
 (sum over an episode of the agents' mean reward) of the episodes that end in the last batch.
 
 BenchMARL runs in its own venv (``bash benchmarks/setup_benchmarl.sh``) as a subprocess of
-this script (``--side benchmarl``), because it pins torchrl<0.12.
+this script (``--side benchmarl``), because it pins torchrl<0.12. Where that venv cannot be built
+(the offline device machine, ``benchmarks/gpu_marl.sh``), ``TDRL_BENCHMARL_PYTHON`` (a path or a
+command on PATH) launches that side instead, with ``TDRL_BENCHMARL_PYTHONPATH`` as its whole
+PYTHONPATH (by default the side gets none, so this tree's tdrl / tensordict never reach it).
 
     flock /tmp/tdrl-cpu.lock python benchmarks/marl.py            # both sides, median of --repeats
     flock /tmp/tdrl-cpu.lock python benchmarks/marl.py --profile --frames 12000 --iters 1
@@ -32,6 +35,7 @@ import argparse
 import cProfile
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,7 +47,30 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARL_PY = ROOT / ".venv-benchmarl" / "bin" / "python"
+
+
+def _benchmarl_python() -> Path:
+    """The BenchMARL side's interpreter: ``TDRL_BENCHMARL_PYTHON`` (resolved on PATH) if set,
+    else ``.venv-benchmarl``'s python; may not exist (the callers say how to make it)."""
+    override = os.environ.get("TDRL_BENCHMARL_PYTHON")
+    if not override:
+        return ROOT / ".venv-benchmarl" / "bin" / "python"
+    return Path(shutil.which(override) or override)
+
+
+BENCHMARL_PY = _benchmarl_python()
+MISSING_BENCHMARL = ("is missing: run `flock /tmp/tdrl-cpu.lock bash benchmarks/setup_benchmarl.sh` "
+                     "(or point TDRL_BENCHMARL_PYTHON at a python with BenchMARL 1.5.2).")
+
+
+def benchmarl_env() -> dict:
+    """The environment of a BenchMARL-side subprocess: one thread, warnings off, and PYTHONPATH
+    = ``TDRL_BENCHMARL_PYTHONPATH`` alone (unset without it), never this process's path."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env.pop("PYTHONPATH", None)
+    if os.environ.get("TDRL_BENCHMARL_PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["TDRL_BENCHMARL_PYTHONPATH"]
+    return env
 
 
 def _task(name: str) -> dict:
@@ -204,8 +231,7 @@ def _benchmarl_subprocess(args, seed: int) -> dict:
            "--minibatch", str(args.minibatch), "--iters", str(args.iters), "--device", args.device,
            "--task", args.task]
     cmd += ["--profile"] if args.profile else []
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    out = subprocess.run(cmd, capture_output=True, text=True, env=benchmarl_env(), cwd=tempfile.gettempdir())
     if out.returncode != 0:
         raise RuntimeError(f"BenchMARL side failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -239,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(run_tdrl(args, args.seed)))
         return
     if not BENCHMARL_PY.exists():
-        sys.exit(f"{BENCHMARL_PY} is missing: run `flock /tmp/tdrl-cpu.lock bash benchmarks/setup_benchmarl.sh`.")
+        sys.exit(f"{BENCHMARL_PY} {MISSING_BENCHMARL}")
     if args.profile:
         _print_profile(args)
         return

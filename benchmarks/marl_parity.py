@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from marl import BENCHMARL_PY  # noqa: E402  (a script beside marl.py)
+from marl import BENCHMARL_PY, MISSING_BENCHMARL, benchmarl_env  # noqa: E402  (a script beside marl.py)
 
 STEPS = {"mappo": 50, "qmix": 120}  # rollout steps: MAPPO's stay inside an episode, QMIX's cross the limit
 TASKS = {"mappo": "navigation", "qmix": "balance"}
@@ -224,14 +223,12 @@ def benchmarl_side(saved: dict) -> dict:
 def run(algorithm: str, seed: int = 0, loc_shift: float = 0.5) -> dict:
     """Both sides for ``algorithm``: ``{quantity: relative error}`` (needs .venv-benchmarl)."""
     if not BENCHMARL_PY.exists():
-        raise FileNotFoundError(f"{BENCHMARL_PY} is missing: run `bash benchmarks/setup_benchmarl.sh`.")
+        raise FileNotFoundError(f"{BENCHMARL_PY} {MISSING_BENCHMARL}")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{algorithm}.pt"
         torch.save(tdrl_side(algorithm, seed, loc_shift=loc_shift), path)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-        env.pop("PYTHONPATH", None)  # BenchMARL's venv must not see this tree's tdrl / tensordict
         out = subprocess.run([str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--saved", str(path)],
-                             capture_output=True, text=True, env=env, cwd=tmp)
+                             capture_output=True, text=True, env=benchmarl_env(), cwd=tmp)
     if out.returncode != 0:
         raise RuntimeError(f"BenchMARL side failed ({algorithm}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -8,7 +8,8 @@ return = sum over the episode of the agents' mean reward, as BenchMARL's logger 
 Frames/s = frames / wall time of the training loop (collection + advantage / replay + updates;
 construction and the final evaluation excluded on both sides); frames/CPU-s uses the process
 CPU time of the same loop. The sides are interleaved per seed (tdrl, then BenchMARL) so load
-changes hit both. BenchMARL runs in ``.venv-benchmarl`` (``benchmarks/setup_benchmarl.sh``) as a
+changes hit both. BenchMARL runs in ``.venv-benchmarl`` (``benchmarks/setup_benchmarl.sh``), or
+the ``TDRL_BENCHMARL_PYTHON`` / ``TDRL_BENCHMARL_PYTHONPATH`` that ``marl.py`` describes, as a
 subprocess of this script (``--side benchmarl``); the shared helpers live in ``marl.py``.
 
 Every finished seed (both sides) is appended to ``--runs`` (``benchmarks/results/marl_table_runs.ndjson``)
@@ -47,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -59,7 +59,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from marl import BENCHMARL_PY, _check_device, _sync, _task  # noqa: E402  (a script beside marl.py)
+from marl import BENCHMARL_PY, MISSING_BENCHMARL, _check_device, _sync, _task, benchmarl_env  # noqa: E402  (a script beside marl.py)
 
 ALGORITHMS = ("mappo", "ippo", "qmix")
 TASKS = ("balance", "navigation", "transport", "wheel", "sampling")
@@ -287,11 +287,10 @@ def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: 
 
 
 def run_benchmarl_side(script: str, argv: list[str], what: str) -> dict:
-    """``script argv`` in .venv-benchmarl (one thread, without this tree on the path); the JSON
-    object its last stdout line prints. ``what`` names the run in the error."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    env.pop("PYTHONPATH", None)  # BenchMARL's venv must not see this tree's tdrl / tensordict
-    out = subprocess.run([str(BENCHMARL_PY), script, *argv], capture_output=True, text=True, env=env,
+    """``script argv`` in .venv-benchmarl, or ``TDRL_BENCHMARL_PYTHON`` (one thread, without this
+    tree on the path: ``marl.benchmarl_env``); the JSON object its last stdout line prints.
+    ``what`` names the run in the error."""
+    out = subprocess.run([str(BENCHMARL_PY), script, *argv], capture_output=True, text=True, env=benchmarl_env(),
                          cwd=tempfile.gettempdir())
     if out.returncode != 0:
         raise RuntimeError(f"BenchMARL side failed ({what}):\n{out.stderr[-3000:]}")
@@ -453,7 +452,7 @@ def main(argv: list[str] | None = None) -> None:
                     print(json.dumps(run(task, algorithm, budget, seed, args.device, **kw)), flush=True)
         return
     if not BENCHMARL_PY.exists():
-        sys.exit(f"{BENCHMARL_PY} is missing: run `flock /tmp/tdrl-cpu.lock bash benchmarks/setup_benchmarl.sh`.")
+        sys.exit(f"{BENCHMARL_PY} {MISSING_BENCHMARL}")
     runs = load_runs(args.runs)
     for task in args.tasks:
         for algorithm in args.algorithms:

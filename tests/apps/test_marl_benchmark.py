@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +47,43 @@ def test_benchmarl_side_receives_the_device():
                                     task="navigation")
     out = bench._benchmarl_subprocess(args, seed=0)
     assert out["frames"] == 40 and out["wall_s"] > 0
+
+
+def test_benchmarl_python_override(monkeypatch):
+    """TDRL_BENCHMARL_PYTHON (a command on PATH or a path) replaces .venv-benchmarl's python;
+    a missing one is refused with a message that names the variable."""
+    monkeypatch.delenv("TDRL_BENCHMARL_PYTHON", raising=False)
+    assert _load().BENCHMARL_PY.parts[-3:] == (".venv-benchmarl", "bin", "python")
+    monkeypatch.setenv("TDRL_BENCHMARL_PYTHON", "sh")
+    assert str(_load().BENCHMARL_PY) == shutil.which("sh")
+    monkeypatch.setenv("TDRL_BENCHMARL_PYTHON", "/nonexistent/python")
+    bench = _load()
+    assert str(bench.BENCHMARL_PY) == "/nonexistent/python"
+    with pytest.raises(SystemExit, match="/nonexistent/python is missing.*TDRL_BENCHMARL_PYTHON"):
+        bench.main(["--device", "cpu", *TINY])
+
+
+def test_benchmarl_side_gets_only_its_own_pythonpath(tmp_path, monkeypatch):
+    """The BenchMARL subprocess never inherits this process's PYTHONPATH (this tree's tdrl /
+    tensordict); TDRL_BENCHMARL_PYTHONPATH, when set, is its whole PYTHONPATH and is used."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "probe_site_module.py").write_text("WHERE = 'override site'\n")
+    probe = tmp_path / "probe.py"
+    probe.write_text("import json, os, sys\n"
+                     "try:\n    import probe_site_module as m; where = m.WHERE\n"
+                     "except ImportError:\n    where = None\n"
+                     "print(json.dumps({'PYTHONPATH': os.environ.get('PYTHONPATH'), 'where': where,"
+                     " 'threads': os.environ['OMP_NUM_THREADS']}))\n")
+    bench = _load()
+    monkeypatch.setenv("PYTHONPATH", "/parent/tree/src")
+    monkeypatch.delenv("TDRL_BENCHMARL_PYTHONPATH", raising=False)
+
+    def probe_run():
+        out = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=bench.benchmarl_env(),
+                             check=True)
+        return json.loads(out.stdout)
+
+    assert probe_run() == {"PYTHONPATH": None, "where": None, "threads": "1"}
+    monkeypatch.setenv("TDRL_BENCHMARL_PYTHONPATH", str(site))
+    assert probe_run() == {"PYTHONPATH": str(site), "where": "override site", "threads": "1"}
