@@ -38,7 +38,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from .._optional import require
-from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Bounded, Composite, Unbounded
 from ._fastpath import merge_reset_rows, plain_td_maker
 from .common import RESET_KEY, EnvBase, step_mdp
@@ -132,13 +132,15 @@ def _compiled(name: str, backend: str, num_envs: int, episode_length: int, actio
     def step_and_reset(key, flat, action):
         # step, then (only if a sub-env is done) the partial reset of the done ones, in one
         # call: the same keys and states as step() then reset(mask=done); the packed outputs
-        # gain the bytes of the next root's observation [B, 4 * (D + 2) + 4 * D]
+        # gain the bytes of the next root's observation and its (False) done flags
+        # [B, 4 * (D + 2) + 4 * D + 4]
         state = strong(env.step(unflatten(flat), action))
         packed = outputs(state)
         done = state.done > 0
         key, root = jax.lax.cond(done.any(), lambda k, s: select(k, done, s),
                                  lambda k, s: (k, s), key, state)
-        return key, leaves(root), jnp.concatenate([packed, _bytes(root.obs.astype(jnp.float32))], -1)
+        zeros = jnp.zeros((num_envs, 4), jnp.uint8)  # the next root's done flags (and a pad byte)
+        return key, leaves(root), jnp.concatenate([packed, _bytes(root.obs.astype(jnp.float32)), zeros], -1)
 
     return (env, treedef, obs_index, jax.jit(fresh), jax.jit(step, donate_argnums=0),
             jax.jit(partial_reset, donate_argnums=2), jax.jit(step_and_reset, donate_argnums=1))
@@ -147,12 +149,28 @@ def _compiled(name: str, backend: str, num_envs: int, episode_length: int, actio
 def _unpack(raw: torch.Tensor, dim: int, root: bool) -> tuple:
     """Views of packed step outputs (``raw``: uint8 ``[..., B, 4 * (D + 2) (+ 4 * D)]``, the
     layout of ``_compiled``'s ``outputs``): ``(observation, reward, done, terminated,
-    truncated)`` plus the next root's observation if ``root``; no copy."""
+    truncated)`` plus, if ``root``, the next root's observation and done, terminated,
+    truncated (all False); no copy."""
     values, flags = raw.view(torch.float32), raw.view(torch.bool)
     at = 4 * (dim + 1)
     out = (values[..., :dim], values[..., dim:dim + 1], flags[..., at:at + 1],
            flags[..., at + 1:at + 2], flags[..., at + 2:at + 3])
-    return out + (values[..., dim + 2:],) if root else out
+    if not root:
+        return out
+    at = 4 * (2 * dim + 2)
+    return out + (values[..., dim + 2:2 * dim + 2], flags[..., at:at + 1], flags[..., at + 1:at + 2],
+                  flags[..., at + 2:at + 3])
+
+
+def _host_view(array) -> np.ndarray:
+    """A single-device CPU JAX array's buffer as a read-only numpy array, once computed: the
+    C++ method behind ``np.asarray(array)``, called directly (``np.asarray`` goes through
+    ``__array__`` and ``_value``: several Python frames, each costing several
+    microseconds right after XLA ran); ``np.asarray`` if this JAX lacks it."""
+    try:
+        return array._single_device_array_to_np_array_did_copy()[0]
+    except AttributeError:
+        return np.asarray(array)
 
 
 class _OutSlab:
@@ -170,7 +188,7 @@ class _OutSlab:
         self.any_done = None  # whether any sub-env was done at the last take()
 
     def take(self, packed) -> tuple:
-        """Copy ``packed`` (a JAX array ``[B, width]`` uint8, waited for) into a fresh row;
+        """Copy ``packed`` (a JAX array ``[B, width]`` uint8) into a fresh row;
         its views (see :func:`_unpack`)."""
         i = self._next
         if i == self.rows:
@@ -180,7 +198,7 @@ class _OutSlab:
             i = 0
         self._next = i + 1
         row = self._np[i]
-        row[...] = packed
+        row[...] = _host_view(packed)
         self.any_done = bool(row[0, self._any_at])
         return self._views[i]
 
@@ -255,11 +273,11 @@ class BraxEnv(EnvBase):
         self._make_td = plain_td_maker(batch, self.device)
         self._false = torch.zeros((num_envs, 1), dtype=torch.bool)  # read-only
         self._fuse_reset = False  # set by step_and_maybe_reset around its step()
-        self._root_obs = None  # the fused step's next-root observation (torch), if any was done
+        self._root_parts = None  # the fused step's next-root observation and flags, if any was done
         self._last_any_done = None
         width = 4 * (self._obs_dim + 2)
         self._slab = _OutSlab(num_envs, width, self._obs_dim, root=False)
-        self._slab_root = _OutSlab(num_envs, width + 4 * self._obs_dim, self._obs_dim, root=True)
+        self._slab_root = _OutSlab(num_envs, width + 4 * self._obs_dim + 4, self._obs_dim, root=True)
         self._leaves = None  # the batched Brax State as its flat leaves (see _compiled)
 
     # ------------------------------------------------------------------ conversions
@@ -281,8 +299,12 @@ class BraxEnv(EnvBase):
         committed one, as DLPack gives, would compile the step again; and it is a tenth of
         ``jnp.asarray``'s cost); elsewhere through DLPack, committed to JAX's device as the
         state is."""
-        if tensor.dtype is torch.float32 and not tensor.requires_grad and tensor.device.type == "cpu":
-            return tensor.numpy()  # the common case, in as few calls as possible
+        try:  # the common case (a CPU float32 tensor without grad) in as few calls as possible
+            array = tensor.numpy()
+        except (RuntimeError, TypeError):  # needs grad, or not on the CPU
+            array = None
+        if array is not None and array.dtype == np.float32:
+            return array
         tensor = tensor.detach()
         if tensor.dtype != torch.float32:
             tensor = tensor.float()
@@ -336,35 +358,60 @@ class BraxEnv(EnvBase):
 
     def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """:meth:`EnvBase.step_and_maybe_reset` with the step and the reset of the done
-        sub-envs in one jitted call (CPU; the same data as a step then a reset)."""
+        sub-envs in one jitted call (CPU; the same data as a step then a reset). For a plain,
+        unlocked TensorDict without a ``"next"`` entry and no action check, the next root is
+        built from the step's dict directly (as :class:`~tdrl.core.envs.EnvPoolEnv` does): the
+        step's entries but the reward, with the done sub-envs' fresh observations; its done
+        flags are all False (a sub-env was not done, or it was reset)."""
         if (type(self).step is not EnvBase.step or type(tensordict) is not TensorDict
                 or self.device.type != "cpu" or self._jax_device.platform != "cpu"):
             return super().step_and_maybe_reset(tensordict)
-        self._fuse_reset, self._root_obs = True, None
+        src = tensordict._tensordict
+        if (not self.check_actions and NEXT not in src and not tensordict.is_locked
+                and type(self)._step is BraxEnv._step):
+            action = src.get(ACTION)
+            if action is None:
+                action = tensordict.get(ACTION)  # raises the usual KeyError
+            nxt = self._step_source(action, True)
+            src[NEXT] = self._make_td(nxt)
+            root = {k: v for k, v in nxt.items() if k != REWARD}
+            if self._root_parts is not None:
+                root[OBSERVATION], root[DONE], root[TERMINATED], root[TRUNCATED] = self._root_parts
+                self._root_parts = None
+            return tensordict, self._make_td(root)
+        self._fuse_reset, self._root_parts = True, None
         try:
             tensordict = self.step(tensordict)
         finally:
             self._fuse_reset = False
+        root, self._root_parts = self._root_parts, None
         next_root = step_mdp(tensordict, self.reward_keys)
-        if self._root_obs is not None:
-            obs, self._root_obs = self._root_obs, None
+        if root is not None:
             src = next_root._tensordict
             keep = ~src[DONE].numpy()
             next_root = self._make_td(merge_reset_rows(
-                src, keep, obs, self._false, RESET_KEY, (DONE, TERMINATED, TRUNCATED)))
+                src, keep, root[0], self._false, RESET_KEY, (DONE, TERMINATED, TRUNCATED)))
         return tensordict, next_root
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        try:  # fast path: a plain TensorDict holds its entries in a dict
+            action = tensordict._tensordict[ACTION]
+        except (AttributeError, KeyError):
+            action = tensordict.get(ACTION)
+        return self._make_td(self._step_source(action, self._fuse_reset))
+
+    def _step_source(self, action: torch.Tensor, fused: bool) -> dict:
+        """One step -> the ``"next"`` content as ``{key: tensor}``; ``fused`` (CPU only):
+        also reset the sub-envs that are done, their fresh observations and (False) flags in
+        ``self._root_parts`` (None if no sub-env was done)."""
         if self._leaves is None:
             raise RuntimeError(f"{self!r}: call reset() before the first step.")
-        action = self._jax_array(tensordict.get(ACTION))
-        fused = self._fuse_reset  # CPU only (step_and_maybe_reset checks)
+        action = self._jax_array(action)
         if fused:
             self._key, self._leaves, packed = self._step_reset_fn(self._key, self._leaves, action)
         else:
             self._leaves, packed = self._step_fn(self._leaves, action)
         if self._jax_device.platform == "cpu":
-            packed.block_until_ready()
             slab = self._slab_root if fused else self._slab
             parts = slab.take(packed)
             any_done = slab.any_done
@@ -376,8 +423,21 @@ class BraxEnv(EnvBase):
             any_done = bool(raw[0, 4 * (self._obs_dim + 1) + 3])
         self._last_any_done = any_done
         if fused and any_done:
-            self._root_obs = parts[5]
-        return self._make_td(dict(zip((OBSERVATION, REWARD, DONE, TERMINATED, TRUNCATED), parts)))
+            self._root_parts = parts[5:]
+        return {OBSERVATION: parts[0], REWARD: parts[1], DONE: parts[2], TERMINATED: parts[3],
+                TRUNCATED: parts[4]}
+
+    def dict_stepper(self):
+        """``step`` on plain dicts (see :meth:`EnvBase.dict_stepper`) without action checks;
+        ``None`` otherwise."""
+        if self.check_actions or type(self).step is not EnvBase.step or type(self)._step is not BraxEnv._step:
+            return None
+        source = self._step_source
+
+        def stepper(root: dict) -> tuple[dict, bool | None]:
+            return source(root[ACTION], False), self._last_any_done
+
+        return stepper
 
     @property
     def last_any_done(self) -> bool | None:
