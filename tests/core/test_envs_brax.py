@@ -211,3 +211,31 @@ def test_fused_step_with_a_preset_next_and_dict_stepper_equal_the_generic_step()
         rc = dict(c.reset(c._make_td({**{k: v for k, v in nc.items() if k != "reward"},
                                      "_reset": nc["done"].clone()})).items()) if any_done else nc
     assert resets >= 4
+
+
+def test_collector_dict_loop_equals_the_generic_loop():
+    """A Collector runs BraxEnv through its dict_stepper (the dict loop): the same batches as
+    the generic loop (episodes end and sub-envs reset inside the batches)."""
+    from tensordict.nn import TensorDictModule
+
+    from tdrl.core.collectors import Collector
+
+    def collect(dict_loop):
+        torch.manual_seed(0)
+        policy = TensorDictModule(torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()),
+                                  ["observation"], ["action"])
+        col = Collector(BraxEnv("inverted_pendulum", num_envs=4, episode_length=LIMIT, seed=2),
+                        policy, frames_per_batch=4 * 20, seed=2)
+        col._dict_loop = dict_loop
+        it = iter(col)
+        batches = [next(it) for _ in range(2)]
+        return batches, col
+
+    fast, fast_col = collect(True)
+    slow, _ = collect(False)
+    assert fast_col._dict_plan(fast_col._td) is not None  # the dict loop did run
+    assert int(torch.cat([b["next", "done"] for b in slow]).sum()) >= 4
+    for a, b in zip(fast, slow):
+        assert list(a.keys(True, True)) == list(b.keys(True, True))
+        for key in a.keys(True, True):
+            assert torch.equal(a[key], b[key]), key
