@@ -6,8 +6,9 @@ For each environment (``inverted_pendulum``, ``ant``; the ``spring`` pipeline) a
 - ``raw``: Brax's own ``envs.create(name, batch_size=B, auto_reset=False)`` stepped by
   ``jax.jit(env.step)`` with JAX actions, waiting for each step's observation (a policy
   needs it before the next action);
-- ``tdrl``: ``BraxEnv.step(td)`` with torch actions (the action handed to JAX, the step, the
-  outputs back to torch through DLPack, the TensorDict);
+- ``tdrl``: ``BraxEnv.step(td)`` with torch actions written into the TensorDict (the action
+  handed to JAX as a numpy view, the step, the packed outputs copied into a row of
+  preallocated torch tensors, the TensorDict);
 - with resets: ``raw auto-reset`` (``envs.create(..., auto_reset=True)``: Brax resets done
   sub-envs inside its step and reports the reset state as the step's) against ``tdrl
   step_and_maybe_reset`` (the real last transition kept, the done sub-envs reset for the next
@@ -136,7 +137,9 @@ def main() -> None:
                 note=f"Median of {args.repeats} interleaved repeats of {args.steps} steps; "
                 "compilation excluded. Random actions: inverted_pendulum's episodes end within a "
                 "few steps, so the reset columns reset sub-envs most steps; raw auto-reset records "
-                "Brax's reset state as the finished step's outcome, tdrl the real last transition.",
+                "Brax's reset state as the finished step's outcome and restores the episode's first "
+                "state (no new draw), tdrl keeps the real last transition and draws fresh initial "
+                "states (a reset computation inside the jitted step).",
             )
 
 

@@ -146,3 +146,96 @@ def test_fused_step_and_reset_equals_step_then_reset():
         for key in tb.keys(True, True):
             assert torch.equal(ta[key], tb[key]), key
     assert resets >= 4  # the time limit alone ends every sub-env's episode twice
+
+
+def test_outputs_equal_brax_own_state_and_never_alias():
+    """The unpacked step outputs (bytes of one packed array, copied into a row slab) equal
+    Brax's own State fields, and a later step never changes an earlier step's tensors."""
+    import numpy as np
+
+    e = BraxEnv("inverted_pendulum", num_envs=4, episode_length=LIMIT, seed=1)
+    td = e.reset()
+    assert np.array_equal(td["observation"].numpy(), np.asarray(e.state.obs))
+    kept, done_seen = [], 0
+    for t in range(2 * LIMIT):
+        td["action"] = torch.full((4, 1), 0.05 * (t % 3 - 1))
+        nxt = e.step(td)["next"]
+        s = e.state
+        done = np.asarray(s.done) > 0
+        trunc = (np.asarray(s.info["truncation"]) > 0) & done
+        assert np.array_equal(nxt["observation"].numpy(), np.asarray(s.obs))
+        assert np.array_equal(nxt["reward"].numpy()[:, 0], np.asarray(s.reward))
+        assert np.array_equal(nxt["done"].numpy()[:, 0], done)
+        assert np.array_equal(nxt["terminated"].numpy()[:, 0], done & ~trunc)
+        assert np.array_equal(nxt["truncated"].numpy()[:, 0], trunc)
+        assert e.last_any_done == bool(done.any())
+        done_seen += int(done.sum())
+        kept.append((nxt, {k: v.clone() for k, v in nxt.items()}))
+        td = e.reset(nxt.set("_reset", nxt["done"].clone())) if done.any() else nxt
+    assert done_seen >= 4
+    for nxt, copy in kept:  # no step overwrote an earlier one's outputs
+        for k, v in copy.items():
+            assert torch.equal(nxt[k], v), k
+    ptrs = [nxt["observation"].data_ptr() for nxt, _ in kept]
+    assert len(set(ptrs)) == len(ptrs)
+
+
+def test_fused_step_with_a_preset_next_and_dict_stepper_equal_the_generic_step():
+    """The fused step's fallback (a root that already holds "next", e.g. a recurrent
+    policy's next state) and dict_stepper give what EnvBase's step / step_and_maybe_reset give."""
+    from tdrl.core.envs import EnvBase
+
+    a, b, c = (BraxEnv("inverted_pendulum", num_envs=4, episode_length=LIMIT, seed=9) for _ in range(3))
+    ta, tb = a.reset(), b.reset()
+    rc = dict(c.reset().items())
+    stepper = c.dict_stepper()
+    assert stepper is not None
+    actions = torch.linspace(-1, 1, 4 * 35).reshape(35, 4, 1)
+    resets = 0
+    for t, act in enumerate(actions):
+        ta["action"], tb["action"], rc["action"] = act, act.clone(), act.clone()
+        ta["next", "hidden"] = tb["next", "hidden"] = torch.full((4, 2), float(t))
+        sa, ta = a.step_and_maybe_reset(ta)
+        sb, tb = EnvBase.step_and_maybe_reset(b, tb)
+        nc, any_done = stepper(rc)
+        for key in sb.keys(True, True):
+            assert torch.equal(sa[key], sb[key]), key
+        assert set(ta.keys(True, True)) == set(tb.keys(True, True)) and "hidden" in ta.keys()
+        for key in tb.keys(True, True):
+            assert torch.equal(ta[key], tb[key]), key
+        assert set(nc) == set(sb["next"].keys()) - {"hidden"}
+        for key, value in nc.items():
+            assert torch.equal(value, sb["next", key]), key
+        assert any_done == bool(sb["next", "done"].any())
+        resets += int(sb["next", "done"].sum())
+        rc = dict(c.reset(c._make_td({**{k: v for k, v in nc.items() if k != "reward"},
+                                     "_reset": nc["done"].clone()})).items()) if any_done else nc
+    assert resets >= 4
+
+
+def test_collector_dict_loop_equals_the_generic_loop():
+    """A Collector runs BraxEnv through its dict_stepper (the dict loop): the same batches as
+    the generic loop (episodes end and sub-envs reset inside the batches)."""
+    from tensordict.nn import TensorDictModule
+
+    from tdrl.core.collectors import Collector
+
+    def collect(dict_loop):
+        torch.manual_seed(0)
+        policy = TensorDictModule(torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()),
+                                  ["observation"], ["action"])
+        col = Collector(BraxEnv("inverted_pendulum", num_envs=4, episode_length=LIMIT, seed=2),
+                        policy, frames_per_batch=4 * 20, seed=2)
+        col._dict_loop = dict_loop
+        it = iter(col)
+        batches = [next(it) for _ in range(2)]
+        return batches, col
+
+    fast, fast_col = collect(True)
+    slow, _ = collect(False)
+    assert fast_col._dict_plan(fast_col._td) is not None  # the dict loop did run
+    assert int(torch.cat([b["next", "done"] for b in slow]).sum()) >= 4
+    for a, b in zip(fast, slow):
+        assert list(a.keys(True, True)) == list(b.keys(True, True))
+        for key in a.keys(True, True):
+            assert torch.equal(a[key], b[key]), key
