@@ -121,38 +121,56 @@ def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor
 # ---------------------------------------------------------------------------------- GRU
 
 
+def _time_major(x: Tensor) -> Tensor:
+    """``x [N, T, F]`` copied into a pooled time-major ``[T, N, F]`` buffer: each step's rows
+    are then contiguous (batch-first rows ``T * F`` apart, a power of two here, map onto the
+    same cache sets and made the per-step GEMMs and stores measurably slower)."""
+    buf = _take((x.shape[1], x.shape[0], x.shape[2]), x)
+    return buf.copy_(x.transpose(0, 1))
+
+
 def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
-    """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspaces ``G [T, N, 4H]``
-    holding ``(W_hn h + b_hn, r, z, n)`` per step, ``HP [T, N, H]``, the reset state
-    ``h * keep`` entering each step that resets (other steps read ``hs``), and
-    ``DF [T, N, H]``, ``h_prev - n`` (the backward's ``dz`` factor)."""
+    """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspaces ``X [T, N, F]``
+    (``x``), ``HS [T, N, H]`` (``hs``), ``G [T, N, 5H]`` holding per step ``r``, ``z`` and the
+    backward's gate factors ``(1 - n^2)(1 - z)``, ``r (1 - r) (W_hn h + b_hn)``,
+    ``z (1 - z) (h_prev - n)`` (so the backward does one product per gate). The reset state
+    ``h * keep`` entering a step goes to a hot scratch, not a workspace: the backward remakes
+    it from ``HS`` (one op on hot memory costs less than a store to and a load from the
+    workspace)."""
     n, t_len, _ = x.shape
     H = w_hh.shape[1]
     b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
     bias = _rows(torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]]), n)  # b_hr, b_hz in
-    G = _take((t_len, n, 4 * H), x) if save else x.new_empty(1, n, 4 * H)
-    HP = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
-    DF = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
-    hs = x.new_empty(n, t_len, H)
+    X, HS = _time_major(x), _take((t_len, n, H), x)
+    G = _take((t_len, n, 5 * H), x) if save else x.new_empty(1, n, 5 * H)
     w_ih_t, w_rz_t, w_n_t = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t()
     b_hn = _rows(b_hh[2 * H :], n)
-    ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)  # per-step views
+    # hot per-step scratch: the pre-activations (then n) and (W_hn h + b_hn, h_prev - n); only
+    # what the backward needs goes to the workspaces (a GEMM into them ran ~80 us slower)
+    s, u, one = x.new_empty(n, 3 * H), x.new_empty(n, 2 * H), x.new_ones(())
+    s_rz, nn_, ghn, diff = s[:, : 2 * H], s[:, 2 * H :], u[:, :H], u[:, H:]
+    ks, xs, hss = keep.unsqueeze(-1).unbind(1), X.unbind(0), HS.unbind(0)  # per-step views
     steps = G if save else G.expand(t_len, -1, -1)  # without grad one step's buffer is reused
-    hps = (HP if save else HP.expand(t_len, -1, -1)).unbind(0)
-    dfs = (DF if save else DF.expand(t_len, -1, -1)).unbind(0)
-    blocks = _per_step(steps, H, (0, 1), (1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
+    hps = (x.new_empty(n, H), x.new_empty(n, H))
+    blocks = list(zip(*_per_step(steps, H, (0, 2), (0, 1), (1, 2), (2, 3), (3, 5))))
     hp = torch.mul(h0, ks[0], out=hps[0]) if t_len and resets[0] else h0
     for t in range(t_len):
-        ghn, gi, rz, r, z, nn_ = (b[t] for b in blocks)
-        torch.addmm(bias, xs[t], w_ih_t, out=gi)
-        rz.addmm_(hp, w_rz_t).sigmoid_()
+        rz, r, z, n_f, fac = blocks[t]
+        torch.addmm(bias, xs[t], w_ih_t, out=s)
+        torch.sigmoid(s_rz.addmm_(hp, w_rz_t), out=rz)
         torch.addmm(b_hn, hp, w_n_t, out=ghn)
         nn_.addcmul_(r, ghn).tanh_()
-        diff = torch.sub(hp, nn_, out=dfs[t])
+        torch.sub(hp, nn_, out=diff)
         h = torch.addcmul(nn_, z, diff, out=hss[t])  # (1 - z) n + z h
+        if save:
+            torch.addcmul(rz, rz, rz, value=-1, out=fac).mul_(u)
+            torch.addcmul(one, nn_, nn_, value=-1, out=n_f).addcmul_(n_f, z, value=-1)
         if t + 1 < t_len:
-            hp = torch.mul(h, ks[t + 1], out=hps[t + 1]) if resets[t + 1] else h
-    return hs, ((G, HP, DF) if save else None)
+            hp = torch.mul(h, ks[t + 1], out=hps[(t + 1) % 2]) if resets[t + 1] else h
+    hs = HS.transpose(0, 1).contiguous()
+    if not save:
+        _give(X, HS)
+    return hs, ((X, HS, G) if save else None)
 
 
 class _GRUCPU(torch.autograd.Function):
@@ -160,59 +178,71 @@ class _GRUCPU(torch.autograd.Function):
     def forward(ctx, x, h0, keep, w_ih, w_hh, b_ih, b_hh):
         ctx.set_materialize_grads(False)
         resets = _reset_steps(keep)
-        hs, (G, HP, DF) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
-        ctx.save_for_backward(x, h0, keep, w_ih, w_hh, hs)
-        ctx.G, ctx.HP, ctx.DF, ctx.resets = G, HP, DF, resets
-        weakref.finalize(ctx, _give, G, HP, DF)  # back to the pool when the graph is freed
+        hs, (X, HS, G) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        ctx.save_for_backward(h0, keep, w_ih, w_hh)
+        ctx.X, ctx.HS, ctx.G, ctx.resets = X, HS, G, resets
+        weakref.finalize(ctx, _give, X, HS, G)  # back to the pool when the graph is freed
         return hs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_hs):
-        x, h0, keep, w_ih, w_hh, hs = ctx.saved_tensors
-        G, resets = ctx.G, ctx.resets
+        h0, keep, w_ih, w_hh = ctx.saved_tensors
+        X, HS, resets = ctx.X, ctx.HS, ctx.resets
+        t_len, n, f = X.shape
+        H = w_hh.shape[1]
         if g_hs is None:  # not reached by autograd (one output), kept for direct calls
-            g_hs = hs.new_zeros(()).expand(hs.shape)
+            g_hs = X.new_zeros(()).expand(n, t_len, H)
         need = ctx.needs_input_grad
-        n, t_len, H = hs.shape
-        # d per step: (d ghn, d r_pre, d z_pre, d n_pre): [:3H] is d(W_hh h + b_hh) for
-        # W_hh's rows reordered (n, r, z), [H:] is d(W_ih x + b_ih) in W_ih's order (r, z, n)
+        # d per step: (d ghn, d r_pre, d z_pre, d n_pre, dh): [:3H] is d(W_hh h + b_hh) for
+        # W_hh's rows reordered (n, r, z), [H:4H] is d(W_ih x + b_ih) in W_ih's order
+        # (r, z, n), [4H:] the state gradient entering the step; two such buffers alternate
         w_p = torch.cat([w_hh[2 * H :], w_hh[: 2 * H]])
-        dx = x.new_empty(x.shape) if need[0] else None
-        dw_ih = x.new_zeros(3 * H, x.shape[-1]) if need[3] else None
-        dw_p = x.new_zeros(3 * H, H) if need[4] else None
-        db = x.new_zeros(4 * H) if need[5] or need[6] else None
-        one, ones = x.new_ones(()), x.new_ones(n)
-        d, u, hps = x.new_empty(n, 4 * H), x.new_empty(n, 2 * H), ctx.HP.unbind(0)
-        dpn, dghn, drz, dgh, dgi = d[:, 3 * H :], d[:, :H], d[:, H : 3 * H], d[:, : 3 * H], d[:, H:]
-        d_t, dgh_t, dgi_t = d.t(), dgh.t(), dgi.t()
-        dxs = dx.unbind(1) if dx is not None else None
-        dh, dh2 = x.new_zeros(n, H), x.new_empty(n, H)
-        ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)
-        gss, dfs = _grad_steps(g_hs), ctx.DF.unbind(0)
-        blocks = _per_step(G, H, (0, 1), (1, 3), (1, 2), (2, 3), (3, 4))
+        DX = _take((t_len, n, f), X) if need[0] else None
+        dw_ih = X.new_zeros(3 * H, f) if need[3] else None
+        dw_p = X.new_zeros(3 * H, H) if need[4] else None
+        db = X.new_zeros(4 * H) if need[5] or need[6] else None
+        ones = X.new_ones(n)
+        views = []
+        for d in (X.new_empty(n, 5 * H), X.new_empty(n, 5 * H)):
+            views.append((d[:, 4 * H :], d[:, :H], d[:, H : 3 * H], d[:, 3 * H : 4 * H],
+                          d[:, 3 * H :], d[:, : 3 * H], d[:, H : 4 * H], d[:, : 4 * H].t(),
+                          d[:, : 3 * H].t(), d[:, H : 4 * H].t()))  # fmt: skip
+        hp_buf, ks, xs, hss = X.new_empty(n, H), keep.unsqueeze(-1).unbind(1), X.unbind(0), HS.unbind(0)
+        dxs = DX.unbind(0) if DX is not None else None
+        gss = _grad_steps(g_hs)
+        blocks = list(zip(*_per_step(ctx.G, H, (0, 1), (1, 2), (2, 3), (3, 5))))
+        views[0][0].copy_(gss[-1]) if t_len else views[0][0].zero_()
         for t in range(t_len - 1, -1, -1):
-            dh.add_(gss[t])
-            hp = hps[t] if resets[t] else h0 if t == 0 else hss[t - 1]
-            ghn, rz, r, z, nn_ = (b[t] for b in blocks)
-            torch.addcmul(one, nn_, nn_, value=-1, out=dpn).mul_(dh)  # dh (1 - n^2)
-            dpn.addcmul_(dpn, z, value=-1)  # * (1 - z)
-            torch.mul(dpn, r, out=dghn)
-            torch.mul(dpn, ghn, out=u[:, :H])
-            torch.mul(dfs[t], dh, out=u[:, H:])  # (h_prev - n) dh
-            torch.addcmul(rz, rz, rz, value=-1, out=drz).mul_(u)  # rz (1 - rz) u
-            torch.mul(dh, z, out=dh2).addmm_(dgh, w_p)
+            dh, dghn, drz, dpn, pn_dh, dgh, dgi, d_t, dgh_t, dgi_t = views[(t_len - 1 - t) % 2]
+            dh_next = views[(t_len - t) % 2][0]
+            if t + 1 < t_len:  # dh arrives from step t + 1 (w.r.t. its reset state)
+                if resets[t + 1]:
+                    torch.addcmul(gss[t], dh, ks[t + 1], out=dh)
+                else:
+                    dh.add_(gss[t])
+            hp = h0 if t == 0 else hss[t - 1]
             if resets[t]:
-                dh2.mul_(ks[t])
-            dh, dh2 = dh2, dh
+                hp = torch.mul(hp, ks[t], out=hp_buf)
+            r, z, np_, fac = blocks[t]
+            torch.mul(dh, np_, out=dpn)  # dh (1 - n^2)(1 - z)
+            torch.mul(dpn, r, out=dghn)
+            torch.mul(pn_dh, fac, out=drz)  # (dpn r(1-r) ghn, dh z(1-z)(h_prev - n))
+            torch.mul(dh, z, out=dh_next).addmm_(dgh, w_p)
             if dw_p is not None:
                 dw_p.addmm_(dgh_t, hp)
             if dw_ih is not None:
                 dw_ih.addmm_(dgi_t, xs[t])
-            if dx is not None:
+            if dxs is not None:
                 torch.mm(dgi, w_ih, out=dxs[t])
             if db is not None:
                 db.addmv_(d_t, ones)
+        dh = views[t_len % 2][0]
+        dh = dh * ks[0] if t_len and resets[0] else dh.clone()
+        dx = None
+        if DX is not None:
+            dx = DX.transpose(0, 1).contiguous()
+            _give(DX)
         dw_hh = None if dw_p is None else torch.cat([dw_p[H:], dw_p[:H]])
         db_ih = db[H:] if need[5] else None
         db_hh = torch.cat([db[H : 3 * H], db[:H]]) if need[6] else None
