@@ -4,15 +4,19 @@ The same maths as ``fused.py`` (and ``reference.py``, which both are tested agai
 out for the CPU, where the cost is not the arithmetic but allocating and touching memory
 (and, the GEMMs being at this core's peak, the count of small elementwise ops per step):
 
-* one time-major workspace ``[T, N, 4H]`` (from a pool): each step's input GEMM writes
-  into it and the step then overwrites it in place with what the backward needs (GRU:
-  ``W_hn h + b_hn``, ``r``, ``z``, ``n``; LSTM: the activated gates), so nothing is
-  allocated per step and each step touches one contiguous block;
+* time-major workspaces (from a pool) holding what the backward needs, so nothing is
+  allocated per step and each step touches contiguous blocks. GRU: ``x``, ``hs`` and ``dx``
+  time-major too (batch-first rows ``T * F`` floats apart, a power of two, made the per-step
+  GEMMs and stores slower) and per step ``[N, 5H]``: ``r``, ``z`` and the gate factors of the
+  backward (one product per gate there), the pre-activations and the reset state in hot
+  scratch buffers (a store to a workspace costs ~2-3x one to a hot buffer: the workspaces
+  do not fit in cache); LSTM: ``[T, N, 4H]``, the input GEMM's output overwritten in place
+  by the activated gates;
 * every step is a few ``out=`` / in-place ops (LSTM gates reordered to ``i, f, o, g`` so
   the three sigmoids are one op), the reset ``h * keep`` only on the steps where some row
   resets (the step list is read once), per-step views made once with ``unbind``; what the
-  forward computes anyway and the backward would recompute is kept (the reset states,
-  LSTM ``tanh(c)``, GRU ``h_prev - n``);
+  forward computes anyway and the backward would recompute is kept (LSTM: the reset states,
+  ``tanh(c)``);
 * an output gradient that is None (an unused LSTM ``cs``: ``set_materialize_grads(False)``)
   is skipped, one broadcast along time (``out.sum()``) is read as one contiguous slice;
 * the backward keeps one step's gate gradients ``[N, 4H]`` (hot in cache) and does four
@@ -129,6 +133,13 @@ def _time_major(x: Tensor) -> Tensor:
     return buf.copy_(x.transpose(0, 1))
 
 
+def _batch_first(buf: Tensor) -> Tensor:
+    """A fresh ``[N, T, H]`` copy of a time-major (pooled) ``[T, N, H]`` buffer (never a view:
+    ``.contiguous()`` returns the buffer itself when ``T`` or ``N`` is 1)."""
+    out = buf.new_empty(buf.shape[1], buf.shape[0], buf.shape[2])
+    return out.copy_(buf.transpose(0, 1))
+
+
 def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspaces ``X [T, N, F]``
     (``x``), ``HS [T, N, H]`` (``hs``), ``G [T, N, 5H]`` holding per step ``r``, ``z`` and the
@@ -141,7 +152,8 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     H = w_hh.shape[1]
     b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
     bias = _rows(torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]]), n)  # b_hr, b_hz in
-    X, HS = _time_major(x), _take((t_len, n, H), x)
+    # the backward's GEMMs read X: time-major only then (the forward's GEMM minds less)
+    X, HS = (_time_major(x) if save else x.transpose(0, 1)), _take((t_len, n, H), x)
     G = _take((t_len, n, 5 * H), x) if save else x.new_empty(1, n, 5 * H)
     w_ih_t, w_rz_t, w_n_t = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t()
     b_hn = _rows(b_hh[2 * H :], n)
@@ -167,9 +179,9 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
             torch.addcmul(one, nn_, nn_, value=-1, out=n_f).addcmul_(n_f, z, value=-1)
         if t + 1 < t_len:
             hp = torch.mul(h, ks[t + 1], out=hps[(t + 1) % 2]) if resets[t + 1] else h
-    hs = HS.transpose(0, 1).contiguous()
+    hs = _batch_first(HS)
     if not save:
-        _give(X, HS)
+        _give(HS)
     return hs, ((X, HS, G) if save else None)
 
 
@@ -241,7 +253,7 @@ class _GRUCPU(torch.autograd.Function):
         dh = dh * ks[0] if t_len and resets[0] else dh.clone()
         dx = None
         if DX is not None:
-            dx = DX.transpose(0, 1).contiguous()
+            dx = _batch_first(DX)
             _give(DX)
         dw_hh = None if dw_p is None else torch.cat([dw_p[H:], dw_p[:H]])
         db_ih = db[H:] if need[5] else None
