@@ -152,8 +152,12 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     H = w_hh.shape[1]
     b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
     bias = _rows(torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]]), n)  # b_hr, b_hz in
-    # the backward's GEMMs read X: time-major only then (the forward's GEMM minds less)
-    X, HS = (_time_major(x) if save else x.transpose(0, 1)), _take((t_len, n, H), x)
+    # time-major only for the backward's GEMMs (the forward's minds the layout less)
+    if save:
+        X, HS = _time_major(x), _take((t_len, n, H), x)
+    else:
+        hs = x.new_empty(n, t_len, H)
+        X, HS = x.transpose(0, 1), hs.transpose(0, 1)
     G = _take((t_len, n, 5 * H), x) if save else x.new_empty(1, n, 5 * H)
     w_ih_t, w_rz_t, w_n_t = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t()
     b_hn = _rows(b_hh[2 * H :], n)
@@ -179,10 +183,9 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
             torch.addcmul(one, nn_, nn_, value=-1, out=n_f).addcmul_(n_f, z, value=-1)
         if t + 1 < t_len:
             hp = torch.mul(h, ks[t + 1], out=hps[(t + 1) % 2]) if resets[t + 1] else h
-    hs = _batch_first(HS)
     if not save:
-        _give(HS)
-    return hs, ((X, HS, G) if save else None)
+        return hs, None
+    return _batch_first(HS), (X, HS, G)
 
 
 class _GRUCPU(torch.autograd.Function):
