@@ -5,13 +5,13 @@ out for the CPU, where the cost is not the arithmetic but allocating and touchin
 (and, the GEMMs being at this core's peak, the count of small elementwise ops per step):
 
 * time-major workspaces (from a pool) holding what the backward needs, so nothing is
-  allocated per step and each step touches contiguous blocks. GRU: ``x``, ``hs`` and ``dx``
-  time-major too (batch-first rows ``T * F`` floats apart, a power of two, made the per-step
-  GEMMs and stores slower) and per step ``[N, 5H]``: ``r``, ``z`` and the gate factors of the
-  backward (one product per gate there), the pre-activations and the reset state in hot
-  scratch buffers (a store to a workspace costs ~2-3x one to a hot buffer: the workspaces
-  do not fit in cache); LSTM: ``[T, N, 4H]``, the input GEMM's output overwritten in place
-  by the activated gates;
+  allocated per step and each step touches contiguous blocks; ``x`` and ``dx`` time-major
+  too when training (batch-first rows ``T * F`` floats apart, a power of two, made the
+  per-step GEMMs slower). GRU: ``hs`` time-major and per step ``[N, 5H]``: ``r``, ``z`` and
+  the gate factors of the backward (one product per gate there), the pre-activations and
+  the reset state in hot scratch buffers (a store to a workspace costs ~2-3x one to a hot
+  buffer: the workspaces do not fit in cache); LSTM: ``[T, N, 4H]``, the input GEMM's
+  output overwritten in place by the activated gates (a hot scratch measured ~2% slower);
 * every step is a few ``out=`` / in-place ops (LSTM gates reordered to ``i, f, o, g`` so
   the three sigmoids are one op), the reset ``h * keep`` only on the steps where some row
   resets (the step list is read once), per-step views made once with ``unbind``; what the
@@ -292,7 +292,8 @@ def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     HC = _take((t_len, n, 2 * H), x) if save else x.new_empty(1, n, 2 * H)
     w_ih_t, w_hh_t = _ifog(w_ih, H).t(), _ifog(w_hh, H).t()
     hs, cs = x.new_empty(n, t_len, H), x.new_empty(n, t_len, H)
-    ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
+    X = _time_major(x) if save else x.transpose(0, 1)  # time-major for the backward's GEMMs
+    ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), X.unbind(0), hs.unbind(1), cs.unbind(1)
     steps = A if save else A.expand(t_len, -1, -1)  # without grad one step's buffer is reused
     tcs = (TC if save else TC.expand(t_len, -1, -1)).unbind(0)
     hps, cps = _per_step(HC if save else HC.expand(t_len, -1, -1), H, (0, 1), (1, 2))
@@ -313,7 +314,7 @@ def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
                 cp = torch.mul(c, ks[t + 1], out=cps[t + 1])
             else:
                 hp, cp = h, c
-    return hs, cs, ((A, TC, HC) if save else None)
+    return hs, cs, ((X, A, TC, HC) if save else None)
 
 
 class _LSTMCPU(torch.autograd.Function):
@@ -322,22 +323,23 @@ class _LSTMCPU(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # an unused output (most often cs) gets no zero grad
         resets = _reset_steps(keep)
         hs, cs, saved = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
-        A, TC, HC = saved
-        ctx.save_for_backward(x, h0, c0, keep, w_ih, w_hh, hs, cs)
-        ctx.A, ctx.TC, ctx.HC, ctx.resets = A, TC, HC, resets
-        weakref.finalize(ctx, _give, A, TC, HC)  # back to the pool when the graph is freed
+        X, A, TC, HC = saved
+        ctx.save_for_backward(h0, c0, keep, w_ih, w_hh, hs, cs)
+        ctx.X, ctx.A, ctx.TC, ctx.HC, ctx.resets = X, A, TC, HC, resets
+        weakref.finalize(ctx, _give, X, A, TC, HC)  # back to the pool when the graph is freed
         return hs, cs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_hs, g_cs):
-        x, h0, c0, keep, w_ih, w_hh, hs, cs = ctx.saved_tensors
-        A, resets = ctx.A, ctx.resets
+        h0, c0, keep, w_ih, w_hh, hs, cs = ctx.saved_tensors
+        X, A, resets = ctx.X, ctx.A, ctx.resets
+        x = X  # time-major [T, N, F]: only its dtype / device is read below
         need = ctx.needs_input_grad
         n, t_len, H = hs.shape
         w_ih_p, w_hh_p = _ifog(w_ih, H), _ifog(w_hh, H)
-        dx = x.new_empty(x.shape) if need[0] else None
-        dw_ih = x.new_zeros(4 * H, x.shape[-1]) if need[4] else None
+        DX = _take(X.shape, X) if need[0] else None
+        dw_ih = x.new_zeros(4 * H, X.shape[-1]) if need[4] else None
         dw_hh = x.new_zeros(4 * H, H) if need[5] else None
         db = x.new_zeros(4 * H) if need[6] or need[7] else None
         one, ones = x.new_ones(()), x.new_ones(n)
@@ -348,9 +350,9 @@ class _LSTMCPU(torch.autograd.Function):
         dh, dc, dhc3 = dhc[:, :H], dhc[:, H:], dhc.view(n, 2, H)
         d3, dg, d_t = d[:, : 3 * H], d[:, 3 * H :], d.t()
         u_i, u_f, u_o = u[:, :H], u[:, H : 2 * H], u[:, 2 * H :]
-        ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
+        ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), X.unbind(0), hs.unbind(1), cs.unbind(1)
         ghs, gcs, tcs = _grad_steps(g_hs), _grad_steps(g_cs), ctx.TC.unbind(0)
-        dxs = dx.unbind(1) if dx is not None else None
+        dxs = DX.unbind(0) if DX is not None else None
         blocks = _per_step(A, H, (0, 3), (0, 1), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
             if ghs is not None:
@@ -378,13 +380,17 @@ class _LSTMCPU(torch.autograd.Function):
                 dw_hh.addmm_(d_t, hp)
             if dw_ih is not None:
                 dw_ih.addmm_(d_t, xs[t])
-            if dx is not None:
+            if dxs is not None:
                 torch.mm(d, w_ih_p, out=dxs[t])
             if db is not None:
                 db.addmv_(d_t, ones)
         dw_ih = None if dw_ih is None else _ifog(dw_ih, H)
         dw_hh = None if dw_hh is None else _ifog(dw_hh, H)
         db = None if db is None else _ifog(db, H)
+        dx = None
+        if DX is not None:
+            dx = _batch_first(DX)
+            _give(DX)
         return dx, dh, dc, None, dw_ih, dw_hh, db if need[6] else None, db if need[7] else None
 
 
