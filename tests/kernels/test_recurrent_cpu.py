@@ -144,3 +144,62 @@ def test_gru_broadcast_gradient_along_time():
     want = torch.autograd.grad(_ref("gru", x, states, is_init, weights).sum(), leaves)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("loss", ["last_step", "one_row_every_step_reset"])
+def test_gradient_from_the_final_state_only(kind, loss):
+    """Only ``h_n`` (the last step) in the loss, and a loss on a row that resets before every
+    step; the GRU's backward carries the state gradient in its own buffers across steps."""
+    x, states, is_init, weights = _case(kind, n=5, t_len=8, h=7, seed=7)
+    if loss == "one_row_every_step_reset":
+        is_init[3] = True
+    leaves = [x, *states, *weights]
+
+    def f(out):
+        hs = out if kind == "gru" else out[0]
+        return (hs[:, -1] * torch.arange(1.0, 8.0, dtype=hs.dtype)).sum() if loss == "last_step" else hs[3].sum()
+
+    got = torch.autograd.grad(f(_op(kind, x, states, is_init, weights)), leaves)
+    want = torch.autograd.grad(f(_ref(kind, x, states, is_init, weights)), leaves)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("which", ["x", "weights", "state"])
+def test_only_some_inputs_need_grad_and_non_contiguous_x(kind, which):
+    """Gradients for a subset of the inputs (the others' GEMMs are skipped), ``x`` given as a
+    transposed (non-contiguous) view: equal to the reference's."""
+    x, states, is_init, weights = _case(kind, n=6, t_len=7, f=4, h=5, seed=8)
+    x = x.detach().transpose(0, 1).contiguous().transpose(0, 1)  # [N, T, F] with time-major strides
+    states = [s.detach() for s in states]
+    weights = [w.detach() for w in weights]
+    leaves = {"x": [x], "weights": weights, "state": states}[which]
+    for t in leaves:
+        t.requires_grad_()
+    got = torch.autograd.grad(_loss(_op(kind, x, states, is_init, weights)), leaves)
+    want = torch.autograd.grad(_loss(_ref(kind, x, states, is_init, weights)), leaves)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("t_len", [1, 3])
+def test_gru_outputs_do_not_alias_pooled_workspaces(t_len):
+    """Outputs (and ``dx``) are fresh tensors, also when ``T = 1`` (where a time-major buffer's
+    transpose is already "contiguous"): later calls reusing the pool leave them unchanged."""
+    x, states, is_init, weights = _case("gru", n=4, t_len=t_len, h=5, seed=9)
+    with torch.no_grad():
+        first = _op("gru", x, states, is_init, weights)
+        kept = first.clone()
+        _op("gru", torch.randn_like(x), states, is_init, weights)
+    torch.testing.assert_close(first, kept, rtol=0, atol=0)
+    out = _op("gru", x, states, is_init, weights)
+    (dx,) = torch.autograd.grad(out.sum(), [x])
+    dx_kept, out_kept = dx.clone(), out.detach().clone()
+    del out
+    _op("gru", torch.randn_like(x), states, is_init, weights).sum().backward()
+    torch.testing.assert_close(dx, dx_kept, rtol=0, atol=0)
+    with torch.no_grad():
+        again = _op("gru", x, states, is_init, weights)
+    torch.testing.assert_close(again, out_kept, rtol=0, atol=0)

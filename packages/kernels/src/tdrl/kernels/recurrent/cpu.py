@@ -4,15 +4,19 @@ The same maths as ``fused.py`` (and ``reference.py``, which both are tested agai
 out for the CPU, where the cost is not the arithmetic but allocating and touching memory
 (and, the GEMMs being at this core's peak, the count of small elementwise ops per step):
 
-* one time-major workspace ``[T, N, 4H]`` (from a pool): each step's input GEMM writes
-  into it and the step then overwrites it in place with what the backward needs (GRU:
-  ``W_hn h + b_hn``, ``r``, ``z``, ``n``; LSTM: the activated gates), so nothing is
-  allocated per step and each step touches one contiguous block;
+* time-major workspaces (from a pool) holding what the backward needs, so nothing is
+  allocated per step and each step touches contiguous blocks; ``x`` and ``dx`` time-major
+  too when training (batch-first rows ``T * F`` floats apart, a power of two, made the
+  per-step GEMMs slower). GRU: ``hs`` time-major and per step ``[N, 5H]``: ``r``, ``z`` and
+  the gate factors of the backward (one product per gate there), the pre-activations and
+  the reset state in hot scratch buffers (a store to a workspace costs ~2-3x one to a hot
+  buffer: the workspaces do not fit in cache); LSTM: ``[T, N, 4H]``, the input GEMM's
+  output overwritten in place by the activated gates (a hot scratch measured ~2% slower);
 * every step is a few ``out=`` / in-place ops (LSTM gates reordered to ``i, f, o, g`` so
   the three sigmoids are one op), the reset ``h * keep`` only on the steps where some row
   resets (the step list is read once), per-step views made once with ``unbind``; what the
-  forward computes anyway and the backward would recompute is kept (the reset states,
-  LSTM ``tanh(c)``, GRU ``h_prev - n``);
+  forward computes anyway and the backward would recompute is kept (LSTM: the reset states,
+  ``tanh(c)``);
 * an output gradient that is None (an unused LSTM ``cs``: ``set_materialize_grads(False)``)
   is skipped, one broadcast along time (``out.sum()``) is read as one contiguous slice;
 * the backward keeps one step's gate gradients ``[N, 4H]`` (hot in cache) and does four
@@ -121,38 +125,67 @@ def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor
 # ---------------------------------------------------------------------------------- GRU
 
 
+def _time_major(x: Tensor) -> Tensor:
+    """``x [N, T, F]`` copied into a pooled time-major ``[T, N, F]`` buffer: each step's rows
+    are then contiguous (batch-first rows ``T * F`` apart, a power of two here, map onto the
+    same cache sets and made the per-step GEMMs and stores measurably slower)."""
+    buf = _take((x.shape[1], x.shape[0], x.shape[2]), x)
+    return buf.copy_(x.transpose(0, 1))
+
+
+def _batch_first(buf: Tensor) -> Tensor:
+    """A fresh ``[N, T, H]`` copy of a time-major (pooled) ``[T, N, H]`` buffer (never a view:
+    ``.contiguous()`` returns the buffer itself when ``T`` or ``N`` is 1)."""
+    out = buf.new_empty(buf.shape[1], buf.shape[0], buf.shape[2])
+    return out.copy_(buf.transpose(0, 1))
+
+
 def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
-    """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspaces ``G [T, N, 4H]``
-    holding ``(W_hn h + b_hn, r, z, n)`` per step, ``HP [T, N, H]``, the reset state
-    ``h * keep`` entering each step that resets (other steps read ``hs``), and
-    ``DF [T, N, H]``, ``h_prev - n`` (the backward's ``dz`` factor)."""
+    """Returns ``hs [N, T, H]`` and, when ``save``, the time-major workspaces ``X [T, N, F]``
+    (``x``), ``HS [T, N, H]`` (``hs``), ``G [T, N, 5H]`` holding per step ``r``, ``z`` and the
+    backward's gate factors ``(1 - n^2)(1 - z)``, ``r (1 - r) (W_hn h + b_hn)``,
+    ``z (1 - z) (h_prev - n)`` (so the backward does one product per gate). The reset state
+    ``h * keep`` entering a step goes to a hot scratch, not a workspace: the backward remakes
+    it from ``HS`` (one op on hot memory costs less than a store to and a load from the
+    workspace)."""
     n, t_len, _ = x.shape
     H = w_hh.shape[1]
     b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
     bias = _rows(torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :]]), n)  # b_hr, b_hz in
-    G = _take((t_len, n, 4 * H), x) if save else x.new_empty(1, n, 4 * H)
-    HP = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
-    DF = _take((t_len, n, H), x) if save else x.new_empty(1, n, H)
-    hs = x.new_empty(n, t_len, H)
+    # time-major only for the backward's GEMMs (the forward's minds the layout less)
+    if save:
+        X, HS = _time_major(x), _take((t_len, n, H), x)
+    else:
+        hs = x.new_empty(n, t_len, H)
+        X, HS = x.transpose(0, 1), hs.transpose(0, 1)
+    G = _take((t_len, n, 5 * H), x) if save else x.new_empty(1, n, 5 * H)
     w_ih_t, w_rz_t, w_n_t = w_ih.t(), w_hh[: 2 * H].t(), w_hh[2 * H :].t()
     b_hn = _rows(b_hh[2 * H :], n)
-    ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)  # per-step views
+    # hot per-step scratch: the pre-activations (then n) and (W_hn h + b_hn, h_prev - n); only
+    # what the backward needs goes to the workspaces (a GEMM into them ran ~80 us slower)
+    s, u, one = x.new_empty(n, 3 * H), x.new_empty(n, 2 * H), x.new_ones(())
+    s_rz, nn_, ghn, diff = s[:, : 2 * H], s[:, 2 * H :], u[:, :H], u[:, H:]
+    ks, xs, hss = keep.unsqueeze(-1).unbind(1), X.unbind(0), HS.unbind(0)  # per-step views
     steps = G if save else G.expand(t_len, -1, -1)  # without grad one step's buffer is reused
-    hps = (HP if save else HP.expand(t_len, -1, -1)).unbind(0)
-    dfs = (DF if save else DF.expand(t_len, -1, -1)).unbind(0)
-    blocks = _per_step(steps, H, (0, 1), (1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
+    hps = (x.new_empty(n, H), x.new_empty(n, H))
+    blocks = list(zip(*_per_step(steps, H, (0, 2), (0, 1), (1, 2), (2, 3), (3, 5))))
     hp = torch.mul(h0, ks[0], out=hps[0]) if t_len and resets[0] else h0
     for t in range(t_len):
-        ghn, gi, rz, r, z, nn_ = (b[t] for b in blocks)
-        torch.addmm(bias, xs[t], w_ih_t, out=gi)
-        rz.addmm_(hp, w_rz_t).sigmoid_()
+        rz, r, z, n_f, fac = blocks[t]
+        torch.addmm(bias, xs[t], w_ih_t, out=s)
+        torch.sigmoid(s_rz.addmm_(hp, w_rz_t), out=rz)
         torch.addmm(b_hn, hp, w_n_t, out=ghn)
         nn_.addcmul_(r, ghn).tanh_()
-        diff = torch.sub(hp, nn_, out=dfs[t])
+        torch.sub(hp, nn_, out=diff)
         h = torch.addcmul(nn_, z, diff, out=hss[t])  # (1 - z) n + z h
+        if save:
+            torch.addcmul(rz, rz, rz, value=-1, out=fac).mul_(u)
+            torch.addcmul(one, nn_, nn_, value=-1, out=n_f).addcmul_(n_f, z, value=-1)
         if t + 1 < t_len:
-            hp = torch.mul(h, ks[t + 1], out=hps[t + 1]) if resets[t + 1] else h
-    return hs, ((G, HP, DF) if save else None)
+            hp = torch.mul(h, ks[t + 1], out=hps[(t + 1) % 2]) if resets[t + 1] else h
+    if not save:
+        return hs, None
+    return _batch_first(HS), (X, HS, G)
 
 
 class _GRUCPU(torch.autograd.Function):
@@ -160,59 +193,71 @@ class _GRUCPU(torch.autograd.Function):
     def forward(ctx, x, h0, keep, w_ih, w_hh, b_ih, b_hh):
         ctx.set_materialize_grads(False)
         resets = _reset_steps(keep)
-        hs, (G, HP, DF) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
-        ctx.save_for_backward(x, h0, keep, w_ih, w_hh, hs)
-        ctx.G, ctx.HP, ctx.DF, ctx.resets = G, HP, DF, resets
-        weakref.finalize(ctx, _give, G, HP, DF)  # back to the pool when the graph is freed
+        hs, (X, HS, G) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        ctx.save_for_backward(h0, keep, w_ih, w_hh)
+        ctx.X, ctx.HS, ctx.G, ctx.resets = X, HS, G, resets
+        weakref.finalize(ctx, _give, X, HS, G)  # back to the pool when the graph is freed
         return hs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_hs):
-        x, h0, keep, w_ih, w_hh, hs = ctx.saved_tensors
-        G, resets = ctx.G, ctx.resets
+        h0, keep, w_ih, w_hh = ctx.saved_tensors
+        X, HS, resets = ctx.X, ctx.HS, ctx.resets
+        t_len, n, f = X.shape
+        H = w_hh.shape[1]
         if g_hs is None:  # not reached by autograd (one output), kept for direct calls
-            g_hs = hs.new_zeros(()).expand(hs.shape)
+            g_hs = X.new_zeros(()).expand(n, t_len, H)
         need = ctx.needs_input_grad
-        n, t_len, H = hs.shape
-        # d per step: (d ghn, d r_pre, d z_pre, d n_pre): [:3H] is d(W_hh h + b_hh) for
-        # W_hh's rows reordered (n, r, z), [H:] is d(W_ih x + b_ih) in W_ih's order (r, z, n)
+        # d per step: (d ghn, d r_pre, d z_pre, d n_pre, dh): [:3H] is d(W_hh h + b_hh) for
+        # W_hh's rows reordered (n, r, z), [H:4H] is d(W_ih x + b_ih) in W_ih's order
+        # (r, z, n), [4H:] the state gradient entering the step; two such buffers alternate
         w_p = torch.cat([w_hh[2 * H :], w_hh[: 2 * H]])
-        dx = x.new_empty(x.shape) if need[0] else None
-        dw_ih = x.new_zeros(3 * H, x.shape[-1]) if need[3] else None
-        dw_p = x.new_zeros(3 * H, H) if need[4] else None
-        db = x.new_zeros(4 * H) if need[5] or need[6] else None
-        one, ones = x.new_ones(()), x.new_ones(n)
-        d, u, hps = x.new_empty(n, 4 * H), x.new_empty(n, 2 * H), ctx.HP.unbind(0)
-        dpn, dghn, drz, dgh, dgi = d[:, 3 * H :], d[:, :H], d[:, H : 3 * H], d[:, : 3 * H], d[:, H:]
-        d_t, dgh_t, dgi_t = d.t(), dgh.t(), dgi.t()
-        dxs = dx.unbind(1) if dx is not None else None
-        dh, dh2 = x.new_zeros(n, H), x.new_empty(n, H)
-        ks, xs, hss = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1)
-        gss, dfs = _grad_steps(g_hs), ctx.DF.unbind(0)
-        blocks = _per_step(G, H, (0, 1), (1, 3), (1, 2), (2, 3), (3, 4))
+        DX = _take((t_len, n, f), X) if need[0] else None
+        dw_ih = X.new_zeros(3 * H, f) if need[3] else None
+        dw_p = X.new_zeros(3 * H, H) if need[4] else None
+        db = X.new_zeros(4 * H) if need[5] or need[6] else None
+        ones = X.new_ones(n)
+        views = []
+        for d in (X.new_empty(n, 5 * H), X.new_empty(n, 5 * H)):
+            views.append((d[:, 4 * H :], d[:, :H], d[:, H : 3 * H], d[:, 3 * H : 4 * H],
+                          d[:, 3 * H :], d[:, : 3 * H], d[:, H : 4 * H], d[:, : 4 * H].t(),
+                          d[:, : 3 * H].t(), d[:, H : 4 * H].t()))  # fmt: skip
+        hp_buf, ks, xs, hss = X.new_empty(n, H), keep.unsqueeze(-1).unbind(1), X.unbind(0), HS.unbind(0)
+        dxs = DX.unbind(0) if DX is not None else None
+        gss = _grad_steps(g_hs)
+        blocks = list(zip(*_per_step(ctx.G, H, (0, 1), (1, 2), (2, 3), (3, 5))))
+        views[0][0].copy_(gss[-1]) if t_len else views[0][0].zero_()
         for t in range(t_len - 1, -1, -1):
-            dh.add_(gss[t])
-            hp = hps[t] if resets[t] else h0 if t == 0 else hss[t - 1]
-            ghn, rz, r, z, nn_ = (b[t] for b in blocks)
-            torch.addcmul(one, nn_, nn_, value=-1, out=dpn).mul_(dh)  # dh (1 - n^2)
-            dpn.addcmul_(dpn, z, value=-1)  # * (1 - z)
-            torch.mul(dpn, r, out=dghn)
-            torch.mul(dpn, ghn, out=u[:, :H])
-            torch.mul(dfs[t], dh, out=u[:, H:])  # (h_prev - n) dh
-            torch.addcmul(rz, rz, rz, value=-1, out=drz).mul_(u)  # rz (1 - rz) u
-            torch.mul(dh, z, out=dh2).addmm_(dgh, w_p)
+            dh, dghn, drz, dpn, pn_dh, dgh, dgi, d_t, dgh_t, dgi_t = views[(t_len - 1 - t) % 2]
+            dh_next = views[(t_len - t) % 2][0]
+            if t + 1 < t_len:  # dh arrives from step t + 1 (w.r.t. its reset state)
+                if resets[t + 1]:
+                    torch.addcmul(gss[t], dh, ks[t + 1], out=dh)
+                else:
+                    dh.add_(gss[t])
+            hp = h0 if t == 0 else hss[t - 1]
             if resets[t]:
-                dh2.mul_(ks[t])
-            dh, dh2 = dh2, dh
+                hp = torch.mul(hp, ks[t], out=hp_buf)
+            r, z, np_, fac = blocks[t]
+            torch.mul(dh, np_, out=dpn)  # dh (1 - n^2)(1 - z)
+            torch.mul(dpn, r, out=dghn)
+            torch.mul(pn_dh, fac, out=drz)  # (dpn r(1-r) ghn, dh z(1-z)(h_prev - n))
+            torch.mul(dh, z, out=dh_next).addmm_(dgh, w_p)
             if dw_p is not None:
                 dw_p.addmm_(dgh_t, hp)
             if dw_ih is not None:
                 dw_ih.addmm_(dgi_t, xs[t])
-            if dx is not None:
+            if dxs is not None:
                 torch.mm(dgi, w_ih, out=dxs[t])
             if db is not None:
                 db.addmv_(d_t, ones)
+        dh = views[t_len % 2][0]
+        dh = dh * ks[0] if t_len and resets[0] else dh.clone()
+        dx = None
+        if DX is not None:
+            dx = _batch_first(DX)
+            _give(DX)
         dw_hh = None if dw_p is None else torch.cat([dw_p[H:], dw_p[:H]])
         db_ih = db[H:] if need[5] else None
         db_hh = torch.cat([db[H : 3 * H], db[:H]]) if need[6] else None
@@ -247,7 +292,8 @@ def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     HC = _take((t_len, n, 2 * H), x) if save else x.new_empty(1, n, 2 * H)
     w_ih_t, w_hh_t = _ifog(w_ih, H).t(), _ifog(w_hh, H).t()
     hs, cs = x.new_empty(n, t_len, H), x.new_empty(n, t_len, H)
-    ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
+    X = _time_major(x) if save else x.transpose(0, 1)  # time-major for the backward's GEMMs
+    ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), X.unbind(0), hs.unbind(1), cs.unbind(1)
     steps = A if save else A.expand(t_len, -1, -1)  # without grad one step's buffer is reused
     tcs = (TC if save else TC.expand(t_len, -1, -1)).unbind(0)
     hps, cps = _per_step(HC if save else HC.expand(t_len, -1, -1), H, (0, 1), (1, 2))
@@ -268,7 +314,7 @@ def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
                 cp = torch.mul(c, ks[t + 1], out=cps[t + 1])
             else:
                 hp, cp = h, c
-    return hs, cs, ((A, TC, HC) if save else None)
+    return hs, cs, ((X, A, TC, HC) if save else None)
 
 
 class _LSTMCPU(torch.autograd.Function):
@@ -277,22 +323,23 @@ class _LSTMCPU(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # an unused output (most often cs) gets no zero grad
         resets = _reset_steps(keep)
         hs, cs, saved = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
-        A, TC, HC = saved
-        ctx.save_for_backward(x, h0, c0, keep, w_ih, w_hh, hs, cs)
-        ctx.A, ctx.TC, ctx.HC, ctx.resets = A, TC, HC, resets
-        weakref.finalize(ctx, _give, A, TC, HC)  # back to the pool when the graph is freed
+        X, A, TC, HC = saved
+        ctx.save_for_backward(h0, c0, keep, w_ih, w_hh, hs, cs)
+        ctx.X, ctx.A, ctx.TC, ctx.HC, ctx.resets = X, A, TC, HC, resets
+        weakref.finalize(ctx, _give, X, A, TC, HC)  # back to the pool when the graph is freed
         return hs, cs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_hs, g_cs):
-        x, h0, c0, keep, w_ih, w_hh, hs, cs = ctx.saved_tensors
-        A, resets = ctx.A, ctx.resets
+        h0, c0, keep, w_ih, w_hh, hs, cs = ctx.saved_tensors
+        X, A, resets = ctx.X, ctx.A, ctx.resets
+        x = X  # time-major [T, N, F]: only its dtype / device is read below
         need = ctx.needs_input_grad
         n, t_len, H = hs.shape
         w_ih_p, w_hh_p = _ifog(w_ih, H), _ifog(w_hh, H)
-        dx = x.new_empty(x.shape) if need[0] else None
-        dw_ih = x.new_zeros(4 * H, x.shape[-1]) if need[4] else None
+        DX = _take(X.shape, X) if need[0] else None
+        dw_ih = x.new_zeros(4 * H, X.shape[-1]) if need[4] else None
         dw_hh = x.new_zeros(4 * H, H) if need[5] else None
         db = x.new_zeros(4 * H) if need[6] or need[7] else None
         one, ones = x.new_ones(()), x.new_ones(n)
@@ -303,9 +350,9 @@ class _LSTMCPU(torch.autograd.Function):
         dh, dc, dhc3 = dhc[:, :H], dhc[:, H:], dhc.view(n, 2, H)
         d3, dg, d_t = d[:, : 3 * H], d[:, 3 * H :], d.t()
         u_i, u_f, u_o = u[:, :H], u[:, H : 2 * H], u[:, 2 * H :]
-        ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), x.unbind(1), hs.unbind(1), cs.unbind(1)
+        ks, xs, hss, css = keep.unsqueeze(-1).unbind(1), X.unbind(0), hs.unbind(1), cs.unbind(1)
         ghs, gcs, tcs = _grad_steps(g_hs), _grad_steps(g_cs), ctx.TC.unbind(0)
-        dxs = dx.unbind(1) if dx is not None else None
+        dxs = DX.unbind(0) if DX is not None else None
         blocks = _per_step(A, H, (0, 3), (0, 1), (1, 2), (2, 3), (3, 4))
         for t in range(t_len - 1, -1, -1):
             if ghs is not None:
@@ -333,13 +380,17 @@ class _LSTMCPU(torch.autograd.Function):
                 dw_hh.addmm_(d_t, hp)
             if dw_ih is not None:
                 dw_ih.addmm_(d_t, xs[t])
-            if dx is not None:
+            if dxs is not None:
                 torch.mm(d, w_ih_p, out=dxs[t])
             if db is not None:
                 db.addmv_(d_t, ones)
         dw_ih = None if dw_ih is None else _ifog(dw_ih, H)
         dw_hh = None if dw_hh is None else _ifog(dw_hh, H)
         db = None if db is None else _ifog(db, H)
+        dx = None
+        if DX is not None:
+            dx = _batch_first(DX)
+            _give(DX)
         return dx, dh, dc, None, dw_ih, dw_hh, db if need[6] else None, db if need[7] else None
 
 
