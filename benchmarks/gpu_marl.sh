@@ -18,8 +18,9 @@
 #   3. marl_cuda_6000envs.log - marl.py --device cuda at a GPU-sized batch (6,000 envs, 600,000
 #                               frames per batch, minibatches of 60,000, 2 iterations, 1 repeat);
 #   summary.txt               - one line per step: exit code, seconds, last log line.
-# Nothing is recorded on the device (marl_table's --record would write the CPU box's machine and
-# rows): the session records from these logs.
+# marl_table's step records its rows (named apart: ", device cuda", so they never replace the CPU
+# rows) and copies the records file to $OUT/multi_agent.jsonl: on the same commit, copy it over
+# benchmarks/results/multi_agent.jsonl and run make_results.py. marl.py's figures are in the logs.
 #
 # The image has python 3.12 + torch but none of the MARL stack, and the two sides need different
 # tensordicts, so two site folders (never on one path):
@@ -85,7 +86,8 @@ note "$(grep -E '^(tdrl|BenchMARL) side' "$OUT/env.txt" | tr '\n' ' ' | cut -c1-
 step "marl.py --device cuda" 130 marl_cuda.log "$PY" benchmarks/marl.py --device cuda --iters 2 --repeats 3
 step "marl_table.py --device cuda (navigation, mappo + qmix, seed 0)" 110 marl_table_cuda.log \
     "$PY" benchmarks/marl_table.py --device cuda --tasks navigation --algorithms mappo qmix --seeds 0 \
-    --runs "$OUT/marl_table_runs.ndjson"
+    --runs "$OUT/marl_table_runs.ndjson" --record
+cp benchmarks/results/multi_agent.jsonl "$OUT/multi_agent.jsonl" 2>/dev/null || true
 step "marl.py --device cuda, 6000 envs" 90 marl_cuda_6000envs.log "$PY" benchmarks/marl.py --device cuda \
     --envs 6000 --frames 600000 --minibatch 60000 --iters 2 --repeats 1
 note "done in ${SECONDS}s; logs in $OUT"

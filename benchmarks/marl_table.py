@@ -334,14 +334,17 @@ def summarise(ours: list[dict], theirs: list[dict]) -> dict:
             "cpu ratio": fps(ours, "cpu_s") / fps(theirs, "cpu_s")}
 
 
-def row_name(task: str, algorithm: str, budget: Budget, time_limit_terminates: bool = False) -> str:
+def row_name(task: str, algorithm: str, budget: Budget, time_limit_terminates: bool = False,
+             device: str = "cpu") -> str:
     """The RESULTS row of a pair: ``"MAPPO navigation"`` at the default budget; another budget
     names the fields it changes (``"MAPPO navigation, eval_episodes 200"``), so that a row
-    measured at another budget sits beside the default one instead of replacing it; so does a
-    row with TorchRL's time-limit semantics on the tdrl side (``", time limit terminates"``)."""
+    measured at another budget sits beside the default one instead of replacing it; so do a
+    row with TorchRL's time-limit semantics on the tdrl side (``", time limit terminates"``)
+    and a row measured on another device than the CPU (``", device cuda"``)."""
     default = asdict(Budget())
     changed = [f"{k} {v}" for k, v in asdict(budget).items() if v != default[k]]
     changed += ["time limit terminates"] if time_limit_terminates else []
+    changed += [f"device {device}"] if device != "cpu" else []
     return ", ".join([f"{algorithm.upper()} {task}", *changed])
 
 
@@ -481,10 +484,12 @@ def main(argv: list[str] | None = None) -> None:
             if args.record:
                 from records import write_record
 
-                write_record(SECTION, TABLE, row_name(task, algorithm, budget, args.time_limit_terminates), s,
-                             peer=PEER, ratio=f"{ratio:.2f}x ({cpu_ratio:.2f}x)",
+                name = row_name(task, algorithm, budget, args.time_limit_terminates, args.device)
+                machine = ("shared 2-core CPU box" if args.device == "cpu" else
+                           f"device machine ({torch.cuda.get_device_name(torch.device(args.device))})")
+                write_record(SECTION, TABLE, name, s, peer=PEER, ratio=f"{ratio:.2f}x ({cpu_ratio:.2f}x)",
                              note=_note(budget, args.time_limit_terminates),
-                             machine=f"shared 2-core CPU box, one torch thread per side, device {args.device}")
+                             machine=f"{machine}, one torch thread per side, device {args.device}")
 
 
 if __name__ == "__main__":

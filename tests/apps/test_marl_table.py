@@ -181,6 +181,8 @@ def test_rows_at_another_budget_are_named_apart():
     assert bench.row_name("balance", "qmix", bench.Budget(eval_episodes=200)) == "QMIX balance, eval_episodes 200"
     assert (bench.row_name("wheel", "ippo", bench.Budget(iters=5, eval_episodes=20))
             == "IPPO wheel, iters 5, eval_episodes 20")
+    # so does a row measured on a GPU: it sits beside the CPU one instead of replacing it
+    assert bench.row_name("navigation", "mappo", bench.Budget(), device="cuda") == "MAPPO navigation, device cuda"
 
 
 def test_time_limit_terminates_is_kept_apart(tmp_path):
