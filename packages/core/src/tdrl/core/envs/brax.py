@@ -45,7 +45,7 @@ from tensordict import TensorDict, TensorDictBase
 from .._optional import require
 from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Bounded, Composite, Unbounded
-from ._fastpath import merge_reset_rows, plain_td_maker
+from ._fastpath import RowSlab, merge_reset_rows, plain_td_maker
 from .common import RESET_KEY, EnvBase, step_mdp
 
 __all__ = ["BraxEnv"]
@@ -178,34 +178,31 @@ def _host_view(array) -> np.ndarray:
         return np.asarray(array)
 
 
-class _OutSlab:
-    """Rows of preallocated output buffers for the CPU step (the idea of
-    :class:`~tdrl.core.envs._fastpath.RowSlab`): each step copies its packed outputs into a
-    fresh row (one numpy assignment) and hands out that row's torch views, made for every
-    row at once (one ``unbind`` per output) when the slab is allocated. A row is never
-    reused, so a returned tensor never changes when a later step runs."""
+class _OutSlab(RowSlab):
+    """A :class:`~tdrl.core.envs._fastpath.RowSlab` of packed CPU step outputs: each step
+    copies its packed array into a fresh row (one numpy assignment) and hands out that row's
+    torch views (see :func:`_unpack`), made for every row at once when a slab is allocated.
+    A row is never reused, so a returned tensor never changes when a later step runs."""
 
     def __init__(self, batch: int, width: int, dim: int, root: bool) -> None:
-        self.shape, self.dim, self.root = (batch, width), dim, root
-        self.rows = max(1, min(256, _SLAB_BYTES // (batch * width)))
-        self._next = self.rows
+        super().__init__({"packed": (batch, width)}, {"packed": torch.uint8},
+                         rows=max(1, min(256, _SLAB_BYTES // (batch * width))))
+        self.dim, self.root = dim, root
         self._any_at = 4 * (dim + 1) + 3
-        self.any_done = None  # whether any sub-env was done at the last take()
+        self.any_done = None  # whether any sub-env was done at the last put()
 
-    def take(self, packed) -> tuple:
-        """Copy ``packed`` (a JAX array ``[B, width]`` uint8) into a fresh row;
-        its views (see :func:`_unpack`)."""
-        i = self._next
-        if i == self.rows:
-            buf = torch.empty((self.rows, *self.shape), dtype=torch.uint8)
-            self._np = buf.numpy()
-            self._views = list(zip(*(v.unbind(0) for v in _unpack(buf, self.dim, self.root))))
-            i = 0
-        self._next = i + 1
-        row = self._np[i]
+    def _refill(self) -> None:
+        super()._refill()
+        buf = torch.from_numpy(self.np["packed"])
+        self._unpacked = list(zip(*(v.unbind(0) for v in _unpack(buf, self.dim, self.root))))
+
+    def put(self, packed) -> tuple:
+        """Copy ``packed`` (a JAX array ``[B, width]`` uint8) into a fresh row; its views."""
+        i = self.take()
+        row = self.np["packed"][i]
         row[...] = _host_view(packed)
         self.any_done = bool(row[0, self._any_at])
-        return self._views[i]
+        return self._unpacked[i]
 
 
 class BraxEnv(EnvBase):
@@ -418,7 +415,7 @@ class BraxEnv(EnvBase):
             self._leaves, packed = self._step_fn(self._leaves, action)
         if self._jax_device.platform == "cpu":
             slab = self._slab_root if fused else self._slab
-            parts = slab.take(packed)
+            parts = slab.put(packed)
             any_done = slab.any_done
             if self.device.type != "cpu":
                 parts = tuple(x.to(self.device) for x in parts)
