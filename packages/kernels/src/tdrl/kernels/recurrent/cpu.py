@@ -334,19 +334,18 @@ class _LSTMCPU(torch.autograd.Function):
     def backward(ctx, g_hs, g_cs):
         h0, c0, keep, w_ih, w_hh, hs, cs = ctx.saved_tensors
         X, A, resets = ctx.X, ctx.A, ctx.resets
-        x = X  # time-major [T, N, F]: only its dtype / device is read below
         need = ctx.needs_input_grad
         n, t_len, H = hs.shape
         w_ih_p, w_hh_p = _ifog(w_ih, H), _ifog(w_hh, H)
         DX = _take(X.shape, X) if need[0] else None
-        dw_ih = x.new_zeros(4 * H, X.shape[-1]) if need[4] else None
-        dw_hh = x.new_zeros(4 * H, H) if need[5] else None
-        db = x.new_zeros(4 * H) if need[6] or need[7] else None
-        one, ones = x.new_ones(()), x.new_ones(n)
-        d, u = x.new_empty(n, 4 * H), x.new_empty(n, 3 * H)  # d: (i, f, o, g) order
-        s = x.new_empty(n, H)
+        dw_ih = X.new_zeros(4 * H, X.shape[-1]) if need[4] else None
+        dw_hh = X.new_zeros(4 * H, H) if need[5] else None
+        db = X.new_zeros(4 * H) if need[6] or need[7] else None
+        one, ones = X.new_ones(()), X.new_ones(n)
+        d, u = X.new_empty(n, 4 * H), X.new_empty(n, 3 * H)  # d: (i, f, o, g) order
+        s = X.new_empty(n, H)
         hps, cps = _per_step(ctx.HC, H, (0, 1), (1, 2))
-        dhc = x.new_zeros(n, 2 * H)  # (dh, dc) side by side: a reset masks both in one op
+        dhc = X.new_zeros(n, 2 * H)  # (dh, dc) side by side: a reset masks both in one op
         dh, dc, dhc3 = dhc[:, :H], dhc[:, H:], dhc.view(n, 2, H)
         d3, dg, d_t = d[:, : 3 * H], d[:, 3 * H :], d.t()
         u_i, u_f, u_o = u[:, :H], u[:, H : 2 * H], u[:, 2 * H :]
