@@ -4,7 +4,8 @@
 // the autograd.Function, the workspace pool and the weight / bias reordering, and calls these
 // functions for the whole forward or backward time loop. Per step: the GEMMs through at::mm_out
 // / addmm_ on the caller's buffers, and the gate maths as ONE vectorised pass over the rows
-// (at::vec::Vectorized<float>: Sleef exp / tanh, as torch's own sigmoid / tanh kernels use).
+// (at::vec::Vectorized<float>; sigmoid and tanh from one clamped polynomial exp and a division,
+// NaN propagated, inf saturating to 0 / +-1: Sleef's exp / tanh calls left the pass ~2x slower).
 // Layouts as cpu.py's docstrings: time-major [T, N, .] buffers whose rows may be strided
 // (a batch-first output seen through .transpose(0, 1)); the last dim always has stride 1.
 // An empty (numel 0) tensor means "not needed" (no workspace to save, no gradient wanted).

@@ -6,12 +6,12 @@ None, and then ``cpu.py`` runs its Python-driven loops (the same maths, the same
 * Built just in time with ``torch.utils.cpp_extension.load`` (g++ and ninja; ``MAX_JOBS`` as
   torch reads it) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
   ``~/.cache/torch_extensions``), once per machine and source version: later processes only
-  load the shared library. The first build takes ~40-60 s on two cores.
+  load the shared library. The first build took 40 s here (two cores, ``MAX_JOBS=2``).
 * ``TDRL_RECURRENT_EXT=0`` disables it (the Python loops run); read on every call.
 * A failed build or load (no compiler, no ninja, a compile error) warns once and falls back
   to the Python loops for the rest of the process.
-* AVX2 code (``at::vec::Vectorized<float>``, Sleef ``exp`` / ``tanh``, as torch's own kernels)
-  where torch reports AVX2 or AVX-512, the portable default of that header otherwise.
+* AVX2 code (``at::vec::Vectorized<float>``, a polynomial ``exp`` for sigmoid / tanh) where
+  torch reports AVX2 or AVX-512, that header's portable default (``std::exp``) otherwise.
 """
 
 from __future__ import annotations
