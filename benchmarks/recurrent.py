@@ -9,9 +9,12 @@ Rows (one torch thread, same weights, inputs and resets, interleaved repeats, me
   (``TDRL_KERNELS=torch``).
 * ``compiled cell step``: the reference's cell step through ``torch.compile``, the loop in
   Python (the alternative the issue names; compile time excluded).
-* ``CPU path (cpu.py)``: ``gru_sequence`` / ``lstm_sequence`` on CPU tensors
-  (``tdrl/kernels/recurrent/cpu.py``: in-place steps on preallocated time-major buffers,
-  hand-written BPTT with the weight gradients accumulated by one GEMM per step).
+* ``CPU path (cpu.py)``: ``gru_sequence`` / ``lstm_sequence`` on CPU tensors as users get
+  them (``tdrl/kernels/recurrent/cpu.py``: preallocated time-major buffers, hand-written BPTT
+  with the weight gradients accumulated by one GEMM per step; for float32 the time loops in
+  C++, ``cpu_ext.cpp``, built on first use: the build is not timed).
+* ``CPU path, Python loops (TDRL_RECURRENT_EXT=0)``: the same with the loops in Python
+  (in-place torch ops per step), as without a compiler.
 
 Training (forward + backward) is the figure that matters: forward alone is bound by the
 same GEMMs the loop does (``nn.GRU``'s step is one oneDNN call), so it can gain less.
@@ -22,6 +25,7 @@ Run:  python benchmarks/recurrent.py [--batch 256 --time 128 --hidden 128 --repe
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -29,6 +33,7 @@ import torch
 from torch import nn
 
 from tdrl.kernels import gru_sequence, lstm_sequence, use_backend
+from tdrl.kernels.recurrent import cpu_ext
 
 
 def _nn_loop(rnn, x, h0, keep):
@@ -87,6 +92,8 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     B, T, H = args.batch, args.time, args.hidden
+    ext_on = cpu_ext.extension() is not None  # built (or loaded) here, before any timing
+    print(f"recurrent C++ loops (cpu_ext): {'on' if ext_on else 'OFF (Python loops)'}")
     records = []
     for kind in ("gru", "lstm"):
         rnn = (nn.GRU if kind == "gru" else nn.LSTM)(H, H, batch_first=True)
@@ -105,10 +112,22 @@ def main() -> None:
             with use_backend("torch"):
                 return fused()
 
+        def python_loops():  # the backward follows the forward's choice
+            old = os.environ.get("TDRL_RECURRENT_EXT")
+            os.environ["TDRL_RECURRENT_EXT"] = "0"
+            try:
+                return fused()
+            finally:
+                if old is None:
+                    del os.environ["TDRL_RECURRENT_EXT"]
+                else:
+                    os.environ["TDRL_RECURRENT_EXT"] = old
+
         rows = {
             "Python loop (nn per step)": lambda: _nn_loop(rnn, x, states, keep),
             "reference (cell ops per step)": reference,
             "CPU path (cpu.py)": fused,
+            "CPU path, Python loops (TDRL_RECURRENT_EXT=0)": python_loops,
         }
         if not args.no_compile:
             rows["compiled cell step"] = lambda: _compiled_loop(kind, x, states, keep, *w)
@@ -149,6 +168,7 @@ def main() -> None:
                 peer="Python loop (nn per step)", ratio=f"{ratio:.2f}x vs the loop",
                 note=f"one torch thread, median of {args.repeats} interleaved repeats; "
                 "compile time excluded from the compiled row"
+                + ("" if ext_on else "; the C++ loops were OFF (no build): CPU path = Python loops")
                 + ("; training (forward + backward) is the figure that matters: the forward "
                    "alone is bound by the same per-step GEMMs as the loop's oneDNN step"
                    if mode == "forward" else ""),

@@ -2,8 +2,11 @@
 
 * CUDA tensors with ``triton`` installed (or ``TDRL_KERNELS=triton`` under the interpreter):
   the Triton recurrence kernel for the forward pass, hand-written BPTT for the backward.
-* CPU tensors otherwise (``auto`` / ``compile``): the CPU path (``cpu.py``): one input GEMM
-  for all steps, a loop of in-place ops on preallocated buffers, hand-written BPTT.
+* CPU tensors otherwise (``auto`` / ``compile``): the CPU path (``cpu.py``): in-place steps
+  on preallocated time-major buffers, hand-written BPTT. For float32 the forward and backward
+  time loops are compiled C++ (``cpu_ext.cpp``, built just in time on first use into torch's
+  extension cache, ~40 s on two cores, then only loaded); ``TDRL_RECURRENT_EXT=0`` disables
+  it, float64 and a failed build (one ``RuntimeWarning``) run the Python loops.
 * other devices without Triton: the fused torch path (``fused.py``, the same maths with
   plain ops; also the Triton forward's backward).
 * ``TDRL_KERNELS=torch``: the step-by-step reference (``reference.py``), autograd through it.

@@ -26,7 +26,10 @@ out for the CPU, where the cost is not the arithmetic but allocating and touchin
   autograd graph that saved them is freed: a fresh 64 MB buffer costs ~20 ms in page
   faults here, about as much as a GEMM over all steps.
 
-Without grad (inference, ``torch.no_grad``) nothing is saved. Shapes: ``x`` ``[N, T, F]``,
+float32 runs these loops compiled (``cpu_ext.cpp``, built on first use by ``cpu_ext.py``; the
+same maths and workspaces, each step's gate maths one vectorised pass over the rows, the
+GEMMs the same calls); float64, ``TDRL_RECURRENT_EXT=0`` or a failed build run the Python
+loops below. Without grad (inference, ``torch.no_grad``) nothing is saved. Shapes: ``x`` ``[N, T, F]``,
 states ``[N, H]``, ``keep`` ``[N, T]`` (``1 - is_init`` in ``x``'s dtype), weights as
 ``nn.GRU`` / ``nn.LSTM`` (``weight_ih_l0`` ``[G*H, F]``, ``weight_hh_l0`` ``[G*H, H]``,
 biases ``[G*H]`` or None).
@@ -40,6 +43,8 @@ import weakref
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from . import cpu_ext as _cpu_ext
 
 __all__ = ["clear_workspaces", "gru_cpu", "lstm_cpu"]
 
@@ -122,6 +127,28 @@ def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor
     return [buf[..., a * H : b * H].unbind(0) for a, b in spans]
 
 
+def _ext_for(x: Tensor):
+    """The compiled loops (``cpu_ext``) for float32 inputs, else None (the Python loops)."""
+    return _cpu_ext.extension() if x.dtype == torch.float32 else None
+
+
+def _none(t: Tensor | None, like: Tensor) -> Tensor:
+    """The extension's "not wanted": an empty tensor for None."""
+    return like.new_empty(0) if t is None else t
+
+
+def _grad_time_major(g: Tensor | None, like: Tensor) -> Tensor:
+    """An output gradient ``[N, T, H]`` as a ``[T, N, H]`` view with unit last stride for the
+    extension (a broadcast along time keeps time stride 0: one slice read for every step)."""
+    if g is None:
+        return like.new_empty(0)
+    if g.stride(1) == 0 and g.shape[1] > 0:
+        g = g[:, :1].contiguous().expand(g.shape)
+    elif 0 in g.stride() or g.stride(-1) != 1:
+        g = g.contiguous()
+    return g.transpose(0, 1)
+
+
 # ---------------------------------------------------------------------------------- GRU
 
 
@@ -188,12 +215,60 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     return _batch_first(HS), (X, HS, G)
 
 
+def _gru_forward_ext(ext, x, h0, keep, w_ih, w_hh, b_ih, b_hh, save: bool):
+    """:func:`_gru_forward` through the compiled loop (same returns and workspaces)."""
+    n, t_len, _ = x.shape
+    H = w_hh.shape[1]
+    b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
+    bias = torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :], b_hh[2 * H :]])
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    if save:
+        X, HS, G = _time_major(x), _take((t_len, n, H), x), _take((t_len, n, 5 * H), x)
+    else:
+        hs = x.new_empty(n, t_len, H)
+        X, HS, G = x.transpose(0, 1), hs.transpose(0, 1), x.new_empty(0)
+    ext.gru_forward(X, h0.contiguous(), keep.contiguous(), w_ih.t(), w_hh.t(), bias, HS, G)
+    if not save:
+        return hs, None
+    return _batch_first(HS), (X, HS, G)
+
+
+def _gru_backward_ext(ctx, ext, g_hs):
+    h0, keep, w_ih, w_hh = ctx.saved_tensors
+    X, HS, G = ctx.X, ctx.HS, ctx.G
+    t_len, n, f = X.shape
+    H = w_hh.shape[1]
+    need = ctx.needs_input_grad
+    w_p = torch.cat([w_hh[2 * H :], w_hh[: 2 * H]])  # rows (n, r, z)
+    DX = _take((t_len, n, f), X) if need[0] else None
+    dw_ih = X.new_zeros(3 * H, f) if need[3] else None
+    dw_p = X.new_zeros(3 * H, H) if need[4] else None
+    db = X.new_zeros(4 * H) if need[5] or need[6] else None  # (b_hn, b_r, b_z, b_in)
+    dh = ext.gru_backward(
+        X, HS, G, h0.contiguous(), keep.contiguous(), w_p, w_ih, _grad_time_major(g_hs, X),
+        _none(DX, X), _none(dw_ih, X), _none(dw_p, X), _none(db, X),
+    )  # fmt: skip
+    dx = None
+    if DX is not None:
+        dx = _batch_first(DX)
+        _give(DX)
+    dw_hh = None if dw_p is None else torch.cat([dw_p[H:], dw_p[:H]])
+    db_ih = db[H:] if need[5] else None
+    db_hh = torch.cat([db[H : 3 * H], db[:H]]) if need[6] else None
+    return dx, dh, None, dw_ih, dw_hh, db_ih, db_hh
+
+
 class _GRUCPU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, keep, w_ih, w_hh, b_ih, b_hh):
         ctx.set_materialize_grads(False)
-        resets = _reset_steps(keep)
-        hs, (X, HS, G) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        ctx.ext = ext = _ext_for(x)
+        if ext is not None:
+            hs, (X, HS, G) = _gru_forward_ext(ext, x, h0, keep, w_ih, w_hh, b_ih, b_hh, save=True)
+            resets = None
+        else:
+            resets = _reset_steps(keep)
+            hs, (X, HS, G) = _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
         ctx.save_for_backward(h0, keep, w_ih, w_hh)
         ctx.X, ctx.HS, ctx.G, ctx.resets = X, HS, G, resets
         weakref.finalize(ctx, _give, X, HS, G)  # back to the pool when the graph is freed
@@ -202,6 +277,8 @@ class _GRUCPU(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g_hs):
+        if ctx.ext is not None:
+            return _gru_backward_ext(ctx, ctx.ext, g_hs)
         h0, keep, w_ih, w_hh = ctx.saved_tensors
         X, HS, resets = ctx.X, ctx.HS, ctx.resets
         t_len, n, f = X.shape
@@ -269,6 +346,9 @@ def gru_cpu(x, h0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> Tensor:
     if _need_grad(x, h0, w_ih, w_hh, b_ih, b_hh):
         return _GRUCPU.apply(x, h0, keep, w_ih, w_hh, b_ih, b_hh)
     with torch.no_grad():
+        ext = _ext_for(x)
+        if ext is not None:
+            return _gru_forward_ext(ext, x, h0, keep, w_ih, w_hh, b_ih, b_hh, save=False)[0]
         return _gru_forward(x, h0, keep, _reset_steps(keep), w_ih, w_hh, b_ih, b_hh, save=False)[0]
 
 
@@ -317,12 +397,61 @@ def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     return hs, cs, ((X, A, TC, HC) if save else None)
 
 
+def _lstm_forward_ext(ext, x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh, save: bool):
+    """:func:`_lstm_forward` through the compiled loop (same returns and workspaces)."""
+    n, t_len, _ = x.shape
+    H = w_hh.shape[1]
+    bias = _ifog(_bias(b_ih, 4 * H, x) + _bias(b_hh, 4 * H, x), H)
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    hs, cs = x.new_empty(n, t_len, H), x.new_empty(n, t_len, H)
+    if save:
+        X = _time_major(x)
+        A, TC, HC = (_take((t_len, n, k * H), x) for k in (4, 1, 2))
+    else:
+        X, A, TC, HC = x.transpose(0, 1), x.new_empty(0), x.new_empty(0), x.new_empty(0)
+    ext.lstm_forward(
+        X, h0.contiguous(), c0.contiguous(), keep.contiguous(), _ifog(w_ih, H).t(),
+        _ifog(w_hh, H).t(), bias, hs.transpose(0, 1), cs.transpose(0, 1), A, TC, HC,
+    )  # fmt: skip
+    return hs, cs, ((X, A, TC, HC) if save else None)
+
+
+def _lstm_backward_ext(ctx, ext, g_hs, g_cs):
+    h0, c0, keep, w_ih, w_hh, hs, cs = ctx.saved_tensors
+    X = ctx.X
+    need = ctx.needs_input_grad
+    n, t_len, H = hs.shape
+    DX = _take(X.shape, X) if need[0] else None
+    dw_ih = X.new_zeros(4 * H, X.shape[-1]) if need[4] else None
+    dw_hh = X.new_zeros(4 * H, H) if need[5] else None
+    db = X.new_zeros(4 * H) if need[6] or need[7] else None
+    dh, dc = ext.lstm_backward(
+        X, hs.transpose(0, 1), cs.transpose(0, 1), ctx.A, ctx.TC, ctx.HC, h0.contiguous(),
+        c0.contiguous(), keep.contiguous(), _ifog(w_hh, H), _ifog(w_ih, H),
+        _grad_time_major(g_hs, X), _grad_time_major(g_cs, X), _none(DX, X), _none(dw_ih, X),
+        _none(dw_hh, X), _none(db, X),
+    )  # fmt: skip
+    dw_ih = None if dw_ih is None else _ifog(dw_ih, H)
+    dw_hh = None if dw_hh is None else _ifog(dw_hh, H)
+    db = None if db is None else _ifog(db, H)
+    dx = None
+    if DX is not None:
+        dx = _batch_first(DX)
+        _give(DX)
+    return dx, dh, dc, None, dw_ih, dw_hh, db if need[6] else None, db if need[7] else None
+
+
 class _LSTMCPU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh):
         ctx.set_materialize_grads(False)  # an unused output (most often cs) gets no zero grad
-        resets = _reset_steps(keep)
-        hs, cs, saved = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
+        ctx.ext = ext = _ext_for(x)
+        if ext is not None:
+            resets = None
+            hs, cs, saved = _lstm_forward_ext(ext, x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh, save=True)
+        else:
+            resets = _reset_steps(keep)
+            hs, cs, saved = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=True)
         X, A, TC, HC = saved
         ctx.save_for_backward(h0, c0, keep, w_ih, w_hh, hs, cs)
         ctx.X, ctx.A, ctx.TC, ctx.HC, ctx.resets = X, A, TC, HC, resets
@@ -332,6 +461,8 @@ class _LSTMCPU(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g_hs, g_cs):
+        if ctx.ext is not None:
+            return _lstm_backward_ext(ctx, ctx.ext, g_hs, g_cs)
         h0, c0, keep, w_ih, w_hh, hs, cs = ctx.saved_tensors
         X, A, resets = ctx.X, ctx.A, ctx.resets
         need = ctx.needs_input_grad
@@ -398,6 +529,10 @@ def lstm_cpu(x, h0, c0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> tuple[Tensor,
     if _need_grad(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
         return _LSTMCPU.apply(x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh)
     with torch.no_grad():
+        ext = _ext_for(x)
+        if ext is not None:
+            hs, cs, _ = _lstm_forward_ext(ext, x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh, save=False)
+            return hs, cs
         resets = _reset_steps(keep)
         hs, cs, _ = _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save=False)
     return hs, cs
