@@ -34,18 +34,17 @@ def _make_env():
     return GymEnv("CartPole-v1", categorical_action_encoding=True)
 
 
-class _Boom(Exception):
-    pass
-
-
 def _make_bad_env():
-    env = _make_env()
+    """CartPole whose simulator raises on its first step (a real Gymnasium wrapper)."""
+    import gymnasium as gym
 
-    def step(td):
-        raise _Boom("env exploded")
+    from tdrl.core.envs import GymWrapper
 
-    env._step = step
-    return env
+    class Boom(gym.Wrapper):
+        def step(self, action):
+            raise ValueError("env exploded")
+
+    return GymWrapper(Boom(gym.make("CartPole-v1")), categorical_action_encoding=True)
 
 
 def _policy(seed=0):

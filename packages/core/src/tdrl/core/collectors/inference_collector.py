@@ -39,158 +39,107 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.multiprocessing  # noqa: F401 - registers the shared-memory tensor reductions
 from tensordict import TensorDictBase
-from tensordict.nn import InteractionType, set_interaction_type
+from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S, _exit_with_parent, _parent_token
-from .inference_ray import RayEnvWorker, _RayHub
-from .inference_server import InferenceServer, _Hub, _ProcessHub, _ThreadHub
-from .multi import _WorkerLifecycle, _dumps, _stop_workers
 from ..threads import carry_num_threads
-from .single import as_interaction_type
+from .inference_ray import VERSION_KEY, RayEnvWorker, _RayHub
+from .inference_server import InferenceServer
+from .inference_slab import DEFAULT_SPIN_S, QueueConn, SlabHub, SlabLayout, SlabPolicy
+from .multi import _WorkerLifecycle, _dumps, _stop_workers
+from .single import Collector, as_interaction_type
 
 __all__ = ["InferenceCollector"]
 
-VERSION_KEY = ("collector", "policy_version")
 TRANSPORTS = ("thread", "process", "ray", "local")
 
 
 # ---------------------------------------------------------------------- worker side
-class _Rollouts:
-    """One worker's env, its current root and the rollout loop (the same for every link)."""
-
-    def __init__(self, make_env: Callable[[], EnvBase], in_keys: list, seed: int | None,
-                 frames: int) -> None:
-        self.env = make_env()
-        if seed is not None:
-            self.env.set_seed(seed)
-        self.in_keys = in_keys
-        self.steps = -(-frames // max(1, self.env.batch_size.numel()))
-        self.root = self.env.reset()
-
-    def begin(self) -> TensorDictBase:
-        """Start a rollout: the policy inputs of its first step."""
-        self._steps, self._versions = [], []
-        return self.root.select(*self.in_keys)
-
-    def act(self, out: TensorDictBase, version: int) -> TensorDictBase | None:
-        """Apply the policy's answer and step: the next step's inputs, or None at the end."""
-        self.root.update(out)
-        td, self.root = self.env.step_and_maybe_reset(self.root)
-        self._steps.append(td)
-        self._versions.append(version)
-        return self.root.select(*self.in_keys) if len(self._steps) < self.steps else None
-
-    def batch(self) -> TensorDictBase:
-        """The finished rollout ``(*env_batch, T)`` with each step's weights version."""
-        env = self.env
-        batch = torch.stack(self._steps, len(env.batch_size))
-        ver = torch.tensor(self._versions, dtype=torch.int64)
-        batch.set(VERSION_KEY, ver.expand(*env.batch_size, len(self._versions)).clone())
-        return batch
-
-    def collect(self, infer: Callable[[TensorDictBase], tuple[TensorDictBase, int]]) -> TensorDictBase:
-        """One rollout, asking ``infer(inputs) -> (outputs, version)`` at every step."""
-        inputs = self.begin()
-        while inputs is not None:
-            inputs = self.act(*infer(inputs))
-        return self.batch()
-
-
-def _thread_worker(i: int, hub: _ThreadHub, make_env, in_keys, seed, frames, timeout) -> None:
-    def infer(td):
-        hub.inbox.put((i, "infer", td))
-        try:
-            out = hub.replies[i].get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"worker {i}: no answer from the inference server within "
-                               f"{timeout} s") from None
-        if out is None:
-            raise RuntimeError("the inference server stopped")
-        return out
-
+def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed: int | None,
+            frames: int, exploration: InteractionType, timeout: float, spin_s: float,
+            n_workers: int, share: bool) -> None:
+    """Body of a thread or process worker: a :class:`Collector` over its own env whose policy
+    is its rows of the server's slabs (:class:`SlabPolicy`), or the policy itself
+    (``"local"``); it answers commands until ``close``."""
+    collector = None
     try:
-        work = _Rollouts(make_env, in_keys, seed, frames)
-        while True:
-            cmd, _ = hub.commands[i].get()
-            if cmd == "collect":
-                hub.inbox.put((i, "ready", work.collect(infer)))
-            elif cmd == "close":
-                work.env.close()
-                return
+        remote = None
+        if policy is None:
+            remote = SlabPolicy(in_keys, i, request.fileno(), reply.fileno(), timeout, spin_s)
+        collector = Collector(make_env, remote if policy is None else policy,
+                              frames_per_batch=frames, exploration_type=exploration, seed=seed)
+        collector._traj_stride, collector._traj_offset = n_workers, i
+        collector._td = collector._start()  # what the first rollout does; gives the layout
+        example = None if remote is None else collector._td.select(*in_keys, strict=False)
+        conn.send(("hello", (example, collector.steps_per_batch)))
     except BaseException:  # noqa: BLE001 - everything goes back to the trainer
-        hub.inbox.put((i, "error", traceback.format_exc()))
+        conn.send(("error", traceback.format_exc()))
+        if collector is not None:
+            collector.shutdown()
+        return
+    buf, env_batch = None, collector.env.batch_size
+    while True:
+        try:
+            cmd, arg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            break  # the trainer is gone
+        try:
+            if cmd == "slabs":
+                remote.attach(arg)
+            elif cmd == "collect":
+                if remote is not None:
+                    remote.versions.clear()
+                batch = collector.rollout()
+                steps = collector.steps_per_batch
+                versions = remote.versions if remote is not None else [0] * steps
+                ver = torch.tensor(versions, dtype=torch.int64)
+                batch.set(VERSION_KEY, ver.expand(*env_batch, steps).clone())
+                if not share:
+                    conn.send(("ready", batch))
+                elif buf is None:
+                    buf = batch.share_memory_()
+                    conn.send(("ready", buf))
+                else:
+                    buf.update_(batch)
+                    conn.send(("ready", None))
+            elif cmd == "close":
+                collector.shutdown()
+                conn.send(("closed", None))
+                break
+        except BaseException:  # noqa: BLE001
+            conn.send(("error", traceback.format_exc()))
+    for end in (request, reply):
+        if end is not None:
+            end.close()
 
 
-def _process_worker(i: int, conn, payload: bytes, token) -> None:
-    """Body of a process worker: build the env, then serve commands until ``close``."""
+def _process_worker(i: int, conn, request, reply, payload: bytes, token) -> None:
+    """Body of a process worker: follow the trainer, one torch thread, then :func:`_worker`."""
     _exit_with_parent(token)
     torch.set_num_threads(1)
     try:
-        make_env, policy, in_keys, seed, frames, exploration, timeout = pickle.loads(payload)
-        work = _Rollouts(make_env, in_keys, seed, frames)
+        args = pickle.loads(payload)
     except BaseException:  # noqa: BLE001
         conn.send(("error", traceback.format_exc()))
         return
-    bufs = {"in": None, "out": None, "batch": None}
-
-    def infer_remote(td):
-        if bufs["in"] is None:
-            bufs["in"] = td.clone().share_memory_()
-            conn.send(("infer", bufs["in"]))
-        else:
-            bufs["in"].update_(td)
-            conn.send(("infer", None))
-        if not conn.poll(timeout):
-            raise TimeoutError(f"worker {i}: no answer from the inference server within {timeout} s")
-        kind, (buf, version) = conn.recv()
-        if buf is not None:
-            bufs["out"] = buf
-        return bufs["out"].clone(), version
-
-    def infer_local(td):
-        with torch.no_grad(), set_interaction_type(exploration):
-            out = policy(td.clone(False))
-        return out.exclude(*td.keys()), 0
-
-    infer = infer_remote if policy is None else infer_local
-    while True:
-        try:
-            cmd, _ = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            return  # the trainer is gone
-        try:
-            if cmd == "collect":
-                batch = work.collect(infer)
-                if bufs["batch"] is None:
-                    bufs["batch"] = batch.share_memory_()
-                    conn.send(("ready", bufs["batch"]))
-                else:
-                    bufs["batch"].update_(batch)
-                    conn.send(("ready", None))
-            elif cmd == "close":
-                work.env.close()
-                conn.send(("closed", None))
-                return
-        except BaseException:  # noqa: BLE001
-            conn.send(("error", traceback.format_exc()))
+    _worker(i, conn, request, reply, *args)
 
 
 # ---------------------------------------------------------------------- trainer side
-def _shutdown(hub: _Hub, procs: list, conns: list, threads: list, timeout: float) -> None:
+def _shutdown(hub, procs: list, conns: list, threads: list, timeout: float) -> None:
     if isinstance(hub, _RayHub):
         hub.stop()
         hub.close(timeout)
         return
+    hub.stop()  # wakes every worker that waits for an answer
     if procs:
         _stop_workers(procs, conns, timeout)
-    if isinstance(hub, _ThreadHub):
-        for i in range(hub.n):
-            hub.command(i, "close")
-            hub.replies[i].put(None)  # unblocks a worker waiting for an answer
-        for t in threads:
-            t.join(timeout)
-    hub.stop()
+    for i in range(hub.n if threads else 0):
+        hub.command(i, "close")
+    for t in threads:
+        t.join(timeout)
+    hub.close()
 
 
 class InferenceCollector(_WorkerLifecycle):
@@ -215,6 +164,9 @@ class InferenceCollector(_WorkerLifecycle):
         exploration_type: interaction type of the policy forward.
         seed: worker ``i``'s env gets ``seed + 1000 * i`` (as :class:`MultiSyncCollector`).
         timeout: seconds to wait for a worker's batch before :class:`WorkerError`.
+        spin_s: ``"thread"`` / ``"process"``: seconds the server and each worker poll for
+            an answer (yielding the CPU) before they block (:mod:`.inference_slab`); ``0``
+            blocks at once.
         shutdown_timeout: seconds a worker gets to exit before it is terminated.
         ray_options: ``ray.remote`` options of each env actor (default ``{"num_cpus": 1}``).
         ray_init_config: arguments of ``ray.init`` when Ray is not initialised yet.
@@ -234,6 +186,7 @@ class InferenceCollector(_WorkerLifecycle):
         exploration_type: InteractionType | str = InteractionType.RANDOM,
         seed: int | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        spin_s: float = DEFAULT_SPIN_S,
         shutdown_timeout: float = 5.0,
         ray_options: dict | None = None,
         ray_init_config: dict | None = None,
@@ -246,6 +199,8 @@ class InferenceCollector(_WorkerLifecycle):
             raise ValueError(f"frames_per_batch must be an int >= 1, got {frames_per_batch!r}.")
         if timeout is None or not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}.")
+        if isinstance(spin_s, bool) or not isinstance(spin_s, (int, float)) or not spin_s >= 0:
+            raise ValueError(f"spin_s must be a number of seconds >= 0, got {spin_s!r}.")
         if isinstance(create_env_fn, EnvBase):
             raise TypeError("InferenceCollector needs a callable that builds the env in each "
                             "worker, not an env instance.")
@@ -260,16 +215,7 @@ class InferenceCollector(_WorkerLifecycle):
         in_keys = self.server.in_keys
         self._procs, self._conns, self._threads = [], [], []
         seeds = [None if seed is None else seed + 1000 * i for i in range(num_workers)]
-        if transport == "thread":
-            self.hub: _Hub = _ThreadHub(self.server, num_workers)
-            self.hub.start()
-            for i in range(num_workers):
-                t = threading.Thread(target=carry_num_threads(_thread_worker), name=f"tdrl-env-worker-{i}", daemon=True,
-                                     args=(i, self.hub, create_env_fn, in_keys, seeds[i], frames,
-                                           self.timeout))
-                t.start()
-                self._threads.append(t)
-        elif transport == "ray":
+        if transport == "ray":
             from .ray_collector import _require_ray
 
             ray = _require_ray()
@@ -281,24 +227,87 @@ class InferenceCollector(_WorkerLifecycle):
             self.hub = _RayHub(self.server, actors, ray)
             self.hub.start()
         else:
-            ctx, token = mp.get_context("spawn"), _parent_token()
-            local = policy if transport == "local" else None
-            for i in range(num_workers):
-                payload = _dumps((create_env_fn, local, in_keys, seeds[i], frames, exploration,
-                                  self.timeout))
-                parent, child = ctx.Pipe()
-                p = ctx.Process(target=_process_worker, args=(i, child, payload, token),
-                                name=f"tdrl-env-worker-{i}", daemon=False)
-                p.start()
-                child.close()
-                self._procs.append(p)
-                self._conns.append(parent)
-            self.hub = _ProcessHub(self.server, self._conns, self._procs)
-            self.hub.start()
+            self.hub = self._start_workers(create_env_fn, policy if transport == "local" else None,
+                                           in_keys, seeds, frames, exploration, spin_s)
         self._finalizer = weakref.finalize(self, _shutdown, self.hub, self._procs, self._conns,
                                            self._threads, shutdown_timeout)
+        if transport != "ray":
+            self._handshake(local=transport == "local")
         self._bufs: list[TensorDictBase | None] = [None] * num_workers
         self.frames_per_batch = frames * num_workers
+
+    def _start_workers(self, make_env, local_policy, in_keys, seeds, frames, exploration,
+                       spin_s) -> SlabHub:
+        """Threads or spawned processes, each with a control channel and two wake-up pipes."""
+        n, threads = self.num_workers, self.transport == "thread"
+        ctx = mp.get_context("spawn")
+        token = _parent_token()
+        outbox = queue.Queue() if threads else None
+        requests, replies = [], []  # the trainer's ends
+        for i in range(n):
+            req_r, req_w = (ctx.Pipe(duplex=False) if local_policy is None else (None, None))
+            rep_r, rep_w = (ctx.Pipe(duplex=False) if local_policy is None else (None, None))
+            requests.append(req_r)
+            replies.append(rep_w)
+            args = (make_env, local_policy, in_keys, seeds[i], frames, exploration, self.timeout,
+                    spin_s, n, not threads)
+            if threads:
+                conn = QueueConn(i, outbox)
+                t = threading.Thread(target=carry_num_threads(_worker), name=f"tdrl-env-worker-{i}",
+                                     args=(i, conn, req_w, rep_r, *args), daemon=True)
+                t.start()
+                self._threads.append(t)
+                self._conns.append(conn)
+                continue
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_process_worker, name=f"tdrl-env-worker-{i}", daemon=False,
+                            args=(i, child, req_w, rep_r, _dumps(args), token))
+            p.start()
+            for end in (child, req_w, rep_r):
+                if end is not None:
+                    end.close()
+            self._procs.append(p)
+            self._conns.append(parent)
+        return SlabHub(self.server, self._conns, [r for r in requests if r is not None],
+                       [w for w in replies if w is not None], procs=self._procs or None,
+                       outbox=outbox, spin_s=spin_s)
+
+    def _handshake(self, local: bool) -> None:
+        """Wait for every worker's first root, then lay out the slabs and start the server."""
+        hello: dict[int, tuple] = {}
+        deadline = time.monotonic() + self.timeout
+        while len(hello) < self.num_workers:
+            for i, kind, payload in self.hub.events(0.1):
+                if kind == "hello":
+                    hello[i] = payload
+                else:
+                    self._report(i, kind, payload)
+            if time.monotonic() > deadline:
+                self._fail(f"InferenceCollector: worker(s) {sorted(set(range(self.num_workers)) - set(hello))} "
+                           f"did not build their env within timeout={self.timeout} s.")
+        if local:
+            return
+        try:
+            layout = SlabLayout([hello[i][0] for i in range(self.num_workers)], self.server,
+                                share=self.transport == "process")
+        except (KeyError, ValueError, TypeError, RuntimeError) as err:
+            self.shutdown()
+            raise type(err)(f"InferenceCollector: {err}") from err
+        for i in range(self.num_workers):
+            self.hub.command(i, "slabs", layout)
+        self.hub.start(layout, [hello[i][1] for i in range(self.num_workers)])
+
+    def _report(self, i: int, kind: str, payload) -> None:
+        """Raise :class:`WorkerError` for an ``error`` / ``dead`` / ``server_error`` event."""
+        if kind == "error":
+            self._fail(f"InferenceCollector worker {i} raised:\n{payload}")
+        elif kind == "dead":
+            if self._procs:
+                self._fail(f"InferenceCollector worker {i} (pid {self._procs[i].pid}) died "
+                           f"(exit code {payload}).")
+            self._fail(f"InferenceCollector worker {i} (a Ray actor) died: {payload}")
+        elif kind == "server_error":
+            self._fail(f"InferenceCollector: the inference server raised:\n{payload}")
 
     @property
     def policy_version(self) -> int:
@@ -325,15 +334,14 @@ class InferenceCollector(_WorkerLifecycle):
         if self._closed:
             raise RuntimeError("This collector was shut down.")
         n, hub = self.num_workers, self.hub
-        hub.active = n
+        hub.begin_round()
         for i in range(n):
             hub.command(i, "collect")
         waiting = set(range(n))
         deadline = time.monotonic() + self.timeout
         while waiting:
-            try:
-                i, kind, payload = hub.outbox.get(timeout=0.1)
-            except queue.Empty:
+            events = hub.events(0.1)
+            if not events:
                 if not hub.alive:
                     self._fail("InferenceCollector: the inference server thread stopped.")
                 if time.monotonic() > deadline:
@@ -342,21 +350,14 @@ class InferenceCollector(_WorkerLifecycle):
                                + (f" (pids {[self._procs[j].pid for j in sorted(waiting)]})"
                                   if self._procs else "")
                                + "; the env may hang.")
-                continue
-            if kind == "ready":
-                if payload is not None:
-                    self._bufs[i] = payload
-                waiting.discard(i)
-            elif kind == "error":
-                self._fail(f"InferenceCollector worker {i} raised:\n{payload}")
-            elif kind == "dead":
-                if self._procs:
-                    self._fail(f"InferenceCollector worker {i} (pid {self._procs[i].pid}) died "
-                               f"(exit code {payload}).")
-                self._fail(f"InferenceCollector worker {i} (a Ray actor) died: {payload}")
-            elif kind == "server_error":
-                self._fail(f"InferenceCollector: the inference server raised:\n{payload}")
-        hub.active = 0
+            for i, kind, payload in events:
+                if kind == "ready":
+                    if payload is not None:
+                        self._bufs[i] = payload
+                    waiting.discard(i)
+                else:
+                    self._report(i, kind, payload)
+        hub.end_round()
         self.frames += self.frames_per_batch
         return torch.stack(self._bufs, 0)
 
