@@ -95,14 +95,20 @@ def main() -> None:
             ratio=f"x{best / fps['local']:.2f} own copies (target 1.5x); "
                   f"x{best / fps['multisync']:.2f} MultiSync (target 1.0x)",
             machine=f"{os.cpu_count()}-core CPU box, load {load:.1f}, one torch thread per process",
-            note=(f"Median of {args.repeats} batches after a warm-up. With {args.workers} workers on "
-                  f"{os.cpu_count()} cores every served step waits for a wake-up: profiles of the "
-                  "process transport show the server thread and each worker idle in poll() about "
-                  "90% of the time, so it is bound by scheduling latency, not by work; the thread "
-                  "transport runs every worker under one GIL. Batching saves per-call policy "
-                  "overhead; it cannot add cores. Since 2026-12-02 the server and thread workers "
-                  "carry torch's thread count (tdrl.core.threads; before, each small op in the "
-                  "server thread started an OpenMP team: its forward took ~6 ms)."),
+            note=(f"Median of {args.repeats} batches after a warm-up. Every worker runs a Collector "
+                  "(the dict loop): with the server its policy is its rows of shared slabs and a "
+                  "step costs two small copies and two one-byte pipe writes (inference_slab.py); "
+                  "the process transport polls 1 ms before blocking (spin_s; 0 gave 10.1k f/s "
+                  "here, 1 ms 14.1k), threads do not (4.7k with 1 ms, 8.4k without: one GIL). "
+                  f"Why the target is out of reach on {os.cpu_count()} cores: the pipe protocol "
+                  "alone does ~130k round trips/s and a synthetic 40 us env / 40 us forward "
+                  "lockstep 28.5k f/s, so transport is not the bound; in the real run 9 processes "
+                  "context-switch every step in lockstep and every piece of code runs 2-3.5x "
+                  "slower than standalone (cold caches: the 8-row forward takes 110-120 us CPU in "
+                  "the run, 30 us alone). And the forward a server saves is ~20 us of the ~60 "
+                  "us/frame an own-copy worker spends, so even a free transport gives at most "
+                  "~1.5x; a server wins where the forward dominates (a larger or GPU policy). "
+                  "The 16-core device run is in benchmarks/gpu_check.sh."),
         )
 
 

@@ -122,6 +122,83 @@ def test_a_raising_env_and_bad_arguments_are_reported():
     with pytest.raises(TypeError, match="not an env instance"):
         InferenceCollector(_make_env(), _policy(), frames_per_batch=8)
 
+def _make_vec_env():
+    return GymEnv("CartPole-v1", num_envs=2, categorical_action_encoding=True)
+
+
+def _categorical_actor(seed=0):
+    from tdrl.core.modules import MLP, MaskedCategorical, ProbabilisticActor
+
+    torch.manual_seed(seed)
+    params = TensorDictModule(MLP(4, 2, (16,), torch.nn.Tanh), ["observation"], ["logits"])
+    return ProbabilisticActor(params, MaskedCategorical, in_keys=["logits"])
+
+
+def test_partial_forwards_no_spin_and_own_copies_give_the_same_data():
+    pol = _policy()
+    # max_batch=1: each forward serves one worker's rows (gathered by index), never spinning
+    with InferenceCollector(_make_env, pol, num_workers=3, frames_per_batch=60, transport="process",
+                            max_batch=1, spin_s=0, seed=3, timeout=60) as col:
+        one = col.next_batch()
+        assert col.server.forwards == col.server.rows == 60
+    with InferenceCollector(_make_env, pol, num_workers=3, frames_per_batch=60, transport="local",
+                            seed=3, timeout=60) as col:
+        local = col.next_batch()
+    ref = _reference(pol, 3, 20, 3)
+    for i in range(3):
+        assert (one[i].exclude("collector") == ref[i]).all()
+    assert (one == local).all()  # trajectory ids and versions (0) too
+    ids = one["collector", "traj_ids"]
+    assert len(set(ids[0].tolist()) & set(ids[1].tolist())) == 0  # disjoint across workers
+
+
+def test_batched_env_workers_and_a_probabilistic_actor_match_a_plain_collector():
+    from tdrl.core.collectors import Collector
+
+    actor = _categorical_actor()
+    got = {}
+    for transport in ("thread", "process"):
+        with InferenceCollector(_make_vec_env, actor, num_workers=2, frames_per_batch=40,
+                                transport=transport, exploration_type="mode", seed=7,
+                                timeout=60) as col:
+            got[transport] = col.next_batch()
+            assert got[transport].batch_size == (2, 2, 10)
+            assert col.server.rows == 4 * col.server.forwards  # both workers' 2 rows, every forward
+    for i in range(2):
+        with Collector(_make_vec_env(), actor, frames_per_batch=20, exploration_type="mode",
+                       seed=7 + 1000 * i) as ref:
+            want = ref.rollout().exclude("collector")
+        assert (got["thread"][i].exclude("collector") == want).all()
+    assert (got["thread"] == got["process"]).all()
+
+
+def test_bad_settings_fail_before_collecting_and_leave_no_process():
+    import psutil
+
+    from tdrl.core.collectors.inference_slab import SlabLayout
+
+    with pytest.raises(ValueError, match="spin_s must be"):
+        InferenceCollector(_make_env, _policy(), frames_per_batch=8, spin_s=-1)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    reads_pixels = TensorDictModule(_Argmax(), ["pixels"], ["action"])
+    with pytest.raises(WorkerError, match=r"worker \d raised:(.|\n)*policy reads \['pixels'\]"):
+        InferenceCollector(_make_env, reads_pixels, num_workers=2, frames_per_batch=8,
+                           transport="process", timeout=60)
+    left = [p for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left
+    server = InferenceServer(TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["out"]))
+    three, four = (TensorDict({"observation": torch.zeros(2, d)}, [2]) for d in (3, 4))
+    with pytest.raises(ValueError, match="one server needs one input layout"):
+        SlabLayout([three, four], server, share=False)
+    pooled = InferenceServer(TensorDictModule(lambda x: x.sum(), ["observation"], ["out"]))
+    with pytest.raises(ValueError, match="one output row per input row"):
+        SlabLayout([three, three], pooled, share=False)
+    layout = SlabLayout([three, TensorDict({"observation": torch.ones(3)}, [])], server, share=False)
+    assert layout.rows == [2, 1] and layout.offsets == [0, 2] and layout.outputs["out"].shape == (3, 2)
+    assert server.forwards == 0  # the dry run is not counted
+
+
 # ---------------------------------------------------------------------- the Ray transport
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):

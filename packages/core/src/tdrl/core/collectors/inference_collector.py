@@ -2,8 +2,10 @@
 
 Each worker owns its env and steps it; the policy runs only in the
 :class:`~tdrl.core.collectors.inference_server.InferenceServer` (a thread of the trainer
-process), which answers the workers' requests in batches. The trainer's loop is the same for
-every transport::
+process), which answers the workers' requests in batches. A thread or process worker runs a
+:class:`~tdrl.core.collectors.Collector` (its dict loop included) whose policy is its rows of
+the server's shared slabs (:mod:`.inference_slab`); a Ray actor is stepped by the server
+thread (:mod:`.inference_ray`). The trainer's loop is the same for every transport::
 
     col = InferenceCollector(make_env, policy, num_workers=8, frames_per_batch=1024,
                              transport="process")    # or "thread", "ray"
@@ -12,9 +14,10 @@ every transport::
         col.update_policy_weights_()                        # live: the version goes up
 
 Batches carry the usual keys plus ``("collector", "policy_version")``: the weights' version
-that chose each step's action. With a policy whose output for a row depends only on that row
-(a deterministic policy, or ``exploration_type="mode"``) the data under a fixed seed are the
-same for every transport and batching (tested). ``transport="local"`` runs the same process
+that chose each step's action, and (thread, process, local) the collector's
+``("collector", "traj_ids")``, disjoint across workers. With a policy whose output for a row
+depends only on that row (a deterministic policy, or ``exploration_type="mode"``) the data
+under a fixed seed are the same for every transport and batching (tested). ``transport="local"`` runs the same process
 workers each with its own copy of the policy and no server: the baseline of the benchmark
 (its weights are fixed).
 
@@ -70,8 +73,12 @@ def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed:
         collector = Collector(make_env, remote if policy is None else policy,
                               frames_per_batch=frames, exploration_type=exploration, seed=seed)
         collector._traj_stride, collector._traj_offset = n_workers, i
-        collector._td = collector._start()  # what the first rollout does; gives the layout
-        example = None if remote is None else collector._td.select(*in_keys, strict=False)
+        root = collector._td = collector._start()  # what the first rollout does; gives the layout
+        missing = [k for k in in_keys if k not in root.keys(True, True)]
+        if missing:
+            raise KeyError(f"The policy reads {missing}, which the env's root does not hold after "
+                           f"reset; its keys are {sorted(map(str, root.keys(True, True)))}.")
+        example = None if remote is None else root.select(*in_keys)
         conn.send(("hello", (example, collector.steps_per_batch)))
     except BaseException:  # noqa: BLE001 - everything goes back to the trainer
         conn.send(("error", traceback.format_exc()))
@@ -166,7 +173,8 @@ class InferenceCollector(_WorkerLifecycle):
         timeout: seconds to wait for a worker's batch before :class:`WorkerError`.
         spin_s: ``"thread"`` / ``"process"``: seconds the server and each worker poll for
             an answer (yielding the CPU) before they block (:mod:`.inference_slab`); ``0``
-            blocks at once.
+            blocks at once; ``None``: 1 ms for processes, 0 for threads (they share one
+            GIL: a spinning thread takes it from the one with work).
         shutdown_timeout: seconds a worker gets to exit before it is terminated.
         ray_options: ``ray.remote`` options of each env actor (default ``{"num_cpus": 1}``).
         ray_init_config: arguments of ``ray.init`` when Ray is not initialised yet.
@@ -186,7 +194,7 @@ class InferenceCollector(_WorkerLifecycle):
         exploration_type: InteractionType | str = InteractionType.RANDOM,
         seed: int | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
-        spin_s: float = DEFAULT_SPIN_S,
+        spin_s: float | None = None,
         shutdown_timeout: float = 5.0,
         ray_options: dict | None = None,
         ray_init_config: dict | None = None,
@@ -199,8 +207,10 @@ class InferenceCollector(_WorkerLifecycle):
             raise ValueError(f"frames_per_batch must be an int >= 1, got {frames_per_batch!r}.")
         if timeout is None or not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}.")
+        if spin_s is None:
+            spin_s = DEFAULT_SPIN_S.get(transport, 0.0)
         if isinstance(spin_s, bool) or not isinstance(spin_s, (int, float)) or not spin_s >= 0:
-            raise ValueError(f"spin_s must be a number of seconds >= 0, got {spin_s!r}.")
+            raise ValueError(f"spin_s must be a number of seconds >= 0 or None, got {spin_s!r}.")
         if isinstance(create_env_fn, EnvBase):
             raise TypeError("InferenceCollector needs a callable that builds the env in each "
                             "worker, not an env instance.")
@@ -290,7 +300,7 @@ class InferenceCollector(_WorkerLifecycle):
         try:
             layout = SlabLayout([hello[i][0] for i in range(self.num_workers)], self.server,
                                 share=self.transport == "process")
-        except (KeyError, ValueError, TypeError, RuntimeError) as err:
+        except (ValueError, TypeError, RuntimeError) as err:
             self.shutdown()
             raise type(err)(f"InferenceCollector: {err}") from err
         for i in range(self.num_workers):
