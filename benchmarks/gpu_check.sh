@@ -17,7 +17,8 @@
 #   3. mcts_cuda.log    - benchmarks/mcts.py --device cuda --repeats 3;
 #   4. kernels_gpu.log / kernels_gpu.md - benchmarks/kernels_gpu.py (PASS/FAIL parity of every
 #                         Triton kernel, then the timing tables; it stops itself at ~270 s);
-#   5. inference_server.log - benchmarks/inference_server.py on the device's 16 CPU cores;
+#   5. inference_server.log - benchmarks/inference_server.py on the device's 16 CPU cores, and
+#      inference_server_cuda.log the same with a 3-256-256-1 policy served on cuda;
 #   summary.txt         - one line per step: exit code and seconds.
 # The device image has torch + triton + transformers but no tensordict: tensordict, pyvers,
 # orjson, importlib_metadata, gymnasium and vmas (+ gym, pyglet) are installed from the carried
@@ -93,6 +94,8 @@ if [ "$HAS_CUDA" = 1 ]; then
     # scheduler-bound): the issue-21 inference-server targets; needs gymnasium from .devwheels.
     if "$PY" -c "import gymnasium, tensordict" 2>/dev/null; then
         step "inference_server (16 CPU cores)" 90 inference_server.log "$PY" benchmarks/inference_server.py --frames 1600 --repeats 3
+        # the case a server is for: a wider policy served on the GPU, CPU env workers
+        step "inference_server (policy on cuda)" 90 inference_server_cuda.log "$PY" benchmarks/inference_server.py --frames 1600 --repeats 3 --cells 256 --server-device cuda
     fi
 else
     note "no CUDA device: grpo/mcts/kernels GPU benchmarks SKIPPED"

@@ -18,6 +18,7 @@ Median of ``--repeats`` batches after one warm-up batch; start-up is not timed.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import time
@@ -35,13 +36,13 @@ def make_env():
     return GymEnv("Pendulum-v1")
 
 
-def make_policy():
+def make_policy(cells: int = 64):
     from tensordict.nn import TensorDictModule
 
     from tdrl.core.modules import MLP
 
     torch.manual_seed(0)
-    return TensorDictModule(MLP(3, 1, num_cells=(64, 64), activation=torch.nn.Tanh),
+    return TensorDictModule(MLP(3, 1, num_cells=(cells, cells), activation=torch.nn.Tanh),
                             ["observation"], ["action"])
 
 
@@ -62,17 +63,22 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--frames", type=int, default=1600, help="frames per batch over all workers")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--cells", type=int, default=64, help="width of the policy's two hidden layers")
+    p.add_argument("--server-device", default="cpu",
+                   help="where the server's policy runs (e.g. cuda; the own copies stay on the CPU)")
     p.add_argument("--record", action="store_true")
     args = p.parse_args()
-    policy = make_policy()
+    policy = make_policy(args.cells)  # the workers' copies (CPU)
+    served = copy.deepcopy(policy).to(args.server_device)
     fps = {}
     for name in ("process", "thread", "local", "multisync"):
         if name == "multisync":
             col = MultiSyncCollector(make_env, policy, num_workers=args.workers,
                                      frames_per_batch=args.frames)
         else:
-            col = InferenceCollector(make_env, policy, num_workers=args.workers,
-                                     frames_per_batch=args.frames, transport=name)
+            col = InferenceCollector(make_env, policy if name == "local" else served,
+                                     num_workers=args.workers, frames_per_batch=args.frames,
+                                     transport=name)
         fps[name] = _fps(col, args.frames, args.repeats)
         extra = ""
         if name in ("process", "thread"):
@@ -86,8 +92,30 @@ def main() -> None:
         from records import write_record
 
         load = os.getloadavg()[0]
+        c = args.cells
+        title = f"Inference server, {args.workers} env workers, MLP 3-{c}-{c}-1, Pendulum-v1"
+        if args.server_device != "cpu":
+            title += f", served on {args.server_device}"
+        note = (f"Median of {args.repeats} batches after a warm-up; the harness of the 3-64-64-1 "
+                "row with a wider policy (the forward a larger share of a step: what batching "
+                f"saves); the server's copy on {args.server_device}, the own copies on the CPU.")
+        if c == 64 and args.server_device == "cpu":
+            note = (f"Median of {args.repeats} batches after a warm-up. Every worker runs a Collector "
+                    "(the dict loop): with the server its policy is its rows of shared slabs and a "
+                    "step costs two small copies and two one-byte pipe writes (inference_slab.py); "
+                    "the process transport polls 1 ms before blocking (spin_s; 0 gave 10.1k f/s "
+                    "here, 1 ms 14.1k), threads do not (4.7k with 1 ms, 8.4k without: one GIL). "
+                    f"Why the target is out of reach on {os.cpu_count()} cores: the pipe protocol "
+                    "alone does ~130k round trips/s and a synthetic 40 us env / 40 us forward "
+                    "lockstep 28.5k f/s, so transport is not the bound; in the real run 9 processes "
+                    "context-switch every step in lockstep and every piece of code runs 2-3.5x "
+                    "slower than standalone (cold caches: the 8-row forward takes 110-120 us CPU in "
+                    "the run, 30 us alone). And the forward a server saves is ~20 us of the ~60 "
+                    "us/frame an own-copy worker spends, so even a free transport gives at most "
+                    "~1.5x; a server wins where the forward dominates (a larger or GPU policy). "
+                    "The 16-core device run is in benchmarks/gpu_check.sh.")
         write_record(
-            "Collectors", f"Inference server, {args.workers} env workers, MLP 3-64-64-1, Pendulum-v1",
+            "Collectors", title,
             f"{args.frames} frames/batch",
             {"server process f/s": round(fps["process"]), "server thread f/s": round(fps["thread"]),
              "own policy copy f/s": round(fps["local"]), "MultiSync f/s": round(fps["multisync"])},
@@ -95,20 +123,7 @@ def main() -> None:
             ratio=f"x{best / fps['local']:.2f} own copies (target 1.5x); "
                   f"x{best / fps['multisync']:.2f} MultiSync (target 1.0x)",
             machine=f"{os.cpu_count()}-core CPU box, load {load:.1f}, one torch thread per process",
-            note=(f"Median of {args.repeats} batches after a warm-up. Every worker runs a Collector "
-                  "(the dict loop): with the server its policy is its rows of shared slabs and a "
-                  "step costs two small copies and two one-byte pipe writes (inference_slab.py); "
-                  "the process transport polls 1 ms before blocking (spin_s; 0 gave 10.1k f/s "
-                  "here, 1 ms 14.1k), threads do not (4.7k with 1 ms, 8.4k without: one GIL). "
-                  f"Why the target is out of reach on {os.cpu_count()} cores: the pipe protocol "
-                  "alone does ~130k round trips/s and a synthetic 40 us env / 40 us forward "
-                  "lockstep 28.5k f/s, so transport is not the bound; in the real run 9 processes "
-                  "context-switch every step in lockstep and every piece of code runs 2-3.5x "
-                  "slower than standalone (cold caches: the 8-row forward takes 110-120 us CPU in "
-                  "the run, 30 us alone). And the forward a server saves is ~20 us of the ~60 "
-                  "us/frame an own-copy worker spends, so even a free transport gives at most "
-                  "~1.5x; a server wins where the forward dominates (a larger or GPU policy). "
-                  "The 16-core device run is in benchmarks/gpu_check.sh."),
+            note=note,
         )
 
 
