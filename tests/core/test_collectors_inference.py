@@ -155,8 +155,11 @@ def test_partial_forwards_no_spin_and_own_copies_give_the_same_data():
 def test_batched_env_workers_and_a_probabilistic_actor_match_a_plain_collector():
     from tdrl.core.collectors import Collector
 
+    from tensordict.nn import interaction_type
+
     actor = _categorical_actor()
     got = {}
+    before = interaction_type()  # one process-wide global: thread workers must not race on it
     for transport in ("thread", "process"):
         with InferenceCollector(_make_vec_env, actor, num_workers=2, frames_per_batch=40,
                                 transport=transport, exploration_type="mode", seed=7,
@@ -164,6 +167,7 @@ def test_batched_env_workers_and_a_probabilistic_actor_match_a_plain_collector()
             got[transport] = col.next_batch()
             assert got[transport].batch_size == (2, 2, 10)
             assert col.server.rows == 4 * col.server.forwards  # both workers' 2 rows, every forward
+        assert interaction_type() == before
     for i in range(2):
         with Collector(_make_vec_env(), actor, frames_per_batch=20, exploration_type="mode",
                        seed=7 + 1000 * i) as ref:

@@ -73,6 +73,7 @@ def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed:
         collector = Collector(make_env, remote if policy is None else policy,
                               frames_per_batch=frames, exploration_type=exploration, seed=seed)
         collector._traj_stride, collector._traj_offset = n_workers, i
+        collector._own_interaction = policy is not None  # the server sets it for its forward
         root = collector._td = collector._start()  # what the first rollout does; gives the layout
         missing = [k for k in in_keys if k not in root.keys(True, True)]
         if missing:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from contextlib import nullcontext
 from collections.abc import Callable, Iterator
 
 import torch
@@ -180,6 +181,10 @@ class Collector:
     # transforms the apps use) runs a loop on plain dicts (``_dict_rollout``; the same
     # batches). False forces the generic loop (tests, A/B timing).
     _dict_loop: bool = True
+    # False: leave tensordict's interaction type alone (it is one process-wide global, so
+    # threads that enter and leave it concurrently can leave it stuck; an inference server's
+    # thread workers, whose policy runs in the server thread, set this)
+    _own_interaction: bool = True
 
     def __init__(
         self,
@@ -312,7 +317,8 @@ class Collector:
         plan = None
         if self._dict_loop and not random_left and max_steps is None and policy is not None:
             plan = self._dict_plan(td)
-        with set_interaction_type(self.exploration_type), torch.no_grad(), paused_gc():
+        mode = set_interaction_type(self.exploration_type) if self._own_interaction else nullcontext()
+        with mode, torch.no_grad(), paused_gc():
             if plan is not None:  # the env steps on plain dicts
                 out, ids = self._dict_rollout(td, self.steps_per_batch, plan)
                 td = self._td
