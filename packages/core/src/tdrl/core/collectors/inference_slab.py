@@ -238,7 +238,8 @@ class SlabHub:
         self.remaining = [0] * self.n  # requests each worker still makes this round
         self._errors: queue.Queue = queue.Queue()
         self._stop = threading.Event()
-        self._dead: set[int] = set()
+        self._dead: set[int] = set()  # deaths the trainer has reported (events)
+        self._gone: set[int] = set()  # request pipes at EOF (the server thread's own set)
         self._index_cache: dict = {}
         self._thread = threading.Thread(target=carry_num_threads(self._serve),
                                         name="tdrl-inference-server", daemon=True)
@@ -345,7 +346,7 @@ class SlabHub:
                 data = b""
             if not data:  # the worker is gone: never wait for it again
                 poller.unregister(fd)
-                self._dead.add(i)
+                self._gone.add(i)
                 self.remaining[i] = 0
                 continue
             pending.append(i)
@@ -357,7 +358,7 @@ class SlabHub:
 
     def _more_coming(self, pending: list) -> bool:
         asked = set(pending)
-        return any(r > 0 and i not in asked and i not in self._dead
+        return any(r > 0 and i not in asked and i not in self._gone
                    for i, r in enumerate(self.remaining))
 
     def _take(self, pending: list) -> list[int]:
