@@ -14,8 +14,8 @@ thread (:mod:`.inference_ray`). The trainer's loop is the same for every transpo
         col.update_policy_weights_()                        # live: the version goes up
 
 Batches carry the usual keys plus ``("collector", "policy_version")``: the weights' version
-that chose each step's action, and (thread, process, local) the collector's
-``("collector", "traj_ids")``, disjoint across workers. With a policy whose output for a row
+that chose each step's action, and the collector's ``("collector", "traj_ids")``, disjoint
+across workers (every transport runs the same worker :class:`~tdrl.core.collectors.Collector`). With a policy whose output for a row
 depends only on that row (a deterministic policy, or ``exploration_type="mode"``) the data
 under a fixed seed are the same for every transport and batching (tested). ``transport="local"`` runs the same process
 workers each with its own copy of the policy and no server: the baseline of the benchmark
@@ -47,11 +47,11 @@ from tensordict.nn import InteractionType
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S, _exit_with_parent, _parent_token
 from ..threads import carry_num_threads
-from .inference_ray import VERSION_KEY, RayEnvWorker, _RayHub
-from .inference_server import InferenceServer
+from .inference_ray import RayEnvWorker, _RayHub
+from .inference_server import InferenceServer, versioned, worker_collector
 from .inference_slab import DEFAULT_SPIN_S, QueueConn, SlabHub, SlabLayout, SlabPolicy
 from .multi import _WorkerLifecycle, _dumps, _stop_workers
-from .single import Collector, as_interaction_type
+from .single import as_interaction_type
 
 __all__ = ["InferenceCollector"]
 
@@ -70,16 +70,9 @@ def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed:
         remote = None
         if policy is None:
             remote = SlabPolicy(in_keys, i, request.fileno(), reply.fileno(), timeout, spin_s)
-        collector = Collector(make_env, remote if policy is None else policy,
-                              frames_per_batch=frames, exploration_type=exploration, seed=seed)
-        collector._traj_stride, collector._traj_offset = n_workers, i
-        collector._own_interaction = policy is not None  # the server sets it for its forward
-        root = collector._td = collector._start()  # what the first rollout does; gives the layout
-        missing = [k for k in in_keys if k not in root.keys(True, True)]
-        if missing:
-            raise KeyError(f"The policy reads {missing}, which the env's root does not hold after "
-                           f"reset; its keys are {sorted(map(str, root.keys(True, True)))}.")
-        example = None if remote is None else root.select(*in_keys)
+        collector = worker_collector(make_env, remote if policy is None else policy, in_keys,
+                                     frames, exploration, seed, i, n_workers, policy is not None)
+        example = None if remote is None else collector._td.select(*in_keys)
         conn.send(("hello", (example, collector.steps_per_batch)))
     except BaseException:  # noqa: BLE001 - everything goes back to the trainer
         conn.send(("error", traceback.format_exc()))
@@ -98,11 +91,8 @@ def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed:
             elif cmd == "collect":
                 if remote is not None:
                     remote.versions.clear()
-                batch = collector.rollout()
-                steps = collector.steps_per_batch
-                versions = remote.versions if remote is not None else [0] * steps
-                ver = torch.tensor(versions, dtype=torch.int64)
-                batch.set(VERSION_KEY, ver.expand(*env_batch, steps).clone())
+                versions = remote.versions if remote is not None else [0] * collector.steps_per_batch
+                batch = versioned(collector.rollout(), versions, env_batch)
                 if not share:
                     conn.send(("ready", batch))
                 elif buf is None:
@@ -233,8 +223,8 @@ class InferenceCollector(_WorkerLifecycle):
             if not ray.is_initialized():
                 ray.init(**(ray_init_config or {}))
             actor_cls = ray.remote(**(ray_options or {"num_cpus": 1}))(RayEnvWorker)
-            actors = [actor_cls.remote(create_env_fn, in_keys, seeds[i], frames)
-                      for i in range(num_workers)]
+            actors = [actor_cls.remote(i, num_workers, create_env_fn, in_keys, seeds[i], frames,
+                                       exploration) for i in range(num_workers)]
             self.hub = _RayHub(self.server, actors, ray)
             self.hub.start()
         else:

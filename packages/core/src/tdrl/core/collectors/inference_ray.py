@@ -1,12 +1,15 @@
 """The Ray transport of the inference server: env workers are Ray actors.
 
 The server stays a thread of the trainer process (weights never leave it); each env worker
-is a Ray actor that owns its env and steps it one policy answer at a time. The hub drives
-the actors: ``begin`` starts a rollout and returns the first policy inputs, ``act(out,
-version)`` applies the server's answer, steps the env and returns the next inputs, or the
-finished batch after the worker's last step. The in-flight calls are Ray object refs; the
-server thread waits on them (``ray.wait``), batches the inputs that arrived and answers each
-worker with a new ``act`` call, so a forward serves every actor whose step is done.
+is a Ray actor that runs the same :class:`~tdrl.core.collectors.Collector` as a thread or
+process worker (trajectory ids, dict loop, versions: the same batches), in a thread of the
+actor, with a :class:`_RelayPolicy` as its policy. The hub drives the actors: ``begin``
+starts a rollout and returns the first policy inputs, ``act(out, version)`` hands the
+server's answer to the rollout and returns the next inputs, or the finished batch after the
+worker's last step. The in-flight calls are Ray object refs; the server thread waits on them
+(``ray.wait``), batches the inputs that arrived and answers each worker with a new ``act``
+call, so a forward serves every actor whose step is done: one actor call per step and
+worker, the price of a transport that crosses machines.
 
 A raising env comes back as the actor's task error (with its remote traceback), a dead actor
 as ``RayActorError``: both reach the trainer as :class:`~tdrl.core.envs.WorkerError`.
@@ -22,65 +25,85 @@ from collections.abc import Callable
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModuleBase
 
 from ..threads import carry_num_threads
-from .inference_server import InferenceServer
+from .inference_server import InferenceServer, versioned, worker_collector
 
 __all__ = ["RayEnvWorker", "_RayHub"]
 
-VERSION_KEY = ("collector", "policy_version")
 _POLL_S = 0.05
 
 
-class _Rollouts:
-    """One actor's env, its current root and the rollout, one policy answer at a time."""
+class _Stopped(Exception):
+    """The actor was closed while its rollout waited for an answer."""
 
-    def __init__(self, make_env: Callable, in_keys: list, seed: int | None, frames: int) -> None:
-        self.env = make_env()
-        if seed is not None:
-            self.env.set_seed(seed)
-        self.in_keys = in_keys
-        self.steps = -(-frames // max(1, self.env.batch_size.numel()))
-        self.root = self.env.reset()
 
-    def begin(self) -> TensorDictBase:
-        """Start a rollout: the policy inputs of its first step."""
-        self._steps, self._versions = [], []
-        return self.root.select(*self.in_keys)
+class _RelayPolicy(TensorDictModuleBase):
+    """A Ray actor's stand-in for the policy: each forward posts the step's inputs to the
+    actor's current method call and waits for the server's answer it brings back."""
 
-    def act(self, out: TensorDictBase, version: int) -> TensorDictBase | None:
-        """Apply the policy's answer and step: the next step's inputs, or None at the end."""
-        self.root.update(out)
-        td, self.root = self.env.step_and_maybe_reset(self.root)
-        self._steps.append(td)
-        self._versions.append(version)
-        return self.root.select(*self.in_keys) if len(self._steps) < self.steps else None
+    def __init__(self, in_keys: list) -> None:
+        super().__init__()
+        self.in_keys, self.out_keys = list(in_keys), []
+        self.posts: queue.Queue = queue.Queue()  # rollout -> method: (kind, payload)
+        self.answers: queue.Queue = queue.Queue()  # method -> rollout: (out, version) or None
+        self.versions: list[int] = []
 
-    def batch(self) -> TensorDictBase:
-        """The finished rollout ``(*env_batch, T)`` with each step's weights version."""
-        env = self.env
-        batch = torch.stack(self._steps, len(env.batch_size))
-        ver = torch.tensor(self._versions, dtype=torch.int64)
-        batch.set(VERSION_KEY, ver.expand(*env.batch_size, len(self._versions)).clone())
-        return batch
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        self.posts.put(("infer", td.select(*self.in_keys)))
+        answer = self.answers.get()
+        if answer is None:
+            raise _Stopped
+        out, version = answer
+        self.versions.append(version)
+        return td.update(out)
 
 
 class RayEnvWorker:
     """The body of one Ray env worker (wrapped by ``ray.remote`` in the collector)."""
 
-    def __init__(self, make_env: Callable, in_keys: list, seed: int | None, frames: int) -> None:
+    def __init__(self, index: int, n_workers: int, make_env: Callable, in_keys: list,
+                 seed: int | None, frames: int, exploration: InteractionType) -> None:
         torch.set_num_threads(1)
-        self.work = _Rollouts(make_env, in_keys, seed, frames)
+        self.relay = _RelayPolicy(in_keys)
+        self.collector = worker_collector(make_env, self.relay, in_keys, frames, exploration,
+                                          seed, index, n_workers, local=False)
+        self._rollout: threading.Thread | None = None
+
+    def _run(self) -> None:
+        try:
+            self.relay.versions.clear()
+            batch = self.collector.rollout()
+            env_batch = self.collector.env.batch_size
+            self.relay.posts.put(("ready", versioned(batch, list(self.relay.versions), env_batch)))
+        except _Stopped:
+            pass
+        except BaseException:  # noqa: BLE001 - raised by the method call that waits for it
+            self.relay.posts.put(("error", traceback.format_exc()))
+
+    def _next(self) -> tuple[str, TensorDictBase]:
+        kind, payload = self.relay.posts.get()
+        if kind == "error":
+            raise RuntimeError(f"the env worker's rollout raised:\n{payload}")
+        return kind, payload
 
     def begin(self) -> tuple[str, TensorDictBase]:
-        return "infer", self.work.begin()
+        """Start a rollout; its first policy inputs (or its batch, if it needs none)."""
+        self._rollout = threading.Thread(target=self._run, name="tdrl-ray-rollout", daemon=True)
+        self._rollout.start()
+        return self._next()
 
     def act(self, out: TensorDictBase, version: int) -> tuple[str, TensorDictBase]:
-        nxt = self.work.act(out, version)
-        return ("infer", nxt) if nxt is not None else ("ready", self.work.batch())
+        """The server's answer to the last inputs; the next inputs, or the finished batch."""
+        self.relay.answers.put((out, version))
+        return self._next()
 
     def close(self) -> None:
-        self.work.env.close()
+        self.relay.answers.put(None)  # a rollout waiting for an answer stops
+        if self._rollout is not None:
+            self._rollout.join(5.0)
+        self.collector.shutdown()
 
 
 class _RayHub:

@@ -24,9 +24,40 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModule, set_interaction_type
 
-from .single import _policy_device
+from .single import Collector, _policy_device
 
-__all__ = ["InferenceServer"]
+__all__ = ["InferenceServer", "VERSION_KEY", "versioned", "worker_collector"]
+
+VERSION_KEY = ("collector", "policy_version")
+
+
+def worker_collector(make_env, policy, in_keys: list, frames: int, exploration: InteractionType,
+                     seed: int | None, index: int, n_workers: int, local: bool) -> Collector:
+    """The :class:`Collector` an env worker of every transport runs: its env, ``policy`` (the
+    worker's stand-in for the server, or its own copy if ``local``), trajectory ids disjoint
+    across the ``n_workers`` workers, the first root already reset (the first rollout's);
+    raises ``KeyError`` if that root lacks one of the policy's ``in_keys``."""
+    collector = Collector(make_env, policy, frames_per_batch=frames, exploration_type=exploration,
+                          seed=seed)
+    try:
+        collector._traj_stride, collector._traj_offset = n_workers, index
+        collector._own_interaction = local  # otherwise the server sets it for its forward
+        root = collector._td = collector._start()
+        missing = [k for k in in_keys if k not in root.keys(True, True)]
+        if missing:
+            raise KeyError(f"The policy reads {missing}, which the env's root does not hold after "
+                           f"reset; its keys are {sorted(map(str, root.keys(True, True)))}.")
+    except BaseException:
+        collector.shutdown()
+        raise
+    return collector
+
+
+def versioned(batch: TensorDictBase, versions: list[int], env_batch: torch.Size) -> TensorDictBase:
+    """``batch`` ``(*env_batch, T)`` with the weights' version of each step's action."""
+    ver = torch.tensor(versions, dtype=torch.int64)
+    batch.set(VERSION_KEY, ver.expand(*env_batch, len(versions)).clone())
+    return batch
 
 
 class InferenceServer:
