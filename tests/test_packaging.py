@@ -249,3 +249,16 @@ def _install_and_run(pkg: str, tmp_path: Path) -> None:
     proc = subprocess.run([python, str(script)], capture_output=True, text=True, env=env, cwd=work,
                           timeout=900)
     assert proc.returncode == 0, f"packages/{pkg}/README.md quick start failed after `{line}`:\n{proc.stderr[-3000:]}"
+
+
+def test_no_script_or_test_folder_shadows_an_installed_module():
+    """``python benchmarks/x.py`` puts benchmarks/ first on sys.path (and pytest registers a
+    test folder with an ``__init__.py`` as a top-level module): a benchmark named like an
+    installed package is imported instead of it (``benchmarks/kernels.py`` hid Hugging Face's
+    ``kernels``, which transformers 5.25 imports)."""
+    installed = set(md.packages_distributions())
+    names = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} | {p.stem for p in (ROOT / "apps").glob("*/*.py")}
+    names |= {p.parent.name for p in (ROOT / "tests").glob("*/__init__.py")}
+    assert "records" in names and "train" in names  # the globs found the scripts
+    clashes = sorted(names & installed)
+    assert not clashes, f"rename these: they shadow installed modules of the same name: {clashes}"

@@ -13,7 +13,7 @@ CPU speed: a plain Python loop over ``T`` costs one small kernel launch per step
 time axis is cut into ``L ~ sqrt(T)`` chunks: stage 1 runs the scan inside every chunk at
 once (``L`` steps, each vectorised over all sequences x chunks), stage 2 carries the chunk
 boundary values back (``T / L`` steps on one value per sequence) and one fused update adds
-them in. That is ``~2 sqrt(T)`` small steps instead of ``T`` (see benchmarks/kernels.py).
+them in. That is ``~2 sqrt(T)`` small steps instead of ``T`` (see benchmarks/kernels_cpu.py).
 Low-precision inputs are computed in float32 and cast back.
 """
 

@@ -1,8 +1,9 @@
-"""CPU benchmarks of tdrl.kernels against the peers, side by side, one torch thread.
+"""CPU benchmarks of tdrl.kernels against the peers, side by side, one torch thread (not named
+kernels.py: it would shadow Hugging Face's ``kernels``, which transformers imports).
 
 Run (peers live in .venv-bench, built by benchmarks/setup_peers.sh):
 
-    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/kernels.py
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/kernels_cpu.py
 
 * GAE, 256 envs x 1024 steps: ``tdrl.kernels.gae`` vs TorchRL 0.14.1's
   ``generalized_advantage_estimate`` and ``vec_generalized_advantage_estimate``, and vs a
