@@ -7,7 +7,9 @@ Contenders (the same 8 Pendulum-v1 GymEnv workers, the same policy, one torch th
 - ``InferenceCollector(transport="thread")``: env workers as threads of the trainer;
 - ``InferenceCollector(transport="local")``: the same process workers each running their
   own policy copy (no server);
-- ``MultiSyncCollector``: the existing multi-process collector (a Collector per worker).
+- ``MultiSyncCollector``: the existing multi-process collector (a Collector per worker);
+- with ``--ray``, ``InferenceCollector(transport="ray")`` too (Ray actors, one actor call per
+  step and worker: the transport that crosses machines; not in the ratios).
 
 Targets (issue 21): server >= 1.5x the own-copy workers, and no slower than MultiSync.
 Median of ``--repeats`` batches after one warm-up batch; start-up is not timed.
@@ -66,22 +68,30 @@ def main() -> None:
     p.add_argument("--cells", type=int, default=64, help="width of the policy's two hidden layers")
     p.add_argument("--server-device", default="cpu",
                    help="where the server's policy runs (e.g. cuda; the own copies stay on the CPU)")
+    p.add_argument("--ray", action="store_true",
+                   help="also time transport='ray' (Ray actors as env workers; not in the ratios)")
     p.add_argument("--record", action="store_true")
     args = p.parse_args()
+    if args.ray:
+        import ray
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     policy = make_policy(args.cells)  # the workers' copies (CPU)
     served = copy.deepcopy(policy).to(args.server_device)
     fps = {}
-    for name in ("process", "thread", "local", "multisync"):
+    for name in ("process", "thread", "local", "multisync") + (("ray",) if args.ray else ()):
         if name == "multisync":
             col = MultiSyncCollector(make_env, policy, num_workers=args.workers,
                                      frames_per_batch=args.frames)
         else:
             col = InferenceCollector(make_env, policy if name == "local" else served,
                                      num_workers=args.workers, frames_per_batch=args.frames,
-                                     transport=name)
+                                     transport=name,  # Ray: the actors share the box's CPUs
+                                     ray_options={"num_cpus": os.cpu_count() / args.workers})
         fps[name] = _fps(col, args.frames, args.repeats)
         extra = ""
-        if name in ("process", "thread"):
+        if name in ("process", "thread", "ray"):
             extra = f" (mean rows per forward {col.server.rows / max(1, col.server.forwards):.1f})"
         print(f"{name:<10} {fps[name]:9.0f} frames/s{extra}", flush=True)
         col.shutdown()
@@ -118,7 +128,8 @@ def main() -> None:
             "Collectors", title,
             f"{args.frames} frames/batch",
             {"server process f/s": round(fps["process"]), "server thread f/s": round(fps["thread"]),
-             "own policy copy f/s": round(fps["local"]), "MultiSync f/s": round(fps["multisync"])},
+             "own policy copy f/s": round(fps["local"]), "MultiSync f/s": round(fps["multisync"]),
+             **({"server ray f/s": round(fps["ray"])} if "ray" in fps else {})},
             peer="the same workers with their own policy copy; MultiSyncCollector",
             ratio=f"x{best / fps['local']:.2f} own copies (target 1.5x); "
                   f"x{best / fps['multisync']:.2f} MultiSync (target 1.0x)",

@@ -254,6 +254,15 @@ def test_ray_actors_give_the_thread_transports_data_and_live_weights(local_ray):
     assert (got == threads).all()  # trajectory ids and versions too
 
 
+def test_more_ray_actors_than_cpus_warn_before_collecting(local_ray, caplog):
+    with caplog.at_level("WARNING", logger="tdrl.core.collectors.inference_collector"):
+        col = InferenceCollector(_make_env, _policy(), num_workers=3, frames_per_batch=6,
+                                 transport="ray", timeout=120)
+    col.shutdown()
+    assert "3 Ray actors ask for 3 CPUs in all, the Ray cluster has 2" in caplog.text
+    assert "ray_options" in caplog.text
+
+
 @pytest.mark.slow
 def test_a_raising_env_in_a_ray_actor_is_reported_with_its_traceback(local_ray):
     col = InferenceCollector(_make_bad_env, _policy(), num_workers=1, frames_per_batch=8,

@@ -30,6 +30,7 @@ fails after ``timeout`` seconds naming it. Process workers exit with the trainer
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import pickle
 import queue
@@ -54,6 +55,8 @@ from .multi import _WorkerLifecycle, _dumps, _stop_workers
 from .single import as_interaction_type
 
 __all__ = ["InferenceCollector"]
+
+_log = logging.getLogger(__name__)
 
 TRANSPORTS = ("thread", "process", "ray", "local")
 
@@ -222,7 +225,19 @@ class InferenceCollector(_WorkerLifecycle):
             ray = _require_ray()
             if not ray.is_initialized():
                 ray.init(**(ray_init_config or {}))
-            actor_cls = ray.remote(**(ray_options or {"num_cpus": 1}))(RayEnvWorker)
+            options = dict(ray_options or {"num_cpus": 1})
+            wanted = num_workers * float(options.get("num_cpus", 1))
+            have = float(ray.cluster_resources().get("CPU", 0.0))
+            if wanted > have:  # a warning, not an error: an autoscaling cluster may grow
+                _log.warning("InferenceCollector: %d Ray actors ask for %g CPUs in all, the Ray "
+                             "cluster has %g; the actors beyond it wait to be scheduled and the "
+                             "batch waits for them (timeout=%s s). Pass ray_options={'num_cpus': "
+                             "...} with a share of a CPU per actor to pack them.",
+                             num_workers, wanted, have, timeout)
+            self._ray_hint = (f" An actor that never answers is often one Ray could not schedule: "
+                              f"{num_workers} actors asking {options} each, the cluster has "
+                              f"{have:g} CPUs.")
+            actor_cls = ray.remote(**options)(RayEnvWorker)
             actors = [actor_cls.remote(i, num_workers, create_env_fn, in_keys, seeds[i], frames,
                                        exploration) for i in range(num_workers)]
             self.hub = _RayHub(self.server, actors, ray)
@@ -350,7 +365,7 @@ class InferenceCollector(_WorkerLifecycle):
                                f"worker(s) {sorted(waiting)}"
                                + (f" (pids {[self._procs[j].pid for j in sorted(waiting)]})"
                                   if self._procs else "")
-                               + "; the env may hang.")
+                               + "; the env may hang." + getattr(self, "_ray_hint", ""))
             for i, kind, payload in events:
                 if kind == "ready":
                     if payload is not None:
