@@ -120,7 +120,9 @@ def main() -> None:
                     "lockstep 28.5k f/s, so transport is not the bound; in the real run 9 processes "
                     "context-switch every step in lockstep and every piece of code runs 2-3.5x "
                     "slower than standalone (cold caches: the 8-row forward takes 110-120 us CPU in "
-                    "the run, 30 us alone). And the forward a server saves is ~20 us of the ~60 "
+                    "the run, 30 us alone; per frame, measured with psutil over 5 batches: a server process "
+                    "worker spends 101 us user + 11 us system CPU without spin, 118 + 28 with the 1 ms "
+                    "spin, an own-copy worker 75 us with its forward, the server thread 34 us). And the forward a server saves is ~20 us of the ~60 "
                     "us/frame an own-copy worker spends, so even a free transport gives at most "
                     "~1.5x; a server wins where the forward dominates (a larger or GPU policy). "
                     "The 16-core device run is in benchmarks/gpu_check.sh.")
