@@ -139,7 +139,12 @@ def main() -> None:
                 "few steps, so the reset columns reset sub-envs most steps; raw auto-reset records "
                 "Brax's reset state as the finished step's outcome and restores the episode's first "
                 "state (no new draw), tdrl keeps the real last transition and draws fresh initial "
-                "states (a reset computation inside the jitted step).",
+                "states (a reset computation inside the jitted step). Where the gap comes from "
+                "(measured 2026-12-04, inverted_pendulum, batch 8): tdrl's jitted step is as fast as "
+                "raw's; the wrapper's own work (TensorDict, action to numpy, the output copy) is "
+                "~16 us a step when hot, but right after an XLA step it takes 40-80 us (cold "
+                "caches: the first torch call then costs ~14 us instead of 1.7); raw plus the "
+                "wrapper around an instant stand-in for the jitted step times the same as tdrl.",
             )
 
 
