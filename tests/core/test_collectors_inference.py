@@ -146,7 +146,7 @@ def _categorical_actor(seed=0):
     return ProbabilisticActor(params, MaskedCategorical, in_keys=["logits"])
 
 
-def test_partial_forwards_no_spin_and_own_copies_give_the_same_data():
+def test_partial_forwards_no_spin_and_spawned_own_copies_give_the_same_data():
     pol = _policy()
     # max_batch=1: each forward serves one worker's rows (gathered by index), never spinning
     with InferenceCollector(_make_env, pol, num_workers=3, frames_per_batch=60, transport="process",
@@ -154,7 +154,7 @@ def test_partial_forwards_no_spin_and_own_copies_give_the_same_data():
         one = col.next_batch()
         assert col.server.forwards == col.server.rows == 60
     with InferenceCollector(_make_env, pol, num_workers=3, frames_per_batch=60, transport="local",
-                            seed=3, timeout=60) as col:
+                            seed=3, timeout=60, start_method="spawn") as col:  # forked by default
         local = col.next_batch()
     ref = _reference(pol, 3, 20, 3)
     for i in range(3):
@@ -195,6 +195,9 @@ def test_bad_settings_fail_before_collecting_and_leave_no_process():
 
     with pytest.raises(ValueError, match="spin_s must be"):
         InferenceCollector(_make_env, _policy(), frames_per_batch=8, spin_s=-1)
+    with pytest.raises(ValueError, match="start_method must be one of"):
+        InferenceCollector(_make_env, _policy(), frames_per_batch=8, transport="process",
+                           start_method="forkk")
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     reads_pixels = TensorDictModule(_Argmax(), ["pixels"], ["action"])
     with pytest.raises(WorkerError, match=r"worker \d raised:(.|\n)*policy reads \['pixels'\]"):

@@ -51,7 +51,7 @@ from ..threads import carry_num_threads
 from .inference_ray import RayEnvWorker, _RayHub
 from .inference_server import InferenceServer, versioned, worker_collector
 from .inference_slab import DEFAULT_SPIN_S, QueueConn, SlabHub, SlabLayout, SlabPolicy
-from .multi import _WorkerLifecycle, _dumps, _stop_workers
+from .multi import _default_start_method, _WorkerLifecycle, _dumps, _stop_workers
 from .single import as_interaction_type
 
 __all__ = ["InferenceCollector"]
@@ -115,9 +115,11 @@ def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed:
             end.close()
 
 
-def _process_worker(i: int, conn, request, reply, payload: bytes, token) -> None:
+def _process_worker(i: int, conn, request, reply, payload: bytes, token, inherited=None) -> None:
     """Body of a process worker: follow the trainer, one torch thread, then :func:`_worker`."""
     _exit_with_parent(token)
+    for end in inherited or ():  # fork: the trainer's ends of every pipe so far
+        end.close()
     torch.set_num_threads(1)
     try:
         args = pickle.loads(payload)
@@ -155,7 +157,7 @@ class InferenceCollector(_WorkerLifecycle):
         frames_per_batch: frames per batch over all workers (split evenly; a worker takes
             ``ceil(frames / num_workers / env_batch_numel)`` steps).
         total_frames: stop iterating after this many frames (``-1``: never).
-        transport: ``"thread"``, ``"process"`` (spawned workers, shared memory), ``"ray"``
+        transport: ``"thread"``, ``"process"`` (worker processes, shared memory), ``"ray"``
             (Ray actors, :mod:`.inference_ray`; Ray is started with ``ray_init_config`` if it
             is not running) or ``"local"`` (process workers with their own policy copy, no
             server).
@@ -170,6 +172,9 @@ class InferenceCollector(_WorkerLifecycle):
             blocks at once; ``None``: 1 ms for processes, 0 for threads (they share one
             GIL: a spinning thread takes it from the one with work).
         shutdown_timeout: seconds a worker gets to exit before it is terminated.
+        start_method: ``"process"`` / ``"local"``: ``"fork"`` (default on Linux while CUDA is
+            not initialised, as :class:`MultiSyncCollector`: workers start in a fraction of a
+            second) or ``"spawn"`` (a fresh interpreter per worker: seconds each).
         ray_options: ``ray.remote`` options of each env actor (default ``{"num_cpus": 1}``).
         ray_init_config: arguments of ``ray.init`` when Ray is not initialised yet.
     """
@@ -190,6 +195,7 @@ class InferenceCollector(_WorkerLifecycle):
         timeout: float = DEFAULT_TIMEOUT_S,
         spin_s: float | None = None,
         shutdown_timeout: float = 5.0,
+        start_method: str | None = None,
         ray_options: dict | None = None,
         ray_init_config: dict | None = None,
     ) -> None:
@@ -208,6 +214,10 @@ class InferenceCollector(_WorkerLifecycle):
         if isinstance(create_env_fn, EnvBase):
             raise TypeError("InferenceCollector needs a callable that builds the env in each "
                             "worker, not an env instance.")
+        if start_method is not None and start_method not in mp.get_all_start_methods():
+            raise ValueError(f"start_method must be one of {mp.get_all_start_methods()} or None, "
+                             f"got {start_method!r}.")
+        self._start_method = start_method or _default_start_method()
         exploration = as_interaction_type(exploration_type)
         self.server = InferenceServer(policy, max_batch=max_batch, max_wait_s=max_wait_s,
                                       exploration_type=exploration)
@@ -254,9 +264,10 @@ class InferenceCollector(_WorkerLifecycle):
 
     def _start_workers(self, make_env, local_policy, in_keys, seeds, frames, exploration,
                        spin_s) -> SlabHub:
-        """Threads or spawned processes, each with a control channel and two wake-up pipes."""
+        """Threads or processes (forked or spawned), each with a control channel and two wake-up pipes."""
         n, threads = self.num_workers, self.transport == "thread"
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context(self._start_method)
+        fork = ctx.get_start_method() == "fork"
         token = _parent_token()
         outbox = queue.Queue() if threads else None
         requests, replies = [], []  # the trainer's ends
@@ -276,8 +287,11 @@ class InferenceCollector(_WorkerLifecycle):
                 self._conns.append(conn)
                 continue
             parent, child = ctx.Pipe()
+            inherited = None
+            if fork:  # the child closes the trainer's ends it inherited (EOF stays a death)
+                inherited = [e for e in (parent, *self._conns, *requests, *replies) if e is not None]
             p = ctx.Process(target=_process_worker, name=f"tdrl-env-worker-{i}", daemon=False,
-                            args=(i, child, req_w, rep_r, _dumps(args), token))
+                            args=(i, child, req_w, rep_r, _dumps(args), token, inherited))
             p.start()
             for end in (child, req_w, rep_r):
                 if end is not None:
