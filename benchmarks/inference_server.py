@@ -72,15 +72,15 @@ def main() -> None:
                    help="also time transport='ray' (Ray actors as env workers; not in the ratios)")
     p.add_argument("--record", action="store_true")
     args = p.parse_args()
-    if args.ray:
-        import ray
-
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     policy = make_policy(args.cells)  # the workers' copies (CPU)
     served = copy.deepcopy(policy).to(args.server_device)
     fps = {}
     for name in ("process", "thread", "local", "multisync") + (("ray",) if args.ray else ()):
+        if name == "ray":  # started last: its daemons would slow the other contenders
+            import ray
+
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
         if name == "multisync":
             col = MultiSyncCollector(make_env, policy, num_workers=args.workers,
                                      frames_per_batch=args.frames)
@@ -113,18 +113,17 @@ def main() -> None:
             note = (f"Median of {args.repeats} batches after a warm-up. Every worker runs a Collector "
                     "(the dict loop): with the server its policy is its rows of shared slabs and a "
                     "step costs two small copies and two one-byte pipe writes (inference_slab.py); "
-                    "the process transport polls 1 ms before blocking (spin_s; 0 gave 10.1k f/s "
-                    "here, 1 ms 14.1k), threads do not (4.7k with 1 ms, 8.4k without: one GIL). "
-                    f"Why the target is out of reach on {os.cpu_count()} cores: the pipe protocol "
-                    "alone does ~130k round trips/s and a synthetic 40 us env / 40 us forward "
-                    "lockstep 28.5k f/s, so transport is not the bound; in the real run 9 processes "
-                    "context-switch every step in lockstep and every piece of code runs 2-3.5x "
-                    "slower than standalone (cold caches: the 8-row forward takes 110-120 us CPU in "
-                    "the run, 30 us alone; per frame, measured with psutil over 5 batches: a server process "
-                    "worker spends 101 us user + 11 us system CPU without spin, 118 + 28 with the 1 ms "
-                    "spin, an own-copy worker 75 us with its forward, the server thread 34 us). And the forward a server saves is ~20 us of the ~60 "
-                    "us/frame an own-copy worker spends, so even a free transport gives at most "
-                    "~1.5x; a server wins where the forward dominates (a larger or GPU policy). "
+                    "the process transport polls 1 ms before blocking (spin_s; 0 gave 14.2k f/s, "
+                    "1 ms 18.7-22k in one sweep), threads do not (one GIL). Process workers are "
+                    "forked (start_method): spawned ones ran the same code at twice the CPU (per "
+                    "frame, psutil over 5 batches: a spawned server worker 118 us user + 28 us "
+                    "system, a forked one 52 + 22, the server thread 30 -> 15 us; 12-13k f/s "
+                    "spawned) - 9 private copies of the interpreter's heap do not share the "
+                    "caches. Why 1.5x own copies is out of reach on "
+                    f"{os.cpu_count()} cores: an own-copy worker spends ~71 us CPU a frame, its "
+                    "forward ~20 us of it; a server saves that forward but its wake-ups cost "
+                    "system time (~22 us a frame), so even a free transport would give at most "
+                    "~1.4x. A server wins where the forward dominates (a larger or GPU policy). "
                     "The 16-core device run is in benchmarks/gpu_check.sh.")
         write_record(
             "Collectors", title,
