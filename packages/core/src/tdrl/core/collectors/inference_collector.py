@@ -228,25 +228,21 @@ class InferenceCollector(_WorkerLifecycle):
         frames = -(-frames_per_batch // num_workers)
         in_keys = self.server.in_keys
         self._procs, self._conns, self._threads = [], [], []
+        self._ray_hint = ""  # the timeout message's hint about Ray scheduling
         seeds = [None if seed is None else seed + 1000 * i for i in range(num_workers)]
         if transport == "ray":
-            from .ray_collector import _require_ray
+            from .ray_collector import _require_ray, warn_unschedulable
 
             ray = _require_ray()
             if not ray.is_initialized():
                 ray.init(**(ray_init_config or {}))
             options = dict(ray_options or {"num_cpus": 1})
-            wanted = num_workers * float(options.get("num_cpus", 1))
-            have = float(ray.cluster_resources().get("CPU", 0.0))
-            if wanted > have:  # a warning, not an error: an autoscaling cluster may grow
-                _log.warning("InferenceCollector: %d Ray actors ask for %g CPUs in all, the Ray "
-                             "cluster has %g; the actors beyond it wait to be scheduled and the "
-                             "batch waits for them (timeout=%s s). Pass ray_options={'num_cpus': "
-                             "...} with a share of a CPU per actor to pack them.",
-                             num_workers, wanted, have, timeout)
+            have = warn_unschedulable(ray, _log, "InferenceCollector", num_workers, options, timeout,
+                                      " Pass ray_options={'num_cpus': ...} with a share of a CPU "
+                                      "per actor to pack them.", noun="Ray actors")
             self._ray_hint = (f" An actor that never answers is often one Ray could not schedule: "
                               f"{num_workers} actors asking {options} each, the cluster has "
-                              f"{have:g} CPUs.")
+                              f"{have} CPUs.")
             actor_cls = ray.remote(**options)(RayEnvWorker)
             actors = [actor_cls.remote(i, num_workers, create_env_fn, in_keys, seeds[i], frames,
                                        exploration) for i in range(num_workers)]
@@ -379,7 +375,7 @@ class InferenceCollector(_WorkerLifecycle):
                                f"worker(s) {sorted(waiting)}"
                                + (f" (pids {[self._procs[j].pid for j in sorted(waiting)]})"
                                   if self._procs else "")
-                               + "; the env may hang." + getattr(self, "_ray_hint", ""))
+                               + "; the env may hang." + self._ray_hint)
             for i, kind, payload in events:
                 if kind == "ready":
                     if payload is not None:

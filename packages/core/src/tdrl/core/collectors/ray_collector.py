@@ -29,6 +29,27 @@ __all__ = ["RayCollector"]
 _log = logging.getLogger(__name__)
 
 
+def cluster_cpus(ray) -> float | None:
+    """The Ray cluster's CPUs now (``None`` if Ray cannot say)."""
+    try:
+        return float(ray.cluster_resources().get("CPU", 0.0))
+    except Exception:  # noqa: BLE001 - informative only
+        return None
+
+
+def warn_unschedulable(ray, log: logging.Logger, who: str, n: int, options: dict, timeout,
+                       advice: str = "", noun: str = "actors") -> float | None:
+    """Warn (not raise: an autoscaling cluster may grow) when ``n`` actors with ``options``
+    ask for more CPUs than the cluster has; returns the cluster's CPUs."""
+    have = cluster_cpus(ray)
+    wanted = n * float(options.get("num_cpus", 1))
+    if have is not None and wanted > have:
+        log.warning("%s: %d %s ask for %g CPUs in all, the Ray cluster has %g; the actors "
+                    "beyond it wait to be scheduled (timeout=%s s).%s", who, n, noun, wanted, have,
+                    timeout, advice)
+    return have
+
+
 def _require_ray():
     if importlib.util.find_spec("ray") is None:
         raise ImportError("RayCollector needs Ray: pip install 'tdrl-core[ray]' (or ray>=2.40).")
@@ -139,12 +160,7 @@ class RayCollector:
                       exploration_type=exploration_type, device=device,
                       max_frames_per_traj=max_frames_per_traj)
         self._remote_config = dict(remote_config or {"num_cpus": 1})
-        wanted = n * float(self._remote_config.get("num_cpus", 1))
-        have = self._cluster_cpus()
-        if have is not None and wanted > have:
-            _log.warning(
-                "RayCollector: %d actors ask for %g CPUs in all, the Ray cluster has %g; the "
-                "actors beyond it wait to be scheduled (timeout=%s s).", n, wanted, have, timeout)
+        warn_unschedulable(ray, _log, "RayCollector", n, self._remote_config, timeout)
         actor_cls = ray.remote(**self._remote_config)(_CollectorActor)
         self._actors = [
             actor_cls.remote(create_env_fn, policy,
@@ -154,19 +170,13 @@ class RayCollector:
         self._pending: dict = {}  # in-flight next_batch ref -> actor index (async)
 
     # ------------------------------------------------------------------ helpers
-    def _cluster_cpus(self) -> float | None:
-        try:
-            return float(self._ray.cluster_resources().get("CPU", 0.0))
-        except Exception:  # noqa: BLE001 - informative only
-            return None
-
     def _not_answered(self, actors: list[int], what: str, answered: list[int]) -> WorkerError:
         self.shutdown()
         return WorkerError(
             f"RayCollector: actor(s) {actors} did not {what} within timeout={self.timeout} s"
             f" (answered: {answered}). An actor that never answers is often one Ray could "
             f"not schedule: {self.num_collectors} actors asking {self._remote_config} each, "
-            f"the cluster has {self._cluster_cpus()} CPUs. Otherwise the env or policy hangs; "
+            f"the cluster has {cluster_cpus(self._ray)} CPUs. Otherwise the env or policy hangs; "
             "pass a larger timeout= if this legitimately takes longer."
         )
 
