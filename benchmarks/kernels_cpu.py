@@ -1,5 +1,6 @@
-"""CPU benchmarks of tdrl.kernels against the peers, side by side, one torch thread (not named
-kernels.py: it would shadow Hugging Face's ``kernels``, which transformers imports).
+"""CPU benchmarks of tdrl.kernels against the peers, side by side, one torch thread.
+
+Not named kernels.py: it would shadow Hugging Face's ``kernels``, which transformers imports.
 
 Run (peers live in .venv-bench, built by benchmarks/setup_peers.sh):
 
