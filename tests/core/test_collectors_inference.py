@@ -173,9 +173,11 @@ def test_batched_env_workers_and_a_probabilistic_actor_match_a_plain_collector()
     got = {}
     before = interaction_type()  # one process-wide global: thread workers must not race on it
     for transport in ("thread", "process"):
+        # a long max_wait_s: the server waits for both workers (it stops waiting as soon as
+        # both asked), so every forward serves both, however late a worker is scheduled
         with InferenceCollector(_make_vec_env, actor, num_workers=2, frames_per_batch=40,
                                 transport=transport, exploration_type="mode", seed=7,
-                                timeout=60) as col:
+                                max_wait_s=30.0, timeout=60) as col:
             got[transport] = col.next_batch()
             assert got[transport].batch_size == (2, 2, 10)
             assert col.server.rows == 4 * col.server.forwards  # both workers' 2 rows, every forward
