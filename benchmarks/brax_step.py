@@ -132,7 +132,7 @@ def main() -> None:
                   f"({us['tdrl reset'] / us['raw auto-reset']:.2f}x) | raw + torch interop "
                   f"{us['raw torch']:.1f} ({us['tdrl'] / us['raw torch']:.2f}x)")  # fmt: skip
     if args.record:
-        from records import write_record
+        from records import cpu_model, write_record
 
         load = os.getloadavg()[0]
         for (name, batch), us in results.items():
@@ -149,7 +149,7 @@ def main() -> None:
                 ratio=f"{ratio:.2f}x raw (target <= 1.1x: {'met' if ratio <= 1.1 else 'missed'}); "
                       f"with resets {us['tdrl reset'] / us['raw auto-reset']:.2f}x raw auto-reset; "
                       f"{us['tdrl'] / us['raw torch']:.2f}x raw + torch interop",
-                machine=f"shared 2-core CPU box, load {load:.1f}, one torch thread",
+                machine=f"shared 2-core CPU box ({cpu_model()}), load {load:.1f}, one torch thread",
                 note=f"Median of {args.repeats} interleaved repeats of {args.steps} steps; "
                 "compilation excluded. Random actions: inverted_pendulum's episodes end within a "
                 "few steps, so the reset columns reset sub-envs most steps; raw auto-reset records "
