@@ -158,12 +158,14 @@ def main() -> None:
                 "states (a reset computation inside the jitted step). Raw + torch interop: raw's "
                 "step with the torch action handed in as numpy and the observation, reward and "
                 "done taken out with torch.from_dlpack, what a torch user of raw Brax writes. "
-                "Where the gap comes from "
-                "(measured 2026-12-04, inverted_pendulum, batch 8): tdrl's jitted step is as fast as "
-                "raw's; the wrapper's own work (TensorDict, action to numpy, the output copy) is "
-                "~16 us a step when hot, but right after an XLA step it takes 40-80 us (cold "
-                "caches: the first torch call then costs ~14 us instead of 1.7); raw plus the "
-                "wrapper around an instant stand-in for the jitted step times the same as tdrl.",
+                "The wrapper's own work (TensorDict, action to numpy, the output copy) is ~16 us "
+                "a step when hot but 40-80 us right after an XLA step (cold caches; measured "
+                "2026-12-04, inverted_pendulum, batch 8). Since 2026-12-06 tdrl's jitted step "
+                "takes the state as one array per dtype instead of its 29 (inverted_pendulum) / "
+                "48 (ant) leaves, each of which cost the XLA CPU dispatch time (jitted step alone "
+                "at inverted_pendulum, batch 8: 354-361 -> 227-269 us; raw's 390-435 us); the "
+                "last record with the leaves (2026-12-04, AMD EPYC box) was 1.19x / 1.15x raw at "
+                "inverted_pendulum 8 / 64 and 1.00x / 1.09x at ant.",
             )
 
 

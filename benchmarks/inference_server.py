@@ -122,8 +122,8 @@ def main() -> None:
         note = (rounds + "The harness of the 3-64-64-1 "
                 "row with a wider policy (the forward a larger share of a step: what batching "
                 f"saves); the server's copy on {args.server_device}, the own copies on the CPU. "
-                "On the 2-core box the server overtakes the own copies between 256 and 512 "
-                "cells (measured 2026-12-06).")
+                "On the 2-core box the server overtakes the own copies between 512 and 1024 "
+                "cells (medians of 3 rounds, 2026-12-06: 0.95x at 256, 0.90x at 512, 1.23x at 1024).")
         if c == 64 and args.server_device == "cpu":
             note = (rounds + "Every worker runs a Collector "
                     "(the dict loop): with the server its policy is its rows of shared slabs and a "
@@ -143,7 +143,7 @@ def main() -> None:
                     "a side, none when the answer is already there) were tried on 2026-12-06 and "
                     "were not faster (10-13k vs 11-13k f/s, 2 rounds each): the cost is the "
                     "block and wake-up of 8 workers on 2 cores, not the system calls. A server "
-                    "wins where the forward dominates: the 3-512-512-1 and 3-1024-1024-1 rows "
+                    "wins where the forward dominates: the 3-1024-1024-1 row "
                     "(own copies each read their own weights; the server reads one copy per 8 "
                     "rows). The 16-core device run is in benchmarks/gpu_check.sh.")
         write_record(
