@@ -136,7 +136,7 @@ def bench(env_id: str, batch: int, steps: int, repeats: int) -> dict:
 def _record(results: dict, args) -> None:
     import os
 
-    from records import write_record
+    from records import cpu_model, write_record
 
     load = os.getloadavg()[0]
     for (env_id, batch), us in results.items():
@@ -149,7 +149,7 @@ def _record(results: dict, args) -> None:
             peer="envpool 1.2.5, same actions; raw = step + pool.reset(ids) of finished sub-envs",
             ratio=f"{ratio:.2f}x raw (target <= 1.1x: {'met' if ratio <= 1.1 else 'missed'}); "
                   f"dict {us['tdrl dict'] / us['raw']:.2f}x; {us['tdrl'] / us['raw C']:.2f}x raw C",
-            machine=f"shared 2-core CPU box, load {load:.1f}, one torch thread",
+            machine=f"shared 2-core CPU box ({cpu_model()}), load {load:.1f}, one torch thread",
             note=(f"Median of {args.repeats} interleaved repeats of {args.steps} (CartPole) / "
                   f"{int(args.steps * TASKS['HalfCheetah-v5'])} (HalfCheetah) steps. "
                   "'raw auto-reset' lets EnvPool reset finished sub-envs on their next step "
