@@ -21,6 +21,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 from ..envs import EnvBase
 from ..envs._fastpath import paused_gc, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
+from .random_frames import PolicyTemplate
 from .utils import split_trajectories
 
 __all__ = ["Collector", "as_interaction_type"]
@@ -163,7 +164,11 @@ class Collector:
             of the number of sub-envs, so a batch has ``T = frames_per_batch / n_envs``.
         total_frames: stop after this many frames (rounded up to whole batches); ``-1``
             never stops.
-        init_random_frames: the first frames use random actions from the action spec.
+        init_random_frames: the first frames use random actions from the action spec. Their
+            steps carry the keys the policy writes (``action_value``, ``loc`` / ``scale``...)
+            as zeros and actions in the policy's dtype, so that a replay buffer takes random
+            and policy batches alike: the policy is run once, on a copy, to learn them (see
+            :mod:`.random_frames`).
         split_trajs: yield trajectories instead: a zero-padded TensorDict
             ``(num_trajs, max_len)`` with a bool ``("collector", "mask")``.
         exploration_type: interaction type the policy runs under
@@ -247,6 +252,7 @@ class Collector:
             policy = copy.deepcopy(policy).to(self.policy_device)
         self.policy = policy
         self._call = _fast_call(policy) if policy is not None else None
+        self._template: PolicyTemplate | None = None  # what random steps are padded with
         if self.policy_device is None:
             self.policy_device = current or self.env.device
 
@@ -323,8 +329,10 @@ class Collector:
                 out, ids = self._dict_rollout(td, self.steps_per_batch, plan)
                 td = self._td
             for t in range(self.steps_per_batch if plan is None else 0):
-                if random_left > t * n_envs or policy is None:
+                if policy is None:
                     td = env.rand_action(td)
+                elif random_left > t * n_envs:
+                    td = self._random_step(td, moves)
                 elif moves:
                     out = policy(td.to(pol_dev))
                     td = out.to(env_dev)
@@ -359,6 +367,16 @@ class Collector:
             out = out.to(self.storing_device)
         self.frames += self.frames_per_batch
         return out
+
+    def _random_step(self, td: TensorDictBase, moves: bool) -> TensorDictBase:
+        """Random actions, padded to look like the policy's output (:mod:`.random_frames`)."""
+        if self._template is None:
+            env_dev, pol_dev = self.env.device, self.policy_device
+            self._template = PolicyTemplate(
+                self._call, td, list(self.env.action_keys),
+                to_policy=(lambda x: x.to(pol_dev)) if moves else (lambda x: x),
+                to_env=(lambda x: x.to(env_dev)) if moves else (lambda x: x))
+        return self._template.pad(self.env.rand_action(td))
 
     def _next_root(self, nxt: TensorDictBase, cut: bool = False) -> TensorDictBase:
         """The root of the next step: ``nxt`` without rewards; done sub-envs are reset.

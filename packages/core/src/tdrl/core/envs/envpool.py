@@ -42,7 +42,7 @@ from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATE
 from ..specs import Composite, OneHot
 from ._fastpath import merge_reset_rows, plain_td_maker
 from .common import RESET_KEY, EnvBase, _set_unsafe, step_mdp
-from .gym_spaces import _to_numpy, gym_space_to_spec
+from .gym_spaces import _to_numpy, gym_space_to_spec, one_hot_to_index
 
 __all__ = ["EnvPoolEnv"]
 
@@ -231,7 +231,7 @@ class EnvPoolEnv(EnvBase):
     @staticmethod
     def _action_converter(spec) -> Callable[[torch.Tensor], np.ndarray]:
         if isinstance(spec, OneHot):
-            return lambda a: _to_numpy(a).argmax(-1)
+            return one_hot_to_index(spec)  # refuses an index, naming the fix
         return _to_numpy  # Categorical indices, Box arrays
 
     # ------------------------------------------------------------------ EnvBase

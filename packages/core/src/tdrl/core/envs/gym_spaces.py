@@ -118,15 +118,45 @@ def _action_converter(spec) -> Callable:
         convs = {k: _action_converter(v) for k, v in spec.items()}
         return lambda td: {k: c(td.get(k)) for k, c in convs.items()}
     if isinstance(spec, OneHot):
-        if spec.ndim > 1:  # vector env: (num_envs, n) -> (num_envs,)
-            return lambda a: _to_numpy(a).argmax(-1)
-        return lambda a: int(_to_numpy(a).argmax())
+        return one_hot_to_index(spec, single=spec.ndim == 1)
     if isinstance(spec, Categorical):
         if spec.ndim == 0:
             return lambda a: int(a)
         return _to_numpy
 
     return _to_numpy
+
+
+def one_hot_to_index(spec: OneHot, single: bool = False) -> Callable[[torch.Tensor], np.ndarray | int]:
+    """The converter of a ``OneHot`` action spec: a one-hot ``(*batch, n)`` -> its index
+    (``(*batch,)`` numpy, or an ``int`` with ``single``), after checking the action's shape.
+
+    An index handed to a ``OneHot`` env would otherwise be read by ``argmax`` as action 0 at
+    every step (a policy that cannot learn, and no error); it is refused instead, naming the fix.
+    """
+    shape = tuple(spec.shape)
+
+    def conv(a: torch.Tensor):
+        if tuple(a.shape) != shape:
+            raise ValueError(one_hot_refusal(spec, a))
+        idx = _to_numpy(a).argmax(-1)
+        return int(idx) if single else idx
+
+    return conv
+
+
+def one_hot_refusal(spec: OneHot, action) -> str:
+    """What an env with a ``OneHot`` action spec says to an action of another shape."""
+    shape = tuple(getattr(action, "shape", ()))
+    dtype = getattr(action, "dtype", type(action).__name__)
+    what = ("an index (an int action, e.g. QValueModule's default)"
+            if shape == tuple(spec.shape[:-1]) else "not a one-hot of the spec's shape")
+    return (f"the action has shape {shape} and dtype {dtype}, but the env's action spec is "
+            f"OneHot(n={spec.n}) of shape {tuple(spec.shape)}: {what}; read by argmax it would "
+            f"be action 0 at every step. Write one-hot actions (QValueModule(spec=env.action_spec) "
+            f"or QValueActor(net, spec=env.action_spec); OneHot.encode(index) for a hand-made "
+            f"action), or build the env with categorical_action_encoding=True to step it with "
+            f"integer indices.")
 
 
 def _to_numpy(a: torch.Tensor) -> np.ndarray:

@@ -24,7 +24,7 @@ from tensordict.nn import (
     TensorDictModuleBase,
     TensorDictSequential,
 )
-from tensordict.nn import interaction_type as _interaction_type
+from tensordict.nn.probabilistic import interaction_type as _interaction_type  # not in tensordict.nn before 0.15
 from torch import Tensor, nn
 
 from tdrl.core import keys as K
@@ -215,10 +215,67 @@ class DuelingHead(nn.Module):
         return self.value(features) + adv - adv.mean(-1, keepdim=True)
 
 
+_ACTION_SPACES = {"one_hot": "one_hot", "one-hot": "one_hot", "onehot": "one_hot",
+                  "categorical": "categorical"}
+
+
+def _action_form(action_space, spec, one_hot: bool, where: str) -> tuple[bool, torch.dtype | None]:
+    """``(writes one-hot, dtype or None)`` from TorchRL's ``action_space=`` / ``spec=`` and
+    tdrl's ``one_hot=``; a spec decides both the form and the dtype (the env's own)."""
+    from tdrl.core.specs import Categorical, Composite, OneHot, TensorSpec
+
+    if isinstance(action_space, TensorSpec):  # TorchRL also accepts a spec here
+        if spec is not None and spec is not action_space:
+            raise ValueError(f"{where}: action_space= is a spec and spec= another; pass one of them.")
+        action_space, spec = None, action_space
+    if isinstance(spec, Composite):
+        spec = spec[K.ACTION] if K.ACTION in spec.keys() else None
+        if spec is None:
+            raise ValueError(f"{where}: spec= is a Composite without an 'action' entry; pass "
+                             "env.action_spec (the action's own spec).")
+    form = None
+    if action_space is not None:
+        form = _ACTION_SPACES.get(str(action_space).lower())
+        if form is None:
+            raise ValueError(f"{where}: action_space={action_space!r} is not supported; expected "
+                             "'one_hot' or 'categorical' (or pass spec=env.action_spec).")
+    dtype = None
+    if spec is not None:
+        if isinstance(spec, OneHot):
+            spec_form = "one_hot"
+        elif isinstance(spec, Categorical):
+            spec_form = "categorical"
+        else:
+            raise TypeError(f"{where}: spec= must be a OneHot or Categorical action spec, got "
+                            f"{type(spec).__name__}; Q-learning needs discrete actions.")
+        if form is not None and form != spec_form:
+            raise ValueError(f"{where}: action_space={action_space!r} but the spec is "
+                             f"{type(spec).__name__}; drop action_space= (the spec decides).")
+        form, dtype = spec_form, spec.dtype
+    if one_hot and form == "categorical":
+        raise ValueError(f"{where}: one_hot=True contradicts a categorical action "
+                         f"(action_space / spec); drop one_hot=.")
+    return one_hot or form == "one_hot", dtype
+
+
 class QValueModule(TensorDictModuleBase):
-    """Greedy action from ``action_value`` ``[*B, n]``: writes ``action`` (int64 ``[*B]``,
-    or one-hot ``[*B, n]`` with ``one_hot=True``) and ``chosen_action_value`` ``[*B, 1]``.
-    An optional ``action_mask`` key (``[*B, n]`` bool) excludes disallowed actions.
+    """Greedy action from ``action_value`` ``[*B, n]``: writes ``action`` and
+    ``chosen_action_value`` ``[*B, 1]``. An optional ``action_mask`` key (``[*B, n]`` bool)
+    excludes disallowed actions.
+
+    The action's form follows the env: pass ``spec=env.action_spec`` (TorchRL's spelling) and
+    a ``OneHot`` spec (``GymEnv``'s default for a ``Discrete`` space) gets one-hot actions
+    ``[*B, n]``, a ``Categorical`` spec indices ``[*B]``, each in the spec's dtype. Without a
+    spec: ``action_space="one_hot"`` (or ``one_hot=True``) writes a one-hot in the action
+    values' dtype, ``"categorical"`` or nothing an int64 index. An index given to an env with
+    a ``OneHot`` spec is refused by the env, with this fix named.
+
+    Args:
+        action_value_key, action_key, chosen_action_value_key, action_mask_key: keys.
+        one_hot: write one-hot actions.
+        action_space: ``"one_hot"`` or ``"categorical"`` (TorchRL's names), or a spec.
+        spec: the env's action spec (``OneHot`` or ``Categorical``; a ``Composite`` holding
+            ``"action"`` is read at that key).
     """
 
     def __init__(
@@ -228,13 +285,16 @@ class QValueModule(TensorDictModuleBase):
         chosen_action_value_key: NestedKey = "chosen_action_value",
         action_mask_key: NestedKey | None = None,
         one_hot: bool = False,
+        *,
+        action_space=None,
+        spec=None,
     ) -> None:
         super().__init__()
         self.in_keys = [action_value_key] + ([action_mask_key] if action_mask_key else [])
         self.out_keys = [action_key, chosen_action_value_key]
         self.action_value_key, self.action_key = action_value_key, action_key
         self.chosen_key, self.mask_key = chosen_action_value_key, action_mask_key
-        self.one_hot = one_hot
+        self.one_hot, self.action_dtype = _action_form(action_space, spec, one_hot, type(self).__name__)
 
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         q = require(td, self.action_value_key, type(self).__name__)
@@ -243,9 +303,10 @@ class QValueModule(TensorDictModuleBase):
             q = q.masked_fill(~mask.bool(), torch.finfo(q.dtype).min)
         index = q.argmax(-1)
         chosen = q.gather(-1, index.unsqueeze(-1))
-        action = (
-            nn.functional.one_hot(index, q.shape[-1]).to(q.dtype) if self.one_hot else index
-        )
+        if self.one_hot:
+            action = nn.functional.one_hot(index, q.shape[-1]).to(self.action_dtype or q.dtype)
+        else:
+            action = index if self.action_dtype in (None, torch.int64) else index.to(self.action_dtype)
         td.set(self.action_key, action)
         td.set(self.chosen_key, chosen)
         return td
@@ -259,6 +320,8 @@ class QValueActor(TensorDictSequential):
             end for a dueling DQN).
         in_keys: default ``["observation"]``.
         action_mask_key: optional mask key; one_hot: write one-hot actions.
+        action_space, spec: the action's form, as :class:`QValueModule` (pass
+            ``spec=env.action_spec`` so the actions match the env).
     """
 
     def __init__(
@@ -267,6 +330,10 @@ class QValueActor(TensorDictSequential):
         in_keys: Sequence[NestedKey] = (K.OBSERVATION,),
         action_mask_key: NestedKey | None = None,
         one_hot: bool = False,
+        *,
+        action_space=None,
+        spec=None,
     ) -> None:
         net = TensorDictModule(module, in_keys=list(in_keys), out_keys=[K.ACTION_VALUE])
-        super().__init__(net, QValueModule(action_mask_key=action_mask_key, one_hot=one_hot))
+        super().__init__(net, QValueModule(action_mask_key=action_mask_key, one_hot=one_hot,
+                                           action_space=action_space, spec=spec))

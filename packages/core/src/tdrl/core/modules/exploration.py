@@ -59,7 +59,8 @@ class EGreedyModule(_Annealed):
         action_key: the action to perturb: int64 ``[*B]`` or one-hot ``[*B, n]``.
         action_mask_key: optional ``[*B, n]`` bool; random actions are drawn uniformly
             among allowed actions.
-        one_hot: actions are one-hot.
+        one_hot: actions are one-hot; ``None`` (default): when ``n_actions`` is a ``OneHot``
+            spec (``GymEnv``'s ``env.action_spec`` for a ``Discrete`` space), else indices.
     """
 
     def __init__(
@@ -70,9 +71,13 @@ class EGreedyModule(_Annealed):
         annealing_num_steps: int = 10_000,
         action_key: NestedKey = K.ACTION,
         action_mask_key: NestedKey | None = None,
-        one_hot: bool = False,
+        one_hot: bool | None = None,
     ) -> None:
         super().__init__(eps_init, eps_end, annealing_num_steps)
+        if one_hot is None:
+            from tdrl.core.specs import OneHot
+
+            one_hot = isinstance(n_actions, OneHot)
         if not isinstance(n_actions, int):
             n_actions = getattr(n_actions, "n", n_actions)
         self.n_actions, self.action_key = int(n_actions), action_key

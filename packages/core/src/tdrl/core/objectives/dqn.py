@@ -31,22 +31,30 @@ class DQNKeys:
 
 
 def gather_action_value(q: Tensor, action: Tensor) -> Tensor:
-    """``Q(s, a)`` ``[*B, 1]`` from ``q`` ``[*B, n]`` and an int ``[*B]``/``[*B, 1]`` or
-    one-hot ``[*B, n]`` action."""
-    if action.is_floating_point() or action.dtype == torch.bool:
-        if action.shape != q.shape:
-            raise ValueError(
-                f"one-hot action has shape {tuple(action.shape)}, expected {tuple(q.shape)}."
-            )
+    """``Q(s, a)`` ``[*B, 1]`` from ``q`` ``[*B, n]`` and the action taken.
+
+    The action is an index ``[*B]`` / ``[*B, 1]`` (any integer dtype), or a one-hot ``[*B, n]``
+    of any dtype: bool (TorchRL's ``OneHot`` default), int64 (what tdrl's ``GymEnv`` and its
+    random frames write for a ``Discrete`` space) or float. With ``n == 1`` an integer
+    ``[*B, 1]`` is read as an index (both readings give ``q``).
+
+    The values are not checked (no device sync per call): ``check_actions=True`` on the env
+    checks them where they are written.
+
+    Raises:
+        ValueError: any other shape or dtype; the message names both accepted forms.
+    """
+    integer = not (action.is_floating_point() or action.dtype == torch.bool)
+    if action.shape == q.shape and not (integer and q.shape[-1] == 1):
         return (q * action.to(q.dtype)).sum(-1, keepdim=True)
-    if action.shape == q.shape[:-1]:
+    if integer and action.shape == q.shape[:-1]:
         action = action.unsqueeze(-1)
-    if action.shape != (*q.shape[:-1], 1):
-        raise ValueError(
-            f"action has shape {tuple(action.shape)}; expected {tuple(q.shape[:-1])} "
-            f"(int index) or {tuple(q.shape)} (one-hot) for action values {tuple(q.shape)}."
-        )
-    return q.gather(-1, action.long())
+    if integer and action.shape == (*q.shape[:-1], 1):
+        return q.gather(-1, action.long())
+    expected = (f"expected an index {tuple(q.shape[:-1])} or {(*q.shape[:-1], 1)} (integer dtype), "
+                f"or a one-hot {tuple(q.shape)} (bool, integer or float) for action values "
+                f"{tuple(q.shape)}")
+    raise ValueError(f"action has dtype {action.dtype} and shape {tuple(action.shape)}; {expected}.")
 
 
 class DQNLoss(LossModule):

@@ -107,7 +107,9 @@ class PPOLoss(LossModule):
         critic: a value module writing ``value`` (``[*B, 1]``); ``None`` for actor-only.
         clip_epsilon: ratio clipping; ``None`` for no clipping (pure KL-penalty PPO).
         kl_coef: weight of the KL penalty ``E_old[log pi_old - log pi]`` (k3 estimator).
-        kl_target: when set, ``kl_coef`` adapts: x2 if KL > 1.5 target, /2 if < target / 1.5.
+        kl_target: when set, ``kl_coef`` adapts after each training-mode call: x2 if that
+            batch's KL > 1.5 target, /2 if < target / 1.5 (the paper's rule); the returned
+            ``loss_kl`` and ``kl_coef`` use the coefficient before the update.
         entropy_coef: weight of the entropy bonus (0 disables it).
         critic_coef: weight of the critic loss.
         clip_value: PPO2 value clipping around the stored value; ``None`` disables it.
@@ -169,8 +171,11 @@ class PPOLoss(LossModule):
         with torch.set_grad_enabled(use_kl and torch.is_grad_enabled()):
             kl = k3_estimate(log_ratio, ratio).mean()  # KL(old || new), >= 0
         if use_kl:
-            terms["loss_kl"] = self.kl_coef * kl
-            terms["kl_coef"] = self.kl_coef.clone()
+            # a copy: the loss must not hold the buffer that _adapt_kl changes in place before
+            # backward (autograd saves the coefficient to differentiate kl_coef * kl)
+            coef = self.kl_coef.clone()
+            terms["loss_kl"] = coef * kl
+            terms["kl_coef"] = coef
             if self.kl_target is not None and self.training:
                 self._adapt_kl(kl.detach())
         with torch.no_grad():

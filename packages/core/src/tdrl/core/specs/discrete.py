@@ -166,6 +166,29 @@ class OneHot(TensorSpec):
             v = v.masked_fill(~self.mask.expand(val.shape), float("-inf"))
         return torch.nn.functional.one_hot(v.argmax(-1), self.n).to(self.dtype)
 
+    def encode(self, val, ignore_device: bool = False) -> torch.Tensor:
+        """An index (or array of indices) -> a one-hot tensor of this spec's dtype, as in TorchRL.
+
+        ``OneHot(4).encode(2)`` is ``[0, 0, 1, 0]``; indices of shape ``shape[:-1]`` (a vector
+        env's ``(num_envs,)``), or any shape not ending in ``n``, are one-hot encoded (extra
+        leading dims are kept). A value ending in ``n`` is taken as already one-hot and only
+        cast (for a batch of exactly ``n`` indices, call ``torch.nn.functional.one_hot``).
+
+        Raises:
+            ValueError: an index outside ``[0, n)``, or a fractional one.
+        """
+        out = val if isinstance(val, torch.Tensor) else torch.as_tensor(val)
+        if out.shape == self.shape[:-1] or out.shape[-1:] != (self.n,):
+            if out.dtype == torch.bool or (out.is_floating_point() and bool((out != out.round()).any())):
+                raise ValueError(f"OneHot(n={self.n}).encode: expected integer indices in [0, {self.n}) "
+                                 f"or a one-hot of shape (..., {self.n}), got {out.dtype} of shape "
+                                 f"{tuple(out.shape)}.")
+            if out.numel() and bool(((out < 0) | (out >= self.n)).any()):
+                raise ValueError(f"OneHot(n={self.n}).encode: indices must lie in [0, {self.n}), got "
+                                 f"{self._summary(out)}.")
+            out = torch.nn.functional.one_hot(out.long(), self.n)
+        return super().encode(out, ignore_device)
+
     def to_categorical(self, val: torch.Tensor) -> torch.Tensor:
         """``val`` (..., n) -> index (...,) int64."""
         return val.long().argmax(-1)
