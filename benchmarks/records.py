@@ -44,9 +44,17 @@ def record_path(section: str, results_dir: Path | None = None) -> Path:
 
 
 def this_command() -> str:
-    """The command line that runs this process, relative to the repository root when possible."""
+    """The command line that runs this process, relative to the repository root when possible:
+    the script's path is written from the root (``python benchmarks/x.py``, also when it ran
+    from inside ``benchmarks/``), so that the printed command runs from a checkout's root."""
     exe = os.path.relpath(sys.executable) if ".venv" in sys.executable else "python"
-    return shlex.join([exe, *sys.argv])
+    argv = list(sys.argv)
+    if argv and argv[0].endswith(".py"):
+        repo = Path(__file__).resolve().parents[1]
+        script = Path(argv[0]).resolve()
+        if script.is_relative_to(repo):
+            argv[0] = script.relative_to(repo).as_posix()
+    return shlex.join([exe, *argv])
 
 
 def this_machine() -> str:
