@@ -7,6 +7,7 @@ from importlib.metadata import version as _dist_version
 
 from .envs import (
     EnvBase,
+    EnvCreator,
     GymEnv,
     GymWrapper,
     ParallelEnv,
@@ -44,7 +45,7 @@ __all__: list[str] = [
     # specs
     "Binary", "Bounded", "Categorical", "Composite", "MultiCategorical", "OneHot", "Unbounded",
     # envs
-    "EnvBase", "GymEnv", "GymWrapper", "ParallelEnv", "PendulumEnv", "SerialEnv", "WorkerError",
+    "EnvBase", "EnvCreator", "GymEnv", "GymWrapper", "ParallelEnv", "PendulumEnv", "SerialEnv", "WorkerError",
     "check_env_specs", "step_mdp",
     # transforms
     "ActionScaling", "CatFrames", "CatTensors", "Compose", "DoubleToFloat", "DTypeCastTransform",

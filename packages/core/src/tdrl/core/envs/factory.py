@@ -17,7 +17,7 @@ from .common import EnvBase
 from .gym import GymEnv
 from .pendulum import PendulumEnv
 
-__all__ = ["make_env", "TORCH_ENVS", "env_rng_state"]
+__all__ = ["make_env", "TORCH_ENVS", "env_rng_state", "EnvCreator"]
 
 TORCH_ENVS = {"tdrl/Pendulum": PendulumEnv}
 """Batched pure-torch environments by id (``batch_size=(num_envs,)``)."""
@@ -68,3 +68,34 @@ def env_rng_state(env: EnvBase) -> GeneratorState | None:
     base = getattr(env, "base_env", env)
     gen = getattr(base, "_generator", None)
     return GeneratorState(gen) if isinstance(base, tuple(TORCH_ENVS.values())) and gen is not None else None
+
+
+class EnvCreator:
+    """A picklable env factory (TorchRL's ``EnvCreator``): ``EnvCreator(fn, kwargs)()`` is
+    ``fn(**kwargs)``, for a :class:`~tdrl.core.envs.ParallelEnv` or a multi-process collector
+    that builds its envs in each worker.
+
+    Unlike TorchRL's, it does not build an env up front nor share the transforms' statistics
+    (a ``VecNorm``'s running moments) between the workers' envs through shared memory: each
+    env keeps its own; gather them with ``state_dict`` where they must agree.
+
+    Args:
+        create_env_fn: a callable returning an :class:`EnvBase` (a module-level function or
+            class, so that it pickles).
+        create_env_kwargs: keyword arguments for it.
+    """
+
+    def __init__(self, create_env_fn, create_env_kwargs: dict | None = None) -> None:
+        if not callable(create_env_fn):
+            raise TypeError(f"EnvCreator: create_env_fn must be callable, got {type(create_env_fn).__name__}.")
+        self.create_env_fn = create_env_fn
+        self.create_env_kwargs = dict(create_env_kwargs or {})
+
+    def __call__(self, **kwargs: Any) -> EnvBase:
+        env = self.create_env_fn(**{**self.create_env_kwargs, **kwargs})
+        if not isinstance(env, EnvBase):
+            raise TypeError(f"EnvCreator: {self.create_env_fn!r} returned {type(env).__name__}, not an EnvBase.")
+        return env
+
+    def __repr__(self) -> str:
+        return f"EnvCreator({self.create_env_fn!r}, {self.create_env_kwargs!r})"

@@ -9,6 +9,7 @@ from tdrl.core.modules.actors import (
     ProbabilisticActor,
     QValueActor,
     QValueModule,
+    RandomPolicy,
     ValueOperator,
 )
 from tdrl.core.modules.decision_transformer import DecisionTransformer, DecisionTransformerPolicy
@@ -44,6 +45,7 @@ __all__ = [
     "ValueOperator",
     "QValueModule",
     "QValueActor",
+    "RandomPolicy",
     "DuelingHead",
     "NormalParamExtractor",
     "IndependentNormal",

@@ -38,6 +38,7 @@ __all__ = [
     "DuelingHead",
     "QValueActor",
     "NormalParamExtractor",
+    "RandomPolicy",
 ]
 
 
@@ -337,3 +338,26 @@ class QValueActor(TensorDictSequential):
         net = TensorDictModule(module, in_keys=list(in_keys), out_keys=[K.ACTION_VALUE])
         super().__init__(net, QValueModule(action_mask_key=action_mask_key, one_hot=one_hot,
                                            action_space=action_space, spec=spec))
+
+
+class RandomPolicy:
+    """Uniform random actions from an action spec (TorchRL's ``RandomPolicy``): a policy for a
+    :class:`~tdrl.core.collectors.Collector` or ``env.rollout`` that writes ``spec.rand()``.
+
+    Args:
+        action_spec: the env's ``action_spec`` (its shape includes the env's batch), or its
+            ``full_action_spec`` (a ``Composite``: every action key is drawn).
+        action_key: where a leaf spec's draw is written (default ``"action"``).
+    """
+
+    def __init__(self, action_spec, action_key: NestedKey = K.ACTION) -> None:
+        self.action_spec = action_spec.clone()
+        self.action_key = action_key
+
+    def __call__(self, td: TensorDictBase) -> TensorDictBase:
+        from tdrl.core.specs import Composite
+
+        if isinstance(self.action_spec, Composite):
+            return td.update(self.action_spec.rand())
+        td.set(self.action_key, self.action_spec.rand())
+        return td

@@ -141,6 +141,41 @@ class ReplayBuffer:
             return data, {INDEX: index, **info}
         return data
 
+    def __getitem__(self, index):
+        """The stored items at ``index`` (TorchRL's ``rb[:]``, ``rb[i]``, ``rb[tensor]``), with
+        the buffer's transform applied; no sampler is involved.
+
+        Args:
+            index: an int, a slice or an int64 tensor / list of slots, counted over the
+                ``len(self)`` items stored (negative values count from the end; storage
+                order, which is insertion order until a ring storage wraps).
+
+        Returns:
+            One item for an int; a batch (TensorDict ``[n]`` or collated list) otherwise,
+            a copy of the storage's entries.
+
+        Raises:
+            IndexError: a slot outside ``[-len(self), len(self))``.
+        """
+        n = len(self)
+        if isinstance(index, int):
+            if not -n <= index < n:
+                raise IndexError(f"ReplayBuffer index {index} is out of range: {n} items stored.")
+            data = self.storage.get(index % n)
+        else:
+            slots = torch.arange(n)[index] if isinstance(index, slice) else torch.as_tensor(index)
+            if slots.is_floating_point() or slots.dtype == torch.bool:
+                raise IndexError(f"ReplayBuffer index must be an int, a slice or int slots, got {slots.dtype}.")
+            if slots.numel() and bool(((slots < -n) | (slots >= n)).any()):
+                raise IndexError(f"ReplayBuffer slots {slots.tolist() if slots.numel() <= 8 else '...'} "
+                                 f"out of range: {n} items stored.")
+            data = self.storage.get(slots.long() % max(n, 1))
+            if isinstance(data, list):
+                data = self.collate_fn(data)
+        if self.transform is not None:
+            data = self.transform(data)
+        return data
+
     def __iter__(self) -> Iterator:
         """Yield batches until a without-replacement sampler completes an epoch (forever
         for samplers with replacement)."""

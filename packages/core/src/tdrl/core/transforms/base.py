@@ -20,6 +20,7 @@ Transforms are ``nn.Module``s, so their statistics live in ``state_dict()``.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -109,6 +110,20 @@ class Transform(nn.Module):
     @property
     def has_inv(self) -> bool:
         return bool(self.in_keys_inv)
+
+    def clone(self) -> Transform:
+        """A deep copy (its statistics copied, not shared) attached to no env, to put in
+        another ``TransformedEnv`` (TorchRL's ``Transform.clone``)."""
+        ref, self._container_ref = self._container_ref, None
+        try:
+            out = copy.deepcopy(self)
+        finally:
+            self._container_ref = ref
+        for module in out.modules():  # a copied Compose holds copied children: rewire them
+            if isinstance(module, Compose):
+                for child in module.transforms:
+                    child.set_container(module)
+        return out
 
     # ------------------------------------------------------------------ data
     def _apply_transform(self, x: torch.Tensor) -> torch.Tensor:

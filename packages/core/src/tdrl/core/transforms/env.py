@@ -130,6 +130,23 @@ class TransformedEnv(EnvBase):
     def _close(self) -> None:
         self.base_env.close()
 
+    # ------------------------------------------------------------------ modes
+    def train(self, mode: bool = True) -> TransformedEnv:
+        """Put the transforms in training mode (``mode=True``) or evaluation mode, as
+        ``nn.Module.train`` (TorchRL's envs are modules): a :class:`VecNorm` in evaluation
+        mode normalises without updating its statistics. Returns self."""
+        self.transform.train(mode)
+        return self
+
+    def eval(self) -> TransformedEnv:
+        """``train(False)``: the normalising transforms stop updating their statistics."""
+        return self.train(False)
+
+    @property
+    def training(self) -> bool:
+        """Whether the transforms are in training mode (see :meth:`train`)."""
+        return self.transform.training
+
     # ------------------------------------------------------------------ state
     def state_dict(self, *args, **kwargs) -> dict:
         """The transforms' state (e.g. running normalisation statistics)."""

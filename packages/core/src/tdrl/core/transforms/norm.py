@@ -129,7 +129,9 @@ class VecNorm(_ResizingBuffers, Transform):
     Statistics are updated with every step output and every reset output (only the rows
     that reset), by exact parallel (Chan et al.) mean/variance updates in float64; they are
     buffers (``mean_i``, ``var_i``, ``count_i`` for the ``i``-th key) saved in ``state_dict``.
-    ``freeze()`` stops the updates (evaluation), ``unfreeze()`` resumes them.
+    ``freeze()`` stops the updates (evaluation), ``unfreeze()`` resumes them; so does evaluation
+    mode (``.eval()`` / ``.train()``, also through ``env.eval()`` on the ``TransformedEnv``, as
+    TorchRL's ``VecNormV2``): the statistics are updated only when unfrozen and training.
 
     Args:
         in_keys: keys to normalise (default ``["observation"]``); a reward key works too.
@@ -208,7 +210,7 @@ class VecNorm(_ResizingBuffers, Transform):
             x = td.get(k_in, None)
             if x is None:
                 continue
-            if update and not self.frozen:
+            if update and not self.frozen and self.training:
                 n_batch = self._n_batch(x, i)
                 self._update(i, x if rows is None else x[rows], n_batch if rows is None
                              else 1)
@@ -260,7 +262,7 @@ class VecNorm(_ResizingBuffers, Transform):
     transform_reward_spec = _spec
 
     def extra_repr(self) -> str:
-        return f"in_keys={self.in_keys}, frozen={self.frozen}, clip={self.clip}"
+        return f"in_keys={self.in_keys}, frozen={self.frozen}, training={self.training}, clip={self.clip}"
 
 
 class RewardScaling(Transform):
