@@ -68,7 +68,7 @@ def test_resumed_run_is_bit_identical(dreamer, tmp_path):
               log_every=20, checkpoint_every=100, eval_episodes=1, progress=False, seed=3)
     full = tmp_path / "full"
     dreamer.train(dreamer.Config(out=str(full), **kw))
-    assert sorted(p.name for p in (full / "checkpoints").iterdir()) == ["step_200.pt", "step_300.pt"]
+    assert sorted(p.name for p in (full / "checkpoints").glob("*.pt")) == ["step_200.pt", "step_300.pt"]
     part = tmp_path / "part"
     (part / "checkpoints").mkdir(parents=True)
     shutil.copy(full / "checkpoints" / "step_200.pt", part / "checkpoints")

@@ -203,7 +203,7 @@ def test_two_ranks_are_one_job_and_rank_zero_writes(fresh_python, tmp_path):
     outs = {json.loads(Path(f"{out}.rank{r}").read_text())["out"] for r in range(2)}
     assert outs == {str(tmp_path / "run-1")}
     assert json.loads((tmp_path / "run-1" / "summary.json").read_text())["n"] == 6.0
-    assert sorted(p.name for p in (tmp_path / "run-1" / "checkpoints").iterdir()) == ["step_2.pt", "step_3.pt"]
+    assert sorted(p.name for p in (tmp_path / "run-1" / "checkpoints").glob("*.pt")) == ["step_2.pt", "step_3.pt"]
 
 
 def test_accelerate_cpu_multi_process_launch_is_refused(monkeypatch):
