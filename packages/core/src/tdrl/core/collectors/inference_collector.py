@@ -334,6 +334,9 @@ class InferenceCollector(_WorkerLifecycle):
     def _report(self, i: int, kind: str, payload) -> None:
         """Raise :class:`WorkerError` for an ``error`` / ``dead`` / ``server_error`` event."""
         if kind == "error":
+            cause = self.hub.server_error()
+            if cause is not None:  # the worker only saw "the inference server stopped"
+                self._fail(f"InferenceCollector: the inference server raised (the policy's forward):\n{cause}")
             self._fail(f"InferenceCollector worker {i} raised:\n{payload}")
         elif kind == "dead":
             if self._procs:
@@ -377,7 +380,9 @@ class InferenceCollector(_WorkerLifecycle):
             events = hub.events(0.1)
             if not events:
                 if not hub.alive:
-                    self._fail("InferenceCollector: the inference server thread stopped.")
+                    cause = hub.server_error()
+                    self._fail("InferenceCollector: the inference server thread stopped"
+                               + (f"; it raised:\n{cause}" if cause else "."))
                 if time.monotonic() > deadline:
                     self._fail(f"InferenceCollector: no batch within timeout={self.timeout} s from "
                                f"worker(s) {sorted(waiting)}"

@@ -142,6 +142,11 @@ class _RayHub:
     def end_round(self) -> None:
         self.active = 0
 
+    def server_error(self) -> str | None:
+        """``None``: a Ray server's traceback comes through :meth:`events` in order (the
+        actors are not told that the server stopped)."""
+        return None
+
     def events(self, timeout: float) -> list:
         try:
             return [self.outbox.get(timeout=timeout)]
