@@ -338,6 +338,27 @@ def _json_line(row: dict) -> str:
     return json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}) + "\n"
 
 
+def _read_records(path: Path, keys: tuple[str, ...]) -> list[dict]:
+    """The JSON lines of ``path`` that parse and hold ``keys``; a torn line (a run killed while
+    appending) or a foreign one is skipped with a warning naming the file and line, so that
+    pair is trained again instead of the resume crashing."""
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as err:
+            log.warning("%s line %d is not JSON (%s; a run killed while writing it?): skipped, its pair "
+                        "is trained again.", path, n, err.msg)
+            continue
+        if not isinstance(rec, dict) or not all(k in rec for k in keys):
+            log.warning("%s line %d lacks %s: skipped.", path, n, list(keys))
+            continue
+        out.append(rec)
+    return out
+
+
 class _ResultWriter:
     """The run's outputs under ``cfg.out_dir``, started afresh and appended to as results come."""
 
@@ -349,13 +370,15 @@ class _ResultWriter:
         self.finished: set[tuple[str, str]] = set()  # (algorithm, task) pairs read back
         kept: list[dict] = []
         if cfg.resume and (self.out / "pairs.jsonl").is_file():
-            for rec in map(json.loads, (self.out / "pairs.jsonl").read_text().splitlines()):
+            pairs = _read_records(self.out / "pairs.jsonl", ("algorithm", "task", "summary"))
+            (self.out / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pairs))  # no torn tail
+            for rec in pairs:
                 self.finished.add((rec["algorithm"], rec["task"]))
                 self.result["summary"].append(rec["summary"])
                 if rec.get("speedup"):
                     self.result["speedups"].append(rec["speedup"])
             old = self.out / "evaluations.jsonl"
-            rows = map(json.loads, old.read_text().splitlines()) if old.is_file() else ()
+            rows = _read_records(old, ("algorithm", "task")) if old.is_file() else ()
             kept = [r for r in rows if (r["algorithm"], r["task"]) in self.finished]
         else:
             (self.out / "pairs.jsonl").write_text("")

@@ -10,11 +10,12 @@ from .batched import SerialEnv
 from .parallel import ParallelEnv, WorkerError
 from .pendulum import PendulumEnv
 from .dm_control import DMControlEnv, parse_dmc_id
-from .factory import TORCH_ENVS, env_rng_state, make_env
+from .factory import TORCH_ENVS, action_kind, env_rng_state, make_env
 from .envpool import EnvPoolEnv
 
 __all__ = [
     "make_env",
+    "action_kind",
     "env_rng_state",
     "TORCH_ENVS",
     "EnvBase",
