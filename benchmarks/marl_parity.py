@@ -72,7 +72,7 @@ def tdrl_side(algorithm: str, seed: int = 0, envs: int = 16, loc_shift: float = 
     from tdrl.core.objectives import total_loss
     from tdrl.marl.algorithms import ALGORITHMS
     from tdrl.marl.envs import VmasEnv
-    from tdrl.marl.trainer import collect
+    from tdrl.marl.loops import collect
 
     task = mt._task(TASKS[algorithm])
     conf = mt.tdrl_configs(algorithm, mt.Budget(), task["max_steps"])

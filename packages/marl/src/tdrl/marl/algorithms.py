@@ -2,7 +2,7 @@
 
 One small function per algorithm (BenchMARL's ``Algorithm`` classes do the same work): it
 reads the group's observation and action specs and returns an :class:`OnPolicyParts` or
-:class:`OffPolicyParts` bundle that the training loops of :mod:`tdrl.marl.trainer` consume.
+:class:`OffPolicyParts` bundle that the training loops of :mod:`tdrl.marl.loops` consume.
 :func:`make_groups` builds one bundle per group of a multi-group env (e.g. PettingZoo's
 ``group_map="prefix"``); the loops accept that mapping. Observations with several trailing
 dims (``[*B, n_agents, *obs_shape]``) are flattened per agent in front of the networks. The

@@ -43,7 +43,7 @@ from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
 from .envs import VmasEnv
 from .tasks import BENCHMARL_VMAS_TASKS, vmas_task
-from .trainer import TrainConfig, train_off_policy, train_on_policy
+from .loops import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_groups
 
 __all__ = ["TASKS", "BenchConfig", "BenchmarkFailed", "marl_eval_json", "run_benchmark", "write_results"]
