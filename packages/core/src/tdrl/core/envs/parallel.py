@@ -24,7 +24,7 @@ import torch
 
 from tdrl.core.workers import WARN_EVERY_S, dumps, exit_with_parent, parent_token
 
-from .batched import _BatchedEnv, _env_meta, _per_worker, _Runner
+from .batched import BatchedEnvBase, env_meta, per_worker_args, WorkerRunner
 from .common import EnvBase
 
 __all__ = ["ParallelEnv", "WorkerError", "DEFAULT_TIMEOUT_S"]
@@ -56,9 +56,9 @@ def _worker_main(idx: int, conn, parent_conns, payload: bytes, token=None) -> No
     try:
         fn, kwargs = pickle.loads(payload)
         env = fn(**kwargs)
-        conn.send(("ok", _env_meta(env)))
+        conn.send(("ok", env_meta(env)))
         _, (bufs, keys) = conn.recv()  # the shared-memory buffers
-        runner = _Runner(env, bufs, keys, idx)
+        runner = WorkerRunner(env, bufs, keys, idx)
     except BaseException:  # noqa: BLE001 - everything goes back to the parent
         _safe_send(conn, ("error", traceback.format_exc()))
         return
@@ -119,7 +119,7 @@ def _shutdown(procs: list, conns: list, timeout: float = 2.0) -> None:
     conns.clear()
 
 
-class ParallelEnv(_BatchedEnv):
+class ParallelEnv(BatchedEnvBase):
     """``num_workers`` environments, each in its own process, batched along a leading dim.
 
     Args:
@@ -158,7 +158,7 @@ class ParallelEnv(_BatchedEnv):
         self._procs: list = []
         self._conns: list = []
         self.is_closed = False
-        fns, kwargs = _per_worker(num_workers, create_env_fn, create_env_kwargs)
+        fns, kwargs = per_worker_args(num_workers, create_env_fn, create_env_kwargs)
         if start_method is None:
             start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
         import torch.multiprocessing as tmp  # registers the shared-memory tensor reductions

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from tdrl.core import keys as K
 from tdrl.core.values._utils import NestedKey, require
-from tdrl.core.values.functional import _kernel_op
+from tdrl.core.values.functional import kernel_op
 
 __all__ = ["GRUModule", "LSTMModule"]
 
@@ -70,7 +70,7 @@ class _RecurrentModule(TensorDictModuleBase):
         ``lstm_sequence``): layer ``l`` reads layer ``l - 1``'s outputs, and every layer's
         state is reset at the same steps. States ``[L, N, H]`` in, ``[N, T, L, H]`` out."""
         rnn, layer_in = self.rnn, xs
-        op = _kernel_op("gru_sequence" if isinstance(rnn, nn.GRU) else "lstm_sequence")
+        op = kernel_op("gru_sequence" if isinstance(rnn, nn.GRU) else "lstm_sequence")
         if op is None:
             return self._step_loop(xs, states, init)
         per_layer: list[list[Tensor]] = [[] for _ in states]

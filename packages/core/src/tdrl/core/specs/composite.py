@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ._base import DEVICE_TYPING, TensorSpec, _as_device, _expand_shape_args, as_shape
+from ._base import DEVICE_TYPING, TensorSpec, as_device, expand_shape_args, as_shape
 
 __all__ = ["Composite"]
 
@@ -57,7 +57,7 @@ class Composite:
         if shape is None:
             shape = batch_size
         self.shape = as_shape(shape)
-        self.device = _as_device(device)
+        self.device = as_device(device)
         self._specs: dict[str, TensorSpec | Composite] = {}
         entries = dict(mapping or {})
         entries.update(kwargs)
@@ -262,7 +262,7 @@ class Composite:
     # ------------------------------------------------------------------ reshaping
     def expand(self, *shape) -> Composite:
         """A copy with batch size ``shape`` (which must end with the current one)."""
-        shape = _expand_shape_args(shape)
+        shape = expand_shape_args(shape)
         n = self.ndim
         if len(shape) < n or (n and shape[len(shape) - n :] != self.shape):
             raise ValueError(
