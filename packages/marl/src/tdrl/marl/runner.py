@@ -134,7 +134,7 @@ class BenchConfig:
         if not self.seeds:
             raise ValueError("BenchConfig.seeds needs at least one seed.")
         if self.recurrent:
-            off = [a for a in self.algorithms if not ALGORITHMS[a][2]]
+            off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
             if off:
                 raise ValueError(f"recurrent=True builds GRU networks for mappo / ippo only; remove {off} "
                                  "from algorithms (QMIX / VDN have no recurrent variant here).")
@@ -172,7 +172,7 @@ def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, 
 
 
 def _algo_config(cfg: BenchConfig, algo: str):
-    conf_cls = ALGORITHMS[algo][1]
+    conf_cls = ALGORITHMS[algo].config_class
     if cfg.recurrent:
         return conf_cls(gamma=cfg.gamma, recurrent=True, rnn_hidden=cfg.rnn_hidden)
     return conf_cls(gamma=cfg.gamma)
@@ -204,7 +204,7 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
 
     ``on_rows`` receives each iteration's evaluation rows (one per seed) as soon as they exist.
     """
-    on_policy = ALGORITHMS[algo][2]
+    on_policy = ALGORITHMS[algo].on_policy
     max_steps = cfg.max_steps or TASKS[task]["max_steps"]
     tcfg = cfg.train_config(on_policy, max_steps)
     conf = _algo_config(cfg, algo)
@@ -338,6 +338,16 @@ def _json_line(row: dict) -> str:
     return json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}) + "\n"
 
 
+def _write_csv(path: Path, rows: list[dict], mode: str) -> None:
+    """``evaluations.csv``: a header and ``rows`` (``mode="w"``) or ``rows`` appended (``"a"``);
+    the one place that knows its columns (:data:`_FIELDS`)."""
+    with open(path, mode, newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=_FIELDS, extrasaction="ignore")
+        if mode == "w":
+            writer.writeheader()
+        writer.writerows(rows)
+
+
 def _read_records(path: Path, keys: tuple[str, ...]) -> list[dict]:
     """The JSON lines of ``path`` that parse and hold ``keys``; a torn line (a run killed while
     appending) or a foreign one is skipped with a warning naming the file and line, so that
@@ -382,8 +392,7 @@ class _ResultWriter:
             kept = [r for r in rows if (r["algorithm"], r["task"]) in self.finished]
         else:
             (self.out / "pairs.jsonl").write_text("")
-        with open(self.out / "evaluations.csv", "w", newline="") as f:
-            csv.DictWriter(f, fieldnames=_FIELDS).writeheader()
+        _write_csv(self.out / "evaluations.csv", [], "w")
         for name in ("evaluations.jsonl", "failures.jsonl"):
             (self.out / name).write_text("")
         if kept:  # the finished pairs' evaluations, without the interrupted pair's
@@ -398,8 +407,7 @@ class _ResultWriter:
 
     def add_evaluations(self, rows: list[dict]) -> None:
         self.result["evaluations"].extend(rows)
-        with open(self.out / "evaluations.csv", "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=_FIELDS, extrasaction="ignore").writerows(rows)
+        _write_csv(self.out / "evaluations.csv", rows, "a")
         with open(self.out / "evaluations.jsonl", "a") as f:
             f.writelines(_json_line(r) for r in rows)
         _write_marl_eval(self.out, self.result["evaluations"])
@@ -483,10 +491,7 @@ def write_results(cfg: BenchConfig, result: dict) -> Path:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(_markdown(cfg, result))
-    with open(out / "evaluations.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(result["evaluations"])
+    _write_csv(out / "evaluations.csv", result["evaluations"], "w")
     (out / "evaluations.jsonl").write_text("".join(_json_line(r) for r in result["evaluations"]))
     _write_marl_eval(out, result["evaluations"])
     _write_plots(cfg, out, result["evaluations"])
