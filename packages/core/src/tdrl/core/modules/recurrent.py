@@ -32,12 +32,9 @@ from torch import Tensor, nn
 from tdrl.core import keys as K
 from tdrl.core.values._utils import NestedKey, require
 from tdrl.core.values.functional import kernel_op
+from tdrl.core.keys import next_key
 
 __all__ = ["GRUModule", "LSTMModule"]
-
-
-def _next(key: NestedKey) -> tuple:
-    return (K.NEXT, *((key,) if isinstance(key, str) else tuple(key)))
 
 
 class _RecurrentModule(TensorDictModuleBase):
@@ -51,7 +48,7 @@ class _RecurrentModule(TensorDictModuleBase):
 
     def _set_keys(self) -> None:
         self.in_keys = [self.in_key, self.is_init_key, *self.state_keys]
-        self.out_keys = [self.out_key, *(_next(k) for k in self.state_keys)]
+        self.out_keys = [self.out_key, *(next_key(k) for k in self.state_keys)]
 
     def set_recurrent_mode(self, mode: bool = True) -> "_RecurrentModule":
         """A copy (sharing parameters) that expects ``[*B, T, F]`` rollouts when ``mode``."""
@@ -131,11 +128,11 @@ class _RecurrentModule(TensorDictModuleBase):
         if self.recurrent_mode:
             td.set(self.out_key, out.reshape(*batch, n_time, H))
             for key, s in zip(self.state_keys, per_step):
-                td.set(_next(key), s.reshape(*batch, n_time, L, H))
+                td.set(next_key(key), s.reshape(*batch, n_time, L, H))
         else:
             td.set(self.out_key, out.reshape(*batch, H))
             for key, s in zip(self.state_keys, per_step):
-                td.set(_next(key), s.reshape(*batch, L, H))
+                td.set(next_key(key), s.reshape(*batch, L, H))
         return td
 
 
