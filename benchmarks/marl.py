@@ -106,7 +106,7 @@ class _LastReturn(_Callback):
 # phase -> (file suffix, function) pairs whose cumulative cProfile time makes it up
 _PHASES = {
     "tdrl": {
-        "total (training loop)": [("tdrl/marl/trainer.py", "train_on_policy")],
+        "total (training loop)": [("tdrl/marl/loops/on_policy.py", "train_on_policy")],
         "collection": [("tdrl/core/collectors/single.py", "rollout")],  # core's Collector
         "  VMAS simulator step": [("vmas/simulator/environment/environment.py", "step")],
         "GAE (+ critic values)": [("objectives/advantage.py", "forward")],
@@ -163,7 +163,7 @@ def run_tdrl(args, seed: int) -> dict:
     from tdrl.marl.algorithms import make_mappo
     from tdrl.marl.envs import VmasEnv
     from tdrl.marl.objectives import MAPPOConfig
-    from tdrl.marl.trainer import TrainConfig, train_on_policy
+    from tdrl.marl.loops import TrainConfig, train_on_policy
 
     torch.manual_seed(seed)
     task = _task(args.task)

@@ -72,14 +72,14 @@ def tdrl_side(algorithm: str, seed: int = 0, envs: int = 16, loc_shift: float = 
     from tdrl.core.objectives import total_loss
     from tdrl.marl.algorithms import ALGORITHMS
     from tdrl.marl.envs import VmasEnv
-    from tdrl.marl.trainer import collect
+    from tdrl.marl.loops import collect
 
     task = mt._task(TASKS[algorithm])
     conf = mt.tdrl_configs(algorithm, mt.Budget(), task["max_steps"])
     torch.manual_seed(seed)
     env = VmasEnv(task["scenario"], num_envs=envs, continuous_actions=conf["continuous"],
                   max_steps=task["max_steps"], seed=seed, **task["kwargs"])
-    parts = ALGORITHMS[algorithm][0](env, conf["algorithm"], num_cells=conf["num_cells"])
+    parts = ALGORITHMS[algorithm].build(env, conf["algorithm"], num_cells=conf["num_cells"])
     loss = parts.loss
     if algorithm == "mappo":
         actor_mlp, critic_mlp = loss.actor.module[0].module[0], loss.critic.module

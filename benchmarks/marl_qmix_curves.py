@@ -88,11 +88,11 @@ def tdrl_curves(task: str, budget: Budget, seed: int, time_limit_terminates: boo
     """
     import marl_table as mt
     from tdrl.core.collectors import Collector
-    from tdrl.marl import trainer_off
+    from tdrl.marl.loops import off_policy as trainer_off
     from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
     from tdrl.marl.envs import VmasEnv
     from tdrl.marl.objectives import qmix as qmix_mod
-    from tdrl.marl.trainer import evaluate
+    from tdrl.marl.loops import evaluate
 
     t = _task(task)
     conf = mt.tdrl_configs("qmix", budget, t["max_steps"])

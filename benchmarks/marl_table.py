@@ -164,7 +164,7 @@ def tdrl_configs(algorithm: str, budget: Budget, max_steps: int) -> dict:
         "num_cells": tuple, "continuous": bool}``.
     """
     from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
-    from tdrl.marl.trainer import TrainConfig
+    from tdrl.marl.loops import TrainConfig
 
     _check_algorithm(algorithm)
     on = algorithm != "qmix"
@@ -202,7 +202,7 @@ def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str =
     """
     from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
     from tdrl.marl.envs import VmasEnv
-    from tdrl.marl.trainer import evaluate, train_off_policy, train_on_policy
+    from tdrl.marl.loops import evaluate, train_off_policy, train_on_policy
 
     t = _task(task)
     conf = tdrl_configs(algorithm, budget, t["max_steps"])

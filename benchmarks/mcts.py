@@ -31,7 +31,6 @@ import time
 import torch
 
 from tdrl.core.mcts import RecurrentOutput, RootOutput, muzero_policy
-from tdrl.core.mcts.small_batch import SMALL_BATCH
 
 
 class TinyModel:
@@ -242,7 +241,7 @@ def _backend_name() -> str:
 
     if importlib.util.find_spec("numba") is not None:
         return "the numba backend, mcts/numba_backend.py"
-    return f"statistics in Python floats up to B={SMALL_BATCH} trees, mcts/small_batch.py, tensors above"
+    return "the tensor engine (numba is not installed), mcts/search.py"
 
 
 def _versus_mctx(args, model: TinyModel, ours_rates: dict, ours_visits: dict) -> None:

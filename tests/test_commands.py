@@ -172,7 +172,7 @@ def check_app(app_script: Path, args: list[str]) -> str | None:
     try:
         main.load(overrides, recipe)
     except Exception as err:  # Hydra's unknown key / type errors, tdrl's ConfigError
-        if re.search(r"CUDA is not available|no CUDA", str(err)):
+        if re.search(r"CUDA is not available|no CUDA|device='cuda[^']*', but", str(err)):
             return None  # the spelling composed; the value needs a GPU this machine lacks
         return f"{type(err).__name__}: {err}"
     return None

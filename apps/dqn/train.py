@@ -25,6 +25,7 @@ frame count.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import torch
@@ -51,6 +52,8 @@ from tdrl.core.train import (
 @dataclass
 class Config(OffPolicyConfig):
     """DQN on a discrete-action Gymnasium task; the defaults solve CartPole-v1."""
+
+    action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)
 
     total_frames: int = 40_000
     num_envs: int = 4

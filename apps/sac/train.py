@@ -50,6 +50,7 @@ for every sub-env) is refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import torch
@@ -85,6 +86,8 @@ from tdrl.core.train import (
 class Config(OffPolicyConfig):
     """SAC on a continuous-action task. Defaults follow CleanRL's ``sac_continuous_action.py``
     (256x256 nets, batch 256, tau 0.005, 5k random frames)."""
+
+    action_kinds: ClassVar[tuple[str, ...]] = ("continuous",)
 
     env_id: str = "HalfCheetah-v5"
     total_frames: int = 1_000_000

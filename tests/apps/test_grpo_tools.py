@@ -32,5 +32,13 @@ def test_tool_settings_are_checked_before_any_work():
         recipe = "tools_tiny" if "-cn" in bad else None
         with pytest.raises(ValueError, match=match):
             app.main.load(overrides, recipe=recipe)
-    cfg = app.main.load([], recipe="smollm2_tools").grpo_config()  # the real-model recipe loads
+
+
+def test_the_real_model_tool_recipe_loads():
+    from tdrl.llm.models import MODELS, install_line, model_installed
+
+    name = "smollm2-135m-instruct"
+    if not model_installed(name):
+        pytest.skip(f"{name} is not installed: {install_line(MODELS[name])}")
+    cfg = load_app("grpo").main.load([], recipe="smollm2_tools").grpo_config()
     assert cfg.tools == ("python",) and cfg.max_turns == 2

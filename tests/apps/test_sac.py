@@ -76,7 +76,7 @@ def test_resumed_run_is_bit_identical(sac, tmp_path):
               progress=False, seed=5)
     full = tmp_path / "full"
     sac.train(sac.Config(out=str(full), **kw))
-    ckpts = sorted(p.name for p in (full / "checkpoints").iterdir())
+    ckpts = sorted(p.name for p in (full / "checkpoints").glob("*.pt"))
     assert ckpts == ["step_200.pt", "step_300.pt"]  # the last two are kept
     # "interrupted" after step 200: its checkpoint and a CSV with rows past it
     part = tmp_path / "part"

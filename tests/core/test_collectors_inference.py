@@ -146,6 +146,35 @@ def _categorical_actor(seed=0):
     return ProbabilisticActor(params, MaskedCategorical, in_keys=["logits"])
 
 
+class _Exploding(torch.nn.Module):
+    """Answers three forwards, then raises: a policy bug the trainer must see by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net, self.calls = torch.nn.Linear(4, 2), 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 3:
+            raise ValueError(f"policy exploded on call {self.calls}")
+        return self.net(x).argmax(-1)
+
+
+@pytest.mark.parametrize("transport", ["thread", "process", pytest.param("ray", marks=pytest.mark.slow)])
+def test_a_raising_policy_is_reported_with_its_message_and_traceback(transport, request):
+    if transport == "ray":
+        request.getfixturevalue("local_ray")
+    pol = TensorDictModule(_Exploding(), ["observation"], ["action"])
+    col = InferenceCollector(_make_env, pol, num_workers=2, frames_per_batch=20, transport=transport,
+                             timeout=120)
+    with pytest.raises(WorkerError, match=r"(?s)inference server raised.*Traceback.*"
+                                          r"ValueError: policy exploded on call 4"):
+        for _ in range(3):
+            col.next_batch()
+    if transport != "ray":  # Ray actors are killed by Ray; the threads and processes are ours
+        assert not any(w.is_alive() for w in col.workers)
+
+
 def test_partial_forwards_no_spin_and_spawned_own_copies_give_the_same_data():
     pol = _policy()
     # max_batch=1: each forward serves one worker's rows (gathered by index), never spinning

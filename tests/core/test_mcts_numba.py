@@ -20,7 +20,7 @@ pytest.importorskip("numba", reason="the numba backend needs numba (tdrl-core[mc
 import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("_mcts_small_batch", Path(__file__).with_name("test_mcts_small_batch.py"))
+_spec = importlib.util.spec_from_file_location("_mcts_engines", Path(__file__).with_name("test_mcts_engines.py"))
 _small = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_small)
 _assert_same, _model = _small._assert_same, _small._model  # the same random models and comparison

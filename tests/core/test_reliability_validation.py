@@ -80,7 +80,7 @@ def test_interrupted_save_tmp_files_are_removed_by_the_next_save(tmp_path):
     other.write_text("x")
     ckpt.save(2, extra={"a": 1})
     assert not stale.exists() and other.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.txt.tmp", "step_2.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.txt.tmp", "step_2.pt", "step_2.pt.sha256"]
     stale2 = tmp_path / ".model.pt.q9.tmp"
     stale2.write_bytes(b"")
     save_checkpoint(tmp_path / "model.pt", {"w": torch.ones(2)})

@@ -183,3 +183,21 @@ def test_composite_expand_to_clone_eq():
     assert c.exclude("a").keys() == ["b"]
     with pytest.raises(ValueError, match="must end with"):
         c.expand(4)
+
+
+def test_composite_keys_follow_every_write_after_being_cached():
+    """keys() is cached for the env's per-step reward / done lookups; any write, nested or
+    not, must show in the next call."""
+    from tdrl.core.specs import Composite, Unbounded
+
+    spec = Composite(a=Unbounded((2,)), shape=())
+    assert spec.keys(True, True) == ["a"]
+    spec["b", "c"] = Unbounded((1,))  # creates the sub-composite b
+    assert spec.keys(True, True) == ["a", ("b", "c")]
+    spec["b"]["d"] = Unbounded((1,))  # a write into the nested composite only
+    assert spec.keys(True, True) == ["a", ("b", "c"), ("b", "d")]
+    del spec["a"]
+    assert spec.keys(True, True) == [("b", "c"), ("b", "d")]
+    keys = spec.keys()
+    keys.append("x")  # the caller's list is its own
+    assert spec.keys() == ["b"]

@@ -46,6 +46,8 @@ def one_thread():
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: the default team is one thread too")
+@pytest.mark.skipif(os.environ.get("OMP_NUM_THREADS", "") not in ("", "0"),
+                    reason="OMP_NUM_THREADS is set: a plain thread's default team already has that size")
 def test_a_plain_thread_does_not_inherit_the_count(one_thread):
     assert _omp_threads() == 1
     seen = _in_thread(lambda out: out.append(_omp_threads()))

@@ -90,7 +90,7 @@ def test_save_is_atomic_and_loads_weights_only(tmp_path):
     with pytest.raises(TypeError, match="Cannot checkpoint"):
         save_checkpoint(path, {"bad": object()})
     assert load_checkpoint(path)["n"] == 3
-    assert os.listdir(tmp_path) == ["ckpt.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "ckpt.pt.sha256"]  # the file and its checksum
     # the file itself is loadable by torch with weights_only=True
     torch.load(path, weights_only=True)
 

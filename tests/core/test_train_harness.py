@@ -203,7 +203,7 @@ def test_two_ranks_are_one_job_and_rank_zero_writes(fresh_python, tmp_path):
     outs = {json.loads(Path(f"{out}.rank{r}").read_text())["out"] for r in range(2)}
     assert outs == {str(tmp_path / "run-1")}
     assert json.loads((tmp_path / "run-1" / "summary.json").read_text())["n"] == 6.0
-    assert sorted(p.name for p in (tmp_path / "run-1" / "checkpoints").iterdir()) == ["step_2.pt", "step_3.pt"]
+    assert sorted(p.name for p in (tmp_path / "run-1" / "checkpoints").glob("*.pt")) == ["step_2.pt", "step_3.pt"]
 
 
 def test_accelerate_cpu_multi_process_launch_is_refused(monkeypatch):
@@ -235,3 +235,15 @@ def test_tdrl_command_lists_and_runs_apps(fresh_python, tmp_path):
     assert proc.returncode == 0 and "ppo" in proc.stdout
     with pytest.raises(SystemExit, match="unknown app"):
         main(["nosuchapp"])
+
+
+def test_tdrl_command_outside_a_checkout_ends_with_a_message(tmp_path, monkeypatch, capsys):
+    """An installed (not editable) tdrl run from a folder without apps/: a message, exit 2."""
+    import tdrl.core.cli as cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TDRL_APPS", raising=False)
+    monkeypatch.setattr(cli, "__file__", str(tmp_path / "site-packages" / "tdrl" / "core" / "cli.py"))
+    assert cli.main(["list"]) == 2
+    err = capsys.readouterr().err
+    assert "No tdrl apps folder found" in err and "TDRL_APPS" in err and "Traceback" not in err

@@ -11,7 +11,7 @@ from tdrl.marl.algorithms import make_groups
 from tdrl.marl.checks import TeamRewardCheck, ZeroTeamRewardError
 from tdrl.marl.envs import PettingZooEnv
 from tdrl.marl.objectives import QMIXConfig
-from tdrl.marl.trainer import TrainConfig, train_off_policy
+from tdrl.marl.loops import TrainConfig, train_off_policy
 
 # 4 boards x 25 moves per batch: several finished games (+1/-1) in the first batch
 CFG = dict(frames_per_batch=100, n_iters=2, minibatch_size=16, n_optimizer_steps=2, eval_interval=0)

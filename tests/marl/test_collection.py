@@ -11,7 +11,7 @@ from tdrl.core.envs import SerialEnv
 from tdrl.marl.algorithms import make_groups
 from tdrl.marl.envs import PettingZooEnv, VmasEnv
 from tdrl.marl.objectives import MAPPOConfig
-from tdrl.marl.trainer import EpisodeReturns, GroupPolicies, collect, with_episode_returns
+from tdrl.marl.loops import EpisodeReturns, GroupPolicies, collect, with_episode_returns
 
 
 def _by_hand(batch, group: str) -> list[float]:

@@ -10,7 +10,7 @@ from tdrl.marl.algorithms import make_mappo
 from tdrl.marl.envs import VmasEnv
 from tdrl.marl.modules._linear import linear_io, onednn_available
 from tdrl.marl.objectives import MAPPOConfig, MultiAgentGAE
-from tdrl.marl.trainer import collect
+from tdrl.marl.loops import collect
 
 
 @pytest.mark.skipif(not onednn_available(), reason="torch build without oneDNN")

@@ -11,7 +11,7 @@ from tdrl.core.envs import SerialEnv
 from tdrl.marl.algorithms import env_groups, group_dims, make_groups, make_mappo, make_qmix
 from tdrl.marl.envs import PettingZooEnv, VmasEnv
 from tdrl.marl.objectives import MAPPOConfig, QMIXConfig
-from tdrl.marl.trainer import GroupPolicies, TrainConfig, train_off_policy, train_on_policy
+from tdrl.marl.loops import GroupPolicies, TrainConfig, train_off_policy, train_on_policy
 
 
 def _adversary(n_envs: int = 2) -> SerialEnv:

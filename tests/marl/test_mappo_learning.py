@@ -7,7 +7,7 @@ import torch
 from tdrl.marl.algorithms import make_mappo
 from tdrl.marl.envs import VmasEnv
 from tdrl.marl.objectives import MAPPOConfig
-from tdrl.marl.trainer import TrainConfig, evaluate, train_on_policy
+from tdrl.marl.loops import TrainConfig, evaluate, train_on_policy
 
 
 def test_mappo_navigation_improves_return():

@@ -20,7 +20,7 @@ from tdrl.marl.envs import PettingZooEnv, VmasEnv
 from tdrl.marl.modules import MultiAgentGRU
 from tdrl.marl.objectives import IPPOConfig, MAPPOConfig
 from tdrl.marl.runner import BenchConfig, run_benchmark
-from tdrl.marl.trainer import TrainConfig, collect, train_on_policy
+from tdrl.marl.loops import TrainConfig, collect, train_on_policy
 
 OBS, FEAT, STATE = ("agents", "observation"), ("agents", "features"), ("agents", "state")
 

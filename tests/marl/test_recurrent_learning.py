@@ -13,7 +13,7 @@ from tdrl.core.envs import EnvBase
 from tdrl.core.specs import Categorical, Composite, Unbounded
 from tdrl.marl.algorithms import make_ippo
 from tdrl.marl.objectives import IPPOConfig
-from tdrl.marl.trainer import TrainConfig, evaluate, train_on_policy
+from tdrl.marl.loops import TrainConfig, evaluate, train_on_policy
 
 
 class CueEnv(EnvBase):

@@ -153,3 +153,32 @@ def test_the_finished_pairs_survive_a_killed_run(tmp_path):
     assert all(r["eval_return"] < 1e9 for r in after)
     assert [s["algorithm"] for s in result["summary"]] == ["mappo", "qmix"]
     assert "| qmix | balance | 1 |" in (tmp_path / "results.md").read_text()
+
+
+def test_a_torn_pairs_line_is_skipped_with_a_warning_and_trained_again(tmp_path, caplog):
+    """A run killed while appending to pairs.jsonl leaves a torn last line: resume warns, trains
+    that pair again, and the file holds whole lines afterwards (no glued append)."""
+    import tdrl.marl.runner as runner
+
+    run_benchmark(BenchConfig(algorithms=("mappo",), tasks=("balance",), seeds=(0,), out_dir=str(tmp_path), **TINY))
+    pairs = tmp_path / "pairs.jsonl"
+    with open(pairs, "a") as f:
+        f.write('{"algorithm": "qmix", "task": "bal')  # torn: no closing brace, no newline
+    trained, real = [], runner._run_seeds
+
+    def counting(cfg, algo, task, *args, **kwargs):
+        trained.append(algo)
+        return real(cfg, algo, task, *args, **kwargs)
+
+    runner._run_seeds = counting
+    try:
+        with caplog.at_level("WARNING", logger="tdrl.marl.runner"):
+            result = run_benchmark(BenchConfig(algorithms=("mappo", "qmix"), tasks=("balance",), seeds=(0,),
+                                               out_dir=str(tmp_path), resume=True, **TINY))
+    finally:
+        runner._run_seeds = real
+    assert "pairs.jsonl line 2 is not JSON" in caplog.text
+    assert trained == ["qmix"]
+    assert [(r["algorithm"], r["task"]) for r in map(json.loads, pairs.read_text().splitlines())] == [
+        ("mappo", "balance"), ("qmix", "balance")]
+    assert [s["algorithm"] for s in result["summary"]] == ["mappo", "qmix"]

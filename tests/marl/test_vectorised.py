@@ -10,7 +10,7 @@ from tdrl.marl.algorithms import make_mappo
 from tdrl.marl.envs import VmasEnv
 from tdrl.marl.modules import MultiAgentMLP, QMixer
 from tdrl.marl.objectives import MAPPOConfig
-from tdrl.marl.trainer import TrainConfig, collect, train_on_policy
+from tdrl.marl.loops import TrainConfig, collect, train_on_policy
 from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_on_policy
 
 

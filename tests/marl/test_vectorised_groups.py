@@ -10,7 +10,7 @@ from tdrl.core.envs import SerialEnv
 from tdrl.marl.algorithms import make_groups
 from tdrl.marl.envs import PettingZooEnv, VmasEnv
 from tdrl.marl.objectives import IPPOConfig, MAPPOConfig
-from tdrl.marl.trainer import (
+from tdrl.marl.loops import (
     GroupPolicies, TrainConfig, collect, on_policy_optimizer, on_policy_update, train_on_policy,
 )
 from tdrl.marl.vectorised import make_vectorised_groups, make_vectorised_on_policy

@@ -13,8 +13,8 @@ from tdrl.core.train.seeds import SeedStackedModule, from_seed_items, to_seed_it
 from tdrl.marl.algorithms import make_groups
 from tdrl.marl.envs import VmasEnv
 from tdrl.marl.objectives import QMIXConfig, VDNConfig
-from tdrl.marl.trainer import GroupPolicies, TrainConfig, collect
-from tdrl.marl.trainer_off import off_policy_optimizer, off_policy_update, train_off_policy
+from tdrl.marl.loops import GroupPolicies, TrainConfig, collect
+from tdrl.marl.loops import off_policy_optimizer, off_policy_update, train_off_policy
 from tdrl.marl.vectorised import make_vectorised_groups
 
 SEEDS, E, T = [3, 7], 3, 4

@@ -25,7 +25,9 @@ def _candidates(explicit: str | None) -> list[Path]:
     if os.environ.get("TDRL_APPS"):
         found.append(Path(os.environ["TDRL_APPS"]))
     found.append(Path.cwd() / "apps")
-    found.append(Path(__file__).resolve().parents[5] / "apps")  # packages/core/src/tdrl/core -> repo
+    here = Path(__file__).resolve().parents
+    if len(here) > 5:
+        found.append(here[5] / "apps")  # an editable install: packages/core/src/tdrl/core -> the checkout
     return found
 
 
@@ -68,7 +70,17 @@ def load_app(name: str, script: str | None = None, apps: str | None = None):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tdrl`` command."""
+    """Entry point of the ``tdrl`` command (exit 2 with a message when no apps folder is found)."""
+    try:
+        return _main(argv)
+    except FileNotFoundError as err:
+        if "No tdrl apps folder found" not in str(err):
+            raise
+        sys.stderr.write(f"tdrl: {err}\n")
+        return 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     explicit = None
     if len(args) >= 2 and args[0] == "--apps":

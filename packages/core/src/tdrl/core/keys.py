@@ -39,4 +39,11 @@ NEXT_TERMINATED = (NEXT, TERMINATED)
 NEXT_TRUNCATED = (NEXT, TRUNCATED)
 NEXT_OBSERVATION = (NEXT, OBSERVATION)
 
-__all__ = [name for name in dir() if name.isupper()]
+
+
+def next_key(key: str | tuple) -> tuple:
+    """``("next", *key)``: where step ``t+1``'s value of ``key`` lives (a string or a tuple)."""
+    return (NEXT, key) if isinstance(key, str) else (NEXT, *key)
+
+
+__all__ = [name for name in dir() if name.isupper()] + ["next_key"]

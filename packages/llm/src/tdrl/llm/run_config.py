@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tdrl.core.train import ConfigError, RunConfig, main_process_first
+from tdrl.core.train import ConfigError, RunConfig, check_device, main_process_first
 from tdrl.llm.lora import apply_lora
 from tdrl.llm.models import check_model_source, load_model_and_tokenizer
 from tdrl.llm.tiny import make_tiny_lm
@@ -47,6 +47,7 @@ class LMRunConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_device(self)
         if self.arch not in ("qwen2", "llama"):
             raise ConfigError(f"{type(self).__name__}.arch={self.arch!r} is not allowed: expected 'qwen2' or 'llama'.")
         for name in ("hidden_size", "num_layers", "lora_rank"):

@@ -12,7 +12,7 @@ from tdrl.marl.objectives import (
     ValueNorm, VDNConfig, VDNLoss, multi_agent_gae,
 )
 from tdrl.marl.algorithms import ALGORITHMS, make_groups, make_ippo, make_mappo, make_qmix, make_vdn
-from tdrl.marl.trainer import GroupPolicies, TrainConfig, evaluate, train_off_policy, train_on_policy
+from tdrl.marl.loops import GroupPolicies, TrainConfig, evaluate, train_off_policy, train_on_policy
 from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_groups, make_vectorised_on_policy
 from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
 from tdrl.marl.runner import TASKS, BenchConfig, BenchmarkFailed, run_benchmark

@@ -2,7 +2,7 @@
 
 One small function per algorithm (BenchMARL's ``Algorithm`` classes do the same work): it
 reads the group's observation and action specs and returns an :class:`OnPolicyParts` or
-:class:`OffPolicyParts` bundle that the training loops of :mod:`tdrl.marl.trainer` consume.
+:class:`OffPolicyParts` bundle that the training loops of :mod:`tdrl.marl.loops` consume.
 :func:`make_groups` builds one bundle per group of a multi-group env (e.g. PettingZoo's
 ``group_map="prefix"``); the loops accept that mapping. Observations with several trailing
 dims (``[*B, n_agents, *obs_shape]``) are flattened per agent in front of the networks. The
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 from dataclasses import dataclass
 
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
@@ -30,7 +31,7 @@ from .objectives import (
 )
 
 __all__ = ["OnPolicyParts", "OffPolicyParts", "make_mappo", "make_ippo", "make_qmix", "make_vdn",
-           "make_groups", "env_groups", "group_dims", "ALGORITHMS"]
+           "make_groups", "env_groups", "group_dims", "Algorithm", "ALGORITHMS"]
 
 
 @dataclass
@@ -266,13 +267,24 @@ def make_vdn(env, config: VDNConfig | None = None, group: str = GROUP,
     return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
 
 
-ALGORITHMS = {
-    "mappo": (make_mappo, MAPPOConfig, True),
-    "ippo": (make_ippo, IPPOConfig, True),
-    "qmix": (make_qmix, QMIXConfig, False),
-    "vdn": (make_vdn, VDNConfig, False),
+class Algorithm(NamedTuple):
+    """What the runner needs to know of an algorithm."""
+
+    build: Callable
+    """``build(env, config, group, **kwargs) -> parts`` (e.g. :func:`make_mappo`)."""
+    config_class: type
+    """Its config dataclass (``MAPPOConfig``, ...)."""
+    on_policy: bool
+    """Trained by ``train_on_policy`` (else ``train_off_policy``)."""
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "mappo": Algorithm(make_mappo, MAPPOConfig, on_policy=True),
+    "ippo": Algorithm(make_ippo, IPPOConfig, on_policy=True),
+    "qmix": Algorithm(make_qmix, QMIXConfig, on_policy=False),
+    "vdn": Algorithm(make_vdn, VDNConfig, on_policy=False),
 }
-"""``name -> (builder, config class, on_policy)``."""
+"""``name -> Algorithm(build, config_class, on_policy)``."""
 
 
 def make_groups(algorithm: str | Callable, env, config=None, groups: Sequence[str] | None = None,
@@ -293,7 +305,7 @@ def make_groups(algorithm: str | Callable, env, config=None, groups: Sequence[st
     if isinstance(algorithm, str):
         if algorithm not in ALGORITHMS:
             raise ValueError(f"Unknown algorithm {algorithm!r}; valid: {', '.join(sorted(ALGORITHMS))}.")
-        algorithm = ALGORITHMS[algorithm][0]
+        algorithm = ALGORITHMS[algorithm].build
     groups = list(groups) if groups is not None else env_groups(env)
     if not groups:
         raise ValueError("The env has no agent group (no top-level entry with an 'observation').")

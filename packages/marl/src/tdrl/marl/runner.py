@@ -43,7 +43,7 @@ from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
 from .envs import VmasEnv
 from .tasks import BENCHMARL_VMAS_TASKS, vmas_task
-from .trainer import TrainConfig, train_off_policy, train_on_policy
+from .loops import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_groups
 
 __all__ = ["TASKS", "BenchConfig", "BenchmarkFailed", "marl_eval_json", "run_benchmark", "write_results"]
@@ -134,7 +134,7 @@ class BenchConfig:
         if not self.seeds:
             raise ValueError("BenchConfig.seeds needs at least one seed.")
         if self.recurrent:
-            off = [a for a in self.algorithms if not ALGORITHMS[a][2]]
+            off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
             if off:
                 raise ValueError(f"recurrent=True builds GRU networks for mappo / ippo only; remove {off} "
                                  "from algorithms (QMIX / VDN have no recurrent variant here).")
@@ -172,7 +172,7 @@ def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, 
 
 
 def _algo_config(cfg: BenchConfig, algo: str):
-    conf_cls = ALGORITHMS[algo][1]
+    conf_cls = ALGORITHMS[algo].config_class
     if cfg.recurrent:
         return conf_cls(gamma=cfg.gamma, recurrent=True, rnn_hidden=cfg.rnn_hidden)
     return conf_cls(gamma=cfg.gamma)
@@ -204,7 +204,7 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
 
     ``on_rows`` receives each iteration's evaluation rows (one per seed) as soon as they exist.
     """
-    on_policy = ALGORITHMS[algo][2]
+    on_policy = ALGORITHMS[algo].on_policy
     max_steps = cfg.max_steps or TASKS[task]["max_steps"]
     tcfg = cfg.train_config(on_policy, max_steps)
     conf = _algo_config(cfg, algo)
@@ -338,6 +338,37 @@ def _json_line(row: dict) -> str:
     return json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}) + "\n"
 
 
+def _write_csv(path: Path, rows: list[dict], mode: str) -> None:
+    """``evaluations.csv``: a header and ``rows`` (``mode="w"``) or ``rows`` appended (``"a"``);
+    the one place that knows its columns (:data:`_FIELDS`)."""
+    with open(path, mode, newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=_FIELDS, extrasaction="ignore")
+        if mode == "w":
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def _read_records(path: Path, keys: tuple[str, ...]) -> list[dict]:
+    """The JSON lines of ``path`` that parse and hold ``keys``; a torn line (a run killed while
+    appending) or a foreign one is skipped with a warning naming the file and line, so that
+    pair is trained again instead of the resume crashing."""
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as err:
+            log.warning("%s line %d is not JSON (%s; a run killed while writing it?): skipped, its pair "
+                        "is trained again.", path, n, err.msg)
+            continue
+        if not isinstance(rec, dict) or not all(k in rec for k in keys):
+            log.warning("%s line %d lacks %s: skipped.", path, n, list(keys))
+            continue
+        out.append(rec)
+    return out
+
+
 class _ResultWriter:
     """The run's outputs under ``cfg.out_dir``, started afresh and appended to as results come."""
 
@@ -349,18 +380,19 @@ class _ResultWriter:
         self.finished: set[tuple[str, str]] = set()  # (algorithm, task) pairs read back
         kept: list[dict] = []
         if cfg.resume and (self.out / "pairs.jsonl").is_file():
-            for rec in map(json.loads, (self.out / "pairs.jsonl").read_text().splitlines()):
+            pairs = _read_records(self.out / "pairs.jsonl", ("algorithm", "task", "summary"))
+            (self.out / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pairs))  # no torn tail
+            for rec in pairs:
                 self.finished.add((rec["algorithm"], rec["task"]))
                 self.result["summary"].append(rec["summary"])
                 if rec.get("speedup"):
                     self.result["speedups"].append(rec["speedup"])
             old = self.out / "evaluations.jsonl"
-            rows = map(json.loads, old.read_text().splitlines()) if old.is_file() else ()
+            rows = _read_records(old, ("algorithm", "task")) if old.is_file() else ()
             kept = [r for r in rows if (r["algorithm"], r["task"]) in self.finished]
         else:
             (self.out / "pairs.jsonl").write_text("")
-        with open(self.out / "evaluations.csv", "w", newline="") as f:
-            csv.DictWriter(f, fieldnames=_FIELDS).writeheader()
+        _write_csv(self.out / "evaluations.csv", [], "w")
         for name in ("evaluations.jsonl", "failures.jsonl"):
             (self.out / name).write_text("")
         if kept:  # the finished pairs' evaluations, without the interrupted pair's
@@ -375,8 +407,7 @@ class _ResultWriter:
 
     def add_evaluations(self, rows: list[dict]) -> None:
         self.result["evaluations"].extend(rows)
-        with open(self.out / "evaluations.csv", "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=_FIELDS, extrasaction="ignore").writerows(rows)
+        _write_csv(self.out / "evaluations.csv", rows, "a")
         with open(self.out / "evaluations.jsonl", "a") as f:
             f.writelines(_json_line(r) for r in rows)
         _write_marl_eval(self.out, self.result["evaluations"])
@@ -460,10 +491,7 @@ def write_results(cfg: BenchConfig, result: dict) -> Path:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(_markdown(cfg, result))
-    with open(out / "evaluations.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(result["evaluations"])
+    _write_csv(out / "evaluations.csv", result["evaluations"], "w")
     (out / "evaluations.jsonl").write_text("".join(_json_line(r) for r in result["evaluations"]))
     _write_marl_eval(out, result["evaluations"])
     _write_plots(cfg, out, result["evaluations"])

@@ -5,12 +5,12 @@ initialised) by :func:`~tdrl.core.train.seeds.build_seeds`, then stacked along a
 seed dim (:class:`~tdrl.core.train.seeds.SeedStackedModule`: ``stack_module_state`` +
 ``vmap`` over ``functional_call``). The env holds ``n_seeds`` seed-major
 blocks of sub-envs, so one env step, one forward pass and one optimiser step serve every
-seed; Adam is element-wise and :func:`~tdrl.marl.trainer.train_on_policy` clips gradients
+seed; Adam is element-wise and :func:`~tdrl.marl.loops.train_on_policy` clips gradients
 per seed, so the seeds stay independent. Every agent group of a multi-group env is stacked
 the same way (:func:`make_vectorised_groups`). Beyond the peers: BenchMARL runs seeds one
 after another. QMIX / VDN seeds stack the Q networks, the mixer and both targets
 (:func:`~tdrl.core.train.seeds.stack_losses`) and train with
-``train_off_policy(..., n_seeds=)`` (:mod:`tdrl.marl.trainer_off`: seed-major replay items,
+``train_off_policy(..., n_seeds=)`` (:mod:`tdrl.marl.loops`: seed-major replay items,
 per-seed clipping, one epsilon schedule counted in one seed's frames).
 
 What stays shared between the seeds: the random draws (actions, the epoch permutation, a

@@ -54,12 +54,12 @@ from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
-from ..envs.parallel import DEFAULT_TIMEOUT_S, _exit_with_parent, _parent_token
+from ..envs.parallel import DEFAULT_TIMEOUT_S
 from ..threads import carry_num_threads
-from .inference_ray import RayEnvWorker, _RayHub
+from .inference_ray import RayEnvWorker, RayHub
 from .inference_server import InferenceServer, versioned, worker_collector
 from .inference_slab import DEFAULT_SPIN_S, QueueConn, SlabHub, SlabLayout, SlabPolicy
-from .multi import _default_start_method, _WorkerLifecycle, _dumps, _stop_workers
+from ..workers import WorkerLifecycle, default_start_method, dumps, exit_with_parent, parent_token, stop_workers
 from .single import as_interaction_type
 
 __all__ = ["InferenceCollector"]
@@ -125,7 +125,7 @@ def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed:
 
 def _process_worker(i: int, conn, request, reply, payload: bytes, token, inherited=None) -> None:
     """Body of a process worker: follow the trainer, one torch thread, then :func:`_worker`."""
-    _exit_with_parent(token)
+    exit_with_parent(token)
     for end in inherited or ():  # fork: the trainer's ends of every pipe so far
         end.close()
     torch.set_num_threads(1)
@@ -139,13 +139,13 @@ def _process_worker(i: int, conn, request, reply, payload: bytes, token, inherit
 
 # ---------------------------------------------------------------------- trainer side
 def _shutdown(hub, procs: list, conns: list, threads: list, timeout: float) -> None:
-    if isinstance(hub, _RayHub):
+    if isinstance(hub, RayHub):
         hub.stop()
         hub.close(timeout)
         return
     hub.stop()  # wakes every worker that waits for an answer
     if procs:
-        _stop_workers(procs, conns, timeout)
+        stop_workers(procs, conns, timeout)
     for i in range(hub.n if threads else 0):
         hub.command(i, "close")
     for t in threads:
@@ -153,7 +153,7 @@ def _shutdown(hub, procs: list, conns: list, threads: list, timeout: float) -> N
     hub.close()
 
 
-class InferenceCollector(_WorkerLifecycle):
+class InferenceCollector(WorkerLifecycle):
     """Env workers sharing one batching policy server; batches ``(num_workers, *env_batch, T)``.
 
     Args:
@@ -225,7 +225,7 @@ class InferenceCollector(_WorkerLifecycle):
         if start_method is not None and start_method not in mp.get_all_start_methods():
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()} or None, "
                              f"got {start_method!r}.")
-        self._start_method = start_method or _default_start_method()
+        self._start_method = start_method or default_start_method()
         exploration = as_interaction_type(exploration_type)
         self.server = InferenceServer(policy, max_batch=max_batch, max_wait_s=max_wait_s,
                                       exploration_type=exploration)
@@ -239,9 +239,9 @@ class InferenceCollector(_WorkerLifecycle):
         self._ray_hint = ""  # the timeout message's hint about Ray scheduling
         seeds = [None if seed is None else seed + 1000 * i for i in range(num_workers)]
         if transport == "ray":
-            from .ray_collector import _require_ray, warn_unschedulable
+            from .ray_collector import require_ray, warn_unschedulable
 
-            ray = _require_ray()
+            ray = require_ray()
             if not ray.is_initialized():
                 ray.init(**(ray_init_config or {}))
             options = dict(ray_options or {"num_cpus": 1})
@@ -254,7 +254,7 @@ class InferenceCollector(_WorkerLifecycle):
             actor_cls = ray.remote(**options)(RayEnvWorker)
             actors = [actor_cls.remote(i, num_workers, create_env_fn, in_keys, seeds[i], frames,
                                        exploration) for i in range(num_workers)]
-            self.hub = _RayHub(self.server, actors, ray)
+            self.hub = RayHub(self.server, actors, ray)
             self.hub.start()
         else:
             self.hub = self._start_workers(create_env_fn, policy if transport == "local" else None,
@@ -272,7 +272,7 @@ class InferenceCollector(_WorkerLifecycle):
         n, threads = self.num_workers, self.transport == "thread"
         ctx = mp.get_context(self._start_method)
         fork = ctx.get_start_method() == "fork"
-        token = _parent_token()
+        token = parent_token()
         outbox = queue.Queue() if threads else None
         requests, replies = [], []  # the trainer's ends
         for i in range(n):
@@ -295,7 +295,7 @@ class InferenceCollector(_WorkerLifecycle):
             if fork:  # the child closes the trainer's ends it inherited (EOF stays a death)
                 inherited = [e for e in (parent, *self._conns, *requests, *replies) if e is not None]
             p = ctx.Process(target=_process_worker, name=f"tdrl-env-worker-{i}", daemon=False,
-                            args=(i, child, req_w, rep_r, _dumps(args), token, inherited))
+                            args=(i, child, req_w, rep_r, dumps(args), token, inherited))
             p.start()
             for end in (child, req_w, rep_r):
                 if end is not None:
@@ -334,6 +334,9 @@ class InferenceCollector(_WorkerLifecycle):
     def _report(self, i: int, kind: str, payload) -> None:
         """Raise :class:`WorkerError` for an ``error`` / ``dead`` / ``server_error`` event."""
         if kind == "error":
+            cause = self.hub.server_error()
+            if cause is not None:  # the worker only saw "the inference server stopped"
+                self._fail(f"InferenceCollector: the inference server raised (the policy's forward):\n{cause}")
             self._fail(f"InferenceCollector worker {i} raised:\n{payload}")
         elif kind == "dead":
             if self._procs:
@@ -377,7 +380,9 @@ class InferenceCollector(_WorkerLifecycle):
             events = hub.events(0.1)
             if not events:
                 if not hub.alive:
-                    self._fail("InferenceCollector: the inference server thread stopped.")
+                    cause = hub.server_error()
+                    self._fail("InferenceCollector: the inference server thread stopped"
+                               + (f"; it raised:\n{cause}" if cause else "."))
                 if time.monotonic() > deadline:
                     self._fail(f"InferenceCollector: no batch within timeout={self.timeout} s from "
                                f"worker(s) {sorted(waiting)}"
@@ -403,6 +408,6 @@ class InferenceCollector(_WorkerLifecycle):
     def workers(self) -> list:
         """The worker processes (``"process"`` / ``"local"``), threads (``"thread"``) or Ray
         actor handles (``"ray"``)."""
-        if isinstance(self.hub, _RayHub):
+        if isinstance(self.hub, RayHub):
             return list(self.hub.actors)
         return list(self._procs or self._threads)

@@ -30,7 +30,7 @@ from tensordict.nn import InteractionType, TensorDictModuleBase
 from ..threads import carry_num_threads
 from .inference_server import InferenceServer, versioned, worker_collector
 
-__all__ = ["RayEnvWorker", "_RayHub"]
+__all__ = ["RayEnvWorker", "RayHub"]
 
 _POLL_S = 0.05
 
@@ -106,7 +106,7 @@ class RayEnvWorker:
         self.collector.shutdown()
 
 
-class _RayHub:
+class RayHub:
     """The server thread and the in-flight actor calls (object ref -> worker).
 
     Actors answer ``("infer", inputs)`` (to the server) or ``("ready", batch)``; those and
@@ -141,6 +141,11 @@ class _RayHub:
 
     def end_round(self) -> None:
         self.active = 0
+
+    def server_error(self) -> str | None:
+        """``None``: a Ray server's traceback comes through :meth:`events` in order (the
+        actors are not told that the server stopped)."""
+        return None
 
     def events(self, timeout: float) -> list:
         try:

@@ -24,7 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModule, set_interaction_type
 
-from .single import Collector, _policy_device
+from .single import Collector, policy_device
 
 __all__ = ["InferenceServer", "VERSION_KEY", "versioned", "worker_collector"]
 
@@ -86,7 +86,7 @@ class InferenceServer:
         self.policy = copy.deepcopy(policy)
         self._params = (TensorDict.from_module(self.policy).data
                         if isinstance(self.policy, torch.nn.Module) else None)
-        self.device = _policy_device(self.policy) or torch.device("cpu")
+        self.device = policy_device(self.policy) or torch.device("cpu")
         # a plain TensorDictModule (string keys, one out-key) is served by calling its
         # module on the in-keys; a policy with a ``dict_call`` (ProbabilisticActor) runs that
         # on a plain dict; anything else gets a TensorDict

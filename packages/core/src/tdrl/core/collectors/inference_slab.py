@@ -267,6 +267,14 @@ class SlabHub:
     def end_round(self) -> None:
         self.remaining = [0] * self.n
 
+    def server_error(self) -> str | None:
+        """The server thread's traceback if it raised (it is posted before the workers are
+        told that the server stopped, so a worker's "server stopped" is explained by it)."""
+        try:
+            return self._errors.get_nowait()[2]
+        except queue.Empty:
+            return None
+
     def events(self, timeout: float) -> list[tuple[int, str, object]]:
         """Control messages ``(worker, kind, payload)``; ``"dead"`` for a process that exited,
         ``"server_error"`` (worker ``-1``) for a server that raised."""

@@ -18,7 +18,6 @@ the trainer as :class:`~tdrl.core.envs.WorkerError` (after every worker is stopp
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import multiprocessing as mp
 import pickle
@@ -34,7 +33,9 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
-from ..envs.parallel import DEFAULT_TIMEOUT_S, _WARN_EVERY_S, _exit_with_parent, _parent_token
+from ..envs.parallel import DEFAULT_TIMEOUT_S
+from ..workers import (WARN_EVERY_S, WorkerLifecycle, default_start_method, dumps, exit_with_parent, parent_token,
+                       send, stop_workers)
 from .single import Collector
 from .utils import split_trajectories
 
@@ -43,26 +44,11 @@ __all__ = ["MultiSyncCollector", "MultiAsyncCollector", "WorkerError"]
 _log = logging.getLogger(__name__)
 
 
-def _dumps(obj) -> bytes:
-    if importlib.util.find_spec("cloudpickle") is not None:
-        import cloudpickle
-
-        return cloudpickle.dumps(obj)
-    return pickle.dumps(obj)
-
-
-def _send(conn, msg) -> None:
-    try:
-        conn.send(msg)
-    except (BrokenPipeError, OSError, EOFError):
-        pass
-
-
 def _worker_main(idx: int, conn, payload: bytes, weights, lock, token=None,
                  inherited=None) -> None:
     """Body of a worker: build a Collector, then serve commands until ``close``."""
     if token is not None:
-        _exit_with_parent(token)  # no orphan when the trainer is killed
+        exit_with_parent(token)  # no orphan when the trainer is killed
     for parent_end in inherited or ():  # fork: the trainer's ends of every pipe so far
         parent_end.close()
     torch.set_num_threads(1)
@@ -76,7 +62,7 @@ def _worker_main(idx: int, conn, payload: bytes, weights, lock, token=None,
             with lock:
                 params.update_(weights)
     except BaseException:  # noqa: BLE001 - everything goes back to the trainer
-        _send(conn, ("error", traceback.format_exc()))
+        send(conn, ("error", traceback.format_exc()))
         return
     buf = None
     while True:
@@ -101,64 +87,15 @@ def _worker_main(idx: int, conn, payload: bytes, weights, lock, token=None,
                 conn.send(("seeded", collector.set_seed(arg)))
             elif cmd == "close":
                 collector.shutdown()
-                _send(conn, ("closed", None))
+                send(conn, ("closed", None))
                 break
             else:
                 raise ValueError(f"unknown command {cmd!r}")
         except BaseException:  # noqa: BLE001
-            _send(conn, ("error", traceback.format_exc()))
+            send(conn, ("error", traceback.format_exc()))
 
 
-def _stop_workers(procs: list, conns: list, timeout: float) -> None:
-    """Ask the workers to close, then terminate and kill what is left (idempotent)."""
-    for conn in conns:
-        _send(conn, ("close", None))
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    for p in procs:
-        p.join(1.0)
-        if p.is_alive():
-            p.kill()
-            p.join(1.0)
-    for conn in conns:
-        try:
-            conn.close()
-        except OSError:
-            pass
-
-
-def _default_start_method() -> str:
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and not torch.cuda.is_initialized():
-        return "fork"
-    return "spawn"
-
-
-class _WorkerLifecycle:
-    """Shutdown and context management of a collector with workers: ``shutdown`` runs the
-    ``weakref.finalize`` set in ``__init__`` once (``_closed`` says it ran); ``with`` shuts down."""
-
-    _closed: bool
-    _finalizer: weakref.finalize
-
-    def shutdown(self) -> None:
-        """Stop every worker (idempotent): close, then terminate/kill after a timeout."""
-        if not self._closed:
-            self._closed = True
-            self._finalizer()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
-
-
-class _MultiCollector(_WorkerLifecycle):
+class _MultiCollector(WorkerLifecycle):
     """Shared machinery of the multi-process collectors (not public)."""
 
     _sync: bool = True
@@ -209,7 +146,7 @@ class _MultiCollector(_WorkerLifecycle):
         self.frames = 0
         self._policy = policy
         self._closed = False
-        ctx = mp.get_context(start_method or _default_start_method())
+        ctx = mp.get_context(start_method or default_start_method())
         self._lock = ctx.Lock()
         self._weights = None
         if isinstance(policy, torch.nn.Module):
@@ -221,13 +158,13 @@ class _MultiCollector(_WorkerLifecycle):
                       max_frames_per_traj=max_frames_per_traj,
                       reset_at_each_iter=reset_at_each_iter)
         self._procs, self._conns = [], []
-        self._finalizer = weakref.finalize(self, _stop_workers, self._procs, self._conns,
+        self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._conns,
                                            shutdown_timeout)
-        token = _parent_token()
+        token = parent_token()
         fork = ctx.get_start_method() == "fork"
         for i, fn in enumerate(fns):
             kw = dict(kwargs, seed=None if seed is None else seed + 1000 * i)
-            payload = _dumps((fn, policy, kw, n))
+            payload = dumps((fn, policy, kw, n))
             parent, child = ctx.Pipe()
             inherited = [parent, *self._conns] if fork else None
             p = ctx.Process(target=_worker_main,
@@ -270,7 +207,7 @@ class _MultiCollector(_WorkerLifecycle):
             if self._closed:
                 raise RuntimeError("This collector was shut down.")
             now = time.monotonic()
-            left = _WARN_EVERY_S if deadline is None else max(0.0, deadline - now)
+            left = WARN_EVERY_S if deadline is None else max(0.0, deadline - now)
             ready = mp_wait([self._conns[i] for i in wanted] + [self._procs[i].sentinel for i in wanted],
                             timeout=left)
             if self.timeout is not None:  # async: others answering must not hide a hung one

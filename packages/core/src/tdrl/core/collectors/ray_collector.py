@@ -20,7 +20,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
-from ..envs.parallel import DEFAULT_TIMEOUT_S, _WARN_EVERY_S
+from ..envs.parallel import DEFAULT_TIMEOUT_S
+from ..workers import WARN_EVERY_S
 from .single import Collector
 from .utils import split_trajectories
 
@@ -50,7 +51,7 @@ def warn_unschedulable(ray, log: logging.Logger, who: str, n: int, options: dict
     return have
 
 
-def _require_ray():
+def require_ray():
     if importlib.util.find_spec("ray") is None:
         raise ImportError("RayCollector needs Ray: pip install 'tdrl-core[ray]' (or ray>=2.40).")
     import ray
@@ -132,7 +133,7 @@ class RayCollector:
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}.")
-        ray = _require_ray()
+        ray = require_ray()
         self._ray = ray
         self._owns_ray = False
         if not ray.is_initialized():
@@ -185,7 +186,7 @@ class RayCollector:
         raises naming the actors (``owners[j]`` owns ``refs[j]``) that did not answer."""
         ray, start = self._ray, time.monotonic()
         while True:
-            left = (_WARN_EVERY_S if self.timeout is None
+            left = (WARN_EVERY_S if self.timeout is None
                     else max(0.0, start + self.timeout - time.monotonic()))
             ready, pending = ray.wait(refs, num_returns=num_returns, timeout=left)
             if len(ready) >= num_returns:

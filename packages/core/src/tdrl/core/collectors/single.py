@@ -145,7 +145,7 @@ def _get_str(td: TensorDictBase, key: str):
     return td.get(key, None)
 
 
-def _policy_device(policy) -> torch.device | None:
+def policy_device(policy) -> torch.device | None:
     if isinstance(policy, torch.nn.Module):
         for p in policy.parameters():
             return p.device
@@ -246,7 +246,7 @@ class Collector:
     def _set_policy(self, policy, device) -> None:
         self._source_policy = policy
         self.policy_device = torch.device(device) if device is not None else None
-        current = _policy_device(policy)
+        current = policy_device(policy)
         if (policy is not None and self.policy_device is not None and current is not None
                 and current != self.policy_device):
             policy = copy.deepcopy(policy).to(self.policy_device)

@@ -10,12 +10,13 @@ from .batched import SerialEnv
 from .parallel import ParallelEnv, WorkerError
 from .pendulum import PendulumEnv
 from .dm_control import DMControlEnv, parse_dmc_id
-from .factory import TORCH_ENVS, EnvCreator, env_rng_state, make_env
+from .factory import TORCH_ENVS, EnvCreator, action_kind, env_rng_state, make_env
 from .envpool import EnvPoolEnv
 
 __all__ = [
     "make_env",
     "EnvCreator",
+    "action_kind",
     "env_rng_state",
     "TORCH_ENVS",
     "EnvBase",

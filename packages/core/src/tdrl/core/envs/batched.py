@@ -25,7 +25,7 @@ def _leaf_keys(spec: Composite) -> list:
     return spec.keys(include_nested=True, leaves_only=True)
 
 
-class _BatchedEnv(EnvBase):
+class BatchedEnvBase(EnvBase):
     """Common code of :class:`SerialEnv` and :class:`ParallelEnv` (specs, buffers, protocol).
 
     Subclasses implement ``_run(cmd, workers, arg)`` that executes a command on the listed
@@ -118,7 +118,7 @@ class _BatchedEnv(EnvBase):
         raise NotImplementedError
 
 
-def _env_meta(env: EnvBase) -> dict:
+def env_meta(env: EnvBase) -> dict:
     return {
         "batch_size": tuple(env.batch_size),
         "observation_spec": env.observation_spec.cpu(),
@@ -129,7 +129,7 @@ def _env_meta(env: EnvBase) -> dict:
     }
 
 
-class _Runner:
+class WorkerRunner:
     """One sub-env bound to its row of the buffers (in-process for SerialEnv, inside a
     worker for ParallelEnv). Views and destination tensors are looked up once."""
 
@@ -163,7 +163,7 @@ class _Runner:
         raise ValueError(f"Unknown command {cmd!r}.")
 
 
-class SerialEnv(_BatchedEnv):
+class SerialEnv(BatchedEnvBase):
     """``num_workers`` environments stepped one after the other in this process.
 
     Args:
@@ -186,12 +186,12 @@ class SerialEnv(_BatchedEnv):
         check_actions: bool = False,
     ) -> None:
         self.check_actions = check_actions
-        fns, kwargs = _per_worker(num_workers, create_env_fn, create_env_kwargs)
+        fns, kwargs = per_worker_args(num_workers, create_env_fn, create_env_kwargs)
         self._envs = [fn(**kw) for fn, kw in zip(fns, kwargs, strict=True)]
-        self._setup(_env_meta(self._envs[0]), num_workers, device)
+        self._setup(env_meta(self._envs[0]), num_workers, device)
         bufs = (self._in_buf, self._next_buf, self._reset_buf)
         keys = (self._in_keys, self._next_keys, self._reset_keys)
-        self._runners = [_Runner(env, bufs, keys, i) for i, env in enumerate(self._envs)]
+        self._runners = [WorkerRunner(env, bufs, keys, i) for i, env in enumerate(self._envs)]
 
     @property
     def envs(self) -> list[EnvBase]:
@@ -205,7 +205,7 @@ class SerialEnv(_BatchedEnv):
             env.close()
 
 
-def _per_worker(n: int, fn, kwargs) -> tuple[list, list]:
+def per_worker_args(n: int, fn, kwargs) -> tuple[list, list]:
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(
             f"A batched env needs num_workers >= 1 (an int), got {n!r}; for a single env "

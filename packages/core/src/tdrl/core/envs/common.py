@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from tdrl.core.keys import next_key
+
 from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Categorical, Composite, TensorSpec, Unbounded
 from ._fastpath import paused_gc
@@ -68,10 +70,6 @@ def step_mdp(td: TensorDictBase, reward_keys: Sequence = (REWARD,)) -> TensorDic
         if not any(isinstance(v, TensorDictBase) for v in source.values()):
             return _fast_td(source, nxt.batch_size, nxt.device)
     return nxt.exclude(*reward_keys)
-
-
-def _next_key(key) -> tuple:
-    return (NEXT, key) if isinstance(key, str) else (NEXT, *key)
 
 
 def _mask_like(mask: torch.Tensor, val: torch.Tensor, n_batch: int) -> torch.Tensor:
@@ -467,7 +465,7 @@ class EnvBase:
                 if break_when_any_done:
                     td = self.step(td)
                     steps.append(td)
-                    if bool(td.get(_next_key(done_key)).any()):
+                    if bool(td.get(next_key(done_key)).any()):
                         break
                     td = step_mdp(td, self.reward_keys)
                 else:

@@ -42,7 +42,7 @@ from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATE
 from ..specs import Composite, OneHot
 from ._fastpath import merge_reset_rows, plain_td_maker
 from .common import RESET_KEY, EnvBase, _set_unsafe, step_mdp
-from .gym_spaces import _to_numpy, gym_space_to_spec, one_hot_to_index
+from .gym_spaces import gym_space_to_spec, one_hot_to_index, to_numpy
 
 __all__ = ["EnvPoolEnv"]
 
@@ -202,7 +202,7 @@ class EnvPoolEnv(EnvBase):
         self.action_spec = act_spec
         self._obs_dtype = obs_spec.dtype
         self._obs_shape = tuple(obs_spec.shape)
-        self._act_conv = self._action_converter(act_spec)
+        self._act_conv = self.action_converter(act_spec)
         self._make_td = plain_td_maker(batch, self.device)
         self._on_cpu = self.device.type == "cpu"
         self._pending_seed: int | None = None
@@ -229,10 +229,10 @@ class EnvPoolEnv(EnvBase):
         return self._pool
 
     @staticmethod
-    def _action_converter(spec) -> Callable[[torch.Tensor], np.ndarray]:
+    def action_converter(spec) -> Callable[[torch.Tensor], np.ndarray]:
         if isinstance(spec, OneHot):
             return one_hot_to_index(spec)  # refuses an index, naming the fix
-        return _to_numpy  # Categorical indices, Box arrays
+        return to_numpy  # Categorical indices, Box arrays
 
     # ------------------------------------------------------------------ EnvBase
     def _reset_rows(self, mask_np: np.ndarray, prev_obs: np.ndarray) -> np.ndarray:

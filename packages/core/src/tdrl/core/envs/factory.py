@@ -9,6 +9,8 @@ DeepMind Control :class:`DMControlEnv` (``dmc/cartpole-balance``; the ``dmc`` ex
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from typing import Any
 
 from tdrl.core.train.state import GeneratorState
@@ -17,7 +19,7 @@ from .common import EnvBase
 from .gym import GymEnv
 from .pendulum import PendulumEnv
 
-__all__ = ["make_env", "TORCH_ENVS", "env_rng_state", "EnvCreator"]
+__all__ = ["make_env", "TORCH_ENVS", "env_rng_state", "action_kind", "EnvCreator"]
 
 TORCH_ENVS = {"tdrl/Pendulum": PendulumEnv}
 """Batched pure-torch environments by id (``batch_size=(num_envs,)``)."""
@@ -59,6 +61,53 @@ def make_env(env_id: str, num_envs: int = 1, transforms: tuple = (), **gym_kwarg
     from tdrl.core.transforms import Compose, TransformedEnv
 
     return TransformedEnv(base, Compose(*transforms))
+
+
+@functools.lru_cache(maxsize=64)
+def action_kind(env_id: str) -> str:
+    """``"discrete"`` or ``"continuous"``: the kind of action ``env_id`` takes, found without a
+    run (a Gymnasium env is made and closed, once per id). For a config to refuse an algorithm
+    that cannot act in the env before any work or folder.
+
+    Raises:
+        ValueError: ``env_id`` names no environment (Gymnasium's message says why).
+    """
+    if env_id in TORCH_ENVS:
+        from tdrl.core.specs import Categorical, OneHot
+
+        spec = TORCH_ENVS[env_id](batch_size=(1,)).action_spec
+        return "discrete" if isinstance(spec, (Categorical, OneHot)) else "continuous"
+    if env_id.startswith(("dmc/", "brax/")):
+        return "continuous"  # DeepMind Control and Brax act with bounded real vectors
+    import gymnasium as gym
+
+    try:
+        env = _gym_make(gym, env_id)
+    except Exception as err:  # noqa: BLE001 - gymnasium raises several types for a bad id
+        hint = "" if importlib.util.find_spec("gymnasium_robotics") else (
+            " (goal tasks such as PointMaze and Fetch need the goal extra: pip install \"packages/core[goal]\")")
+        raise ValueError(f"env_id={env_id!r} does not make an environment: {type(err).__name__}: {err}{hint}") from None
+    try:
+        space = env.action_space
+    finally:
+        env.close()
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return "discrete"
+    return "continuous" if isinstance(space, gym.spaces.Box) else type(space).__name__
+
+
+def _gym_make(gym, env_id: str):
+    """``gym.make(env_id)``, registering Gymnasium-Robotics' tasks first when the id is not
+    known yet and that package is installed (the HER app registers them the same way)."""
+    try:
+        return gym.make(env_id)
+    except gym.error.NameNotFound:
+        if not importlib.util.find_spec("gymnasium_robotics"):
+            raise
+        import gymnasium_robotics
+
+        gym.register_envs(gymnasium_robotics)
+        return gym.make(env_id)
 
 
 def env_rng_state(env: EnvBase) -> GeneratorState | None:

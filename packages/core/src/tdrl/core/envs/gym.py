@@ -41,7 +41,7 @@ from ..specs import (
 from ._fastpath import RowSlab, plain_td_maker
 from .common import RESET_KEY, EnvBase, _fast_td
 from .gym_info import InfoReader
-from .gym_spaces import _action_converter, _obs_converter, _require_gymnasium, gym_space_to_spec
+from .gym_spaces import action_converter, obs_converter, require_gymnasium, gym_space_to_spec
 
 __all__ = ["GymWrapper", "GymEnv", "gym_space_to_spec"]
 
@@ -93,7 +93,7 @@ class GymWrapper(EnvBase):
         check_actions: bool = False,
         info_keys: Sequence[str] | Mapping[str, TensorSpec] | None = None,
     ) -> None:
-        gym = _require_gymnasium()
+        gym = require_gymnasium()
         self._env = env
         self.is_vector = isinstance(env, gym.vector.VectorEnv)
         batch = (env.num_envs,) if self.is_vector else ()
@@ -108,11 +108,11 @@ class GymWrapper(EnvBase):
         else:
             self.action_spec = act_spec
         self._obs_is_dict = isinstance(obs_spec, Composite)
-        self._obs_conv = _obs_converter(obs_spec, len(batch))
+        self._obs_conv = obs_converter(obs_spec, len(batch))
         self._single_obs_conv = None  # one sub-env's observation (SAME_STEP final obs)
         if self.is_vector:
-            self._single_obs_conv = _obs_converter(self._single_spec(obs_spec), 0)
-        self._act_conv = _action_converter(self.action_spec if not isinstance(act_spec, Composite)
+            self._single_obs_conv = obs_converter(self._single_spec(obs_spec), 0)
+        self._act_conv = action_converter(self.action_spec if not isinstance(act_spec, Composite)
                                            else act_spec)
         if isinstance(act_space, gym.spaces.Box) and act_space.shape == ():
             # a 0-d Box is exposed as shape (1,) (TorchRL's convention): give gym its shape back
@@ -478,7 +478,7 @@ class GymEnv(GymWrapper):
                                      or num_envs < 1):
             raise ValueError(f"GymEnv({env_id!r}): num_envs must be an int >= 1 (or None for a "
                              f"single env), got {num_envs!r}.")
-        gym = _require_gymnasium()
+        gym = require_gymnasium()
         self.env_id = env_id
         if num_envs is None:
             env = _make(gym, env_id, gym.make, **kwargs)

@@ -22,7 +22,7 @@ from .._optional import require
 __all__ = ["gym_space_to_spec"]
 
 
-def _require_gymnasium():
+def require_gymnasium():
     return require("gymnasium", extra="gym", what="GymEnv", pip_name='"gymnasium[classic-control]"')
 
 
@@ -55,7 +55,7 @@ def gym_space_to_spec(space, batch=(), device=None, categorical_action_encoding:
         device: spec device.
         categorical_action_encoding: ``Discrete`` -> ``Categorical`` instead of ``OneHot``.
     """
-    gym = _require_gymnasium()
+    gym = require_gymnasium()
     sp = gym.spaces
     batch = tuple(batch)
     if isinstance(space, sp.Box):
@@ -90,10 +90,10 @@ def gym_space_to_spec(space, batch=(), device=None, categorical_action_encoding:
     raise NotImplementedError(f"Gymnasium space {type(space).__name__} is not supported yet.")
 
 
-def _obs_converter(spec, batch_ndim: int) -> Callable:
+def obs_converter(spec, batch_ndim: int) -> Callable:
     """A function numpy observation -> a new tensor matching ``spec`` (no checks)."""
     if isinstance(spec, Composite):
-        convs = {k: _obs_converter(v, batch_ndim) for k, v in spec.items()}
+        convs = {k: obs_converter(v, batch_ndim) for k, v in spec.items()}
         return lambda obs: {k: c(obs[k]) for k, c in convs.items()}
     dtype, shape = spec.dtype, spec.shape
     if isinstance(spec, OneHot):
@@ -112,19 +112,19 @@ def _obs_converter(spec, batch_ndim: int) -> Callable:
     return conv
 
 
-def _action_converter(spec) -> Callable:
+def action_converter(spec) -> Callable:
     """A function action tensor -> what ``gym_env.step`` expects."""
     if isinstance(spec, Composite):
-        convs = {k: _action_converter(v) for k, v in spec.items()}
+        convs = {k: action_converter(v) for k, v in spec.items()}
         return lambda td: {k: c(td.get(k)) for k, c in convs.items()}
     if isinstance(spec, OneHot):
         return one_hot_to_index(spec, single=spec.ndim == 1)
     if isinstance(spec, Categorical):
         if spec.ndim == 0:
             return lambda a: int(a)
-        return _to_numpy
+        return to_numpy
 
-    return _to_numpy
+    return to_numpy
 
 
 def one_hot_to_index(spec: OneHot, single: bool = False) -> Callable[[torch.Tensor], np.ndarray | int]:
@@ -139,7 +139,7 @@ def one_hot_to_index(spec: OneHot, single: bool = False) -> Callable[[torch.Tens
     def conv(a: torch.Tensor):
         if tuple(a.shape) != shape:
             raise ValueError(one_hot_refusal(spec, a))
-        idx = _to_numpy(a).argmax(-1)
+        idx = to_numpy(a).argmax(-1)
         return int(idx) if single else idx
 
     return conv
@@ -159,7 +159,7 @@ def one_hot_refusal(spec: OneHot, action) -> str:
             f"integer indices.")
 
 
-def _to_numpy(a: torch.Tensor) -> np.ndarray:
+def to_numpy(a: torch.Tensor) -> np.ndarray:
     try:
         return a.numpy()  # CPU tensor without grad: a zero-copy view
     except (RuntimeError, TypeError):  # requires grad, or not on the CPU

@@ -11,15 +11,9 @@ worker's traceback, and a worker that dies (even ``kill -9``) is detected instea
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import logging
 import multiprocessing as mp
-import os
 import pickle
-import signal
-import sys
-import threading
 import time
 import traceback
 import weakref
@@ -28,7 +22,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .batched import _BatchedEnv, _env_meta, _per_worker, _Runner
+from tdrl.core.workers import WARN_EVERY_S, dumps, exit_with_parent, parent_token
+
+from .batched import BatchedEnvBase, env_meta, per_worker_args, WorkerRunner
 from .common import EnvBase
 
 __all__ = ["ParallelEnv", "WorkerError", "DEFAULT_TIMEOUT_S"]
@@ -38,53 +34,10 @@ _log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 300.0
 """Default seconds a batched env or a multi-process collector waits for a worker's answer
 before raising (``timeout=None`` waits without limit, logging a warning every minute)."""
-_WARN_EVERY_S = 60.0
-_PR_SET_PDEATHSIG = 1
-
-
-def _parent_token() -> tuple[int, bool]:
-    """What a worker needs to follow its parent: the parent's pid, and whether the
-    parent-death signal may be used (it fires when the *thread* that started the worker
-    exits, so only when that is the main thread)."""
-    return os.getpid(), threading.current_thread() is threading.main_thread()
-
-
-def _exit_with_parent(token: tuple[int, bool], poll_s: float = 0.5) -> None:
-    """In a worker process: exit as soon as the process that started it dies.
-
-    On Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill the worker when its
-    parent dies; everywhere a daemon thread polls ``os.getppid()`` (a dead parent's
-    children are re-parented) and calls ``os._exit``. Without this a worker whose parent
-    was killed (``kill -9``) waits on its pipe forever when a sibling holds the other end.
-    """
-    parent_pid, pdeathsig = token
-    if pdeathsig and sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):  # pragma: no cover - no prctl: the thread remains
-            pass
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-    def watch() -> None:
-        while True:
-            time.sleep(poll_s)
-            if os.getppid() != parent_pid:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="tdrl-parent-watch", daemon=True).start()
 
 
 class WorkerError(RuntimeError):
     """An exception raised inside a :class:`ParallelEnv` worker (message: its traceback)."""
-
-
-def _dumps(obj) -> bytes:
-    if importlib.util.find_spec("cloudpickle") is not None:
-        import cloudpickle
-
-        return cloudpickle.dumps(obj)
-    return pickle.dumps(obj)
 
 
 # Wire protocol: a step is the single byte b"s" and its success answer b"k" (no pickling on
@@ -95,7 +48,7 @@ _STEP, _OK = b"s", b"k"
 def _worker_main(idx: int, conn, parent_conns, payload: bytes, token=None) -> None:
     """Body of a worker process: build the env, then serve commands until ``close``."""
     if token is not None:
-        _exit_with_parent(token)
+        exit_with_parent(token)
     for parent_conn in parent_conns or ():  # fork: the parent's ends of every pipe so far
         parent_conn.close()
     torch.set_num_threads(1)
@@ -103,9 +56,9 @@ def _worker_main(idx: int, conn, parent_conns, payload: bytes, token=None) -> No
     try:
         fn, kwargs = pickle.loads(payload)
         env = fn(**kwargs)
-        conn.send(("ok", _env_meta(env)))
+        conn.send(("ok", env_meta(env)))
         _, (bufs, keys) = conn.recv()  # the shared-memory buffers
-        runner = _Runner(env, bufs, keys, idx)
+        runner = WorkerRunner(env, bufs, keys, idx)
     except BaseException:  # noqa: BLE001 - everything goes back to the parent
         _safe_send(conn, ("error", traceback.format_exc()))
         return
@@ -166,7 +119,7 @@ def _shutdown(procs: list, conns: list, timeout: float = 2.0) -> None:
     conns.clear()
 
 
-class ParallelEnv(_BatchedEnv):
+class ParallelEnv(BatchedEnvBase):
     """``num_workers`` environments, each in its own process, batched along a leading dim.
 
     Args:
@@ -205,16 +158,16 @@ class ParallelEnv(_BatchedEnv):
         self._procs: list = []
         self._conns: list = []
         self.is_closed = False
-        fns, kwargs = _per_worker(num_workers, create_env_fn, create_env_kwargs)
+        fns, kwargs = per_worker_args(num_workers, create_env_fn, create_env_kwargs)
         if start_method is None:
             start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
         import torch.multiprocessing as tmp  # registers the shared-memory tensor reductions
 
         ctx = tmp.get_context(start_method)
-        token = _parent_token()
+        token = parent_token()
         for i in range(num_workers):
             parent, child = ctx.Pipe()
-            payload = _dumps((fns[i], kwargs[i]))
+            payload = dumps((fns[i], kwargs[i]))
             inherited = [parent, *self._conns] if start_method == "fork" else None
             proc = ctx.Process(
                 target=_worker_main,
@@ -260,7 +213,7 @@ class ParallelEnv(_BatchedEnv):
                         f"timeout={self.timeout} s; its env may hang. Pass a larger timeout= "
                         "if a step legitimately takes longer."
                     ))
-                if self.timeout is None and now - warned > _WARN_EVERY_S:
+                if self.timeout is None and now - warned > WARN_EVERY_S:
                     warned = now
                     _log.warning("ParallelEnv: still waiting for worker %d (pid %s) after "
                                  "%.0f s (timeout=None).", i, proc.pid, now - start)

@@ -31,6 +31,7 @@ from .qtransforms import (
     qtransform_by_parent_and_siblings,
     qtransform_completed_by_mix_value,
 )
+from .model_io import EmbeddingStore, RecurrentFn
 from .search import search
 from .selection import (
     add_dirichlet_noise,
@@ -51,6 +52,8 @@ from .tree import (
     NO_PARENT,
     ROOT_INDEX,
     UNVISITED,
+    EdgeChannel,
+    NodeChannel,
     RecurrentOutput,
     RootOutput,
     Tree,
@@ -69,6 +72,10 @@ __all__ = [
     "ROOT_VALUE",
     "UNVISITED",
     "VISIT_COUNTS",
+    "EdgeChannel",
+    "EmbeddingStore",
+    "NodeChannel",
+    "RecurrentFn",
     "RecurrentOutput",
     "RolloutEvaluator",
     "RootOutput",

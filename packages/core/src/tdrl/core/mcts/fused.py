@@ -25,6 +25,7 @@ from torch import Tensor
 
 from .qtransforms import qtransform_by_parent_and_siblings
 from .selection import SelectionFn, puct_selection
+from .tree import EdgeChannel, NodeChannel
 
 _MAX_UNROLLED_ACTIONS = 16
 """Above this many actions the argmax is a transposed ``argmax`` instead of a loop."""
@@ -64,14 +65,14 @@ class FusedPUCT:
         num_actions = edge_rows.shape[1]
         edges = edge_rows.view(edge_rows.shape[0], -1).index_select(0, nodes)
         edges = edges.view(-1, num_actions, edge_rows.shape[2]).permute(2, 1, 0)  # [7, A, M]
-        visits = edges[0].contiguous()
-        probs_q = edges[5:7].contiguous()
+        visits = edges[EdgeChannel.VISITS].contiguous()
+        probs_q = edges[EdgeChannel.PRIOR_PROB:EdgeChannel.QVALUE + 1].contiguous()  # adjacent channels
         probs, qvalues = probs_q[0], probs_q[1]
         if node_stats is None:
             node_stats = node_rows.index_select(0, nodes)
-        stats = node_stats.t()  # [4, M]: visits, sums, raw, mean
-        node_visit = stats[0].contiguous()
-        node_value = stats[3].contiguous()
+        stats = node_stats.t()  # [4, M]
+        node_visit = stats[NodeChannel.VISITS].contiguous()
+        node_value = stats[NodeChannel.VALUE].contiguous()
         # Exploration: sqrt(N) * c(N) * P(a) / (1 + N(a)), c(N) = init + log((N + base + 1) / base)
         pb_c = ((node_visit + (self.pb_c_base + 1.0)) / self.pb_c_base).log_().add_(self.pb_c_init)
         scores = node_visit.sqrt().mul_(pb_c).mul(probs).div_(visits + 1)

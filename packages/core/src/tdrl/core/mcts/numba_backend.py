@@ -29,7 +29,7 @@ numba is installed (``pip install 'tdrl-core[mcts]'``), under ``method="auto"``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -38,10 +38,15 @@ import torch
 from .fused import fused_rule, unwrap_partial
 from .qtransforms import qtransform_by_min_max
 from .selection import SelectionFn, puct_selection
-from .tree import UNVISITED, RecurrentOutput, Tree
+from .model_io import EmbeddingStore, RecurrentFn, check_vector, leaf_logits
+from .tree import UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, Tree
 
-if TYPE_CHECKING:
-    from .search import RecurrentFn, _EmbeddingStore
+# The tree's channels as plain module constants (what a compiled function can read).
+N_VISITS, N_VALUE_SUM, N_RAW_VALUE, N_VALUE = (NodeChannel.VISITS, NodeChannel.VALUE_SUM,
+                                              NodeChannel.RAW_VALUE, NodeChannel.VALUE)
+E_VISITS, E_VALUE_SUM, E_REWARD, E_DISCOUNT = (EdgeChannel.VISITS, EdgeChannel.VALUE_SUM,
+                                               EdgeChannel.REWARD, EdgeChannel.DISCOUNT)
+E_PRIOR_LOGIT, E_PRIOR_PROB, E_QVALUE = EdgeChannel.PRIOR_LOGIT, EdgeChannel.PRIOR_PROB, EdgeChannel.QVALUE
 
 DTYPES = (torch.float32, torch.float64)
 """The tree float types this path handles."""
@@ -101,16 +106,16 @@ def _best_action(node_data, edge_data, invalid, b, node, kind, c):
     would rank sums that float32 rounds equal).
     """
     num_actions = edge_data.shape[2]
-    visit = node_data[b, node, 0]
-    value = node_data[b, node, 3]
+    visit = node_data[b, node, N_VISITS]
+    value = node_data[b, node, N_VALUE]
     pb_c = np.log((visit + c[_BASE_PLUS_ONE]) / c[_BASE]) + c[_INIT]
     explore = np.sqrt(visit) * pb_c
     low, scale = value, c[_ONE]
     if kind == _PARENT_AND_SIBLINGS:
         high = value
         for a in range(num_actions):
-            if edge_data[b, node, a, 0] > 0:
-                q = edge_data[b, node, a, 6]
+            if edge_data[b, node, a, E_VISITS] > 0:
+                q = edge_data[b, node, a, E_QVALUE]
                 if q < low:
                     low = q
                 if q > high:
@@ -122,10 +127,10 @@ def _best_action(node_data, edge_data, invalid, b, node, kind, c):
         low, scale = c[_MIN_VALUE], c[_RANGE]
     best, best_score = 0, c[_NEG_INF]
     for a in range(num_actions):
-        visits = edge_data[b, node, a, 0]
-        score = explore * edge_data[b, node, a, 5] / (visits + c[_ONE])
+        visits = edge_data[b, node, a, E_VISITS]
+        score = explore * edge_data[b, node, a, E_PRIOR_PROB] / (visits + c[_ONE])
         if visits > 0:
-            score = (edge_data[b, node, a, 6] - low) / scale + score
+            score = (edge_data[b, node, a, E_QVALUE] - low) / scale + score
         if invalid[b, node, a]:
             score = c[_NEG_INF]
         if a == 0 or score > best_score:
@@ -196,39 +201,39 @@ def _expand_backup(
         if node == UNVISITED:  # the tree grows: write the new node
             node = new_index
             children[b, parent, action] = node
-            edge_data[b, parent, action, 2] = rewards[b]
-            edge_data[b, parent, action, 3] = -discounts[b] if negate else discounts[b]
+            edge_data[b, parent, action, E_REWARD] = rewards[b]
+            edge_data[b, parent, action, E_DISCOUNT] = -discounts[b] if negate else discounts[b]
             parents[b, node] = parent
             action_from_parent[b, node] = action
-            node_data[b, node, 2] = values[b]
+            node_data[b, node, N_RAW_VALUE] = values[b]
             for a in range(num_actions):
-                edge_data[b, node, a, 4] = logits[b, a]
-                edge_data[b, node, a, 5] = probs[b, a]
+                edge_data[b, node, a, E_PRIOR_LOGIT] = logits[b, a]
+                edge_data[b, node, a, E_PRIOR_PROB] = probs[b, a]
                 if has_invalid:
                     invalid[b, node, a] = leaf_invalid[b, a]
         # Back up, in the tensor search's order: the leaf, then each level upwards.
-        value = node_data[b, node, 2]
-        node_data[b, node, 0] += c[_ONE]
-        node_data[b, node, 1] += value
-        node_data[b, node, 3] = node_data[b, node, 1] / node_data[b, node, 0]
+        value = node_data[b, node, N_RAW_VALUE]
+        node_data[b, node, N_VISITS] += c[_ONE]
+        node_data[b, node, N_VALUE_SUM] += value
+        node_data[b, node, N_VALUE] = node_data[b, node, N_VALUE_SUM] / node_data[b, node, N_VISITS]
         for d in range(depths[b] - 1, -1, -1):
             up = paths[b, d]
             a = action_from_parent[b, node]
             edge = edge_data[b, up, a]
-            reward, discount = edge[2], edge[3]
-            edge[0] += c[_ONE]
-            edge[1] += value
-            edge[6] = edge[1] / edge[0] * discount + reward
+            reward, discount = edge[E_REWARD], edge[E_DISCOUNT]
+            edge[E_VISITS] += c[_ONE]
+            edge[E_VALUE_SUM] += value
+            edge[E_QVALUE] = edge[E_VALUE_SUM] / edge[E_VISITS] * discount + reward
             value = discount * value + reward
-            node_data[b, up, 0] += c[_ONE]
-            node_data[b, up, 1] += value
-            node_data[b, up, 3] = node_data[b, up, 1] / node_data[b, up, 0]
+            node_data[b, up, N_VISITS] += c[_ONE]
+            node_data[b, up, N_VALUE_SUM] += value
+            node_data[b, up, N_VALUE] = node_data[b, up, N_VALUE_SUM] / node_data[b, up, N_VISITS]
             node = up
 
 
 def numba_search(
     tree: Tree,
-    store: _EmbeddingStore,
+    store: EmbeddingStore,
     recurrent_fn: RecurrentFn,
     rule: NumbaRule,
     num_simulations: int,
@@ -245,8 +250,6 @@ def numba_search(
         rule: from :func:`numba_rule`.
         num_simulations, max_depth, two_player: as :func:`~tdrl.core.mcts.search.search`.
     """
-    from .search import _vector, leaf_logits
-
     batch, num_nodes, num_actions = tree.batch_size, tree.num_nodes, tree.num_actions
     dtype = tree.node_data.dtype
     node_data, edge_data = tree.node_data.numpy(), tree.edge_data.numpy()
@@ -273,9 +276,9 @@ def numba_search(
             result = recurrent_fn(store.read(flat_parent), action.clone())
             if not isinstance(result, RecurrentOutput):
                 result = RecurrentOutput(*result)
-            rewards = _vector(result.reward, batch, "reward", dtype).detach().numpy()
-            discounts = _vector(result.discount, batch, "discount", dtype).detach().numpy()
-            values = _vector(result.value, batch, "value", dtype).detach().numpy()
+            rewards = check_vector(result.reward, batch, "reward", dtype).detach().numpy()
+            discounts = check_vector(result.discount, batch, "discount", dtype).detach().numpy()
+            values = check_vector(result.value, batch, "value", dtype).detach().numpy()
             logits_t, probs_t, invalid_t = leaf_logits(result, batch, num_actions, dtype)
             logits, probs = logits_t.detach().numpy(), probs_t.detach().numpy()
             if invalid_t is not None:

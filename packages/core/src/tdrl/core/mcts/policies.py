@@ -23,7 +23,8 @@ from torch import Tensor
 from tdrl.core.keys import ACTION
 
 from .qtransforms import qtransform_by_parent_and_siblings, qtransform_completed_by_mix_value
-from .search import RecurrentFn, search
+from .model_io import RecurrentFn
+from .search import search
 from .selection import (
     QTransform,
     add_dirichlet_noise,

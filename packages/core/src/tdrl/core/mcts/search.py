@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -33,8 +32,10 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
 from .fused import fused_rule
-from .small_batch import SMALL_BATCH, TYPECODES, python_search
+from .model_io import EmbeddingStore, RecurrentFn, check_vector, leaf_priors
 from .selection import SelectionFn
+from .tree import EdgeChannel as _E  # noqa: N814 - channel names read as _E.REWARD
+from .tree import NodeChannel as _N  # noqa: N814
 from .tree import (
     supports_node_batches,
     ROOT_INDEX,
@@ -43,10 +44,7 @@ from .tree import (
     RootOutput,
     Tree,
     init_tree,
-    mask_invalid_logits,
 )
-
-RecurrentFn = Callable[[TensorDictBase | Tensor, Tensor], RecurrentOutput | tuple]
 
 
 def search(
@@ -79,14 +77,12 @@ def search(
             act there and rewards by the player who acted; the search negates discounts so
             that a child's value counts against its parent.
         extra: per-tree extras ``[B]`` stored in ``tree.extra`` (e.g. the root Gumbel).
-        method: ``"tensor"`` (statistics in the tree's tensors), ``"python"`` (in Python
-            floats, :mod:`~tdrl.core.mcts.small_batch`: only the default PUCT rule at the root
-            and below it, on the CPU), ``"numba"`` (walked and backed up by compiled calls
-            on numpy views of the tensors, :mod:`~tdrl.core.mcts.numba_backend`: the same
-            PUCT rule at the root and below it with the default or the fixed-bounds min-max
-            Q-transform, on the CPU; needs numba) or ``"auto"``: ``"numba"`` where it
-            applies and numba is installed, else ``"python"`` where it applies and
-            ``B <= SMALL_BATCH``, else ``"tensor"``. All build the same tree.
+        method: the engine: ``"tensor"`` (statistics in the tree's tensors, any rule, any
+            device), ``"numba"`` (walked and backed up by compiled calls on numpy views of the
+            same tensors, :mod:`~tdrl.core.mcts.numba_backend`: the same PUCT rule at the root
+            and below it with the default or the fixed-bounds min-max Q-transform, on the CPU;
+            needs numba) or ``"auto"``: ``"numba"`` where it applies and numba is installed,
+            else ``"tensor"``. Both build the same tree.
 
     Returns:
         The filled :class:`Tree`.
@@ -96,35 +92,20 @@ def search(
     max_depth = num_simulations if max_depth is None else max_depth
     if max_depth < 1:
         raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+    if method == "python":
+        raise ValueError("method='python' (the Python-floats engine) was removed: the numba engine builds the "
+                         "same tree and was as fast at B=1 and 2-5x faster at B=4-16; use method='numba' "
+                         "(pip install 'tdrl-core[mcts]') or 'auto'")
     if method not in _METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, _METHODS))}, got {method!r}")
     tree, wrapped = init_tree(root, num_simulations + 1, extra)
-    store = _EmbeddingStore(tree.embeddings, wrapped)
+    store = EmbeddingStore(tree.embeddings, wrapped)
     if method in ("auto", "numba"):
         rule = _numba_rule(tree, root_action_selection_fn, interior_action_selection_fn, method)
         if rule is not None:
             from .numba_backend import numba_search
 
             numba_search(tree, store, recurrent_fn, rule, num_simulations, max_depth, two_player)
-            return tree
-    if method in ("auto", "python"):
-        rule = fused_rule(interior_action_selection_fn)
-        usable = (
-            rule is not None
-            and root_action_selection_fn is interior_action_selection_fn
-            and tree.node_data.device.type == "cpu"
-            and tree.node_data.dtype in TYPECODES
-        )
-        if method == "python" and not usable:
-            raise ValueError(
-                "method='python' needs the default PUCT rule (puct_selection, optionally with "
-                "pb_c_init / pb_c_base / the default qtransform) at the root and below it, "
-                "on the CPU, in float32 or float64; use method='tensor' or 'auto' otherwise"
-            )
-        if usable and (method == "python" or tree.batch_size <= SMALL_BATCH):
-            python_search(
-                tree, store, recurrent_fn, rule, num_simulations, max_depth, two_player
-            )
             return tree
     device = tree.node_data.device
     offsets = tree.flat_index(torch.zeros(tree.batch_size, dtype=torch.int64, device=device))
@@ -163,7 +144,7 @@ def search(
     return tree
 
 
-_METHODS = ("auto", "tensor", "python", "numba")
+_METHODS = ("auto", "tensor", "numba")
 _NUMBA_MISSING = (
     "method='numba' needs numba, which is not installed: pip install 'tdrl-core[mcts]' "
     "(or numba>=0.60), or use method='auto' / 'tensor'"
@@ -326,63 +307,9 @@ def _simulate_cached(
     return _path(edges, tree.num_actions, cache.sink_edge)
 
 
-class _EmbeddingStore:
-    """Fast row reads and writes of the ``[B, N]`` embeddings TensorDict (flat indices)."""
-
-    def __init__(self, embeddings: TensorDictBase, wrapped: bool) -> None:
-        self.wrapped = wrapped
-        self.keys = list(embeddings.keys(include_nested=True, leaves_only=True))
-        self.leaves = [embeddings.get(key).flatten(0, 1) for key in self.keys]
-        self.batch = embeddings.batch_size[:1]
-        self.grids = [leaf.unflatten(0, (self.batch[0], -1)) for leaf in self.leaves]  # [B, N]
-
-    def read(self, flat: Tensor) -> TensorDictBase | Tensor:
-        rows = [leaf.index_select(0, flat) for leaf in self.leaves]
-        if self.wrapped:
-            return rows[0]
-        return TensorDict(dict(zip(self.keys, rows, strict=True)), batch_size=self.batch)
-
-    def write_slot(self, slot: int, values: TensorDictBase | Tensor) -> None:
-        """Write ``values`` (batch ``[B]``) into node slot ``slot`` of every tree."""
-        if self.wrapped:
-            self.grids[0][:, slot] = values
-            return
-        for grid, (_, value) in zip(self.grids, self._pairs(values), strict=True):
-            grid[:, slot] = value
-
-    def write(self, flat: Tensor, values: TensorDictBase | Tensor) -> None:
-        if self.wrapped:
-            self.leaves[0].index_copy_(0, flat, values.to(self.leaves[0].dtype))
-            return
-        for leaf, value in self._pairs(values):
-            leaf.index_copy_(0, flat, value.to(leaf.dtype))
-
-    def _pairs(self, values: TensorDictBase) -> list[tuple[Tensor, Tensor]]:
-        """``(storage leaf, new value)`` per embedding key; a missing key is the user's error."""
-        pairs = []
-        for key, leaf in zip(self.keys, self.leaves, strict=True):
-            value = values.get(key, None)
-            if value is None:
-                raise KeyError(
-                    f"recurrent_fn next_embedding lacks the key {key!r} of the root embedding"
-                )
-            pairs.append((leaf, value))
-        return pairs
-
-
-def _vector(x: Tensor, batch: int, name: str, dtype: torch.dtype) -> Tensor:
-    if not isinstance(x, Tensor):
-        x = torch.as_tensor(x)
-    if x.shape == (batch, 1):
-        x = x.squeeze(-1)
-    if x.shape != (batch,):
-        raise ValueError(f"recurrent_fn {name} must be [B]={batch}, got {tuple(x.shape)}")
-    return x if x.dtype == dtype else x.to(dtype)
-
-
 def _expand(
     tree: Tree,
-    store: _EmbeddingStore,
+    store: EmbeddingStore,
     offsets: Tensor,
     recurrent_fn: RecurrentFn,
     path: _Path,
@@ -413,26 +340,26 @@ def _expand(
         all_new = bool(is_new.all())
     out = RecurrentOutput(*recurrent_fn(store.read(flat_parent), action))
     dtype = tree.node_data.dtype
-    reward = _vector(out.reward, batch, "reward", dtype)
-    discount = _vector(out.discount, batch, "discount", dtype)
-    value = _vector(out.value, batch, "value", dtype)
-    priors, invalid = leaf_priors(out, batch, num_actions, dtype)  # edge channels 4, 5
+    reward = check_vector(out.reward, batch, "reward", dtype)
+    discount = check_vector(out.discount, batch, "discount", dtype)
+    value = check_vector(out.value, batch, "value", dtype)
+    priors, invalid = leaf_priors(out, batch, num_actions, dtype)  # PRIOR_LOGIT, PRIOR_PROB
     if invalid is not None and cache is not None:
         cache.any_invalid = True
     next_embedding = out.next_embedding
     if two_player:
         discount = -discount
-    edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # channels 2, 3: r, discount
+    edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])
     if all_new:  # the new nodes are slot new_index of every tree: plain strided writes
         flat_leaf = offsets + new_index
         tree.children_index.view(-1).index_fill_(0, flat_edge, new_index)
         if cache is not None:
             cache.child.index_copy_(0, flat_edge, flat_leaf)
-        edge_rows[:, 2:4].index_copy_(0, flat_edge, torch.stack([reward, discount], -1))
+        edge_rows[:, _E.REWARD:_E.DISCOUNT + 1].index_copy_(0, flat_edge, torch.stack([reward, discount], -1))
         tree.parents[:, new_index] = flat_parent - offsets
         tree.action_from_parent[:, new_index] = action
-        tree.node_data[:, new_index, 2] = value  # raw value
-        tree.edge_data[:, new_index, :, 4:6] = priors
+        tree.node_data[:, new_index, _N.RAW_VALUE] = value
+        tree.edge_data[:, new_index, :, _E.PRIOR_LOGIT:_E.PRIOR_PROB + 1] = priors
         if invalid is not None:
             tree.invalid_actions[:, new_index] = invalid
         store.write_slot(new_index, next_embedding)
@@ -446,61 +373,18 @@ def _expand(
     tree.children_index.view(-1).index_copy_(0, flat_edge, written)
     if cache is not None:
         cache.child.index_copy_(0, flat_edge, written_leaf)
-    edge_rows[:, 2:4].index_copy_(0, flat_edge, torch.stack([reward, discount], -1)[keep])
+    edge_rows[:, _E.REWARD:_E.DISCOUNT + 1].index_copy_(0, flat_edge, torch.stack([reward, discount], -1)[keep])
     tree.parents.view(-1).index_copy_(0, written_leaf, parent)
     tree.action_from_parent.view(-1).index_copy_(0, written_leaf, action)
     node_rows = tree.node_data.view(-1, tree.node_data.shape[-1])
-    node_rows[:, 2].index_copy_(0, written_leaf, value[keep])  # raw value
-    edge_rows.view(-1, num_actions, edge_rows.shape[-1])[:, :, 4:6].index_copy_(
+    node_rows[:, _N.RAW_VALUE].index_copy_(0, written_leaf, value[keep])
+    edge_rows.view(-1, num_actions, edge_rows.shape[-1])[:, :, _E.PRIOR_LOGIT:_E.PRIOR_PROB + 1].index_copy_(
         0, written_leaf, priors[keep]
     )
     if invalid is not None:
         tree.invalid_actions.view(-1, num_actions).index_copy_(0, written_leaf, invalid[keep])
     store.write(written_leaf, next_embedding[keep])
     return flat_leaf, None
-
-
-def leaf_priors(
-    out: RecurrentOutput, batch: int, num_actions: int, dtype: torch.dtype
-) -> tuple[Tensor, Tensor | None]:
-    """The new leaves' ``[B, A, 2]`` masked prior logits and their softmax (edge channels 4,
-    5), and their ``[B, A]`` illegal actions (``None``: all legal, as fresh rows already say)."""
-    logits, probs, invalid = leaf_logits(out, batch, num_actions, dtype)
-    return torch.stack([logits, probs], -1), invalid
-
-
-def leaf_logits(
-    out: RecurrentOutput, batch: int, num_actions: int, dtype: torch.dtype
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """:func:`leaf_priors` unstacked: ``[B, A]`` masked logits, ``[B, A]`` their softmax and
-    the ``[B, A]`` illegal actions (or ``None``)."""
-    if out.prior_logits.shape != (batch, num_actions):
-        raise ValueError(
-            f"recurrent_fn prior_logits must be [B, A]={batch, num_actions}, "
-            f"got {tuple(out.prior_logits.shape)}"
-        )
-    logits = out.prior_logits.to(dtype)
-    if out.invalid_actions is None:
-        invalid = None
-        logits = (logits - logits.amax(-1, keepdim=True)).clamp_(min=torch.finfo(dtype).min)
-    else:
-        invalid = _normalize_invalid(out.invalid_actions, batch, num_actions, logits.device)
-        logits = mask_invalid_logits(logits, invalid)
-    return logits, torch.softmax(logits, -1), invalid
-
-
-def _normalize_invalid(
-    invalid: Tensor | None, batch: int, num_actions: int, device: torch.device
-) -> Tensor:
-    if invalid is None:
-        return torch.zeros(batch, num_actions, dtype=torch.bool, device=device)
-    if invalid.shape != (batch, num_actions):
-        raise ValueError(
-            f"recurrent_fn invalid_actions must be [B, A]={batch, num_actions}, "
-            f"got {tuple(invalid.shape)}"
-        )
-    invalid = invalid.bool()
-    return invalid & ~invalid.all(-1, keepdim=True)
 
 
 def _backward(tree: Tree, path: _Path, flat_leaf: Tensor, leaf_value: Tensor | None) -> Tensor:
@@ -521,18 +405,18 @@ def _backward(tree: Tree, path: _Path, flat_leaf: Tensor, leaf_value: Tensor | N
     """
     depth, batch = path.edges.shape
     num_actions = tree.num_actions
-    node_rows = tree.node_data.view(-1, tree.node_data.shape[-1])  # visits, sums, raw, mean
-    edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])  # visits, sums, r, discount, ...
+    node_rows = tree.node_data.view(-1, tree.node_data.shape[-1])
+    edge_rows = tree.edge_data.view(-1, tree.edge_data.shape[-1])
     if leaf_value is None:
-        leaf_value = node_rows[:, 2].index_select(0, flat_leaf)
+        leaf_value = node_rows[:, _N.RAW_VALUE].index_select(0, flat_leaf)
     taken = path.active.view(-1).nonzero().squeeze(-1)  # level-major: d * B + b
     taken_edges = path.edges.view(-1).index_select(0, taken)
     edges = edge_rows.index_select(0, taken_edges)  # [M, 7]
     # Levels not taken pass the value through: reward 0, discount 1.
     rewards = leaf_value.new_zeros(depth, batch)
-    rewards.view(-1).scatter_(0, taken, edges[:, 2])
+    rewards.view(-1).scatter_(0, taken, edges[:, _E.REWARD])
     discounts = leaf_value.new_ones(depth, batch)
-    discounts.view(-1).scatter_(0, taken, edges[:, 3])
+    discounts.view(-1).scatter_(0, taken, edges[:, _E.DISCOUNT])
     values = leaf_value.new_empty(depth + 1, batch)  # row d: the value backed into level d
     rows = values.unbind(0)
     rows[depth].copy_(leaf_value)
@@ -543,13 +427,14 @@ def _backward(tree: Tree, path: _Path, flat_leaf: Tensor, leaf_value: Tensor | N
     # Distinct rows: the nodes and edges of the levels taken, and the leaves.
     node_index = torch.cat([torch.div(taken_edges, num_actions, rounding_mode="floor"), flat_leaf])
     nodes = node_rows.index_select(0, node_index)
-    nodes[:, 0] += 1  # visits, now >= 1
-    nodes[:, 1] += torch.cat([values.index_select(0, taken), leaf_value])
-    torch.div(nodes[:, 1], nodes[:, 0], out=nodes[:, 3])
+    nodes[:, _N.VISITS] += 1  # now >= 1
+    nodes[:, _N.VALUE_SUM] += torch.cat([values.index_select(0, taken), leaf_value])
+    torch.div(nodes[:, _N.VALUE_SUM], nodes[:, _N.VISITS], out=nodes[:, _N.VALUE])
     node_rows.index_copy_(0, node_index, nodes)
-    edges[:, 0] += 1
-    edges[:, 1] += values.index_select(0, taken + batch)  # the child's value: one level down
+    edges[:, _E.VISITS] += 1
+    edges[:, _E.VALUE_SUM] += values.index_select(0, taken + batch)  # the child's value: one level down
     # Q = r + discount * (sums / visits)
-    torch.div(edges[:, 1], edges[:, 0], out=edges[:, 6]).mul_(edges[:, 3]).add_(edges[:, 2])
+    torch.div(edges[:, _E.VALUE_SUM], edges[:, _E.VISITS], out=edges[:, _E.QVALUE]).mul_(
+        edges[:, _E.DISCOUNT]).add_(edges[:, _E.REWARD])
     edge_rows.index_copy_(0, taken_edges, edges)
     return node_index, nodes

@@ -137,7 +137,28 @@ def supports_node_batches(fn: Callable) -> bool:
     return bool(getattr(fn, "batched_nodes", False))
 
 
-# Channels of the packed float storages (one index_select fetches a node's whole row).
+class NodeChannel:
+    """Channels of :attr:`Tree.node_data` ``[B, N, 4]`` (one gather fetches a node's row)."""
+
+    VISITS = 0
+    VALUE_SUM = 1
+    RAW_VALUE = 2  # the model's value at expansion
+    VALUE = 3  # VALUE_SUM / VISITS, kept up to date by the backup
+
+
+class EdgeChannel:
+    """Channels of :attr:`Tree.edge_data` ``[B, N, A, 7]``."""
+
+    VISITS = 0
+    VALUE_SUM = 1
+    REWARD = 2
+    DISCOUNT = 3  # negated for two players
+    PRIOR_LOGIT = 4  # invalid actions masked
+    PRIOR_PROB = 5
+    QVALUE = 6  # REWARD + DISCOUNT * VALUE_SUM / VISITS
+
+
+# The named views of the channels, in channel order.
 _NODE_FIELDS = ("node_visits", "value_sums", "raw_values", "node_values")
 _EDGE_FIELDS = (
     "children_visits", "children_value_sums", "children_rewards", "children_discounts",
@@ -242,9 +263,13 @@ class Tree:
         shape, rows = flat.shape, flat.reshape(-1)
         num_rows, num_actions = self.batch_size * self.num_nodes, self.num_actions
         edges = self.edge_data.view(num_rows, -1).index_select(0, rows)
-        visits, _, _, _, logits, probs, qvalues = edges.view(*shape, num_actions, -1).unbind(-1)
+        edges = edges.view(*shape, num_actions, -1)
+        visits, logits = edges[..., EdgeChannel.VISITS], edges[..., EdgeChannel.PRIOR_LOGIT]
+        probs, qvalues = edges[..., EdgeChannel.PRIOR_PROB], edges[..., EdgeChannel.QVALUE]
         nodes = self.node_data.view(num_rows, -1).index_select(0, rows)
-        node_visit, _, raw_value, node_value = nodes.view(*shape, -1).unbind(-1)
+        nodes = nodes.view(*shape, -1)
+        node_visit, raw_value = nodes[..., NodeChannel.VISITS], nodes[..., NodeChannel.RAW_VALUE]
+        node_value = nodes[..., NodeChannel.VALUE]
         invalid = self.invalid_actions.view(-1, num_actions).index_select(0, rows)
         invalid = invalid.view(*shape, num_actions)
         return NodeStats(
@@ -359,9 +384,9 @@ def init_tree(
         extra=extra if extra is not None else TensorDict({}, batch_size=[batch], device=device),
     )
     logits = mask_invalid_logits(logits.to(dtype), invalid)
-    tree.node_data[:, ROOT_INDEX] = torch.stack([torch.ones_like(value), value, value, value], -1)
-    tree.edge_data[:, ROOT_INDEX, :, 4] = logits
-    tree.edge_data[:, ROOT_INDEX, :, 5] = torch.softmax(logits, -1)
+    tree.node_data[:, ROOT_INDEX] = torch.stack([torch.ones_like(value), value, value, value], -1)  # VISITS, ...
+    tree.edge_data[:, ROOT_INDEX, :, EdgeChannel.PRIOR_LOGIT] = logits
+    tree.edge_data[:, ROOT_INDEX, :, EdgeChannel.PRIOR_PROB] = torch.softmax(logits, -1)
     tree.invalid_actions[:, ROOT_INDEX] = invalid & ~invalid.all(-1, keepdim=True)
     return tree, wrapped
 

@@ -31,13 +31,10 @@ from torch import Tensor, nn
 
 from tdrl.core import keys as K
 from tdrl.core.values._utils import NestedKey, require
-from tdrl.core.values.functional import _kernel_op
+from tdrl.core.values.functional import kernel_op
+from tdrl.core.keys import next_key
 
 __all__ = ["GRUModule", "LSTMModule"]
-
-
-def _next(key: NestedKey) -> tuple:
-    return (K.NEXT, *((key,) if isinstance(key, str) else tuple(key)))
 
 
 class _RecurrentModule(TensorDictModuleBase):
@@ -51,7 +48,7 @@ class _RecurrentModule(TensorDictModuleBase):
 
     def _set_keys(self) -> None:
         self.in_keys = [self.in_key, self.is_init_key, *self.state_keys]
-        self.out_keys = [self.out_key, *(_next(k) for k in self.state_keys)]
+        self.out_keys = [self.out_key, *(next_key(k) for k in self.state_keys)]
 
     def set_recurrent_mode(self, mode: bool = True) -> "_RecurrentModule":
         """A copy (sharing parameters) that expects ``[*B, T, F]`` rollouts when ``mode``."""
@@ -70,7 +67,7 @@ class _RecurrentModule(TensorDictModuleBase):
         ``lstm_sequence``): layer ``l`` reads layer ``l - 1``'s outputs, and every layer's
         state is reset at the same steps. States ``[L, N, H]`` in, ``[N, T, L, H]`` out."""
         rnn, layer_in = self.rnn, xs
-        op = _kernel_op("gru_sequence" if isinstance(rnn, nn.GRU) else "lstm_sequence")
+        op = kernel_op("gru_sequence" if isinstance(rnn, nn.GRU) else "lstm_sequence")
         if op is None:
             return self._step_loop(xs, states, init)
         per_layer: list[list[Tensor]] = [[] for _ in states]
@@ -131,11 +128,11 @@ class _RecurrentModule(TensorDictModuleBase):
         if self.recurrent_mode:
             td.set(self.out_key, out.reshape(*batch, n_time, H))
             for key, s in zip(self.state_keys, per_step):
-                td.set(_next(key), s.reshape(*batch, n_time, L, H))
+                td.set(next_key(key), s.reshape(*batch, n_time, L, H))
         else:
             td.set(self.out_key, out.reshape(*batch, H))
             for key, s in zip(self.state_keys, per_step):
-                td.set(_next(key), s.reshape(*batch, L, H))
+                td.set(next_key(key), s.reshape(*batch, L, H))
         return td
 
 

@@ -17,16 +17,12 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from tdrl.core.values._utils import NestedKey, require
+from tdrl.core.keys import next_key
 
 __all__ = [
     "LossModule", "next_key", "total_loss", "make_target", "distance_loss", "entropy_estimate",
     "k3_estimate", "masked_mean",
 ]  # fmt: skip
-
-
-def next_key(key: NestedKey) -> tuple:
-    """``("next", *key)``."""
-    return ("next", *((key,) if isinstance(key, str) else tuple(key)))
 
 
 def total_loss(loss_td: TensorDictBase) -> Tensor:

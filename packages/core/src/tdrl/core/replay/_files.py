@@ -13,6 +13,7 @@ Atomic steps: :func:`write_json` writes a temporary file, optionally fsyncs it, 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from tdrl.core.diskio import allocate, open_new, write_bytes
 from tdrl.core.train.checkpoint import from_plain_data, to_plain_data
 
 __all__ = ["ReplayFormatError", "DTYPES", "leaf_specs", "create_leaves", "open_leaves",
@@ -145,8 +147,11 @@ def create_leaves(folder: str, specs: list[dict], rows: int, sync: bool = True) 
         key, dtype, shape, name = _check_spec(spec, folder)
         path = os.path.join(folder, name)
         nbytes = rows * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        with open(path, "wb") as f:
-            f.truncate(nbytes)
+        fd = open_new(path)  # no symlink followed
+        try:
+            allocate(fd, nbytes, path)  # real blocks now: a full disk is an OSError, not a SIGBUS later
+        finally:
+            os.close(fd)
         out[key] = _map(path, rows, shape, dtype, shared=True)
     if sync:
         fsync_dir(folder)
@@ -161,6 +166,9 @@ def open_leaves(folder: str, specs: Any, rows: int, shared: bool = True) -> dict
     for spec in specs:
         key, dtype, shape, name = _check_spec(spec, folder)
         path = os.path.join(folder, name)
+        if os.path.islink(path):
+            raise ReplayFormatError(f"{path} is a symlink (leaf {list(key)}); tdrl writes its leaves as plain "
+                                    "files and does not read or write through links.")
         if not os.path.isfile(path):
             raise ReplayFormatError(f"{path} is missing (leaf {list(key)}).")
         want = rows * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
@@ -198,10 +206,9 @@ def decode_state(obj: Any) -> Any:
 
 def save_state(path: str, state: Any) -> None:
     """``torch.save`` the encoded ``state`` to ``path`` and fsync it."""
-    with open(path, "wb") as f:
-        torch.save(encode_state(state), f)
-        f.flush()
-        os.fsync(f.fileno())
+    buf = io.BytesIO()
+    torch.save(encode_state(state), buf)
+    write_bytes(path, buf.getbuffer())  # blocks reserved first: a full disk names the file
 
 
 def load_state(path: str) -> Any:

@@ -247,11 +247,15 @@ class ReplayBuffer:
         name = f"dump_{max(existing, default=0) + 1}"
         folder = os.path.join(path, name)
         os.makedirs(folder)
-        data = state["storage"].get("data")
-        if isinstance(data, TensorDictBase):
-            _write_leaves(os.path.join(folder, "storage"), data)
-            state["storage"] = {**state["storage"], "data": _FILES}
-        save_state(os.path.join(folder, "state.pt"), state)
+        try:
+            data = state["storage"].get("data")
+            if isinstance(data, TensorDictBase):
+                _write_leaves(os.path.join(folder, "storage"), data)
+                state["storage"] = {**state["storage"], "data": _FILES}
+            save_state(os.path.join(folder, "state.pt"), state)
+        except OSError:  # e.g. a full disk (named by tdrl.core.diskio): the previous dump stays current
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         fsync_dir(folder)
         fsync_dir(path)
         write_json(os.path.join(path, _POINTER), {"format": _DUMP_FORMAT, "dump": name})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .samplers import Sampler, _check_nonempty
+from .samplers import Sampler, check_nonempty
 from .storages import Storage
 from .sum_tree import SumMinTree
 
@@ -58,7 +58,7 @@ class PrioritizedSampler(Sampler):
         self._tree.update(index, (abs(self._max_priority) + self.eps) ** self.alpha)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        n = _check_nonempty(storage)
+        n = check_nonempty(storage)
         if n > self.max_capacity:
             raise ValueError(
                 f"The storage holds {n} items but the PrioritizedSampler was built for "

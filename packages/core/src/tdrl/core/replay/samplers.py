@@ -45,7 +45,7 @@ class Sampler:
         return None
 
 
-def _check_nonempty(storage: Storage) -> int:
+def check_nonempty(storage: Storage) -> int:
     n = len(storage)
     if n == 0:
         raise RuntimeError("Cannot sample from an empty replay buffer: extend it first.")
@@ -56,7 +56,7 @@ class RandomSampler(Sampler):
     """Uniform sampling with replacement over the stored items."""
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        n = _check_nonempty(storage)
+        n = check_nonempty(storage)
         return torch.randint(n, (batch_size,)), {}
 
 
@@ -88,7 +88,7 @@ class SamplerWithoutReplacement(Sampler):
         self._pos = 0
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        n = _check_nonempty(storage)
+        n = check_nonempty(storage)
         if batch_size > n:
             raise ValueError(
                 f"Cannot sample {batch_size} items without replacement from a buffer holding "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .samplers import Sampler, _check_nonempty
+from .samplers import Sampler, check_nonempty
 from .storages import Storage, TensorStorage
 
 __all__ = ["SliceSampler"]
@@ -108,7 +108,7 @@ class SliceSampler(Sampler):
         return starts, lengths
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        _check_nonempty(storage)
+        check_nonempty(storage)
         num_slices, slice_len = self._shape(batch_size)
         starts, lengths = self._segments(storage)
         count = (lengths - slice_len + 1).clamp_min(0)

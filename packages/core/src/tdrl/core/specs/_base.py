@@ -25,13 +25,13 @@ def as_shape(shape: int | Sequence[int] | torch.Size | None) -> torch.Size:
     return torch.Size(tuple(int(s) for s in shape))
 
 
-def _as_device(device: DEVICE_TYPING) -> torch.device | None:
+def as_device(device: DEVICE_TYPING) -> torch.device | None:
     if device is None:
         return None
     return torch.device(device)
 
 
-def _expand_shape_args(shape: tuple) -> torch.Size:
+def expand_shape_args(shape: tuple) -> torch.Size:
     """``expand(4, 3)`` and ``expand((4, 3))`` both mean ``torch.Size([4, 3])``."""
     if len(shape) == 1 and not isinstance(shape[0], int):
         return as_shape(shape[0])
@@ -57,7 +57,7 @@ class TensorSpec:
     ) -> None:
         self.shape = as_shape(shape)
         self.dtype = dtype
-        self.device = _as_device(device)
+        self.device = as_device(device)
 
     # ------------------------------------------------------------------ properties
     @property

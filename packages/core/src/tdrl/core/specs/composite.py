@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ._base import DEVICE_TYPING, TensorSpec, _as_device, _expand_shape_args, as_shape
+from ._base import DEVICE_TYPING, TensorSpec, as_device, expand_shape_args, as_shape
 
 __all__ = ["Composite"]
 
@@ -25,6 +25,9 @@ def _unravel(key: NestedKey) -> tuple[str, ...]:
 
 def _key_out(key: tuple[str, ...]) -> NestedKey:
     return key[0] if len(key) == 1 else key
+
+# Writes into any composite's entries (keys() caches are valid while this is unchanged).
+_MUTATIONS = [0]
 
 
 class Composite:
@@ -57,7 +60,7 @@ class Composite:
         if shape is None:
             shape = batch_size
         self.shape = as_shape(shape)
-        self.device = _as_device(device)
+        self.device = as_device(device)
         self._specs: dict[str, TensorSpec | Composite] = {}
         entries = dict(mapping or {})
         entries.update(kwargs)
@@ -110,6 +113,7 @@ class Composite:
             if child is None:
                 child = Composite(shape=node.shape, device=node.device)
                 node._specs[k] = child
+                _MUTATIONS[0] += 1
             elif not isinstance(child, Composite):
                 raise KeyError(f"Cannot set {key!r}: {k!r} is a leaf spec.")
             node = child
@@ -126,6 +130,7 @@ class Composite:
         if node.device is not None and spec.device is not None and spec.device != node.device:
             spec = spec.to(node.device)
         node._specs[path[-1]] = spec
+        _MUTATIONS[0] += 1
 
     set = __setitem__
 
@@ -133,6 +138,7 @@ class Composite:
         path = _unravel(key)
         parent = self[path[:-1]] if len(path) > 1 else self
         del parent._specs[path[-1]]
+        _MUTATIONS[0] += 1
 
     def pop(self, key: NestedKey, default=...):
         try:
@@ -158,8 +164,17 @@ class Composite:
         return len(self._specs)
 
     def keys(self, include_nested: bool = False, leaves_only: bool = False) -> list[NestedKey]:
-        """The keys, as a list; nested keys are tuples when ``include_nested``."""
-        return [k for k, _ in self.items(include_nested, leaves_only)]
+        """The keys, as a list; nested keys are tuples when ``include_nested``.
+
+        Cached until any composite is written to (an env asks for its reward and done keys at
+        every step; specs change at set-up)."""
+        cache = self.__dict__.get("_keys_cache")
+        if cache is None or cache[0] != _MUTATIONS[0]:
+            cache = self.__dict__["_keys_cache"] = (_MUTATIONS[0], {})
+        found = cache[1].get((include_nested, leaves_only))
+        if found is None:
+            found = cache[1][include_nested, leaves_only] = [k for k, _ in self.items(include_nested, leaves_only)]
+        return list(found)
 
     def values(self, include_nested: bool = False, leaves_only: bool = False) -> list:
         return [v for _, v in self.items(include_nested, leaves_only)]
@@ -179,7 +194,7 @@ class Composite:
         """Set every entry of ``other`` into this spec (sub-composites merge); returns self."""
         for k, v in other.items():
             if isinstance(v, Composite) and isinstance(self._specs.get(k), Composite):
-                self._specs[k].update(v)
+                self._specs[k].update(v)  # counts its own writes
             else:
                 self[k] = v
         return self
@@ -262,7 +277,7 @@ class Composite:
     # ------------------------------------------------------------------ reshaping
     def expand(self, *shape) -> Composite:
         """A copy with batch size ``shape`` (which must end with the current one)."""
-        shape = _expand_shape_args(shape)
+        shape = expand_shape_args(shape)
         n = self.ndim
         if len(shape) < n or (n and shape[len(shape) - n :] != self.shape):
             raise ValueError(

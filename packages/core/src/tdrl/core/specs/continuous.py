@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 import torch
 
-from ._base import DEVICE_TYPING, TensorSpec, _expand_shape_args, as_shape
+from ._base import DEVICE_TYPING, TensorSpec, expand_shape_args, as_shape
 
 __all__ = ["Unbounded", "Bounded"]
 
 
-def _sort_device_dtype(device, dtype):
+def sort_device_dtype(device, dtype):
     """Accept ``(dtype, device)`` given positionally in either order."""
     if isinstance(device, torch.dtype) and not isinstance(dtype, torch.dtype):
         device, dtype = dtype, device
@@ -43,14 +43,14 @@ class Unbounded(TensorSpec):
         device: DEVICE_TYPING = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        device, dtype = _sort_device_dtype(device, dtype)
+        device, dtype = sort_device_dtype(device, dtype)
         super().__init__(shape, dtype or torch.float32, device)
 
     def rand(self, shape=()) -> torch.Tensor:
         return _rand_like_dtype((*as_shape(shape), *self.shape), self.dtype, self.device)
 
     def expand(self, *shape) -> Unbounded:
-        shape = _expand_shape_args(shape)
+        shape = expand_shape_args(shape)
         self._check_expand(shape)
         return Unbounded(shape, self.device, self.dtype)
 
@@ -80,7 +80,7 @@ class Bounded(TensorSpec):
         device: DEVICE_TYPING = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        device, dtype = _sort_device_dtype(device, dtype)
+        device, dtype = sort_device_dtype(device, dtype)
         dtype = dtype or torch.float32
         low = torch.as_tensor(low, device=device)
         high = torch.as_tensor(high, device=device)
@@ -135,7 +135,7 @@ class Bounded(TensorSpec):
         return torch.maximum(torch.minimum(val, self.high), self.low)
 
     def expand(self, *shape) -> Bounded:
-        shape = _expand_shape_args(shape)
+        shape = expand_shape_args(shape)
         self._check_expand(shape)
         return Bounded(self.low.expand(shape), self.high.expand(shape), shape, self.device, self.dtype)
 

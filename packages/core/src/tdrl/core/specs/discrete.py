@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ._base import DEVICE_TYPING, TensorSpec, _expand_shape_args, as_shape
-from .continuous import _sort_device_dtype
+from ._base import DEVICE_TYPING, TensorSpec, expand_shape_args, as_shape
+from .continuous import sort_device_dtype
 
 __all__ = ["Categorical", "OneHot", "Binary", "MultiCategorical"]
 
@@ -42,7 +42,7 @@ class Categorical(TensorSpec):
         dtype: torch.dtype | None = None,
         mask: torch.Tensor | None = None,
     ) -> None:
-        device, dtype = _sort_device_dtype(device, dtype)
+        device, dtype = sort_device_dtype(device, dtype)
         super().__init__(as_shape(shape), dtype or torch.int64, device)
         self.n = int(n)
         self.mask = None
@@ -89,7 +89,7 @@ class Categorical(TensorSpec):
         return OneHot(self.n, (*self.shape, self.n), self.device, mask=self.mask)
 
     def expand(self, *shape) -> Categorical:
-        shape = _expand_shape_args(shape)
+        shape = expand_shape_args(shape)
         self._check_expand(shape)
         mask = None if self.mask is None else self.mask.expand(*shape, self.n)
         return Categorical(self.n, shape, self.device, self.dtype, mask)
@@ -124,7 +124,7 @@ class OneHot(TensorSpec):
         dtype: torch.dtype | None = None,
         mask: torch.Tensor | None = None,
     ) -> None:
-        device, dtype = _sort_device_dtype(device, dtype)
+        device, dtype = sort_device_dtype(device, dtype)
         shape = as_shape((n,) if shape is None else shape)
         if not shape or shape[-1] != n:
             raise ValueError(f"OneHot: the last dim of shape must be n={n}, got {tuple(shape)}.")
@@ -197,7 +197,7 @@ class OneHot(TensorSpec):
         return Categorical(self.n, self.shape[:-1], self.device, mask=self.mask)
 
     def expand(self, *shape) -> OneHot:
-        shape = _expand_shape_args(shape)
+        shape = expand_shape_args(shape)
         self._check_expand(shape)
         mask = None if self.mask is None else self.mask.expand(shape)
         return OneHot(self.n, shape, self.device, self.dtype, mask)
@@ -230,7 +230,7 @@ class Binary(TensorSpec):
         device: DEVICE_TYPING = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        device, dtype = _sort_device_dtype(device, dtype)
+        device, dtype = sort_device_dtype(device, dtype)
         if shape is None and n is None:
             raise ValueError("Binary: give n or shape.")
         shape = as_shape((n,) if shape is None else shape)
@@ -255,7 +255,7 @@ class Binary(TensorSpec):
         return (val > 0.5).to(self.dtype) if val.dtype != torch.bool else val.to(self.dtype)
 
     def expand(self, *shape) -> Binary:
-        shape = _expand_shape_args(shape)
+        shape = expand_shape_args(shape)
         self._check_expand(shape)
         return Binary(self.n, shape, self.device, self.dtype)
 
@@ -283,7 +283,7 @@ class MultiCategorical(TensorSpec):
         device: DEVICE_TYPING = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        device, dtype = _sort_device_dtype(device, dtype)
+        device, dtype = sort_device_dtype(device, dtype)
         nvec = torch.as_tensor(nvec, dtype=torch.int64, device=device)
         shape = as_shape(nvec.shape if shape is None else shape)
         try:
@@ -312,7 +312,7 @@ class MultiCategorical(TensorSpec):
         return torch.minimum(val.clamp_min(0), self.nvec - 1).to(self.dtype)
 
     def expand(self, *shape) -> MultiCategorical:
-        shape = _expand_shape_args(shape)
+        shape = expand_shape_args(shape)
         self._check_expand(shape)
         return MultiCategorical(self.nvec.expand(shape), shape, self.device, self.dtype)
 

@@ -12,7 +12,7 @@ from tdrl.core.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from tdrl.core.train.config import ConfigError, RunConfig, config_help, field_docs, hydra_app, load_config
+from tdrl.core.train.config import ConfigError, RunConfig, check_device, config_help, field_docs, hydra_app, load_config
 from tdrl.core.train.distributed import (
     broadcast_object,
     init_from_env,
@@ -56,6 +56,7 @@ __all__ = [
     "mean_metrics",
     "finish_env_run",
     "ConfigError",
+    "check_device",
     "hydra_app",
     "load_config",
     "field_docs",

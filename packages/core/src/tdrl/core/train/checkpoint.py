@@ -12,11 +12,18 @@ Writes go to a temporary file in the same directory, are flushed and fsync'ed, t
 temporary file a killed save left behind is deleted by the next save of the same target
 (one writer per target is assumed). :meth:`Checkpointer.load` falls back to the newest
 checkpoint that loads, with a warning naming any file that does not.
+
+The bytes are serialised in memory, their disk blocks reserved before writing
+(:mod:`tdrl.core.diskio`: a full disk is an ``OSError`` naming the file and the bytes needed),
+and their SHA-256 is written beside them (``step_<n>.pt.sha256``); :func:`load_checkpoint`
+verifies it, so a flipped bit is an error naming the file instead of silently wrong weights.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
+import io
 import logging
 import os
 import random
@@ -30,6 +37,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from tdrl.core.diskio import sha256_file, write_bytes
+
 __all__ = [
     "to_plain_data",
     "from_plain_data",
@@ -38,6 +47,8 @@ __all__ = [
     "rng_state",
     "set_rng_state",
     "Checkpointer",
+    "ChecksumError",
+    "verify_checkpoint",
 ]
 
 _TD, _ND, _SIZE = "__tensordict__", "__ndarray__", "__size__"
@@ -136,23 +147,57 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(path)
-    payload = to_plain_data(state)
+    buf = io.BytesIO()
+    torch.save(to_plain_data(state), buf)
+    data = buf.getbuffer()
+    digest = hashlib.sha256(data).hexdigest()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    fd, tmp_sum = tempfile.mkstemp(prefix=f".{path.name}.sum.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
+        write_bytes(tmp, data)
+        write_bytes(tmp_sum, f"{digest}  {path.name}\n".encode())
+        os.replace(tmp_sum, _sum_path(path))
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for t in (tmp, tmp_sum):
+            if os.path.exists(t):
+                os.unlink(t)
         raise
     return path
 
 
+def _sum_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+class ChecksumError(ValueError):
+    """A checkpoint's bytes differ from the SHA-256 written beside them (bit rot, a partial
+    copy, an edit)."""
+
+
+def verify_checkpoint(path: str | os.PathLike) -> bool:
+    """Compare ``path`` with the SHA-256 saved beside it; ``False`` when there is none (a
+    checkpoint of an older tdrl, or a copy without it). Raises :class:`ChecksumError` on a
+    mismatch."""
+    path = Path(path)
+    sums = _sum_path(path)
+    if not sums.exists():
+        return False
+    want = sums.read_text().split()[0] if sums.read_text().split() else ""
+    got = sha256_file(str(path))
+    if got != want:
+        raise ChecksumError(f"{path} does not match its checksum {sums.name} (sha256 {got[:12]}... != "
+                            f"{want[:12]}...): the file is corrupt (disk error, partial copy or an edit). "
+                            "Use an earlier checkpoint, or delete the .sha256 file to load it anyway.")
+    return True
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
-    """Load a checkpoint written by :func:`save_checkpoint` with ``weights_only=True``."""
+    """Load a checkpoint written by :func:`save_checkpoint` with ``weights_only=True``,
+    after verifying its SHA-256 where one was saved (:class:`ChecksumError` on a mismatch)."""
+    verify_checkpoint(path)
     payload = torch.load(path, map_location=map_location, weights_only=True)
     return from_plain_data(payload)
 
@@ -203,6 +248,7 @@ class Checkpointer:
         path = save_checkpoint(self.directory / f"step_{int(step)}.pt", state)
         for old in self.checkpoints()[: -self.keep]:
             old.unlink(missing_ok=True)
+            _sum_path(old).unlink(missing_ok=True)
         return path
 
     def _load_newest(self) -> tuple[Path, dict]:

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunConfig", "ConfigError", "hydra_app", "load_config", "field_docs", "config_help"]
+import torch
+
+__all__ = ["RunConfig", "ConfigError", "check_device", "hydra_app", "load_config", "field_docs", "config_help"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,24 @@ def _check(cfg: Any, name: str, ok: bool, allowed: str) -> None:
     """Raise :class:`ConfigError` naming the field, its value and what is allowed."""
     if not ok:
         raise ConfigError(f"{type(cfg).__name__}.{name}={getattr(cfg, name)!r} is not allowed: expected {allowed}.")
+
+
+def check_device(cfg) -> None:
+    """Refuse ``cfg.device`` before any work when torch cannot use it (a typo, or ``cuda`` on a
+    machine or torch build without CUDA)."""
+    try:
+        device = torch.device(cfg.device)
+    except (RuntimeError, TypeError) as err:
+        raise ConfigError(f"{type(cfg).__name__}.device={cfg.device!r} is not a torch device ({err}); "
+                          "expected e.g. 'cpu', 'cuda' or 'cuda:1'.") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch is a CPU build" if torch.version.cuda is None else "no CUDA device is visible"
+        raise ConfigError(f"{type(cfg).__name__}.device={cfg.device!r}, but {why}; use device=cpu.")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"{type(cfg).__name__}.device={cfg.device!r}, but only {torch.cuda.device_count()} "
+                          "CUDA device(s) are visible.")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{type(cfg).__name__}.device={cfg.device!r}, but MPS is not available; use device=cpu.")
 
 
 # ------------------------------------------------------------------ docs and help
@@ -288,6 +308,8 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
             sys.stdout.write(config_help(cls, name, recipes) + "\n")
             return None
         _require_hydra()
+        if multirun:  # every job's config is checked before the first job runs or writes anything
+            _check_sweep(argv, cls, name, recipes)
         import hydra
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
@@ -332,6 +354,52 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
     main.config_class = cls
     main.__doc__ = config_help(cls, name, recipes)
     return main
+
+
+_MAX_CHECKED_JOBS = 512
+
+
+def _recipe_of(argv: Sequence[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg in ("-cn", "--config-name") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config-name="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _check_sweep(argv: Sequence[str], cls: type, name: str, recipes: str | Path | None) -> None:
+    """Build the config of every job of a ``-m`` sweep (Hydra's own parser expands the values)
+    and refuse the sweep, naming the job and the reason, if any of them is impossible: a bad
+    value in the second job must not cost the first job's training. Past
+    ``_MAX_CHECKED_JOBS`` jobs each swept value is checked once, with the others' first values."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    skip = {i + 1 for i, a in enumerate(argv) if a in ("-cn", "--config-name", "-cp", "--config-path")}
+    lines = [a for i, a in enumerate(argv)
+             if i not in skip and "=" in a and not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(lines)
+        choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
+                   else [o.input_line] for o in parsed]
+    except Exception:  # noqa: BLE001 - an unparsable or continuous sweep: Hydra itself reports it
+        return
+    n_jobs = math.prod(len(c) for c in choices)
+    if n_jobs <= _MAX_CHECKED_JOBS:
+        jobs = [list(j) for j in itertools.product(*choices)]
+    else:
+        jobs = [[c[0] for c in choices[:k]] + [v] + [c[0] for c in choices[k + 1:]]
+                for k, c in enumerate(choices) for v in c]
+    recipe = _recipe_of(argv)
+    for job in jobs:
+        try:
+            load_config(cls, job, recipe, recipes, name)
+        except ConfigError as err:
+            sys.stderr.write(f"error: sweep job {' '.join(job)}: {err}\n"
+                             f"(no job of the {n_jobs} was run: every job's settings are checked first)\n")
+            raise SystemExit(2) from None
 
 
 _SWEEP_FUNCTIONS = ("range(", "choice(", "glob(", "interval(", "tag(", "sort(", "shuffle(")

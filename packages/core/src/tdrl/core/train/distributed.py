@@ -13,6 +13,7 @@ single process unless given an MPI hostfile, and MPI ranks are not read here: it
 from __future__ import annotations
 
 import atexit
+import datetime
 import logging
 import os
 from collections.abc import Iterator
@@ -39,25 +40,48 @@ def is_main_process() -> bool:
     return rank_and_world()[0] == 0
 
 
-def init_from_env(backend: str | None = None) -> bool:
+#: Seconds a collective waits for the other ranks before it raises, unless
+#: ``TDRL_DIST_TIMEOUT_S`` or ``init_from_env(timeout_s=)`` says otherwise. gloo's and NCCL's
+#: own default is 30 minutes: one stopped or deadlocked rank would hang the job that long.
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def _timeout_s(timeout_s: float | None) -> float:
+    if timeout_s is None:
+        raw = os.environ.get("TDRL_DIST_TIMEOUT_S", "")
+        try:
+            timeout_s = float(raw) if raw else DEFAULT_TIMEOUT_S
+        except ValueError:
+            raise ValueError(f"TDRL_DIST_TIMEOUT_S={raw!r} is not a number of seconds (e.g. 300)") from None
+    if not timeout_s > 0:
+        raise ValueError(f"the process-group timeout must be > 0 seconds, got {timeout_s}")
+    return float(timeout_s)
+
+
+def init_from_env(backend: str | None = None, timeout_s: float | None = None) -> bool:
     """Join the default process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1).
 
     Args:
         backend: ``None`` picks NCCL when CUDA is available, else gloo.
+        timeout_s: how long a collective waits for a stopped or deadlocked rank before it raises
+            (ending the job with torch's "timed out" error instead of hanging); ``None`` reads
+            ``TDRL_DIST_TIMEOUT_S``, else :data:`DEFAULT_TIMEOUT_S` (5 minutes).
 
     Returns:
         Whether a process group is initialised now (``False`` for a single process).
     """
     _check_launcher()
+    timeout = _timeout_s(timeout_s)  # a bad value is refused on every launch, before any work
     if not dist.is_available() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     if not dist.is_initialized():
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
         atexit.register(_destroy_at_exit)
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        log.info("joined process group: rank %d of %d (%s)", dist.get_rank(), dist.get_world_size(), backend)
+        log.info("joined process group: rank %d of %d (%s, collectives time out after %.0f s)",
+                 dist.get_rank(), dist.get_world_size(), backend, timeout)
     return True
 
 

@@ -11,11 +11,12 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.core.train.config import ConfigError, RunConfig
+from tdrl.core.train.config import ConfigError, RunConfig, check_device
 from tdrl.core.train.evaluation import episode_returns
 from tdrl.core.train.run import Run, crossed
 
@@ -51,12 +52,34 @@ class EnvRunConfig(RunConfig):
     device: str = "cpu"
     """Device of the networks and the training batches."""
 
+    action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "continuous")
+    """The action kinds the app's algorithm can take (an app narrows it: DQN discrete, SAC
+    continuous); ``env_id`` is checked against it before any work or folder."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         _at_least(self, ("total_frames", "num_envs", "eval_episodes"), 1)
         if not self.hidden or min(self.hidden) < 1:
             raise ConfigError(f"{type(self).__name__}.hidden={self.hidden} is not allowed: "
                               "expected one or more layer sizes >= 1.")
+        check_device(self)
+        self._check_env()
+
+    def _check_env(self) -> None:
+        from tdrl.core.envs import action_kind  # tdrl.core.envs imports the harness: not at module level
+
+        try:
+            kind = action_kind(self.env_id)
+        except ValueError as err:
+            raise ConfigError(f"{type(self).__name__}.env_id: {err}") from None
+        except ImportError:
+            return  # the env's package is missing: make_env names the install line
+        if kind not in self.action_kinds:
+            raise ConfigError(
+                f"{type(self).__name__}.env_id={self.env_id!r} has {kind} actions; this app's algorithm takes "
+                f"{' or '.join(self.action_kinds)} actions only. Pick a {self.action_kinds[0]}-action env_id, or the "
+                f"app for {kind} actions ({'dqn or ppo' if kind == 'discrete' else 'sac or ppo'}).")
+
 
 
 @dataclass

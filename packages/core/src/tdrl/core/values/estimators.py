@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from tdrl.core import keys as K
 from tdrl.core.values import functional as F
 from tdrl.core.values._utils import NestedKey, as_time_column, require
+from tdrl.core.keys import next_key
 
 __all__ = ["ValueKeys", "ValueEstimatorBase", "GAE", "TD0", "TDLambda", "VTrace"]
 
@@ -38,10 +39,6 @@ class ValueKeys:
     done: NestedKey = K.DONE
     terminated: NestedKey = K.TERMINATED
     sample_log_prob: NestedKey = K.ACTION_LOG_PROB
-
-
-def _next(key: NestedKey) -> tuple:
-    return (K.NEXT, *((key,) if isinstance(key, str) else tuple(key)))
 
 
 class ValueEstimatorBase(nn.Module):
@@ -90,7 +87,7 @@ class ValueEstimatorBase(nn.Module):
         name = type(self).__name__
         value = as_time_column(require(td, k.value, name), td.shape, str(k.value))
         next_value = as_time_column(
-            require(td, _next(k.value), name), td.shape, str(_next(k.value))
+            require(td, next_key(k.value), name), td.shape, str(next_key(k.value))
         )
         if not self.differentiable:
             value, next_value = value.detach(), next_value.detach()
@@ -106,7 +103,7 @@ class ValueEstimatorBase(nn.Module):
         value, next_value = self._values(td)
         out = {"value": value, "next_value": next_value}
         for field in ("reward", "done", "terminated"):
-            key = _next(getattr(k, field))
+            key = next_key(getattr(k, field))
             out[field] = as_time_column(require(td, key, name), td.shape, str(key))
         out["done"] = out["done"].bool()
         out["terminated"] = out["terminated"].bool()

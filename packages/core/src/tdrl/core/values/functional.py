@@ -44,14 +44,14 @@ _BACKENDS = ("auto", "torch", "kernels")
 
 
 @lru_cache(maxsize=None)
-def _kernel_op(name: str) -> Callable | None:
+def kernel_op(name: str) -> Callable | None:
     """``tdrl.kernels.<name>``, or ``None`` if this version of the kernels lacks it."""
     return getattr(_kernels, name, None)
 
 
 def kernels_available(op: str = "gae") -> bool:
     """Whether ``tdrl.kernels`` (a dependency of core) provides ``op``."""
-    return _kernel_op(op) is not None
+    return kernel_op(op) is not None
 
 
 def _select(name: str, backend: str) -> tuple[Callable, object]:
@@ -62,7 +62,7 @@ def _select(name: str, backend: str) -> tuple[Callable, object]:
     """
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}.")
-    op = _kernel_op(name)
+    op = kernel_op(name)
     if op is None:  # pragma: no cover - a kernels release without the op
         raise ImportError(f"tdrl.kernels has no {name}: reinstall packages/kernels with packages/core.")
     return op, (_kernels.use_backend("torch") if backend == "torch" else nullcontext())

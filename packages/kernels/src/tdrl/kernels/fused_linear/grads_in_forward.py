@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..logprobs.reference import _torch_workspace
+from ..logprobs.reference import torch_workspace
 
 
 def head_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -74,7 +74,7 @@ def head_grads_in_forward(
     grad_bias = torch.zeros_like(bias) if need_b else None
     # One pair of [chunk, V] buffers for the torch rows (None for Triton's): the backward rows
     # reuse the forward's, whose temporaries are dead once the chunk's lse is known.
-    ws = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
+    ws = torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         h, tgt = hidden[s:e], targets[s:e]

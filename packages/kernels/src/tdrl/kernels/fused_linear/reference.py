@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..logprobs.reference import (
-    _torch_workspace,
+    torch_workspace,
     check_target_range,
     compute_dtype,
     default_chunk_rows,
@@ -61,7 +61,7 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
             ctx.save_for_backward(dlogp_dh, targets)
         else:
             lse = torch.empty_like(logp)
-            ws = _torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
+            ws = torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
             for s in range(0, n, chunk):
                 e = min(n, s + chunk)
                 logits = head_logits(hidden[s:e], weight, bias)
@@ -93,7 +93,7 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
         grad_weight = torch.zeros_like(weight) if need_w else None
         grad_bias = torch.zeros_like(bias) if (need_b and bias is not None) else None
         n = hidden.shape[0]
-        ws = _torch_workspace(rows_bwd, min(chunk, n), weight.shape[0], weight)
+        ws = torch_workspace(rows_bwd, min(chunk, n), weight.shape[0], weight)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             h = hidden[s:e]

@@ -160,7 +160,7 @@ def rows_backward(
     return out
 
 
-def _torch_workspace(row_fn, rows: int, vocab: int, like: torch.Tensor) -> torch.Tensor | None:
+def torch_workspace(row_fn, rows: int, vocab: int, like: torch.Tensor) -> torch.Tensor | None:
     """Workspace for the torch row functions (the Triton ones need none)."""
     if row_fn not in (rows_forward, rows_backward) or rows == 0:
         return None
@@ -181,7 +181,7 @@ class TokenLogprobsFunction(torch.autograd.Function):
         logp = torch.empty(n, dtype=dtype, device=logits.device)
         lse = torch.empty_like(logp)
         entropy = torch.empty_like(logp) if need_entropy else None
-        ws = _torch_workspace(rows_fwd, min(chunk, n), logits.shape[-1], logits)
+        ws = torch_workspace(rows_fwd, min(chunk, n), logits.shape[-1], logits)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             lp, ls, en = rows_fwd(logits[s:e], targets[s:e], temperature, need_entropy, workspace=ws)
@@ -200,7 +200,7 @@ class TokenLogprobsFunction(torch.autograd.Function):
         temperature, chunk, rows_bwd = ctx.config
         grad_logits = torch.empty_like(logits)
         n = logits.shape[0]
-        ws = _torch_workspace(rows_bwd, min(chunk, n), logits.shape[-1], logits)
+        ws = torch_workspace(rows_bwd, min(chunk, n), logits.shape[-1], logits)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             rows_bwd(

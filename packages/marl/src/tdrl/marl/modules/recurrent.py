@@ -28,14 +28,11 @@ from torch import Tensor, nn
 from tdrl.core.keys import IS_INIT, NEXT
 from tdrl.core.modules import GRUModule
 from tdrl.core.values._utils import NestedKey
+from tdrl.core.keys import next_key
 
 __all__ = ["MultiAgentGRU"]
 
 _X, _H, _S, _INIT = "x", "h", "state", "is_init"  # the inner GRUModule's keys
-
-
-def _next(key: NestedKey) -> tuple:
-    return (NEXT, *((key,) if isinstance(key, str) else tuple(key)))
 
 
 class MultiAgentGRU(TensorDictModuleBase):
@@ -87,7 +84,7 @@ class MultiAgentGRU(TensorDictModuleBase):
         )
         self.recurrent_mode = False
         self.in_keys = [in_key, is_init_key, state_key]
-        self.out_keys = [out_key, _next(state_key)]
+        self.out_keys = [out_key, next_key(state_key)]
 
     def set_recurrent_mode(self, mode: bool = True) -> "MultiAgentGRU":
         """A copy (sharing parameters) that expects ``[*B, T]`` trajectories when ``mode``."""
@@ -154,7 +151,7 @@ class MultiAgentGRU(TensorDictModuleBase):
             out = out.expand(*out.shape[:-2], n, H)
             new = new.expand(*new.shape[:-3], n, L, H)
         td.set(self.out_key, out)
-        td.set(_next(self.state_key), new)
+        td.set(next_key(self.state_key), new)
         return td
 
     def extra_repr(self) -> str:

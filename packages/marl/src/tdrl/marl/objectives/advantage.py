@@ -104,10 +104,6 @@ def multi_agent_gae(
     return adv.transpose(-3, -2), target.transpose(-3, -2)
 
 
-def _next(key) -> tuple:
-    return (NEXT, *((key,) if isinstance(key, str) else key))
-
-
 class MultiAgentGAE(nn.Module):
     """Write ``(group, "advantage")`` and ``(group, "value_target")`` into a rollout.
 

@@ -1,4 +1,6 @@
-"""The Python-float search of a few trees builds the tensor search's tree, bit for bit."""
+"""The engines behind ``search(method=...)``: ``"auto"`` takes numba where it applies and
+builds the tensor engine's tree; the removed Python-floats engine is refused by name. The random
+models and the tree comparison here are shared with tests/core/test_mcts_numba.py."""
 
 from __future__ import annotations
 
@@ -13,11 +15,9 @@ from tdrl.core.mcts import (
     gumbel_muzero_policy,
     muzero_policy,
     puct_selection,
-    qtransform_by_parent_and_siblings,
     search,
     ucb1_selection,
 )
-from tdrl.core.mcts.small_batch import SMALL_BATCH
 
 FIELDS = ("node_data", "edge_data", "parents", "action_from_parent", "children_index",
           "invalid_actions")  # fmt: skip
@@ -60,48 +60,28 @@ def _assert_same(a, b):
     assert torch.equal(a.embeddings["embedding"], b.embeddings["embedding"])
 
 
-@pytest.mark.parametrize("two_player", [False, True])
-@pytest.mark.parametrize("max_depth", [None, 3])
-@pytest.mark.parametrize("batch", [1, 5])
-def test_python_search_is_the_tensor_search(two_player, max_depth, batch):
-    rule = partial(puct_selection, pb_c_init=1.0, qtransform=qtransform_by_parent_and_siblings)
-    for seed in range(6):
-        calls_t, calls_p = [], []
-        kinds = dict(illegal=seed % 2 == 0, terminal=seed % 3 == 0, uniform=seed % 4 == 1)
-        rec_t, root_t = _model(seed, calls=calls_t, **kinds)
-        rec_p, root_p = _model(seed, calls=calls_p, **kinds)
-        kw = dict(two_player=two_player, max_depth=max_depth)
-        tensor = search(root_t(batch), rec_t, rule, rule, 20, method="tensor", **kw)
-        python = search(root_p(batch), rec_p, rule, rule, 20, method="python", **kw)
-        _assert_same(tensor, python)
-        # the model saw the same inputs in the same order
-        assert len(calls_t) == len(calls_p)
-        for (xt, at), (xp, ap) in zip(calls_t, calls_p):
-            assert torch.equal(xt, xp) and torch.equal(at, ap)
-        if max_depth is not None:  # the trees were cut: some simulations re-evaluated a node
-            assert len(calls_t) < 20
-
-
-def test_auto_takes_the_python_path_only_where_it_applies():
+@pytest.mark.parametrize("batch", [1, 3, 17])
+def test_auto_builds_the_tensor_engines_tree_for_every_rule(batch):
     rec, root = _model(0)
-    r = root(SMALL_BATCH + 1)
-    auto = search(r, rec, puct_selection, puct_selection, 12)
-    _assert_same(auto, search(r, rec, puct_selection, puct_selection, 12, method="tensor"))
-    small = RootOutput(r.prior_logits[:3], r.value[:3], r.embedding[:3])
-    auto = search(small, rec, puct_selection, puct_selection, 12)
-    _assert_same(auto, search(small, rec, puct_selection, puct_selection, 12, method="python"))
-    # another rule (UCB1) stays on the tensor path under auto, and python refuses it
-    ucb = search(small, rec, ucb1_selection, ucb1_selection, 12)
+    r = root(batch)
+    for rule in (puct_selection, partial(puct_selection, pb_c_init=1.0), ucb1_selection):
+        auto = search(r, rec, rule, rule, 12)
+        _assert_same(auto, search(r, rec, rule, rule, 12, method="tensor"))
+    ucb = search(r, rec, ucb1_selection, ucb1_selection, 12)  # numba cannot take UCB1: tensor under auto
     assert int(ucb.node_visits[:, 0].min()) == 13
-    with pytest.raises(ValueError, match="default PUCT rule"):
-        search(small, rec, ucb1_selection, ucb1_selection, 12, method="python")
-    with pytest.raises(ValueError, match="method must be"):
-        search(small, rec, puct_selection, puct_selection, 12, method="jit")
+
+
+def test_removed_and_unknown_engines_are_refused_by_name():
+    rec, root = _model(0)
+    with pytest.raises(ValueError, match="method='python'.*was removed.*method='numba'"):
+        search(root(2), rec, puct_selection, puct_selection, 12, method="python")
+    with pytest.raises(ValueError, match="method must be one of 'auto', 'tensor', 'numba'"):
+        search(root(2), rec, puct_selection, puct_selection, 12, method="jit")
 
 
 def test_policies_agree_across_paths():
-    """muzero_policy (auto: python at B=2) == the same search forced onto tensors; Gumbel's
-    root rule differs from its interior one, so it never takes the python path."""
+    """muzero_policy (auto: numba where installed) == the same search forced onto tensors;
+    Gumbel's root rule differs from its interior one, so it runs on the tensor engine."""
     rec, root = _model(3, illegal=False)
     r = root(2)
     out = muzero_policy(r, rec, 16, dirichlet_fraction=0.0, temperature=0.0, return_tree=True)[1]

@@ -1,12 +1,9 @@
-"""Training loops for the multi-agent algorithms: collect -> advantage -> epochs x minibatches.
+"""What both multi-agent training loops share: the budget (:class:`TrainConfig`), collection
+through core's :class:`~tdrl.core.collectors.Collector` with per-group episode returns,
+evaluation, the joint policy of several groups, and one metrics record per iteration.
 
-``train_on_policy`` runs MAPPO/IPPO, ``train_off_policy`` (:mod:`tdrl.marl.trainer_off`, also
-importable from here) runs QMIX/VDN; both collect with
-core's :class:`~tdrl.core.collectors.Collector` (the env behind core's ``RewardSum`` on each
-group's rewards, :func:`with_episode_returns`) and log one record per iteration (frames, mean
-training episode return, evaluation return, wall time).
 Episode returns are the sum over the episode of the agents' mean reward (BenchMARL's
-``episode_reward`` mean over agents). Both loops take one group's parts or a mapping
+``episode_reward`` mean over agents). The loops take one group's parts or a mapping
 ``{group: parts}`` (:func:`~tdrl.marl.algorithms.make_groups`) for envs with several groups.
 """
 
@@ -22,17 +19,15 @@ from tensordict.nn import InteractionType, set_interaction_type
 from torch import nn
 
 from tdrl.core import RewardSum, TransformedEnv
-from tdrl.core.collectors import Collector
 from tdrl.core.keys import EPISODE_REWARD
-from tdrl.core.objectives import total_loss
-from tdrl.core.train.seeds import clip_grad_norm_per_seed, per_seed, seed_of_env, stacked_seed_counts
+from tdrl.core.train.seeds import per_seed, seed_of_env, stacked_seed_counts
 
-from .algorithms import OnPolicyParts
-from .keys import DONE, GROUP, IS_INIT, NEXT, REWARD, VALUE_TARGET
+from ..algorithms import OnPolicyParts
+from ..keys import DONE, GROUP, NEXT, REWARD
 
 __all__ = ["TrainConfig", "collect", "with_episode_returns", "EpisodeReturns", "evaluate", "evaluate_per_env",
-           "evaluate_groups", "GroupPolicies", "on_policy_optimizer", "on_policy_update", "train_on_policy"]
-# train_off_policy is tdrl.marl.trainer_off's (``from tdrl.marl.trainer import train_off_policy`` still works)
+           "evaluate_groups", "GroupPolicies", "as_groups", "joint_policy", "group_returns", "seed_returns",
+           "record", "check_seeds"]
 
 
 @dataclass
@@ -186,7 +181,7 @@ class GroupPolicies(nn.Module):
         return td
 
 
-def _as_groups(parts, group: str) -> dict:
+def as_groups(parts, group: str) -> dict:
     """``{group: parts}`` from one bundle or a mapping of bundles (``make_groups``)."""
     if isinstance(parts, Mapping):
         if not parts:
@@ -195,13 +190,13 @@ def _as_groups(parts, group: str) -> dict:
     return {group: parts}
 
 
-def _joint_policy(groups: dict) -> Callable:
+def joint_policy(groups: dict) -> Callable:
     if len(groups) == 1:
         return next(iter(groups.values())).policy
     return GroupPolicies({g: p.policy for g, p in groups.items()})
 
 
-def _returns(trackers: dict, batch: TensorDictBase) -> tuple[list[float], dict]:
+def group_returns(trackers: dict, batch: TensorDictBase) -> tuple[list[float], dict]:
     """Episode returns of the batch: the mean over groups, and ``train_return/<group>`` entries."""
     per_group = {g: t.update(batch) for g, t in trackers.items()}
     if len(per_group) == 1:
@@ -212,7 +207,7 @@ def _returns(trackers: dict, batch: TensorDictBase) -> tuple[list[float], dict]:
     return mean, extra
 
 
-def _seed_returns(trackers: dict, n_seeds: int, n_envs: int) -> list[float]:
+def seed_returns(trackers: dict, n_seeds: int, n_envs: int) -> list[float]:
     """Mean return per seed of the episodes of the latest update (mean over groups; NaN: none
     ended). Sub-env ``i`` belongs to seed ``i // n_envs`` (seed-major blocks)."""
     per_group = []
@@ -225,7 +220,7 @@ def _seed_returns(trackers: dict, n_seeds: int, n_envs: int) -> list[float]:
     return [sum(v) / len(v) for v in zip(*per_group)]
 
 
-def _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds=1) -> dict:
+def record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds=1) -> dict:
     rec = {"iter": it, "frames": frames, "time_s": time.perf_counter() - t0,
            "train_return": float(sum(returns) / len(returns)) if returns else float("nan"),
            "eval_return": float("nan")}
@@ -243,28 +238,7 @@ def _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_see
     return rec
 
 
-def on_policy_optimizer(groups: Mapping[str, OnPolicyParts], cfg: TrainConfig
-                        ) -> tuple[torch.optim.Adam, list[list[torch.Tensor]]]:
-    """Adam over every group's loss parameters, and the parameter lists clipped separately.
-
-    Args:
-        groups: ``{group: parts}`` (one bundle: ``{"agents": parts}``).
-        cfg: learning rate and Adam epsilon.
-
-    Returns:
-        ``(optimizer, clip_groups)``: ``clip_groups`` holds, per group, its actor parameters
-        and its critic parameters (BenchMARL steps one optimiser per group and loss term).
-    """
-    params, clip_groups = [], []
-    for p in groups.values():
-        own = [q for q in p.loss.parameters() if q.requires_grad and all(q is not r for r in params)]
-        critic_ids = {id(q) for q in p.critic.parameters()}
-        params += own
-        clip_groups += [[q for q in own if id(q) not in critic_ids], [q for q in own if id(q) in critic_ids]]
-    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps), clip_groups
-
-
-def _check_seeds(groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
+def check_seeds(groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
     """Every seed-stacked network of ``groups`` must hold ``n_seeds`` seeds (none when 1)."""
     for g, p in groups.items():
         found = stacked_seed_counts(p.loss)
@@ -282,151 +256,3 @@ def _check_seeds(groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
         if n_seeds > 1 and getattr(p.loss.config, "normalize_advantage", False):
             raise ValueError("normalize_advantage=True is not supported with n_seeds > 1 (the minibatch "
                              f"statistics would mix the seeds; group {g!r}).")
-
-
-def _check_masks(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
-    """With ``n_seeds > 1`` every agent must act at every step (the loss means mix seeds otherwise)."""
-    for g, p in groups.items():
-        mask = batch.get(p.loss.tensor_keys.mask, None)
-        if n_seeds > 1 and mask is not None and not bool(mask.all()):
-            raise ValueError(
-                f"n_seeds > 1 needs every agent of every seed acting at every step, but group {g!r}'s "
-                f"mask {p.loss.tensor_keys.mask} has False entries (agents that left or wait their "
-                "turn): each seed's loss would be weighted by its share of acting agents. Train "
-                "these seeds one after another."
-            )
-
-
-def _recurrent(groups: Mapping[str, OnPolicyParts]) -> bool:
-    return any(getattr(p, "recurrent", False) for p in groups.values())
-
-
-def _check_recurrent(env, groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
-    """Recurrent parts need ``is_init`` from the env and one seed per run."""
-    if not _recurrent(groups):
-        return
-    if n_seeds > 1:
-        raise ValueError(f"Recurrent (GRU) MAPPO/IPPO does not support n_seeds={n_seeds} (vectorised seeds); "
-                         "train the seeds one after another.")
-    if IS_INIT not in env.observation_spec.keys():
-        raise ValueError("Recurrent (GRU) parts reset their hidden state where 'is_init' is True, but the env "
-                         "does not write it; wrap it: TransformedEnv(env, InitTracker()) (tdrl.core).")
-
-
-def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], optimizer: torch.optim.Optimizer,
-                     clip_groups: Sequence[Sequence[torch.Tensor]], cfg: TrainConfig, n_seeds: int = 1) -> float:
-    """One iteration's learning on a collected ``batch``: advantages, then epochs x minibatches.
-
-    Args:
-        batch: transitions ``[*env_batch, T]`` from :func:`collect`; with ``n_seeds > 1``
-            the env's sub-envs are ``n_seeds`` seed-major blocks.
-        groups: ``{group: parts}``; each group's estimator writes its advantage into
-            ``batch``, and one optimiser step takes the sum of the groups' losses.
-        optimizer, clip_groups: from :func:`on_policy_optimizer`.
-        cfg: ``num_epochs``, ``minibatch_size`` (frames per seed) and ``max_grad_norm``.
-            With recurrent parts a minibatch is ``minibatch_size // T`` whole sub-env
-            trajectories ``[mb, T]`` (at least one), so that the GRUs replay the rollout
-            with its resets.
-        n_seeds: seeds stacked in the networks: each minibatch takes the same
-            ``minibatch_size`` positions from every seed's block, the loss is scaled so each
-            seed gets its own mean-loss gradient, and gradients are clipped per seed.
-
-    Returns:
-        The mean loss over the minibatches. The epoch permutations come from torch's global
-        generator, so a seeded call is reproducible.
-    """
-    for g, p in groups.items():
-        p.estimator(batch)
-        if p.loss.value_norm is not None:
-            p.loss.value_norm.update(batch.get((g, VALUE_TARGET)))
-    # the losses read the root only: drop "next" so each minibatch gathers half the data
-    if _recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
-        flat, frames_per_row = batch.exclude(NEXT).reshape(1, -1, batch.shape[-1]), batch.shape[-1]
-    else:  # seed-major blocks [n_seeds, N]
-        flat, frames_per_row = per_seed(batch.exclude(NEXT).reshape(-1), n_seeds), 1
-    _check_masks(flat, groups, n_seeds)
-    n = flat.shape[1]
-    mb = min(max(1, cfg.minibatch_size // frames_per_row), n)
-    losses = []
-    for _ in range(cfg.num_epochs):
-        perm = torch.randperm(n)
-        for start in range(0, n - mb + 1, mb):
-            sub = flat[:, perm[start:start + mb]].flatten(0, 1)
-            loss = sum(total_loss(p.loss(sub)) for p in groups.values())
-            optimizer.zero_grad(set_to_none=True)
-            (loss * n_seeds).backward()
-            if cfg.max_grad_norm is not None:
-                for params in clip_groups:
-                    if n_seeds > 1:
-                        clip_grad_norm_per_seed(params, cfg.max_grad_norm, n_seeds)
-                    elif params:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            optimizer.step()
-            losses.append(loss.detach())
-    return float(torch.stack(losses).mean())
-
-
-def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg: TrainConfig, eval_env=None,
-                    group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1) -> list[dict]:
-    """MAPPO / IPPO: collect ``frames_per_batch``, GAE, ``num_epochs`` x minibatches of PPO.
-
-    ``parts`` is one group's bundle (trained on ``group``) or ``{group: bundle}`` from
-    :func:`~tdrl.marl.algorithms.make_groups`: the groups' policies act together, each group
-    gets its own advantage and loss, one optimiser steps the sum of the losses on the same
-    minibatch, and gradients are clipped per group and per actor / critic (as BenchMARL,
-    which has one optimiser per group and loss term).
-
-    With ``n_seeds > 1`` the parts come from
-    :func:`~tdrl.marl.vectorised.make_vectorised_groups` (or ``make_vectorised_on_policy``),
-    the env's sub-envs are ``n_seeds`` seed-major blocks and every parameter is stacked over
-    seeds (see :mod:`tdrl.marl.vectorised`; any number of groups): each minibatch takes
-    ``minibatch_size`` frames from every seed, the loss is scaled so each seed gets its own
-    mean-loss gradient, and gradients are clipped per seed. ``frames_per_batch`` is per seed.
-    Value normalisation, ``normalize_advantage`` and agent masks with False entries are
-    refused there (their statistics would mix the seeds).
-
-    Returns:
-        One record per iteration: ``iter``, ``frames``, ``time_s``, ``train_return``,
-        ``eval_return`` (NaN when not evaluated) and, when evaluated, ``eval_episode_returns``
-        (one return per evaluation sub-env, seed-major), ``loss``; with several groups also
-        ``train_return/<group>`` and ``eval_return/<group>`` (the plain entries are the mean
-        over groups); with ``n_seeds > 1``, ``train_return_seeds`` and (when evaluated)
-        ``eval_return_seeds``: one entry per seed.
-    """
-    groups = _as_groups(parts, group)
-    if n_seeds < 1:
-        raise ValueError(f"n_seeds must be >= 1, got {n_seeds}.")
-    if env.batch_size.numel() % n_seeds:
-        raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} blocks.")
-    _check_seeds(groups, n_seeds)
-    _check_recurrent(env, groups, n_seeds)
-    n_envs = env.batch_size.numel() // n_seeds
-    n_steps = max(1, cfg.frames_per_batch // n_envs)
-    policy = _joint_policy(groups)
-    opt, clip_groups = on_policy_optimizer(groups, cfg)
-    collector = Collector(with_episode_returns(env, list(groups)), policy,
-                          frames_per_batch=n_steps * env.batch_size.numel())
-    history, frames = [], 0
-    trackers = {g: EpisodeReturns(g) for g in groups}
-    t0 = time.perf_counter()
-    for it in range(cfg.n_iters):
-        batch = collector.rollout()
-        frames += batch.numel() // n_seeds
-        returns, extra = _returns(trackers, batch)
-        if n_seeds > 1:
-            extra["train_return_seeds"] = _seed_returns(trackers, n_seeds, n_envs)
-        extra["loss"] = on_policy_update(batch, groups, opt, clip_groups, cfg, n_seeds)
-        rec = _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
-        history.append(rec)
-        if log is not None:
-            log(rec)
-    return history
-
-
-def __getattr__(name: str):
-    """``train_off_policy`` lives in :mod:`tdrl.marl.trainer_off`; imported from here on first use."""
-    if name == "train_off_policy":
-        from .trainer_off import train_off_policy
-
-        return train_off_policy
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

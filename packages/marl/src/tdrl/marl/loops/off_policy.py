@@ -23,13 +23,11 @@ from tdrl.core.objectives import SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 from tdrl.core.train.seeds import clip_grad_norm_per_seed, from_seed_items, to_seed_items
 
-from .algorithms import OffPolicyParts
-from .checks import TeamRewardCheck
-from .keys import GROUP, NEXT, REWARD
-from .trainer import (
-    EpisodeReturns, TrainConfig, _as_groups, _check_seeds, _joint_policy, _record, _returns, _seed_returns,
-    with_episode_returns,
-)
+from ..algorithms import OffPolicyParts
+from ..checks import TeamRewardCheck
+from ..keys import GROUP, NEXT, REWARD
+from .common import (EpisodeReturns, TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
+                     seed_returns, with_episode_returns)
 
 __all__ = ["off_policy_optimizer", "off_policy_update", "train_off_policy"]
 
@@ -104,17 +102,17 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
         ValueError: ``n_seeds`` < 1, sub-envs (of ``env`` or ``eval_env``) that do not split
             into ``n_seeds`` blocks, or parts stacked over another number of seeds.
     """
-    groups = _as_groups(parts, group)
+    groups = as_groups(parts, group)
     if n_seeds < 1:
         raise ValueError(f"n_seeds must be >= 1, got {n_seeds}.")
     for name, e in (("env", env), ("eval_env", eval_env)):
         if e is not None and e.batch_size.numel() % n_seeds:
             raise ValueError(f"The {name}'s {e.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} "
                              "seed-major blocks.")
-    _check_seeds(groups, n_seeds)
+    check_seeds(groups, n_seeds)
     n_envs = env.batch_size.numel() // n_seeds
     n_steps = max(1, cfg.frames_per_batch // n_envs)
-    policy = _joint_policy(groups)
+    policy = joint_policy(groups)
     opt, clip_groups = off_policy_optimizer(groups, cfg)
     targets = [SoftUpdate(p.loss, tau=p.config.tau) for p in groups.values()]
     # never more room than the run will fill (the storage allocates its capacity at the first write);
@@ -138,9 +136,9 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
                 check.update(agent_reward, groups[g].loss.team_reward(batch))
         for p in {id(p.explore): p.explore for p in groups.values()}.values():
             p.step(new)  # the same schedule for every seed: epsilon after this many frames of one run
-        returns, extra = _returns(trackers, batch)
+        returns, extra = group_returns(trackers, batch)
         if n_seeds > 1:
-            extra["train_return_seeds"] = _seed_returns(trackers, n_seeds, n_envs)
+            extra["train_return_seeds"] = seed_returns(trackers, n_seeds, n_envs)
         flat = batch.reshape(-1)  # seed-major: sub-env blocks, then time
         buffer.extend(flat if n_seeds == 1 else to_seed_items(flat, n_seeds))
         losses = []
@@ -150,7 +148,7 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
             losses.append(off_policy_update(sample, groups, opt, clip_groups, targets, cfg.max_grad_norm, n_seeds))
         extra.update({"loss": float(torch.stack(losses).mean()),
                       "eps": next(iter(groups.values())).explore.eps})
-        rec = _record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
+        rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
         history.append(rec)
         if log is not None:
             log(rec)
