@@ -12,6 +12,8 @@ forked RNG (the random stream is unchanged), to learn what it writes. Random ste
 those keys filled with zeros, and their actions are cast to the policy's dtype where the
 shapes agree. A policy whose actions have another shape than the spec's is not patched over:
 the env refuses such actions with the fix named (see :func:`..envs.gym_spaces.one_hot_refusal`).
+A policy that keeps state in itself rather than in the TensorDict sees that one extra call
+(an ``OrnsteinUhlenbeckModule``'s noise process starts one step further on).
 """
 
 from __future__ import annotations
