@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import re
 import runpy
 import shlex
 import sys
+import warnings
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -210,20 +212,23 @@ def _script_parser(script: Path) -> argparse.ArgumentParser | str | None:
         raise _Captured(self)
 
     saved = (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args,
-             sys.argv, list(sys.path))
+             sys.argv, list(sys.path), dict(os.environ))
     argparse.ArgumentParser.parse_args = capture
     argparse.ArgumentParser.parse_known_args = capture
     sys.argv = [str(script)]
     sys.path.insert(0, str(script.parent))  # benchmarks import their neighbours (records.py)
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with warnings.catch_warnings():  # a benchmark's filterwarnings("ignore") stays inside
+            runpy.run_path(str(script), run_name="__main__")
     except _Captured as got:
         return got.parser
     except (ImportError, SystemExit, Exception) as err:  # noqa: B014 - any reason it cannot start
         return f"{type(err).__name__}: {err}"
     finally:
         (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args,
-         sys.argv, sys.path[:]) = saved
+         sys.argv, sys.path[:]) = saved[:4]
+        os.environ.clear()  # and its os.environ.setdefault(...) too
+        os.environ.update(saved[4])
     return None
 
 
