@@ -4,6 +4,7 @@ beside a replay buffer, DQN on int64 one-hot actions, adaptive-KL PPO, ``OneHot.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
@@ -78,6 +79,20 @@ def test_gym_one_hot_env_refuses_an_index_naming_the_fix():
         venv.step(td)
     env.close()
     venv.close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="needs envpool")
+def test_envpool_one_hot_env_refuses_an_index_too():
+    from tdrl.core.envs import EnvPoolEnv
+
+    env = EnvPoolEnv("CartPole-v1", 2, num_threads=1, seed=0)
+    td = env.reset()
+    td["action"] = torch.tensor([1, 1])
+    with pytest.raises(ValueError, match="categorical_action_encoding=True"):
+        env.step(td)
+    td["action"] = OneHot(2, (2, 2), dtype=torch.int64).encode([1, 0])  # the fix: one-hots
+    assert env.step(td)["next", "observation"].shape == (2, 4)
+    env.close()
 
 
 def test_a_qvalue_actor_given_the_spec_steps_the_action_it_chose():
