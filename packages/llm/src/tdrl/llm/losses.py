@@ -19,6 +19,7 @@ whose other entries are detached diagnostics.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -27,6 +28,7 @@ from tensordict import TensorDict
 from tdrl.core.objectives.common import k3_estimate
 from tdrl.kernels.pg_loss.reference import reduce_tokens
 from tdrl.llm import keys as K
+from tdrl.llm.advantages import scale_mode
 from tdrl.llm.logprobs import _head, _trim, completion_hidden, completion_logprobs, logprobs_from_hidden
 
 __all__ = [
@@ -38,9 +40,12 @@ __all__ = [
     "tis_weights",
     "k3_kl",
     "masked_reduce",
+    "micro_batch_weights",
+    "LOSS_PRESETS",
 ]
 
 _REDUCTIONS = ("token", "sequence", "constant")
+LOSS_PRESETS = ("grpo", "dapo", "dr_grpo", "gspo")
 
 
 @dataclass
@@ -57,7 +62,12 @@ class GRPOLossConfig:
         max_len: the constant of ``"constant"``; the trainer fills in ``max_new_tokens``.
         sequence_level: GSPO sequence-level ratios.
         tis_cap: cap of the truncated importance-sampling weight; ``None`` disables it.
-        scale_rewards: divide group advantages by the group std (``False`` for Dr. GRPO).
+        scale_rewards: what divides the group-centred rewards (TRL's values): ``"group"`` (or
+            ``True``) the group's std, ``"batch"`` the std of the whole round's rewards (Lite PPO,
+            arXiv:2508.08221), ``"none"`` (or ``False``) nothing (Dr. GRPO). Stored as the string.
+        kl_bias_correction: multiply the k3 KL term by the importance ratio ``pi / pi_old``
+            (TRL's ``use_bias_correction_kl``; DeepSeek-V3.2, arXiv:2512.02556): the estimate is
+            then unbiased for samples drawn from ``pi_old``. Needs ``beta > 0`` to matter.
     """
 
     eps_low: float = 0.2
@@ -67,9 +77,11 @@ class GRPOLossConfig:
     max_len: int | None = None
     sequence_level: bool = False
     tis_cap: float | None = None
-    scale_rewards: bool = True
+    scale_rewards: str | bool = "group"
+    kl_bias_correction: bool = False
 
     def __post_init__(self):
+        self.scale_rewards = scale_mode("GRPOLossConfig", self.scale_rewards)
         if self.reduction not in _REDUCTIONS:
             raise ValueError(f"GRPOLossConfig.reduction must be one of {_REDUCTIONS}, got {self.reduction!r}")
         if self.eps_low < 0 or self.eps_high < 0:
@@ -96,6 +108,14 @@ class GRPOLossConfig:
     def gspo(cls, **kw) -> GRPOLossConfig:
         return cls(**{"eps_low": 3e-4, "eps_high": 4e-4, "reduction": "sequence", "sequence_level": True, **kw})
 
+    @classmethod
+    def preset(cls, name: str, **kw) -> GRPOLossConfig:
+        """The preset called ``name`` (one of :data:`LOSS_PRESETS`), with ``kw`` on top."""
+        if name not in LOSS_PRESETS:
+            raise ValueError(f"GRPOLossConfig: unknown preset {name!r}; expected one of {LOSS_PRESETS} "
+                             "(or a GRPOLossConfig)")
+        return getattr(cls, name)(**kw)
+
     def update(self, **kw) -> GRPOLossConfig:
         names = {f.name for f in fields(self)}
         unknown = set(kw) - names
@@ -121,6 +141,33 @@ def masked_reduce(x: torch.Tensor, mask: torch.Tensor, reduction: str, max_len: 
         raise ValueError(f"masked_reduce: unknown reduction {reduction!r}; expected one of {_REDUCTIONS}")
     m = mask.to(x.dtype)
     return reduce_tokens(torch.where(m > 0, x * m, torch.zeros_like(x)), m, reduction, max_len)
+
+
+def micro_batch_weights(chunk_masks: Sequence[torch.Tensor], reduction: str) -> torch.Tensor:
+    """Weights that make gradient accumulation exact: ``sum_j w_j * loss(chunk_j)`` equals the
+    loss of the whole minibatch, for every reduction.
+
+    A chunk's loss is reduced over the chunk alone, so a plain ``loss_j / n_chunks`` weighs a
+    token by ``1 / (n_chunks * tokens in its chunk)`` under ``"token"``: wrong whenever the chunks
+    hold different numbers of tokens. Here ``"token"`` weighs chunk ``j`` by its share of the
+    minibatch's tokens (each token then weighs ``1 / tokens in the minibatch``, DAPO's
+    normaliser), ``"sequence"`` and ``"constant"`` by its share of the rows.
+
+    Args:
+        chunk_masks: the chunks' completion masks, each ``[B_j, T_j]``.
+        reduction: ``"token"``, ``"sequence"`` or ``"constant"``.
+
+    Returns:
+        ``[n_chunks]`` float32 weights (summing to 1, or all 0 when the minibatch has no token
+        under ``"token"``).
+    """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"micro_batch_weights: unknown reduction {reduction!r}; expected one of {_REDUCTIONS}")
+    if reduction == "token":
+        counts = torch.stack([m.detach().float().sum().cpu() for m in chunk_masks])
+    else:
+        counts = torch.tensor([float(m.shape[0]) for m in chunk_masks])
+    return counts / counts.sum().clamp(min=1.0)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -177,9 +224,9 @@ def grpo_objective(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The GRPO family's loss on per-token log-probs.
 
-    ``loss = reduce_t( -w_t * min(r_t A, clip(r_t, 1-eps_low, 1+eps_high) A) + beta * k3_t )``
-    where ``r_t`` is the token ratio (or GSPO's sequence ratio) and ``w_t`` the optional TIS
-    weight.
+    ``loss = reduce_t( -w_t * min(r_t A, clip(r_t, 1-eps_low, 1+eps_high) A) + beta * c_t * k3_t )``
+    where ``r_t`` is the token ratio (or GSPO's sequence ratio), ``w_t`` the optional TIS
+    weight and ``c_t`` 1, or ``r_t`` (not detached) with ``config.kl_bias_correction``.
 
     Args:
         logp: ``[B, T]`` current log-probs (with gradient).
@@ -209,6 +256,8 @@ def grpo_objective(
         adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old_logp, sample_logp, mask, config.tis_cap)
     mask_f = mask.to(logp.dtype)
     kw = dict(eps_low=config.eps_low, eps_high=config.eps_high, reduction=config.reduction, max_len=config.max_len)
+    if config.kl_bias_correction and config.beta > 0:
+        return _bias_corrected(logp, old_logp, adv, mask, config, ref_logp, kw)
     if not config.sequence_level:
         beta = config.beta if ref_logp is not None else 0.0
         loss, stats = kernels.pg_token_loss(logp, old_logp, adv, mask_f, ref_logp=ref_logp if beta > 0 else None, beta=beta, **kw)
@@ -224,6 +273,25 @@ def grpo_objective(
         loss = loss + config.beta * kl
         stats["kl"] = kl.detach()
     return loss, stats
+
+
+def _bias_corrected(logp, old_logp, adv, mask, config: GRPOLossConfig, ref_logp, kw) -> tuple[torch.Tensor, dict]:
+    """:func:`grpo_objective` with TRL's ``use_bias_correction_kl``: the policy term from the
+    kernel (``beta=0``), plus ``beta * reduce(r_t * k3_t)`` with the same (token or sequence) ratio."""
+    from tdrl import kernels
+
+    mask_f = mask.to(logp.dtype)
+    if config.sequence_level:
+        logp_r, old_r = sequence_level_logprobs(logp, old_logp, mask)
+    else:
+        logp_r, old_r = logp, old_logp.detach()
+    loss, stats = kernels.pg_token_loss(logp_r, old_r, adv, mask_f, beta=0.0, **kw)
+    ratio = torch.exp(torch.where(mask, logp_r - old_r, torch.zeros_like(logp)))
+    kl = k3_kl(logp, ref_logp)
+    corrected = masked_reduce(ratio * kl, mask, config.reduction, config.max_len)
+    stats = dict(stats)
+    stats["kl"] = masked_reduce(kl.detach(), mask, config.reduction, config.max_len)
+    return loss + config.beta * corrected, stats
 
 
 @dataclass
@@ -285,7 +353,7 @@ class GRPOLoss(torch.nn.Module):
     @property
     def uses_fused_loss(self) -> bool:
         """Whether :meth:`forward` goes through :func:`tdrl.kernels.fused_linear_pg_loss`."""
-        return self.fused and self.fused_loss and not self.config.sequence_level
+        return self.fused and self.fused_loss and not self.config.sequence_level and not self.config.kl_bias_correction
 
     def forward(self, model, td: TensorDict) -> TensorDict:
         if self.fused:
@@ -356,7 +424,7 @@ class GRPOLoss(torch.nn.Module):
         parameter. Missing ``old_log_prob`` / ``ref_log_prob`` are made up from the current
         log-probs plus fixed noise, so that some ratios clip and the KL is not zero.
         """
-        if not self.fused or self.config.sequence_level:
+        if not self.fused or self.config.sequence_level or self.config.kl_bias_correction:
             return False
         k = self.keys
         pids, pmask, cids, cmask, amask, width = _trim(td)
