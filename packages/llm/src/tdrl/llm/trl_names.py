@@ -25,7 +25,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 __all__ = [
@@ -128,6 +128,7 @@ _COMMON = (
     TRLName("logging_steps", "map", "log_every", defaults=("10", "1")),
     TRLName("save_steps", "map", "checkpoint_every", note="checkpoints are written only when `checkpoint_path` is set"),
     TRLName("gradient_accumulation_steps", "map", "grad_accum"),
+    TRLName("disable_tqdm", "map", "progress", convert=lambda v: not v, note="inverted: `progress = not disable_tqdm`"),
     TRLName("seed", "same", "seed"),
     TRLName("weight_decay", "same", "weight_decay"),
     TRLName("warmup_steps", "same", "warmup_steps"),
@@ -185,11 +186,11 @@ GRPO_CONFIG_NAMES = TRLTable("GRPOConfig", (
     TRLName("num_generations", "map", "group_size"),
     TRLName("max_completion_length", "map", "max_new_tokens", defaults=("512", "32")),
     TRLName("learning_rate", "map", "lr", defaults=("1e-6", "1e-5")),
-    TRLName("max_steps", "map", "steps", convert=lambda v: _positive("max_steps", v),
+    TRLName("max_steps", "map", "steps", convert=lambda v: _positive("max_steps", v), defaults=("-1 (3 epochs)", "100"),
             note="tdrl counts generation rounds; equal to TRL's optimiser steps when a round is one optimiser step "
                  "(`num_iterations=1`, `steps_per_generation` = `gradient_accumulation_steps`, TRL's defaults)"),
-    *_COMMON[:4],
-    TRLName("per_device_train_batch_size", "combine", "minibatch_size",
+    *_COMMON[:5],
+    TRLName("per_device_train_batch_size", "combine", "minibatch_size", defaults=("8 (1 prompt x 8 a step)", "16 prompts x 8 a round"),
             note="completions per optimiser step = `per_device_train_batch_size` x `gradient_accumulation_steps`"),
     TRLName("steps_per_generation", "combine", "prompts_per_step",
             note="completions per round = `per_device_train_batch_size` x `steps_per_generation`, / `num_generations`"),
@@ -209,7 +210,7 @@ GRPO_CONFIG_NAMES = TRLTable("GRPOConfig", (
             convert=_choice("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS), note="\"sequence\" is GSPO"),
     TRLName("use_bias_correction_kl", "map", "loss.kl_bias_correction", note="the k3 KL term times the importance ratio"),
     *(TRLName(n, "same", n) for n in ("temperature", "top_p", "top_k", "reward_weights")),
-    *_COMMON[4:],
+    *_COMMON[5:],
     TRLName("use_vllm", "noop", accepts=_off,
             note="`False` accepted; `True` refused: pass `generator=VLLMGenerator(path, tokenizer, ...)` to `GRPOTrainer`"),
     TRLName("vllm_importance_sampling_correction", "noop", accepts=_off,
@@ -234,13 +235,13 @@ def _sft_finish(out: dict, given: dict) -> None:
 
 SFT_CONFIG_NAMES = TRLTable("SFTConfig", (
     TRLName("learning_rate", "map", "lr", defaults=("2e-5", "1e-3")),
-    TRLName("max_steps", "map", "steps", convert=lambda v: _positive("max_steps", v)),
-    *_COMMON[:4],
-    TRLName("per_device_train_batch_size", "combine", "batch_size",
+    TRLName("max_steps", "map", "steps", convert=lambda v: _positive("max_steps", v), defaults=("-1 (3 epochs)", "200")),
+    *_COMMON[:5],
+    TRLName("per_device_train_batch_size", "combine", "batch_size", defaults=("8", "32"),
             note="examples per optimiser step = `per_device_train_batch_size` x `gradient_accumulation_steps`"),
     TRLName("use_liger_kernel", "map", "fused_logprobs", defaults=("False", "True"),
             note="the fused LM-head cross-entropy (`tdrl.kernels`); same loss either way"),
-    *_COMMON[4:],
+    *(replace(r, defaults=("0", "10")) if r.trl == "warmup_steps" else r for r in _COMMON[5:]),
     TRLName("completion_only_loss", "noop", accepts=lambda v: v in (None, True),
             note="`None` / `True` accepted (tdrl's loss is always on the completion); `False` refused"),
     TRLName("assistant_only_loss", "noop", accepts=lambda v: v is True, defaults=("False", "always on"),
