@@ -43,6 +43,11 @@ README = Path(__file__).resolve().parents[2] / "packages" / "llm" / "README.md"
     (dict(per_device_train_batch_size=8, num_generations=4), dict(minibatch_size=8, prompts_per_step=2, group_size=4)),
     (dict(generation_batch_size=32, num_generations=8), dict(prompts_per_step=4)),
     (dict(use_vllm=False, report_to="none", bf16=False, log_completions=False), dict()),  # no effect here
+    # TRL's IS correction: on with its defaults (cap 3, sequence_mask), or as given
+    (dict(vllm_importance_sampling_correction=True), dict(loss=GRPOLossConfig(tis_cap=3.0, tis_mode="sequence_mask"))),
+    (dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0),
+     dict(loss=GRPOLossConfig(tis_cap=2.0, tis_mode="token_truncate"))),
+    (dict(vllm_importance_sampling_correction=False), dict()),
 ])
 def test_grpo_trl_name_equals_tdrl_name(trl, tdrl):
     assert GRPOConfig(**trl) == GRPOConfig(**tdrl)
@@ -85,6 +90,8 @@ def test_loss_strings_are_not_truthy_traps():
     (dict(lr=1e-5, learning_rate=1e-6), r"given twice"),
     (dict(minibatch_size=8, per_device_train_batch_size=8), r"not both"),
     (dict(num_generations=3, per_device_train_batch_size=8), r"not divisible by num_generations=3"),
+    (dict(vllm_importance_sampling_mode="tok"), r"sequence_mask.*token_mask"),
+    (dict(vllm_importance_sampling_correction=False, vllm_importance_sampling_cap=2.0), r"turns the correction off"),
 ])
 def test_grpo_refuses_with_the_valid_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -129,7 +136,7 @@ def test_readme_table_is_the_generated_one():
     text = README.read_text()
     found = re.search(r"<!-- trl-names:begin -->\n(.*?)<!-- trl-names:end -->", text, re.S)
     assert found, "packages/llm/README.md lacks the trl-names markers"
-    assert found.group(1) == trl_table_markdown(), "regenerate: python -c 'from tdrl.llm.trl_names import trl_table_markdown as t; print(t())'"
+    assert found.group(1) == trl_table_markdown(), "regenerate with tdrl.llm.trl_names.write_readme_table('packages/llm/README.md')"
     for table in (GRPO_CONFIG_NAMES, GRPO_TRAINER_NAMES, SFT_CONFIG_NAMES, SFT_TRAINER_NAMES):
         for row in table.names:
             assert f"| `{row.trl}` |" in found.group(1)

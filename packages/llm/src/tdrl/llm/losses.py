@@ -42,10 +42,12 @@ __all__ = [
     "masked_reduce",
     "micro_batch_weights",
     "LOSS_PRESETS",
+    "TIS_MODES",
 ]
 
 _REDUCTIONS = ("token", "sequence", "constant")
 LOSS_PRESETS = ("grpo", "dapo", "dr_grpo", "gspo")
+TIS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
 @dataclass
@@ -61,7 +63,11 @@ class GRPOLossConfig:
             Dr. GRPO).
         max_len: the constant of ``"constant"``; the trainer fills in ``max_new_tokens``.
         sequence_level: GSPO sequence-level ratios.
-        tis_cap: cap of the truncated importance-sampling weight; ``None`` disables it.
+        tis_cap: bound of the importance-sampling weight of the generator's samples; ``None``
+            disables it.
+        tis_mode: how the weight is bounded and at which granularity (:func:`tis_weights`;
+            TRL's ``vllm_importance_sampling_mode``): ``"token_truncate"`` (default),
+            ``"token_mask"``, ``"sequence_truncate"`` or ``"sequence_mask"`` (TRL's default).
         scale_rewards: what divides the group-centred rewards (TRL's values): ``"group"`` (or
             ``True``) the group's std, ``"batch"`` the std of the whole round's rewards (Lite PPO,
             arXiv:2508.08221), ``"none"`` (or ``False``) nothing (Dr. GRPO). Stored as the string.
@@ -77,6 +83,7 @@ class GRPOLossConfig:
     max_len: int | None = None
     sequence_level: bool = False
     tis_cap: float | None = None
+    tis_mode: str = "token_truncate"
     scale_rewards: str | bool = "group"
     kl_bias_correction: bool = False
 
@@ -88,6 +95,8 @@ class GRPOLossConfig:
             raise ValueError(f"GRPOLossConfig: clip ranges must be >= 0, got eps_low={self.eps_low}, eps_high={self.eps_high}")
         if self.beta < 0:
             raise ValueError(f"GRPOLossConfig.beta must be >= 0, got {self.beta}")
+        if self.tis_mode not in TIS_MODES:
+            raise ValueError(f"GRPOLossConfig.tis_mode={self.tis_mode!r}: expected one of {TIS_MODES}")
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ValueError(f"GRPOLossConfig.tis_cap must be > 0 or None, got {self.tis_cap}")
 
@@ -197,20 +206,36 @@ def sequence_level_logprobs(logp: torch.Tensor, old_logp: torch.Tensor, mask: to
     return new, torch.zeros_like(old_logp)
 
 
-def tis_weights(old_logp: torch.Tensor, sample_logp: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
-    """Truncated importance weights ``min(exp(old_logp - sample_logp), cap)``, 0 off the mask.
+def tis_weights(old_logp: torch.Tensor, sample_logp: torch.Tensor, mask: torch.Tensor, cap: float,
+                mode: str = "token_truncate") -> torch.Tensor:
+    """Importance weights ``pi_old / pi_sampler`` correcting for the generator's log-probs
+    differing from the trainer's, bounded by ``cap`` as TRL's ``vllm_importance_sampling_mode``:
+
+    - ``"token_truncate"``: ``min(exp(old_t - sample_t), cap)`` per token (truncated IS);
+    - ``"token_mask"``: ``exp(old_t - sample_t)``, or 0 where it exceeds ``cap``;
+    - ``"sequence_truncate"``: ``min(exp(sum_t (old_t - sample_t)), cap)``, one weight per
+      sequence (the product of its token ratios) given to each of its tokens;
+    - ``"sequence_mask"``: that sequence ratio, or 0 for the whole sequence where it exceeds ``cap``.
 
     Args:
         old_logp: ``[B, T]`` trainer log-probs before the update.
         sample_logp: ``[B, T]`` generator log-probs.
         mask: ``[B, T]``.
-        cap: truncation.
+        cap: the upper bound.
+        mode: one of :data:`TIS_MODES`.
 
     Returns:
-        ``[B, T]`` detached weights.
+        ``[B, T]`` detached weights, 0 off the mask.
     """
-    w = torch.exp((old_logp - sample_logp).detach()).clamp(max=cap)
-    return torch.where(mask.bool(), w, torch.zeros_like(w))
+    if mode not in TIS_MODES:
+        raise ValueError(f"tis_weights: mode={mode!r}; expected one of {TIS_MODES}")
+    keep = mask.bool()
+    diff = torch.where(keep, (old_logp - sample_logp).detach(), torch.zeros_like(old_logp))
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True).expand_as(diff)
+    w = torch.exp(diff)
+    w = w.clamp(max=cap) if mode.endswith("truncate") else torch.where(w > cap, torch.zeros_like(w), w)
+    return torch.where(keep, w, torch.zeros_like(w))
 
 
 def grpo_objective(
@@ -253,7 +278,7 @@ def grpo_objective(
     if config.tis_cap is not None:
         if sample_logp is None:
             raise ValueError("grpo_objective: config.tis_cap is set but sample_logp [B, T] was not given")
-        adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old_logp, sample_logp, mask, config.tis_cap)
+        adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old_logp, sample_logp, mask, config.tis_cap, config.tis_mode)
     mask_f = mask.to(logp.dtype)
     kw = dict(eps_low=config.eps_low, eps_high=config.eps_high, reduction=config.reduction, max_len=config.max_len)
     if config.kl_bias_correction and config.beta > 0:
@@ -401,7 +426,7 @@ class GRPOLoss(torch.nn.Module):
         if cfg.tis_cap is not None:
             if sample is None:
                 raise ValueError(f"GRPOLoss: config.tis_cap is set but {k.sample_log_prob!r} [B, T] is missing")
-            adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old, sample, full_mask, cfg.tis_cap)
+            adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old, sample, full_mask, cfg.tis_cap, cfg.tis_mode)
         if adv.ndim == 2:
             adv = adv[:, :width]
         loss, stats = kernels.fused_linear_pg_loss(

@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
+from tdrl.llm.losses import TIS_MODES, GRPOLossConfig
+
 __all__ = [
     "TRLName",
     "TRLTable",
@@ -40,6 +42,7 @@ __all__ = [
     "accept_trl_names",
     "translate",
     "trl_table_markdown",
+    "write_readme_table",
 ]
 
 LOSS_TYPES = {"grpo": "sequence", "bnpo": "token", "dapo": "token", "dr_grpo": "constant"}
@@ -147,8 +150,6 @@ def _positive(name: str, value):
 # ----------------------------------------------------------------------------- GRPOConfig
 def _grpo_finish(out: dict, given: dict) -> None:
     """Batch sizes (TRL counts completions per device and micro-step) and the loss options."""
-    from tdrl.llm.losses import GRPOLossConfig
-
     pdb = given.get("per_device_train_batch_size")
     spg = given.get("steps_per_generation")
     gbs = given.get("generation_batch_size")
@@ -169,6 +170,7 @@ def _grpo_finish(out: dict, given: dict) -> None:
                              f", or generation_batch_size) is not divisible by num_generations={group}")
         out["prompts_per_step"] = gbs // group
     loss_kw = {k[len("loss."):]: out.pop(k) for k in list(out) if k.startswith("loss.")}
+    _importance_sampling(loss_kw, given)
     if "loss.eps_low" in given.get("_targets", ()) and "eps_high" not in loss_kw:
         loss_kw["eps_high"] = loss_kw["eps_low"]  # TRL: epsilon_high defaults to epsilon
     if not loss_kw:
@@ -180,6 +182,30 @@ def _grpo_finish(out: dict, given: dict) -> None:
         out["loss"] = GRPOLossConfig.preset(base, **loss_kw)
     else:
         out["loss"] = base.update(**loss_kw)
+
+
+def _importance_sampling(loss_kw: dict, given: dict) -> None:
+    """TRL's vLLM importance-sampling names: any of them turns the correction on, with TRL's
+    defaults (cap 3.0, ``"sequence_mask"``) for what is not given; ``..._correction=False`` with
+    a cap or mode is refused (it would have no effect)."""
+    names = ("vllm_importance_sampling_clip_max", "vllm_importance_sampling_cap", "vllm_importance_sampling_mode")
+    on = given.get("vllm_importance_sampling_correction")
+    rest = [n for n in names if n in given]
+    if on is None and not rest:
+        return
+    if on is not None and not isinstance(on, bool):
+        raise ValueError(f"GRPOConfig: vllm_importance_sampling_correction={on!r}: expected True or False")
+    if on is False:
+        if rest:
+            raise ValueError(f"GRPOConfig: vllm_importance_sampling_correction=False turns the correction off; drop {rest}")
+        return
+    if "vllm_importance_sampling_clip_max" in given and "vllm_importance_sampling_cap" in given:
+        raise ValueError("GRPOConfig: give vllm_importance_sampling_clip_max or vllm_importance_sampling_cap, not both")
+    cap = given.get("vllm_importance_sampling_clip_max", given.get("vllm_importance_sampling_cap", 3.0))
+    for key, value in (("tis_cap", cap), ("tis_mode", given.get("vllm_importance_sampling_mode", "sequence_mask"))):
+        if key in loss_kw:
+            raise ValueError(f"GRPOConfig: loss.{key} was given twice (tdrl's name and TRL's): give one")
+        loss_kw[key] = value
 
 
 GRPO_CONFIG_NAMES = TRLTable("GRPOConfig", (
@@ -213,9 +239,16 @@ GRPO_CONFIG_NAMES = TRLTable("GRPOConfig", (
     *_COMMON[5:],
     TRLName("use_vllm", "noop", accepts=_off,
             note="`False` accepted; `True` refused: pass `generator=VLLMGenerator(path, tokenizer, ...)` to `GRPOTrainer`"),
-    TRLName("vllm_importance_sampling_correction", "noop", accepts=_off,
-            note="`False` accepted; `True` refused: `GRPOLossConfig(tis_cap=...)` with a `VLLMGenerator` (per-token truncation)"),
-    TRLName("vllm_importance_sampling_cap", "refuse", "`GRPOLossConfig(tis_cap=...)`", note="per-token truncation"),
+    TRLName("vllm_importance_sampling_correction", "combine", "loss.tis_cap",
+            note="`True` turns on the correction of the generator's samples with TRL's defaults: `tis_cap=3.0`, "
+                 "`tis_mode=\"sequence_mask\"`; it needs generator log-probs (`VLLMGenerator`, or async generation)"),
+    TRLName("vllm_importance_sampling_mode", "combine", "loss.tis_mode",
+            convert=_choice("vllm_importance_sampling_mode", {m: m for m in TIS_MODES}),
+            defaults=("\"sequence_mask\"", "\"token_truncate\"")),
+    TRLName("vllm_importance_sampling_clip_max", "combine", "loss.tis_cap", defaults=("3.0", "None (off)")),
+    TRLName("vllm_importance_sampling_cap", "combine", "loss.tis_cap", note="TRL's older name of `..._clip_max`"),
+    TRLName("vllm_importance_sampling_clip_min", "noop", accepts=lambda v: v is None,
+            note="`None` accepted; a lower bound refused: tdrl bounds the weight from above only"),
     TRLName("log_completions", "noop", accepts=_off,
             note="`False` accepted; `True` refused: the last round's completions are `trainer.last_completions`"),
     TRLName("remove_unused_columns", "noop", accepts=_off, note="`False` accepted (every column reaches the rewards); `True` refused"),
@@ -388,3 +421,17 @@ def trl_table_markdown() -> str:
             if row.defaults is not None:
                 parts.append(f"| `{table.owner}` | `{row.trl}` | {row.defaults[0]} | {row.defaults[1]} |")
     return "\n".join(parts) + "\n"
+
+
+_MARKERS = ("<!-- trl-names:begin -->\n", "<!-- trl-names:end -->")
+
+
+def write_readme_table(path: str) -> None:
+    """Replace the text between the ``trl-names`` markers of ``path`` with :func:`trl_table_markdown`
+    (``python -c "from tdrl.llm.trl_names import write_readme_table as w; w('packages/llm/README.md')"``)."""
+    with open(path) as fh:
+        text = fh.read()
+    begin, end = text.index(_MARKERS[0]) + len(_MARKERS[0]), text.index(_MARKERS[1])
+    with open(path, "w") as fh:
+        fh.write(text[:begin] + trl_table_markdown() + text[end:])
+
