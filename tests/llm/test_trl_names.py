@@ -126,6 +126,11 @@ def test_trainers_take_trls_keywords(tiny, task):
                     callbacks=[])
     with pytest.raises(ValueError, match="reward models by name"):
         GRPOTrainer(model=model, reward_funcs="some/reward-model", train_dataset=train, processing_class=tok)
+    with pytest.raises(TypeError, match="second positional argument is the tokenizer"):
+        GRPOTrainer(model, reward, GRPOConfig(), train)  # TRL's positional order (model, reward_funcs, args, ...)
+    with pytest.raises(ValueError, match="2 reward functions but 1 reward_weights"):
+        GRPOTrainer(model="no/such/model", reward_funcs=[reward, reward], args=GRPOConfig(reward_weights=[1.0]),
+                    train_dataset=train)  # refused before any model is loaded
     sft = SFTTrainer(model=model, args=SFTConfig(max_steps=1, per_device_train_batch_size=8, disable_tqdm=True),
                      train_dataset=train, eval_dataset=test, processing_class=tok)
     before = sft.evaluate()["eval_loss"]

@@ -33,6 +33,10 @@ def model_and_tokenizer(model, tokenizer, owner: str, peft_config=None):
     with :func:`tdrl.llm.models.load_model_and_tokenizer`; its tokenizer is used unless one is given.
     A ``peft_config`` (TRL's keyword, e.g. a ``peft.LoraConfig``) wraps the model with
     ``peft.get_peft_model``."""
+    if tokenizer is not None and not hasattr(tokenizer, "decode"):
+        raise TypeError(f"{owner}: the second positional argument is the tokenizer (tdrl's order: model, tokenizer, "
+                        f"...), got {type(tokenizer).__name__}; with TRL's order pass keywords "
+                        "(reward_funcs=, args=, train_dataset=, processing_class=)")
     if isinstance(model, (str, os.PathLike)):
         from tdrl.llm.models import load_model_and_tokenizer
 

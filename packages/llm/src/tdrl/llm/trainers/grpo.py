@@ -260,17 +260,22 @@ class GRPOTrainer(TrainerBase):
     ):
         self.config = cfg = config or GRPOConfig()
         if reward_fns is None or train_dataset is None:
-            raise TypeError("GRPOTrainer: reward_fns (TRL: reward_funcs) and train_dataset are required")
+            raise TypeError("GRPOTrainer: reward_fns (TRL: reward_funcs) and train_dataset are required (positional "
+                            "order: model, tokenizer, reward_fns, train_dataset, config; TRL's order needs keywords)")
         if not isinstance(cfg, GRPOConfig):
             raise TypeError(f"GRPOTrainer: config (TRL: args) must be a GRPOConfig, got {type(cfg).__name__}")
         if cfg.async_generation and generator is not None:
             raise ValueError("GRPOConfig.async_generation=True needs the default generator (generator=None): "
                              "it generates with a snapshot copy of the model")
+        reward_fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
+        if cfg.reward_weights is not None and len(cfg.reward_weights) != len(reward_fns):
+            raise ValueError(f"GRPOTrainer: {len(reward_fns)} reward functions but {len(cfg.reward_weights)} "
+                             "reward_weights in the config: give one weight per function (checked before loading the model)")
         model, tokenizer = model_and_tokenizer(model, tokenizer, "GRPOTrainer", peft_config)
         self.eval_dataset = eval_dataset
         self.rank, self.world_size = dist_info()
         self.tokenizer = tokenizer
-        self.reward_fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
+        self.reward_fns = reward_fns
         self.model = model
         if cfg.fsdp:
             check_fsdp("GRPOConfig")
