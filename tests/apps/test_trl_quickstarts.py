@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
+
+import pytest
 
 import torch
 
@@ -18,6 +21,30 @@ def _example(name: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _calls(name: str) -> dict[str, list[str]]:
+    """The keywords of each tdrl config / trainer call in an example's source."""
+    tree = ast.parse((REPO / "apps" / "examples" / f"{name}.py").read_text())
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith(("Config", "Trainer")):
+            found.setdefault(node.func.id, []).extend(k.arg for k in node.keywords)
+    return found
+
+
+@pytest.mark.parametrize("name", ["trl_grpo_quickstart", "trl_sft_quickstart"])
+def test_quickstarts_are_spelled_as_trl_spells_them(name):
+    """Every keyword the ports pass is a TRL name tdrl accepts (no tdrl-only spelling)."""
+    from tdrl.llm import trl_names
+
+    tables = {t.owner: t for t in (trl_names.GRPO_CONFIG_NAMES, trl_names.GRPO_TRAINER_NAMES,
+                                   trl_names.SFT_CONFIG_NAMES, trl_names.SFT_TRAINER_NAMES)}
+    calls = _calls(name)
+    assert {"GRPOConfig", "GRPOTrainer"} <= set(calls) or {"SFTConfig", "SFTTrainer"} <= set(calls)
+    for owner, keywords in calls.items():
+        accepted = {r.trl for r in tables[owner].names if r.kind != "refuse"}
+        assert set(keywords) <= accepted, f"{owner}: {sorted(set(keywords) - accepted)} are not TRL's names"
 
 
 def _changed(before: dict, model) -> bool:

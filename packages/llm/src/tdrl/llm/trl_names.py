@@ -290,6 +290,8 @@ SFT_CONFIG_NAMES = TRLTable("SFTConfig", (
 
 # ----------------------------------------------------------------------------- trainers
 _TRAINER_COMMON = (
+    TRLName("model", "same", "model", note="a model, or a name / local folder / hub id to load"),
+    TRLName("train_dataset", "same", "train_dataset"),
     TRLName("args", "map", "config"),
     TRLName("processing_class", "map", "tokenizer"),
     TRLName("eval_dataset", "same", "eval_dataset", note="kept for `trainer.evaluate()` (TRL: `eval_strategy`, off by default)"),
