@@ -42,6 +42,9 @@ README = Path(__file__).resolve().parents[2] / "packages" / "llm" / "README.md"
      dict(minibatch_size=8, grad_accum=2, prompts_per_step=4, group_size=4)),
     (dict(per_device_train_batch_size=8, num_generations=4), dict(minibatch_size=8, prompts_per_step=2, group_size=4)),
     (dict(generation_batch_size=32, num_generations=8), dict(prompts_per_step=4)),
+    # TRL's max_steps counts optimiser steps: 2 iterations x (16 completions / 8 a step) = 4 a round
+    (dict(max_steps=12, num_iterations=2, per_device_train_batch_size=8, steps_per_generation=2, num_generations=4),
+     dict(steps=3, epochs=2, minibatch_size=8, prompts_per_step=4, group_size=4)),
     (dict(use_vllm=False, report_to="none", bf16=False, log_completions=False), dict()),  # no effect here
     # TRL's IS correction: on with its defaults (cap 3, sequence_mask), or as given
     (dict(vllm_importance_sampling_correction=True), dict(loss=GRPOLossConfig(tis_cap=3.0, tis_mode="sequence_mask"))),
@@ -91,6 +94,7 @@ def test_loss_strings_are_not_truthy_traps():
     (dict(minibatch_size=8, per_device_train_batch_size=8), r"not both"),
     (dict(num_generations=3, per_device_train_batch_size=8), r"not divisible by num_generations=3"),
     (dict(vllm_importance_sampling_mode="tok"), r"sequence_mask.*token_mask"),
+    (dict(max_steps=5, num_iterations=2), r"max_steps=5 .*rounds of 2 optimiser steps"),
     (dict(vllm_importance_sampling_correction=False, vllm_importance_sampling_cap=2.0), r"turns the correction off"),
 ])
 def test_grpo_refuses_with_the_valid_values(kwargs, message):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from tdrl.llm.losses import TIS_MODES, GRPOLossConfig
@@ -75,12 +75,12 @@ class TRLName:
 
 @dataclass(frozen=True)
 class TRLTable:
-    """The TRL names one class accepts, and a ``finish`` step for the settings that combine
-    several names (batch sizes, the loss options)."""
+    """The TRL names one class accepts, and a ``finish(out, given, defaults)`` step for the settings
+    that combine several names (batch sizes, the loss options); ``defaults`` are the class's."""
 
     owner: str
     names: tuple[TRLName, ...]
-    finish: Callable[[dict, dict], None] | None = None
+    finish: Callable[[dict, dict, dict], None] | None = None
     rows: dict[str, TRLName] = field(init=False)
 
     def __post_init__(self):
@@ -148,13 +148,14 @@ def _positive(name: str, value):
 
 
 # ----------------------------------------------------------------------------- GRPOConfig
-def _grpo_finish(out: dict, given: dict) -> None:
-    """Batch sizes (TRL counts completions per device and micro-step) and the loss options."""
+def _grpo_finish(out: dict, given: dict, defaults: dict) -> None:
+    """Batch sizes (TRL counts completions per device and micro-step), ``max_steps`` (TRL counts
+    optimiser steps, tdrl rounds) and the loss options."""
     pdb = given.get("per_device_train_batch_size")
     spg = given.get("steps_per_generation")
     gbs = given.get("generation_batch_size")
-    ga = out.get("grad_accum", 1)
-    group = out.get("group_size", 8)
+    ga = out.get("grad_accum", defaults["grad_accum"])
+    group = out.get("group_size", defaults["group_size"])
     if spg is not None and gbs is not None:
         raise ValueError("GRPOConfig: give steps_per_generation or generation_batch_size, not both (as in TRL)")
     if pdb is not None:
@@ -169,6 +170,14 @@ def _grpo_finish(out: dict, given: dict) -> None:
             raise ValueError(f"GRPOConfig: {gbs} completions per generation (per_device_train_batch_size x steps_per_generation"
                              f", or generation_batch_size) is not divisible by num_generations={group}")
         out["prompts_per_step"] = gbs // group
+    if "steps" in given["_targets"]:  # from max_steps
+        rollout = out.get("prompts_per_step", defaults["prompts_per_step"]) * group
+        per_round = out.get("epochs", defaults["epochs"]) * (rollout // (out.get("minibatch_size") or rollout))
+        if out["steps"] % per_round:
+            raise ValueError(f"GRPOConfig: max_steps={out['steps']} optimiser steps is not a whole number of generation "
+                             f"rounds of {per_round} optimiser steps (num_iterations x steps_per_generation / "
+                             "gradient_accumulation_steps): give a multiple of it")
+        out["steps"] //= per_round
     loss_kw = {k[len("loss."):]: out.pop(k) for k in list(out) if k.startswith("loss.")}
     _importance_sampling(loss_kw, given)
     if "loss.eps_low" in given.get("_targets", ()) and "eps_high" not in loss_kw:
@@ -213,8 +222,9 @@ GRPO_CONFIG_NAMES = TRLTable("GRPOConfig", (
     TRLName("max_completion_length", "map", "max_new_tokens", defaults=("512", "32")),
     TRLName("learning_rate", "map", "lr", defaults=("1e-6", "1e-5")),
     TRLName("max_steps", "map", "steps", convert=lambda v: _positive("max_steps", v), defaults=("-1 (3 epochs)", "100"),
-            note="tdrl counts generation rounds; equal to TRL's optimiser steps when a round is one optimiser step "
-                 "(`num_iterations=1`, `steps_per_generation` = `gradient_accumulation_steps`, TRL's defaults)"),
+            note="TRL counts optimiser steps, tdrl generation rounds: `steps` = `max_steps` / (optimiser steps a round "
+                 "= `num_iterations` x `steps_per_generation` / `gradient_accumulation_steps`, 1 on TRL's defaults); "
+                 "a count that is not a whole number of rounds is refused"),
     *_COMMON[:5],
     TRLName("per_device_train_batch_size", "combine", "minibatch_size", defaults=("8 (1 prompt x 8 a step)", "16 prompts x 8 a round"),
             note="completions per optimiser step = `per_device_train_batch_size` x `gradient_accumulation_steps`"),
@@ -260,10 +270,10 @@ GRPO_CONFIG_NAMES = TRLTable("GRPOConfig", (
 
 
 # ----------------------------------------------------------------------------- SFTConfig
-def _sft_finish(out: dict, given: dict) -> None:
+def _sft_finish(out: dict, given: dict, defaults: dict) -> None:
     pdb = given.get("per_device_train_batch_size")
     if pdb is not None:
-        out["batch_size"] = _positive("per_device_train_batch_size", pdb) * out.get("grad_accum", 1)
+        out["batch_size"] = _positive("per_device_train_batch_size", pdb) * out.get("grad_accum", defaults["grad_accum"])
 
 
 SFT_CONFIG_NAMES = TRLTable("SFTConfig", (
@@ -322,13 +332,14 @@ def _no_reward_model(value):
 
 
 # ----------------------------------------------------------------------------- translation
-def translate(table: TRLTable, kwargs: dict[str, Any], own: set[str]) -> dict[str, Any]:
+def translate(table: TRLTable, kwargs: dict[str, Any], own: set[str], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """Translate TRL's keywords into tdrl's.
 
     Args:
         table: the names the class accepts.
         kwargs: the keywords given (tdrl's, TRL's or both).
         own: tdrl's own keyword names of the class.
+        defaults: their default values (what the combined settings start from).
 
     Returns:
         The keywords in tdrl's names (``"loss.x"`` targets folded into ``loss`` by the
@@ -367,7 +378,7 @@ def translate(table: TRLTable, kwargs: dict[str, Any], own: set[str]) -> dict[st
         out[row.tdrl] = value
         given["_targets"].add(row.tdrl)
     if table.finish is not None:
-        table.finish(out, given)
+        table.finish(out, given, defaults or {})
     return out
 
 
@@ -384,13 +395,16 @@ def accept_trl_names(table: TRLTable) -> Callable[[type], type]:
         init = cls.__init__
         if is_dataclass(cls):
             own = {f.name for f in fields(cls) if f.init}
+            defaults = {f.name: f.default for f in fields(cls) if f.init and f.default is not MISSING}
         else:
-            own = {p for p in inspect.signature(init).parameters if p != "self"}
+            params = inspect.signature(init).parameters
+            own = {p for p in params if p != "self"}
+            defaults = {p: v.default for p, v in params.items() if v.default is not inspect.Parameter.empty}
 
         @functools.wraps(init)
         def __init__(self, *args, **kwargs):
             if any(k not in own for k in kwargs):
-                kwargs = translate(table, kwargs, own)
+                kwargs = translate(table, kwargs, own, defaults)
             init(self, *args, **kwargs)
 
         cls.__init__ = __init__
