@@ -43,8 +43,9 @@ README = Path(__file__).resolve().parents[2] / "packages" / "llm" / "README.md"
     (dict(per_device_train_batch_size=8, num_generations=4), dict(minibatch_size=8, prompts_per_step=2, group_size=4)),
     (dict(generation_batch_size=32, num_generations=8), dict(prompts_per_step=4)),
     # TRL's max_steps counts optimiser steps: 2 iterations x (16 completions / 8 a step) = 4 a round
-    (dict(max_steps=12, num_iterations=2, per_device_train_batch_size=8, steps_per_generation=2, num_generations=4),
-     dict(steps=3, epochs=2, minibatch_size=8, prompts_per_step=4, group_size=4)),
+    (dict(max_steps=12, logging_steps=4, save_steps=8, num_iterations=2, per_device_train_batch_size=8,
+          steps_per_generation=2, num_generations=4),
+     dict(steps=3, log_every=1, checkpoint_every=2, epochs=2, minibatch_size=8, prompts_per_step=4, group_size=4)),
     (dict(use_vllm=False, report_to="none", bf16=False, log_completions=False), dict()),  # no effect here
     # TRL's IS correction: on with its defaults (cap 3, sequence_mask), or as given
     (dict(vllm_importance_sampling_correction=True), dict(loss=GRPOLossConfig(tis_cap=3.0, tis_mode="sequence_mask"))),

@@ -128,8 +128,10 @@ _EPOCHS = TRLName("num_train_epochs", "refuse", "`max_steps` / `steps`", note="t
 _COMMON = (
     TRLName("output_dir", "map", "log_dir", note="the folder of `metrics.csv` and `hparams.json`; checkpoints go to "
                                                  "`checkpoint_path`, the model to `trainer.save_pretrained(folder)`"),
-    TRLName("logging_steps", "map", "log_every", defaults=("10", "1")),
-    TRLName("save_steps", "map", "checkpoint_every", note="checkpoints are written only when `checkpoint_path` is set"),
+    TRLName("logging_steps", "map", "log_every", defaults=("10", "1"),
+            note="in `GRPOConfig` divided like `max_steps` (tdrl counts rounds)"),
+    TRLName("save_steps", "map", "checkpoint_every",
+            note="checkpoints are written only when `checkpoint_path` is set; in `GRPOConfig` divided like `max_steps`"),
     TRLName("gradient_accumulation_steps", "map", "grad_accum"),
     TRLName("disable_tqdm", "map", "progress", convert=lambda v: not v, note="inverted: `progress = not disable_tqdm`"),
     TRLName("seed", "same", "seed"),
@@ -170,14 +172,17 @@ def _grpo_finish(out: dict, given: dict, defaults: dict) -> None:
             raise ValueError(f"GRPOConfig: {gbs} completions per generation (per_device_train_batch_size x steps_per_generation"
                              f", or generation_batch_size) is not divisible by num_generations={group}")
         out["prompts_per_step"] = gbs // group
-    if "steps" in given["_targets"]:  # from max_steps
+    counted = [(t, n) for t, n in (("steps", "max_steps"), ("log_every", "logging_steps"), ("checkpoint_every", "save_steps"))
+               if t in given["_targets"]]  # TRL counts these in optimiser steps, tdrl in rounds
+    if counted:
         rollout = out.get("prompts_per_step", defaults["prompts_per_step"]) * group
         per_round = out.get("epochs", defaults["epochs"]) * (rollout // (out.get("minibatch_size") or rollout))
-        if out["steps"] % per_round:
-            raise ValueError(f"GRPOConfig: max_steps={out['steps']} optimiser steps is not a whole number of generation "
-                             f"rounds of {per_round} optimiser steps (num_iterations x steps_per_generation / "
-                             "gradient_accumulation_steps): give a multiple of it")
-        out["steps"] //= per_round
+        for target, name in counted:
+            if out[target] % per_round:
+                raise ValueError(f"GRPOConfig: {name}={out[target]} optimiser steps is not a whole number of generation "
+                                 f"rounds of {per_round} optimiser steps (num_iterations x steps_per_generation / "
+                                 "gradient_accumulation_steps): give a multiple of it")
+            out[target] //= per_round
     loss_kw = {k[len("loss."):]: out.pop(k) for k in list(out) if k.startswith("loss.")}
     _importance_sampling(loss_kw, given)
     if "loss.eps_low" in given.get("_targets", ()) and "eps_high" not in loss_kw:
