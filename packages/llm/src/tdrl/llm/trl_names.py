@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
+from tdrl.llm.advantages import scale_mode
 from tdrl.llm.losses import TIS_MODES, GRPOLossConfig
 
 __all__ = [
@@ -95,12 +96,6 @@ def _choice(name: str, mapping: Mapping[str, Any], also: str = "") -> Callable[[
         raise ValueError(f"{name}={value!r} is not supported: expected one of {sorted(mapping)}{also}")
 
     return convert
-
-
-def _scale_rewards(value):
-    if value is True or value is False or value in ("group", "batch", "none"):
-        return value
-    raise ValueError(f"scale_rewards={value!r} is not supported: expected 'group' (or True), 'batch' or 'none' (or False)")
 
 
 def _off(value) -> bool:
@@ -245,7 +240,7 @@ GRPO_CONFIG_NAMES = TRLTable("GRPOConfig", (
             note="grpo -> \"sequence\", dapo and bnpo -> \"token\" (the tokens of the rank's whole minibatch, for "
                  "any `grad_accum`; TRL's bnpo counts each micro-batch, its dapo all ranks), dr_grpo -> \"constant\" "
                  "(`max_len` = `max_completion_length`)"),
-    TRLName("scale_rewards", "map", "loss.scale_rewards", convert=_scale_rewards,
+    TRLName("scale_rewards", "map", "loss.scale_rewards", convert=lambda v: scale_mode("GRPOConfig", v),
             note="\"group\" / True, \"batch\" (group mean, batch std), \"none\" / False"),
     TRLName("importance_sampling_level", "map", "loss.sequence_level",
             convert=_choice("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS), note="\"sequence\" is GSPO"),
