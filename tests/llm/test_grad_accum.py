@@ -32,6 +32,19 @@ def test_dapo_token_weights_by_hand():
     assert micro_batch_weights(masks, "constant").tolist() == [0.5, 0.5]
 
 
+def test_dapo_over_ranks_by_hand():
+    """Two ranks whose gradients are averaged: rank 0 holds chunks of 3 and 1 tokens, rank 1 holds 2.
+    DAPO weighs every token of the job 1/6: rank 0's chunk token means get 2 * 3/6 and 2 * 1/6 (the
+    average halves them); bnpo (no all_tokens) keeps rank 0's own token mean."""
+    masks = [torch.tensor([[1, 1, 1]], dtype=torch.bool), torch.tensor([[1, 0, 0]], dtype=torch.bool)]
+    weights = micro_batch_weights(masks, "token", world_size=2, all_tokens=6)
+    assert weights.tolist() == pytest.approx([1.0, 1.0 / 3])
+    per_token = [w / 2 / int(m.sum()) for w, m in zip(weights.tolist(), masks)]  # after the average over 2 ranks
+    assert per_token == pytest.approx([1 / 6, 1 / 6])
+    assert micro_batch_weights(masks, "token", world_size=2).tolist() == [0.75, 0.25]
+    assert micro_batch_weights(masks, "sequence", world_size=2, all_tokens=6).tolist() == [0.5, 0.5]
+
+
 def test_kl_bias_correction_by_hand():
     """``use_bias_correction_kl``: the k3 term times the ratio ``pi/pi_old`` (with its gradient).
     Advantages 0, so the loss is ``beta * mean_t(r_t * k3_t)`` over the two tokens."""

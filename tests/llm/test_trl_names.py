@@ -32,7 +32,7 @@ README = Path(__file__).resolve().parents[2] / "packages" / "llm" / "README.md"
     (dict(epsilon=0.1, epsilon_high=0.28), dict(loss=GRPOLossConfig(eps_low=0.1, eps_high=0.28))),
     (dict(loss_type="grpo"), dict(loss=GRPOLossConfig(reduction="sequence"))),
     (dict(loss_type="dapo"), dict(loss=GRPOLossConfig(reduction="token"))),
-    (dict(loss_type="bnpo"), dict(loss=GRPOLossConfig(reduction="token"))),
+    (dict(loss_type="bnpo"), dict(loss=GRPOLossConfig(reduction="token", token_mean_over_ranks=False))),
     (dict(loss_type="dr_grpo", max_completion_length=24), dict(max_new_tokens=24, loss=GRPOLossConfig(reduction="constant", max_len=24))),
     (dict(scale_rewards=False), dict(loss=GRPOLossConfig(scale_rewards="none"))),
     (dict(importance_sampling_level="sequence"), dict(loss=GRPOLossConfig(sequence_level=True))),

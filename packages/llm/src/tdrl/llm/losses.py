@@ -71,6 +71,9 @@ class GRPOLossConfig:
         scale_rewards: what divides the group-centred rewards (TRL's values): ``"group"`` (or
             ``True``) the group's std, ``"batch"`` the std of the whole round's rewards (Lite PPO,
             arXiv:2508.08221), ``"none"`` (or ``False``) nothing (Dr. GRPO). Stored as the string.
+        token_mean_over_ranks: with ``reduction="token"`` under data parallelism, each token
+            weighs ``1 / (tokens of all ranks' minibatches)`` (TRL's ``dapo``); ``False``: each
+            rank's token mean, averaged over the ranks (TRL's ``bnpo``). Equal on one process.
         kl_bias_correction: multiply the k3 KL term by the importance ratio ``pi / pi_old``
             (TRL's ``use_bias_correction_kl``; DeepSeek-V3.2, arXiv:2512.02556): the estimate is
             then unbiased for samples drawn from ``pi_old``. Needs ``beta > 0`` to matter.
@@ -85,6 +88,7 @@ class GRPOLossConfig:
     tis_cap: float | None = None
     tis_mode: str = "token_truncate"
     scale_rewards: str | bool = "group"
+    token_mean_over_ranks: bool = True
     kl_bias_correction: bool = False
 
     def __post_init__(self):
@@ -152,7 +156,8 @@ def masked_reduce(x: torch.Tensor, mask: torch.Tensor, reduction: str, max_len: 
     return reduce_tokens(torch.where(m > 0, x * m, torch.zeros_like(x)), m, reduction, max_len)
 
 
-def micro_batch_weights(chunk_masks: Sequence[torch.Tensor], reduction: str) -> torch.Tensor:
+def micro_batch_weights(chunk_masks: Sequence[torch.Tensor], reduction: str, world_size: int = 1,
+                        all_tokens: float | None = None) -> torch.Tensor:
     """Weights that make gradient accumulation exact: ``sum_j w_j * loss(chunk_j)`` equals the
     loss of the whole minibatch, for every reduction.
 
@@ -162,18 +167,27 @@ def micro_batch_weights(chunk_masks: Sequence[torch.Tensor], reduction: str) -> 
     minibatch's tokens (each token then weighs ``1 / tokens in the minibatch``, DAPO's
     normaliser), ``"sequence"`` and ``"constant"`` by its share of the rows.
 
+    Under data parallelism (gradients averaged over ``world_size`` ranks) ``all_tokens``, the
+    tokens of the minibatches of all ranks, makes the token mean global (TRL's ``dapo``): chunk
+    ``j`` weighs ``world_size * tokens_j / all_tokens``, so after the average every token of the
+    job weighs ``1 / all_tokens``. Without it each rank's token mean is averaged (``bnpo``).
+
     Args:
         chunk_masks: the chunks' completion masks, each ``[B_j, T_j]``.
         reduction: ``"token"``, ``"sequence"`` or ``"constant"``.
+        world_size: ranks whose gradients are averaged (with ``all_tokens``).
+        all_tokens: with ``"token"``: the completion tokens of all ranks' minibatches.
 
     Returns:
-        ``[n_chunks]`` float32 weights (summing to 1, or all 0 when the minibatch has no token
+        ``[n_chunks]`` float32 weights (summing to 1 on one rank, or all 0 when there is no token
         under ``"token"``).
     """
     if reduction not in _REDUCTIONS:
         raise ValueError(f"micro_batch_weights: unknown reduction {reduction!r}; expected one of {_REDUCTIONS}")
     if reduction == "token":
         counts = torch.stack([m.detach().float().sum().cpu() for m in chunk_masks])
+        if all_tokens is not None:
+            return counts * world_size / max(float(all_tokens), 1.0)
     else:
         counts = torch.tensor([float(m.shape[0]) for m in chunk_masks])
     return counts / counts.sum().clamp(min=1.0)

@@ -180,6 +180,10 @@ def _grpo_finish(out: dict, given: dict, defaults: dict) -> None:
             out[target] //= per_round
     loss_kw = {k[len("loss."):]: out.pop(k) for k in list(out) if k.startswith("loss.")}
     _importance_sampling(loss_kw, given)
+    if "loss_type" in given:
+        loss_kw["reduction"] = LOSS_TYPES[given["loss_type"]]
+        if given["loss_type"] in ("dapo", "bnpo"):
+            loss_kw["token_mean_over_ranks"] = given["loss_type"] == "dapo"
     if "loss.eps_low" in given.get("_targets", ()) and "eps_high" not in loss_kw:
         loss_kw["eps_high"] = loss_kw["eps_low"]  # TRL: epsilon_high defaults to epsilon
     if not loss_kw:
@@ -235,11 +239,12 @@ GRPO_CONFIG_NAMES = TRLTable("GRPOConfig", (
     TRLName("beta", "map", "loss.beta"),
     TRLName("epsilon", "map", "loss.eps_low", note="also `loss.eps_high` unless `epsilon_high` is given, as in TRL"),
     TRLName("epsilon_high", "map", "loss.eps_high"),
-    TRLName("loss_type", "map", "loss.reduction", defaults=("\"dapo\"", "\"sequence\" (grpo)"),
-            convert=_choice("loss_type", LOSS_TYPES, " (tdrl has no cispo / sapo / luspo / vespo)"),
-            note="grpo -> \"sequence\", dapo and bnpo -> \"token\" (the tokens of the rank's whole minibatch, for "
-                 "any `grad_accum`; TRL's bnpo counts each micro-batch, its dapo all ranks), dr_grpo -> \"constant\" "
-                 "(`max_len` = `max_completion_length`)"),
+    TRLName("loss_type", "combine", "loss.reduction", defaults=("\"dapo\"", "\"sequence\" (grpo)"),
+            convert=_choice("loss_type", {k: k for k in LOSS_TYPES}, " (tdrl has no cispo / sapo / luspo / vespo)"),
+            note="grpo -> \"sequence\"; dapo -> \"token\" (each token 1 / tokens of all ranks' minibatches); bnpo -> "
+                 "\"token\" with `token_mean_over_ranks=False` (each rank's whole minibatch: TRL's counts each "
+                 "micro-batch, so its gradient changes with `gradient_accumulation_steps`, tdrl's does not); "
+                 "dr_grpo -> \"constant\" (`max_len` = `max_completion_length`)"),
     TRLName("scale_rewards", "map", "loss.scale_rewards", convert=lambda v: scale_mode("GRPOConfig", v),
             note="\"group\" / True, \"batch\" (group mean, batch std), \"none\" / False"),
     TRLName("importance_sampling_level", "map", "loss.sequence_level",

@@ -33,6 +33,7 @@ from tdrl.core.train import Logger, ProgressBar, Run
 from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
+    all_reduce_sum,
     check_int,
     check_number,
     dist_info,
@@ -485,11 +486,17 @@ class GRPOTrainer(TrainerBase):
     def accumulate(self, mb: TensorDict, micro: int, sums: dict[str, torch.Tensor] | None = None) -> tuple[TensorDict, ...]:
         """Zero the gradients and backpropagate one minibatch's loss in micro-batches of ``micro``
         rows. Chunk ``j`` is weighted by :func:`~tdrl.llm.losses.micro_batch_weights`, so the
-        gradient equals the whole minibatch's for every reduction (DAPO's token mean included).
+        gradient equals the whole minibatch's for every reduction (DAPO's token mean included,
+        over the minibatches of all ranks under data parallelism unless
+        ``loss.token_mean_over_ranks`` is off).
         Adds each chunk's detached outputs into ``sums``; returns the chunks."""
         self.optimizer.zero_grad(set_to_none=True)
         chunks = mb.split(micro)
-        weights = micro_batch_weights([c[K.COMPLETION_MASK] for c in chunks], self.config.loss.reduction).tolist()
+        masks, loss_cfg = [c[K.COMPLETION_MASK] for c in chunks], self.config.loss
+        all_tokens = None
+        if loss_cfg.reduction == "token" and loss_cfg.token_mean_over_ranks and self.world_size > 1:
+            all_tokens = all_reduce_sum(float(mb[K.COMPLETION_MASK].sum()))
+        weights = micro_batch_weights(masks, loss_cfg.reduction, self.world_size, all_tokens).tolist()
         for j, (chunk, w) in enumerate(zip(chunks, weights)):
             sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
             with sync:
