@@ -150,3 +150,13 @@ def test_readme_table_is_the_generated_one():
     for table in (GRPO_CONFIG_NAMES, GRPO_TRAINER_NAMES, SFT_CONFIG_NAMES, SFT_TRAINER_NAMES):
         for row in table.names:
             assert f"| `{row.trl}` |" in found.group(1)
+
+
+def test_peft_config_wraps_the_model(tiny, task):
+    peft = pytest.importorskip("peft")
+    folder, model, tok = tiny
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = SFTTrainer(model=model, args=SFTConfig(max_steps=1, per_device_train_batch_size=8, disable_tqdm=True),
+                         train_dataset=task.splits(16, 4)[0], processing_class=tok, peft_config=config)
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable), "only the adapters train, as with TRL's peft_config"
