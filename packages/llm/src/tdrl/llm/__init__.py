@@ -31,6 +31,7 @@ from tdrl.llm.losses import (
     grpo_objective,
     k3_kl,
     masked_reduce,
+    micro_batch_weights,
     sequence_level_logprobs,
     tis_weights,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "logprobs_from_hidden",
     "make_tiny_lm",
     "masked_reduce",
+    "micro_batch_weights",
     "model_installed",
     "math_answer_reward",
     "number_only_format_reward",
