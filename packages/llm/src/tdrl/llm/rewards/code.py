@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 
 from tdrl.llm.rewards.compute import map_bounded
+from tdrl.llm.rewards.workers import thread_safe_reward
 from tdrl.llm.rewards.sandbox import SandboxResult, check_sandbox_mode, run_python_sandboxed, sandbox_mode
 
 __all__ = ["SandboxResult", "run_python_sandboxed", "sandbox_mode", "extract_code", "code_execution_reward"]
@@ -68,4 +69,4 @@ def code_execution_reward(timeout: float = 5.0, memory_mb: int = 512, workers: i
         return map_bounded(run_one, list(zip(completions, tests, strict=True)), workers)
 
     reward.__name__ = "code_execution_reward"
-    return reward
+    return thread_safe_reward(reward)
