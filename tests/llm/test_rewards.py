@@ -144,6 +144,11 @@ def test_code_reward_mode_is_reachable_and_fails_closed(monkeypatch, tmp_path):
     with pytest.raises(sandbox.SandboxUnavailable, match="No permissions to create new namespace"):
         reward(None, [f"open({str(marker)!r}, 'w').write('x')"], tests=["pass"])
     assert not marker.exists()
+    # a setup error, not a sample's: never scored 0 and trained on, whatever on_error says
+    with pytest.raises(sandbox.SandboxUnavailable):
+        compute_rewards([reward], ["p"], [f"open({str(marker)!r}, 'w').write('x')"], {"tests": ["pass"]},
+                        timeout=5.0, on_error="zero")
+    assert not marker.exists()
     monkeypatch.setattr(sandbox, "_fallback_warned", True)
     with pytest.warns(RuntimeWarning, match="NOT isolation"):
         assert code_execution_reward(timeout=2.0, mode="rlimit")(None, ["x = 1"], tests=["assert x == 1"]) == [1.0]

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from tdrl.core.threads import carry_num_threads, thread_initializer
+from tdrl.llm.rewards.sandbox import SandboxUnavailable
 from tdrl.llm.rewards.workers import (
     RewardTimeout,
     call_in_worker,
@@ -289,6 +290,9 @@ def compute_rewards(
     - ``"zero"``: every failure scores 0 and is counted (training never stops for a reward);
     - ``"raise"``: the first failure of any kind (a raise, a timeout, a wrong count) is raised.
 
+    :class:`tdrl.llm.rewards.sandbox.SandboxUnavailable` (the code sandbox cannot isolate
+    programs on this machine) is always raised as is: it is a setup error, not a sample's.
+
     A function that does not return within ``timeout`` seconds (its worker process is killed; a
     coroutine is cancelled; a function marked ``thread_safe_reward`` is left running in its
     thread), returns the wrong number of values, or returns a value
@@ -342,6 +346,8 @@ def compute_rewards(
         try:
             values = _checked(call_with_timeout(call, timeout, f"reward function {name}", is_async_reward(fn),
                                                 runs_in_thread(fn)), n)
+        except SandboxUnavailable:
+            raise  # the machine cannot isolate code: a setup error for every sample, whatever on_error says
         except RewardTimeout as exc:
             if on_error == "raise":
                 raise RewardFunctionError(f"{exc} (GRPOConfig.on_reward_error='raise')") from exc
