@@ -57,8 +57,8 @@ from dataclasses import dataclass
 
 from tdrl.llm.rewards.cgroups import PREFIX, SandboxCgroup, sweep_leftovers
 
-__all__ = ["SANDBOX_MODES", "SandboxResult", "SandboxUnavailable", "check_sandbox_mode", "run_python_sandboxed", "sandbox_mode",
-           "sandbox_problem"]
+__all__ = ["SANDBOX_MODES", "SandboxResult", "SandboxUnavailable", "check_sandbox_mode", "run_python_sandboxed",
+           "sandbox_mode", "sandbox_problem"]
 
 log = logging.getLogger(__name__)
 
