@@ -65,8 +65,9 @@ class GRPOConfig:
         reward_weights: one weight per reward function (default all 1).
         reward_timeout: seconds each reward function may take per round (default 60); one that
             takes longer scores 0 for the round and is counted in ``reward_errors`` /
-            ``reward_timeouts`` (a coroutine reward, ``async def``, is cancelled; a blocking one's
-            thread is left running: Python threads cannot be killed).
+            ``reward_timeouts`` (each call runs in a forked worker process, killed at the limit;
+            a coroutine reward is cancelled; one marked ``thread_safe_reward`` runs in a thread,
+            left running: see :mod:`tdrl.llm.rewards.workers`).
             ``None`` or ``0``: no limit, the function runs in the trainer's thread.
         on_reward_error: what a reward function that raises does
             (:func:`tdrl.llm.rewards.compute_rewards`): ``"raise_if_all"`` (default) stops the run
