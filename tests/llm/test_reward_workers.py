@@ -61,7 +61,7 @@ def test_a_spinning_reward_and_what_it_started_are_killed(tmp_path):
         while True:
             pass
 
-    before = threading.active_count()
+    before, fds = threading.active_count(), len(os.listdir("/proc/self/fd"))
     t = time.monotonic()
     with pytest.raises(RewardTimeout, match="worker process was killed"):
         call_with_timeout(lambda: spins(["p"], ["c"]), timeout=1.0, name="reward function spins")
@@ -71,6 +71,7 @@ def test_a_spinning_reward_and_what_it_started_are_killed(tmp_path):
     for pid in (worker, grandchild):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
     _no_leftovers(before)
+    assert len(os.listdir("/proc/self/fd")) == fds  # the worker's pipe is closed too
 
 
 def test_closures_and_lambdas_need_no_pickling_and_errors_come_back():
