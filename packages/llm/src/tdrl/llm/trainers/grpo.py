@@ -74,8 +74,9 @@ class GRPOConfig:
         reward_weights: one weight per reward function (default all 1).
         reward_timeout: seconds each reward function may take per round (default 60); one that
             takes longer scores 0 for the round and is counted in ``reward_errors`` /
-            ``reward_timeouts`` (a coroutine reward, ``async def``, is cancelled; a blocking one's
-            thread is left running: Python threads cannot be killed).
+            ``reward_timeouts`` (each call runs in a forked worker process, killed at the limit;
+            a coroutine reward is cancelled; one marked ``thread_safe_reward`` runs in a thread,
+            left running: see :mod:`tdrl.llm.rewards.workers`).
             ``None`` or ``0``: no limit, the function runs in the trainer's thread.
         on_reward_error: what a reward function that raises does
             (:func:`tdrl.llm.rewards.compute_rewards`): ``"raise_if_all"`` (default) stops the run
@@ -110,6 +111,8 @@ class GRPOConfig:
             caps each turn.
         tool_timeout: seconds per tool call (the sandbox is killed after it; an error text).
         tool_workers: tool calls run at once.
+        tool_sandbox: the code sandbox's mode for tool calls: ``"bwrap"`` (default) isolated, or
+            the run stops with bubblewrap's error; ``"rlimit"``: NOT isolation, only by name.
         gradient_checkpointing: recompute each decoder layer's activations in the backward pass
             (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
             per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
@@ -154,6 +157,7 @@ class GRPOConfig:
     max_turns: int = 3
     tool_timeout: float = 2.0
     tool_workers: int = 4
+    tool_sandbox: str = "bwrap"
     gradient_checkpointing: bool = False
     fsdp: bool = False
     seed: int = 0
@@ -187,7 +191,7 @@ class GRPOConfig:
         check_number(own, "loss.beta", self.loss.beta, ge=0)
         check_number(own, "tool_timeout", self.tool_timeout, gt=0)
         self.tools = (self.tools,) if isinstance(self.tools, str) else tuple(self.tools or ())
-        make_tool(self.tools)  # checks the names (building a PythonTool starts nothing)
+        make_tool(self.tools, mode=self.tool_sandbox)  # checks names and mode (building a PythonTool starts nothing)
         if self.reward_timeout is not None:
             check_number(own, "reward_timeout", self.reward_timeout, ge=0)
         if self.on_reward_error not in ON_REWARD_ERROR:
@@ -296,7 +300,7 @@ class GRPOTrainer(TrainerBase):
         self.generator = generator or HFGenerator(
             model, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, share_prefix=cfg.share_prefix is not False
         )
-        self.tool = make_tool(cfg.tools, cfg.tool_timeout)
+        self.tool = make_tool(cfg.tools, cfg.tool_timeout, cfg.tool_sandbox)
         self.sampler = PromptSampler(train_dataset, cfg.prompts_per_step, cfg.seed, self.rank, self.world_size)
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
