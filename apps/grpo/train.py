@@ -85,6 +85,9 @@ class Config(LMRunConfig):
     """With tool: policy turns at most per conversation (max_new_tokens caps each)."""
     tool_timeout: float = 2.0
     """With tool: seconds per tool call."""
+    tool_sandbox: str = "bwrap"
+    """With tool: code sandbox mode, bwrap (isolated, or the run stops naming bubblewrap's error) or
+    rlimit (NOT isolation: only for trusted code)."""
     sft_tool_fraction: float = 0.1
     """task=tool_arithmetic: fraction of SFT problems whose first turn calls the tool."""
     sft_steps: int = 150
@@ -157,6 +160,7 @@ class Config(LMRunConfig):
             seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
             async_generation=self.async_generation, gradient_checkpointing=self.gradient_checkpointing, fsdp=self.fsdp,
             tools=(self.tool,) if self.tool else (), max_turns=self.max_turns, tool_timeout=self.tool_timeout,
+            tool_sandbox=self.tool_sandbox,
         )
 
     def sft_config(self) -> SFTConfig:
@@ -179,7 +183,7 @@ def main_job(cfg: Config) -> dict:
 
         sft_ds = datasets.Dataset.from_list(task.demonstrations(cfg.n_train, cfg.seed, cfg.sft_tool_fraction,
                                                                 tokenizer.eos_token))
-    tool = make_tool((cfg.tool,) if cfg.tool else (), cfg.tool_timeout)
+    tool = make_tool((cfg.tool,) if cfg.tool else (), cfg.tool_timeout, cfg.tool_sandbox)
     tool_rates: list[float] = []  # held-out tool-call rate at each accuracy check (with a tool)
 
     def accuracy() -> float:

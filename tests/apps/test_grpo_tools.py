@@ -27,6 +27,7 @@ def test_tool_settings_are_checked_before_any_work():
     app = load_app("grpo")
     for bad, match in ((["task=tool_arithmetic"], "needs tool=python"), (["task=nope"], "task"),
                        (["tool=calc"], "unknown tool"), (["tool=python", "max_turns=0"], "max_turns"),
+                       (["tool=python", "tool_sandbox=none"], "mode='none'"),
                        (["-cn", "tools_tiny", "sft_tool_fraction=2"], "sft_tool_fraction")):
         overrides = [o for o in bad if o != "-cn" and o != "tools_tiny"]
         recipe = "tools_tiny" if "-cn" in bad else None

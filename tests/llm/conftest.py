@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 
 import pytest
 
@@ -26,3 +27,12 @@ def tiny(_tiny):
     """``(folder, model, tokenizer)``; the model is a fresh copy for each test."""
     folder, model, tok = _tiny
     return folder, copy.deepcopy(model), tok
+
+
+@pytest.fixture
+def needs_bwrap():
+    """Skips a test that runs model-written code when bubblewrap is not installed. Where it is
+    installed but cannot start, the test runs and fails with bubblewrap's own error: the sandbox
+    fails closed, and so do its tests."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (the code sandbox needs it): apt-get install bubblewrap")

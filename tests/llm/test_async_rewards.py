@@ -13,6 +13,7 @@ from tdrl.llm import code_execution_reward, compute_rewards, math_answer_reward
 from tdrl.llm.rewards.compute import RewardFunctionError, is_async_reward, map_bounded
 
 
+@pytest.mark.usefixtures("needs_bwrap")
 def test_parallel_code_reward_is_faster_with_the_same_scores():
     """8 programs that each sleep 0.3 s, half failing their test: 4 workers take about a quarter
     of the sequential time (measured; >= 1.8x asked), and every score is the sequential one."""
@@ -33,6 +34,7 @@ def test_parallel_code_reward_is_faster_with_the_same_scores():
     assert t_seq / t_par >= 1.8, (t_seq, t_par)
 
 
+@pytest.mark.usefixtures("needs_bwrap")
 def test_parallel_code_reward_keeps_the_per_program_timeout():
     reward = code_execution_reward(timeout=0.5, workers=4)
     completions = ["while True:\n    pass"] * 3 + ["x = 1"]

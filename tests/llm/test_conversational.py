@@ -25,6 +25,7 @@ from tdrl.llm import (
     render_prompts,
     tokenize_sft,
 )
+from tdrl.llm.rewards import thread_safe_reward
 
 TEMPLATE = (
     "{% for m in messages %}"
@@ -139,6 +140,9 @@ def test_grpo_hands_trl_rewards_message_lists_and_tdrl_rewards_text(chat_tok):
         return [0.0] * len(completions)
 
     tracking_text.text_completions = True
+    # they record what they were given: in the caller's memory, so they run in threads, not forked workers
+    thread_safe_reward(trl_style)
+    thread_safe_reward(tracking_text)
     ds = datasets.Dataset.from_list(_chat_rows())
     cfg = GRPOConfig(steps=1, prompts_per_step=2, group_size=4, max_new_tokens=4, progress=False)
     trainer = GRPOTrainer(model, tok, [trl_style, math_answer_reward, tracking_text], ds, cfg)

@@ -26,7 +26,8 @@ WORKER = textwrap.dedent(
     # plain rows (no `datasets` import), one per distinct prompt
     train = list({r["prompt"]: r for r in ArithmeticTask(max_value=9).rows(200, seed=0)}.values())
     cfg = GRPOConfig(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=4, lr=1e-2,
-                     minibatch_size=8, grad_accum=2, progress=False, seed=0)
+                     minibatch_size=8, grad_accum=2, progress=False, seed=0,
+                     loss="dapo")  # the token mean over both ranks' tokens (an all_reduce per minibatch)
     trainer = GRPOTrainer(model, tok, [reward], train, cfg)
     seen = []
     orig = trainer.rollout

@@ -131,6 +131,26 @@ def test_tis_weights_and_k3():
     assert masked_reduce(x, m, "constant", 5).item() == pytest.approx(7 / 10)
 
 
+@pytest.mark.parametrize(("mode", "expect"), [
+    # token ratios: row 0 = (2, 0.5, masked), row 1 = (2, 1.5, 1); sequence ratios 1 and 3; cap 1.6
+    ("token_truncate", [[1.6, 0.5, 0.0], [1.6, 1.5, 1.0]]),
+    ("token_mask", [[0.0, 0.5, 0.0], [0.0, 1.5, 1.0]]),
+    ("sequence_truncate", [[1.0, 1.0, 0.0], [1.6, 1.6, 1.6]]),
+    ("sequence_mask", [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),
+])
+def test_importance_sampling_modes_by_hand(mode, expect):
+    """TRL's vllm_importance_sampling_mode values: truncate or mask, per token or per sequence."""
+    old = torch.log(torch.tensor([[0.5, 0.2, 0.4], [0.6, 0.6, 0.5]]))
+    sample = torch.log(torch.tensor([[0.25, 0.4, 0.1], [0.3, 0.4, 0.5]]))
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    w = tis_weights(old, sample, mask, cap=1.6, mode=mode)
+    torch.testing.assert_close(w, torch.tensor(expect), rtol=1e-5, atol=1e-6)
+    # in the loss: ratio 1 and advantage 1 make each token's loss -w_t; token mean over the 5 tokens
+    cfg = GRPOLossConfig(reduction="token", tis_cap=1.6, tis_mode=mode)
+    loss, _ = grpo_objective(old.clone(), old, torch.ones(2), mask, cfg, sample_logp=sample)
+    assert loss.item() == pytest.approx(-sum(sum(r) for r in expect) / 5, rel=1e-5)
+
+
 def test_config_checks():
     with pytest.raises(ValueError, match="reduction"):
         GRPOLossConfig(reduction="mean")
@@ -138,3 +158,5 @@ def test_config_checks():
         grpo_objective(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1), torch.ones(1, 2, dtype=torch.bool), GRPOLossConfig(beta=0.1))
     with pytest.raises(TypeError, match="no field"):
         GRPOLossConfig().update(clip=0.1)
+    with pytest.raises(ValueError, match="sequence_mask"):
+        GRPOLossConfig(tis_mode="sequence")

@@ -50,6 +50,7 @@ def test_failing_reward_gives_zero_and_is_counted():
     assert per_fn.shape == (2, 3)
 
 
+@pytest.mark.usefixtures("needs_bwrap")
 def test_sandbox_runs_code_and_captures_output():
     res = run_python_sandboxed("print(sum(range(10)))")
     assert res.ok and res.stdout.strip() == "45"
@@ -57,6 +58,7 @@ def test_sandbox_runs_code_and_captures_output():
     assert res.returncode == 3 and not res.ok
 
 
+@pytest.mark.usefixtures("needs_bwrap")
 def test_sandbox_kills_infinite_loop():
     t = time.perf_counter()
     res = run_python_sandboxed("while True:\n    pass\n", timeout=1.0)
@@ -64,6 +66,7 @@ def test_sandbox_kills_infinite_loop():
     assert time.perf_counter() - t < 10
 
 
+@pytest.mark.usefixtures("needs_bwrap")
 def test_sandbox_kills_memory_bomb():
     res = run_python_sandboxed("x = bytearray(4 * 1024**3)\nprint('allocated')", memory_mb=256, timeout=10)
     assert not res.ok and "allocated" not in res.stdout
@@ -72,6 +75,7 @@ def test_sandbox_kills_memory_bomb():
     assert not res.ok
 
 
+@pytest.mark.usefixtures("needs_bwrap")
 def test_sandbox_has_no_network():
     code = (
         "import socket\n"
@@ -85,6 +89,7 @@ def test_sandbox_has_no_network():
     assert res.stdout.strip() == "blocked"
 
 
+@pytest.mark.usefixtures("needs_bwrap")
 def test_code_execution_reward():
     reward = code_execution_reward(timeout=2.0)
     completions = [
@@ -96,6 +101,7 @@ def test_code_execution_reward():
     assert reward(None, completions, tests=tests) == [1.0, 0.0, 0.0]
 
 
+@pytest.mark.usefixtures("needs_bwrap")
 @pytest.mark.parametrize("bad", ["import os; os.fork()", "open('/tmp/../etc/passwd').read()"])
 def test_sandbox_survives_odd_programs(bad):
     res = run_python_sandboxed(bad, timeout=3)
@@ -124,6 +130,28 @@ def test_reward_functions_are_called_trl_style_or_positionally():
 
     with pytest.raises(TypeError, match=r"no_columns\(prompts, completions\).*\['answer'\].*\*\*kwargs"):
         compute_rewards([no_columns], ["p"], ["1"], {"answer": ["1"]})
+
+
+def test_code_reward_mode_is_reachable_and_fails_closed(monkeypatch, tmp_path):
+    """Issue 39: code_execution_reward exposed no mode, and without a working bubblewrap ran completions unconfined."""
+    from tdrl.llm.rewards import sandbox
+
+    with pytest.raises(ValueError, match="mode='off'"):
+        code_execution_reward(mode="off")
+    monkeypatch.setattr(sandbox, "_bwrap_problem", lambda: "bwrap: No permissions to create new namespace")
+    marker = tmp_path / "ran"
+    reward = code_execution_reward(timeout=2.0)
+    with pytest.raises(sandbox.SandboxUnavailable, match="No permissions to create new namespace"):
+        reward(None, [f"open({str(marker)!r}, 'w').write('x')"], tests=["pass"])
+    assert not marker.exists()
+    # a setup error, not a sample's: never scored 0 and trained on, whatever on_error says
+    with pytest.raises(sandbox.SandboxUnavailable):
+        compute_rewards([reward], ["p"], [f"open({str(marker)!r}, 'w').write('x')"], {"tests": ["pass"]},
+                        timeout=5.0, on_error="zero")
+    assert not marker.exists()
+    monkeypatch.setattr(sandbox, "_fallback_warned", True)
+    with pytest.warns(RuntimeWarning, match="NOT isolation"):
+        assert code_execution_reward(timeout=2.0, mode="rlimit")(None, ["x = 1"], tests=["assert x == 1"]) == [1.0]
 
 
 @pytest.fixture

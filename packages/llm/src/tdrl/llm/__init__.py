@@ -31,12 +31,14 @@ from tdrl.llm.losses import (
     grpo_objective,
     k3_kl,
     masked_reduce,
+    micro_batch_weights,
     sequence_level_logprobs,
     tis_weights,
 )
 from tdrl.llm.lora import apply_lora
 from tdrl.llm.models import MODELS, check_model_source, is_model_source, load_model_and_tokenizer, model_installed, resolve_model
 from tdrl.llm.rewards import (
+    SandboxUnavailable,
     code_execution_reward,
     compute_rewards,
     math_answer_reward,
@@ -44,6 +46,7 @@ from tdrl.llm.rewards import (
     regex_format_reward,
     run_python_sandboxed,
     think_answer_format_reward,
+    thread_safe_reward,
 )
 from tdrl.llm.rewards.compute import ON_REWARD_ERROR, RewardFunctionError
 from tdrl.llm.tasks import ArithmeticTask, ToolArithmeticTask
@@ -70,6 +73,7 @@ __all__ = [
     "HFGenerator",
     "PromptSampler",
     "RewardFunctionError",
+    "SandboxUnavailable",
     "SFTConfig",
     "SFTLoss",
     "SFTTrainer",
@@ -99,6 +103,7 @@ __all__ = [
     "logprobs_from_hidden",
     "make_tiny_lm",
     "masked_reduce",
+    "micro_batch_weights",
     "model_installed",
     "math_answer_reward",
     "number_only_format_reward",
@@ -108,6 +113,7 @@ __all__ = [
     "run_python_sandboxed",
     "sequence_level_logprobs",
     "think_answer_format_reward",
+    "thread_safe_reward",
     "tis_weights",
     "tokenize_prompts",
     "tokenize_sft",

@@ -19,6 +19,7 @@ whose other entries are detached diagnostics.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -27,6 +28,7 @@ from tensordict import TensorDict
 from tdrl.core.objectives.common import k3_estimate
 from tdrl.kernels.pg_loss.reference import reduce_tokens
 from tdrl.llm import keys as K
+from tdrl.llm.advantages import scale_mode
 from tdrl.llm.logprobs import _head, _trim, completion_hidden, completion_logprobs, logprobs_from_hidden
 
 __all__ = [
@@ -38,9 +40,14 @@ __all__ = [
     "tis_weights",
     "k3_kl",
     "masked_reduce",
+    "micro_batch_weights",
+    "LOSS_PRESETS",
+    "TIS_MODES",
 ]
 
 _REDUCTIONS = ("token", "sequence", "constant")
+LOSS_PRESETS = ("grpo", "dapo", "dr_grpo", "gspo")
+TIS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
 @dataclass
@@ -56,8 +63,20 @@ class GRPOLossConfig:
             Dr. GRPO).
         max_len: the constant of ``"constant"``; the trainer fills in ``max_new_tokens``.
         sequence_level: GSPO sequence-level ratios.
-        tis_cap: cap of the truncated importance-sampling weight; ``None`` disables it.
-        scale_rewards: divide group advantages by the group std (``False`` for Dr. GRPO).
+        tis_cap: bound of the importance-sampling weight of the generator's samples; ``None``
+            disables it.
+        tis_mode: how the weight is bounded and at which granularity (:func:`tis_weights`;
+            TRL's ``vllm_importance_sampling_mode``): ``"token_truncate"`` (default),
+            ``"token_mask"``, ``"sequence_truncate"`` or ``"sequence_mask"`` (TRL's default).
+        scale_rewards: what divides the group-centred rewards (TRL's values): ``"group"`` (or
+            ``True``) the group's std, ``"batch"`` the std of the whole round's rewards (Lite PPO,
+            arXiv:2508.08221), ``"none"`` (or ``False``) nothing (Dr. GRPO). Stored as the string.
+        token_mean_over_ranks: with ``reduction="token"`` under data parallelism, each token
+            weighs ``1 / (tokens of all ranks' minibatches)`` (TRL's ``dapo``); ``False``: each
+            rank's token mean, averaged over the ranks (TRL's ``bnpo``). Equal on one process.
+        kl_bias_correction: multiply the k3 KL term by the importance ratio ``pi / pi_old``
+            (TRL's ``use_bias_correction_kl``; DeepSeek-V3.2, arXiv:2512.02556): the estimate is
+            then unbiased for samples drawn from ``pi_old``. Needs ``beta > 0`` to matter.
     """
 
     eps_low: float = 0.2
@@ -67,15 +86,21 @@ class GRPOLossConfig:
     max_len: int | None = None
     sequence_level: bool = False
     tis_cap: float | None = None
-    scale_rewards: bool = True
+    tis_mode: str = "token_truncate"
+    scale_rewards: str | bool = "group"
+    token_mean_over_ranks: bool = True
+    kl_bias_correction: bool = False
 
     def __post_init__(self):
+        self.scale_rewards = scale_mode("GRPOLossConfig", self.scale_rewards)
         if self.reduction not in _REDUCTIONS:
             raise ValueError(f"GRPOLossConfig.reduction must be one of {_REDUCTIONS}, got {self.reduction!r}")
         if self.eps_low < 0 or self.eps_high < 0:
             raise ValueError(f"GRPOLossConfig: clip ranges must be >= 0, got eps_low={self.eps_low}, eps_high={self.eps_high}")
         if self.beta < 0:
             raise ValueError(f"GRPOLossConfig.beta must be >= 0, got {self.beta}")
+        if self.tis_mode not in TIS_MODES:
+            raise ValueError(f"GRPOLossConfig.tis_mode={self.tis_mode!r}: expected one of {TIS_MODES}")
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ValueError(f"GRPOLossConfig.tis_cap must be > 0 or None, got {self.tis_cap}")
 
@@ -95,6 +120,14 @@ class GRPOLossConfig:
     @classmethod
     def gspo(cls, **kw) -> GRPOLossConfig:
         return cls(**{"eps_low": 3e-4, "eps_high": 4e-4, "reduction": "sequence", "sequence_level": True, **kw})
+
+    @classmethod
+    def preset(cls, name: str, **kw) -> GRPOLossConfig:
+        """The preset called ``name`` (one of :data:`LOSS_PRESETS`), with ``kw`` on top."""
+        if name not in LOSS_PRESETS:
+            raise ValueError(f"GRPOLossConfig: unknown preset {name!r}; expected one of {LOSS_PRESETS} "
+                             "(or a GRPOLossConfig)")
+        return getattr(cls, name)(**kw)
 
     def update(self, **kw) -> GRPOLossConfig:
         names = {f.name for f in fields(self)}
@@ -121,6 +154,43 @@ def masked_reduce(x: torch.Tensor, mask: torch.Tensor, reduction: str, max_len: 
         raise ValueError(f"masked_reduce: unknown reduction {reduction!r}; expected one of {_REDUCTIONS}")
     m = mask.to(x.dtype)
     return reduce_tokens(torch.where(m > 0, x * m, torch.zeros_like(x)), m, reduction, max_len)
+
+
+def micro_batch_weights(chunk_masks: Sequence[torch.Tensor], reduction: str, world_size: int = 1,
+                        all_tokens: float | None = None) -> torch.Tensor:
+    """Weights that make gradient accumulation exact: ``sum_j w_j * loss(chunk_j)`` equals the
+    loss of the whole minibatch, for every reduction.
+
+    A chunk's loss is reduced over the chunk alone, so a plain ``loss_j / n_chunks`` weighs a
+    token by ``1 / (n_chunks * tokens in its chunk)`` under ``"token"``: wrong whenever the chunks
+    hold different numbers of tokens. Here ``"token"`` weighs chunk ``j`` by its share of the
+    minibatch's tokens (each token then weighs ``1 / tokens in the minibatch``, DAPO's
+    normaliser), ``"sequence"`` and ``"constant"`` by its share of the rows.
+
+    Under data parallelism (gradients averaged over ``world_size`` ranks) ``all_tokens``, the
+    tokens of the minibatches of all ranks, makes the token mean global (TRL's ``dapo``): chunk
+    ``j`` weighs ``world_size * tokens_j / all_tokens``, so after the average every token of the
+    job weighs ``1 / all_tokens``. Without it each rank's token mean is averaged (``bnpo``).
+
+    Args:
+        chunk_masks: the chunks' completion masks, each ``[B_j, T_j]``.
+        reduction: ``"token"``, ``"sequence"`` or ``"constant"``.
+        world_size: ranks whose gradients are averaged (with ``all_tokens``).
+        all_tokens: with ``"token"``: the completion tokens of all ranks' minibatches.
+
+    Returns:
+        ``[n_chunks]`` float32 weights (summing to 1 on one rank, or all 0 when there is no token
+        under ``"token"``).
+    """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"micro_batch_weights: unknown reduction {reduction!r}; expected one of {_REDUCTIONS}")
+    if reduction == "token":
+        counts = torch.stack([m.detach().float().sum().cpu() for m in chunk_masks])
+        if all_tokens is not None:
+            return counts * world_size / max(float(all_tokens), 1.0)
+    else:
+        counts = torch.tensor([float(m.shape[0]) for m in chunk_masks])
+    return counts / counts.sum().clamp(min=1.0)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -150,20 +220,36 @@ def sequence_level_logprobs(logp: torch.Tensor, old_logp: torch.Tensor, mask: to
     return new, torch.zeros_like(old_logp)
 
 
-def tis_weights(old_logp: torch.Tensor, sample_logp: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
-    """Truncated importance weights ``min(exp(old_logp - sample_logp), cap)``, 0 off the mask.
+def tis_weights(old_logp: torch.Tensor, sample_logp: torch.Tensor, mask: torch.Tensor, cap: float,
+                mode: str = "token_truncate") -> torch.Tensor:
+    """Importance weights ``pi_old / pi_sampler`` correcting for the generator's log-probs
+    differing from the trainer's, bounded by ``cap`` as TRL's ``vllm_importance_sampling_mode``:
+
+    - ``"token_truncate"``: ``min(exp(old_t - sample_t), cap)`` per token (truncated IS);
+    - ``"token_mask"``: ``exp(old_t - sample_t)``, or 0 where it exceeds ``cap``;
+    - ``"sequence_truncate"``: ``min(exp(sum_t (old_t - sample_t)), cap)``, one weight per
+      sequence (the product of its token ratios) given to each of its tokens;
+    - ``"sequence_mask"``: that sequence ratio, or 0 for the whole sequence where it exceeds ``cap``.
 
     Args:
         old_logp: ``[B, T]`` trainer log-probs before the update.
         sample_logp: ``[B, T]`` generator log-probs.
         mask: ``[B, T]``.
-        cap: truncation.
+        cap: the upper bound.
+        mode: one of :data:`TIS_MODES`.
 
     Returns:
-        ``[B, T]`` detached weights.
+        ``[B, T]`` detached weights, 0 off the mask.
     """
-    w = torch.exp((old_logp - sample_logp).detach()).clamp(max=cap)
-    return torch.where(mask.bool(), w, torch.zeros_like(w))
+    if mode not in TIS_MODES:
+        raise ValueError(f"tis_weights: mode={mode!r}; expected one of {TIS_MODES}")
+    keep = mask.bool()
+    diff = torch.where(keep, (old_logp - sample_logp).detach(), torch.zeros_like(old_logp))
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True).expand_as(diff)
+    w = torch.exp(diff)
+    w = w.clamp(max=cap) if mode.endswith("truncate") else torch.where(w > cap, torch.zeros_like(w), w)
+    return torch.where(keep, w, torch.zeros_like(w))
 
 
 def grpo_objective(
@@ -177,9 +263,9 @@ def grpo_objective(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The GRPO family's loss on per-token log-probs.
 
-    ``loss = reduce_t( -w_t * min(r_t A, clip(r_t, 1-eps_low, 1+eps_high) A) + beta * k3_t )``
-    where ``r_t`` is the token ratio (or GSPO's sequence ratio) and ``w_t`` the optional TIS
-    weight.
+    ``loss = reduce_t( -w_t * min(r_t A, clip(r_t, 1-eps_low, 1+eps_high) A) + beta * c_t * k3_t )``
+    where ``r_t`` is the token ratio (or GSPO's sequence ratio), ``w_t`` the optional TIS
+    weight and ``c_t`` 1, or ``r_t`` (not detached) with ``config.kl_bias_correction``.
 
     Args:
         logp: ``[B, T]`` current log-probs (with gradient).
@@ -206,9 +292,11 @@ def grpo_objective(
     if config.tis_cap is not None:
         if sample_logp is None:
             raise ValueError("grpo_objective: config.tis_cap is set but sample_logp [B, T] was not given")
-        adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old_logp, sample_logp, mask, config.tis_cap)
+        adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old_logp, sample_logp, mask, config.tis_cap, config.tis_mode)
     mask_f = mask.to(logp.dtype)
     kw = dict(eps_low=config.eps_low, eps_high=config.eps_high, reduction=config.reduction, max_len=config.max_len)
+    if config.kl_bias_correction and config.beta > 0:
+        return _bias_corrected(logp, old_logp, adv, mask, config, ref_logp, kw)
     if not config.sequence_level:
         beta = config.beta if ref_logp is not None else 0.0
         loss, stats = kernels.pg_token_loss(logp, old_logp, adv, mask_f, ref_logp=ref_logp if beta > 0 else None, beta=beta, **kw)
@@ -224,6 +312,25 @@ def grpo_objective(
         loss = loss + config.beta * kl
         stats["kl"] = kl.detach()
     return loss, stats
+
+
+def _bias_corrected(logp, old_logp, adv, mask, config: GRPOLossConfig, ref_logp, kw) -> tuple[torch.Tensor, dict]:
+    """:func:`grpo_objective` with TRL's ``use_bias_correction_kl``: the policy term from the
+    kernel (``beta=0``), plus ``beta * reduce(r_t * k3_t)`` with the same (token or sequence) ratio."""
+    from tdrl import kernels
+
+    mask_f = mask.to(logp.dtype)
+    if config.sequence_level:
+        logp_r, old_r = sequence_level_logprobs(logp, old_logp, mask)
+    else:
+        logp_r, old_r = logp, old_logp.detach()
+    loss, stats = kernels.pg_token_loss(logp_r, old_r, adv, mask_f, beta=0.0, **kw)
+    ratio = torch.exp(torch.where(mask, logp_r - old_r, torch.zeros_like(logp)))
+    kl = k3_kl(logp, ref_logp)
+    corrected = masked_reduce(ratio * kl, mask, config.reduction, config.max_len)
+    stats = dict(stats)
+    stats["kl"] = masked_reduce(kl.detach(), mask, config.reduction, config.max_len)
+    return loss + config.beta * corrected, stats
 
 
 @dataclass
@@ -285,7 +392,7 @@ class GRPOLoss(torch.nn.Module):
     @property
     def uses_fused_loss(self) -> bool:
         """Whether :meth:`forward` goes through :func:`tdrl.kernels.fused_linear_pg_loss`."""
-        return self.fused and self.fused_loss and not self.config.sequence_level
+        return self.fused and self.fused_loss and not self.config.sequence_level and not self.config.kl_bias_correction
 
     def forward(self, model, td: TensorDict) -> TensorDict:
         if self.fused:
@@ -333,7 +440,7 @@ class GRPOLoss(torch.nn.Module):
         if cfg.tis_cap is not None:
             if sample is None:
                 raise ValueError(f"GRPOLoss: config.tis_cap is set but {k.sample_log_prob!r} [B, T] is missing")
-            adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old, sample, full_mask, cfg.tis_cap)
+            adv = (adv[:, None] if adv.ndim == 1 else adv) * tis_weights(old, sample, full_mask, cfg.tis_cap, cfg.tis_mode)
         if adv.ndim == 2:
             adv = adv[:, :width]
         loss, stats = kernels.fused_linear_pg_loss(
@@ -356,7 +463,7 @@ class GRPOLoss(torch.nn.Module):
         parameter. Missing ``old_log_prob`` / ``ref_log_prob`` are made up from the current
         log-probs plus fixed noise, so that some ratios clip and the KL is not zero.
         """
-        if not self.fused or self.config.sequence_level:
+        if not self.fused or self.config.sequence_level or self.config.kl_bias_correction:
             return False
         k = self.keys
         pids, pmask, cids, cmask, amask, width = _trim(td)

@@ -4,9 +4,9 @@ and the policy-token loss mask."""
 
 from __future__ import annotations
 
-from tdrl.llm.agents.conversation import Turn, policy_token_mask, run_conversation
+from tdrl.llm.agents.conversation import Turn, policy_token_mask, run_conversation, tool_token_ids
 from tdrl.llm.agents.rollout import ToolRollout, tool_rollout
-from tdrl.llm.agents.tools import TOOLS, PythonTool, ToolResult, ToolStats, make_tool, parse_tool_call
+from tdrl.llm.agents.tools import TOOLS, PythonTool, ToolResult, ToolStats, escape_output, make_tool, parse_tool_call
 
-__all__ = ["TOOLS", "PythonTool", "ToolResult", "ToolRollout", "ToolStats", "Turn", "make_tool", "parse_tool_call",
-           "policy_token_mask", "run_conversation", "tool_rollout"]
+__all__ = ["TOOLS", "PythonTool", "ToolResult", "ToolRollout", "ToolStats", "Turn", "escape_output", "make_tool",
+           "parse_tool_call", "policy_token_mask", "run_conversation", "tool_rollout", "tool_token_ids"]

@@ -63,9 +63,27 @@ def run_conversation(generate: Callable[[str], str], prompt: str, tool, max_turn
     return turns
 
 
+def tool_token_ids(tokenizer, text: str) -> list[int]:
+    """The ids of untrusted ``text`` (a tool's output): special-token strings in it, such as
+    ``<|im_start|>``, are split into ordinary tokens (``split_special_tokens=True``), never
+    parsed into the special ids that delimit turns.
+
+    Raises:
+        TypeError: the tokenizer cannot split special tokens (a ``transformers`` tokenizer older
+            than 4.36 or another kind): tool text would then be parsed; upgrade ``transformers``.
+    """
+    try:
+        return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    except TypeError as exc:
+        raise TypeError(f"tool_token_ids: {type(tokenizer).__name__} does not take split_special_tokens=True "
+                        f"({exc}); tool output would be parsed for special tokens. Use a transformers "
+                        f"tokenizer (>= 4.36).") from None
+
+
 def policy_token_mask(tokenizer, conversations: Sequence[Sequence[Turn]], pad_id: int | None = None,
                       device: torch.device | str = "cpu") -> TensorDict:
-    """Tokenise each conversation's turns and mark which tokens the policy wrote.
+    """Tokenise each conversation's turns and mark which tokens the policy wrote (tool turns
+    with :func:`tool_token_ids`: their special-token strings stay text).
 
     Returns:
         A TensorDict ``[N]`` with ``completion_ids`` ``[N, C]`` (right-padded), ``completion_mask``
@@ -77,7 +95,8 @@ def policy_token_mask(tokenizer, conversations: Sequence[Sequence[Turn]], pad_id
     for conv in conversations:
         ids, own = [], []
         for turn in conv:
-            t = tokenizer(turn.text, add_special_tokens=False)["input_ids"]
+            t = (tokenizer(turn.text, add_special_tokens=False)["input_ids"] if turn.from_policy
+                 else tool_token_ids(tokenizer, turn.text))
             ids += t
             own += [turn.from_policy] * len(t)
         rows.append(ids)

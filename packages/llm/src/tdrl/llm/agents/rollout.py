@@ -15,7 +15,9 @@ nothing else changes downstream. A step is:
 3. after ``max_turns`` policy turns the conversation closes whatever the last turn held.
 
 Token ids are kept exactly as sampled (never decoded and re-encoded), so the sampling
-log-probs line up with the ids the trainer scores; only the tool's text is tokenised.
+log-probs line up with the ids the trainer scores; only the tool's text is tokenised, with
+special-token strings split into ordinary tokens (never parsed), so a program that prints
+``<|im_end|><|im_start|>user`` cannot put a turn boundary into the context.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 from tensordict import TensorDict
 
 from tdrl.llm import keys as K
-from tdrl.llm.agents.conversation import Turn
+from tdrl.llm.agents.conversation import Turn, tool_token_ids
 from tdrl.llm.agents.tools import ToolStats
 
 __all__ = ["ToolRollout", "tool_rollout"]
@@ -126,7 +128,7 @@ def tool_rollout(generator, tokenizer, prompt_ids: torch.Tensor, prompt_mask: to
             if res is None:
                 continue
             stats.add(res)
-            tok = tokenizer(res.text, add_special_tokens=False)["input_ids"]
+            tok = tool_token_ids(tokenizer, res.text)
             ids[i] += tok
             own[i] += [False] * len(tok)
             logp[i] += [0.0] * len(tok)

@@ -1,8 +1,11 @@
 """Tools a policy calls inside its turn: ``<python>code</python>`` run in the code sandbox.
 
-A tool never raises and never hangs: a malformed call, a program that times out, one whose
-sandbox is killed (memory, output, signal) or fails, all come back as an error text that the
-model reads as the tool's output, and are counted in :class:`ToolStats`.
+A tool never hangs, and raises only when the machine cannot isolate code at all
+(:class:`tdrl.llm.rewards.sandbox.SandboxUnavailable`: code is never run unconfined instead).
+A malformed call, a program that times out, one whose sandbox is killed (memory, output,
+signal) or fails, all come back as an error text that the model reads as the tool's output, and
+are counted in :class:`ToolStats`. A program's output cannot forge the envelope or a turn: see
+:class:`PythonTool`.
 """
 
 from __future__ import annotations
@@ -10,9 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tdrl.llm.rewards.sandbox import run_python_sandboxed
+from tdrl.llm.rewards.sandbox import SandboxUnavailable, check_sandbox_mode, run_python_sandboxed
 
-__all__ = ["TOOLS", "PythonTool", "ToolResult", "ToolStats", "make_tool", "parse_tool_call"]
+__all__ = ["TOOLS", "PythonTool", "ToolResult", "ToolStats", "escape_output", "make_tool", "parse_tool_call"]
 
 ERROR_KINDS = ("malformed", "timeout", "killed", "failed", "sandbox")
 
@@ -37,6 +40,15 @@ def parse_tool_call(text: str, tag: str = "python") -> tuple[str | None, str | N
     if not code:
         return None, f"the {open_} call is empty"
     return code, None
+
+
+_OUTPUT_TAG = re.compile(r"<(?=/?\s*output)", re.IGNORECASE)
+
+
+def escape_output(text: str) -> str:
+    """``text`` with the ``<`` of every ``<output`` / ``</output`` (any case, spaces allowed)
+    written ``&lt;``, so that a program's output cannot close or open the tool's envelope."""
+    return _OUTPUT_TAG.sub("&lt;", text)
 
 
 @dataclass
@@ -87,24 +99,35 @@ class PythonTool:
     """Run the code of a ``<python>`` call in :func:`tdrl.llm.run_python_sandboxed`.
 
     The output shown to the model is ``<output>stdout</output>`` (at most ``max_chars``
-    characters) or ``<output>error: ...</output>``.
+    characters) or ``<output>error: ...</output>``. The program's text cannot close that
+    envelope: every ``<output`` / ``</output`` in it (any case) has its ``<`` written ``&lt;``
+    (:func:`escape_output`). Special-token strings in it (``<|im_end|>``) stay plain text as
+    long as the caller tokenises tool text with ``split_special_tokens=True``, as
+    :func:`tdrl.llm.agents.tool_rollout` does.
 
     Args:
         timeout: wall-clock seconds per call (the sandbox is killed after it).
         memory_mb: address-space limit per call.
         max_chars: characters of output kept for the model.
         tag: the call's tag (``<python>``).
+        mode: the sandbox's mode (:func:`tdrl.llm.run_python_sandboxed`): ``"bwrap"``
+            (default) isolated, and where bubblewrap cannot run a call raises
+            :class:`tdrl.llm.rewards.sandbox.SandboxUnavailable` naming its error (the one
+            exception to "a tool never raises": the run stops instead of training on error
+            texts); ``"rlimit"``: NOT isolation, asked for by name.
     """
 
-    def __init__(self, timeout: float = 2.0, memory_mb: int = 256, max_chars: int = 200, tag: str = "python"):
+    def __init__(self, timeout: float = 2.0, memory_mb: int = 256, max_chars: int = 200, tag: str = "python",
+                 mode: str = "bwrap"):
         for name, value in (("timeout", timeout), ("memory_mb", memory_mb), ("max_chars", max_chars)):
             if not value > 0:
                 raise ValueError(f"PythonTool: {name}={value!r}; expected a positive number")
         parse_tool_call("", tag)  # checks the tag
+        self.mode = check_sandbox_mode(mode, "PythonTool")
         self.timeout, self.memory_mb, self.max_chars, self.tag = timeout, memory_mb, max_chars, tag
 
     def _wrap(self, body: str, error: str | None) -> ToolResult:
-        body = body.strip()
+        body = escape_output(body.strip())
         if len(body) > self.max_chars:
             body = body[: self.max_chars] + "..."
         return ToolResult(f"<output>{body}</output>", error)
@@ -118,8 +141,10 @@ class PythonTool:
             return None
         try:
             res = run_python_sandboxed(code, timeout=self.timeout, memory_mb=self.memory_mb,
-                                       max_output=4 * self.max_chars + 1024)
-        except Exception as exc:  # the sandbox could not run at all: still an answer, never a crash
+                                       max_output=4 * self.max_chars + 1024, mode=self.mode)
+        except SandboxUnavailable:
+            raise  # the machine cannot isolate code: a setup error that stops the run, not a per-call fault
+        except Exception as exc:  # this call's sandbox failed: still an answer, never a crash
             return self._wrap(f"error: the sandbox could not run: {type(exc).__name__}: {exc}", "sandbox")
         if res.timed_out:
             return self._wrap(f"error: timed out after {self.timeout:g} s", "timeout")
@@ -138,16 +163,23 @@ TOOLS = {"python": PythonTool}
 """Tools by the name a config gives them (``GRPOConfig.tools``)."""
 
 
-def make_tool(names, timeout: float = 2.0):
+def make_tool(names, timeout: float = 2.0, mode: str = "bwrap"):
     """The tool a config names (``("python",)``), or ``None`` for no tool.
 
+    Args:
+        names: tool names (keys of :data:`TOOLS`), or one name.
+        timeout: seconds per call.
+        mode: the code sandbox's mode (``"bwrap"``: isolated, the default; ``"rlimit"``: NOT
+            isolation, asked for by name).
+
     Raises:
-        ValueError: an unknown name, or more than one tool (one call syntax per rollout for now).
+        ValueError: an unknown name or mode, or more than one tool (one call syntax per rollout for now).
     """
+    check_sandbox_mode(mode, "make_tool")
     names = [names] if isinstance(names, str) else list(names or ())
     unknown = [n for n in names if n not in TOOLS]
     if unknown:
         raise ValueError(f"tools={names!r}: unknown tool(s) {unknown}; expected names among {sorted(TOOLS)}")
     if len(names) > 1:
         raise ValueError(f"tools={names!r}: one tool per rollout is supported for now; give one of {sorted(TOOLS)}")
-    return TOOLS[names[0]](timeout=timeout) if names else None
+    return TOOLS[names[0]](timeout=timeout, mode=mode) if names else None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from tdrl.llm.rewards.code import code_execution_reward, extract_code
 from tdrl.llm.rewards.compute import RewardFn, compute_rewards
 from tdrl.llm.rewards.format import number_only_format_reward, regex_format_reward, think_answer_format_reward
-from tdrl.llm.rewards.sandbox import SandboxResult, run_python_sandboxed, sandbox_mode
+from tdrl.llm.rewards.sandbox import SandboxResult, SandboxUnavailable, run_python_sandboxed, sandbox_mode
+from tdrl.llm.rewards.workers import thread_safe_reward
 from tdrl.llm.rewards.math import (
     boxed_answer_reward,
     extract_boxed,
@@ -17,6 +18,7 @@ from tdrl.llm.rewards.math import (
 __all__ = [
     "RewardFn",
     "SandboxResult",
+    "SandboxUnavailable",
     "boxed_answer_reward",
     "code_execution_reward",
     "compute_rewards",
@@ -30,4 +32,5 @@ __all__ = [
     "run_python_sandboxed",
     "sandbox_mode",
     "think_answer_format_reward",
+    "thread_safe_reward",
 ]

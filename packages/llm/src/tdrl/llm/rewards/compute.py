@@ -2,9 +2,13 @@
 what a failure does (a function that fails on a whole batch stops the run; a sample that fails
 alone scores 0 and is counted).
 
-A reward function may be a coroutine function (``async def``): it is awaited on an event loop
-of its own with ``asyncio.wait_for``, so one that never returns is *cancelled* at its timeout
-(a blocking function cannot be: its thread is abandoned). Blocking work inside a reward
+With a timeout, a plain reward function runs in a worker process forked for the call and killed
+at the deadline (:mod:`tdrl.llm.rewards.workers`): the timeout holds for code that keeps the GIL
+(a backtracking regex) and nothing is left running. The fork inherits the function, so lambdas
+and closures work unpickled, but its side effects stay in the worker; a reward marked
+:func:`tdrl.llm.rewards.workers.thread_safe_reward` runs in a thread instead (abandoned, not
+killed, past its timeout). A coroutine function (``async def``) is awaited on an event loop of
+its own with ``asyncio.wait_for`` and *cancelled* at its timeout. Blocking work inside a reward
 (running programs, HTTP calls) can be spread over a bounded pool with :func:`map_bounded`.
 """
 
@@ -21,6 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from tdrl.core.threads import carry_num_threads, thread_initializer
+from tdrl.llm.rewards.sandbox import SandboxUnavailable
+from tdrl.llm.rewards.workers import (
+    RewardTimeout,
+    call_in_worker,
+    can_fork,
+    runs_in_thread,
+    thread_safe_reward,
+    warn_no_fork,
+)
 
 __all__ = [
     "DEFAULT_REWARD_TIMEOUT_S",
@@ -35,6 +48,7 @@ __all__ = [
     "is_async_reward",
     "is_conversational",
     "map_bounded",
+    "thread_safe_reward",
     "wants_text",
 ]
 
@@ -43,10 +57,6 @@ log = logging.getLogger(__name__)
 RewardFn = Callable[..., list[float]]
 
 DEFAULT_REWARD_TIMEOUT_S = 60.0
-
-
-class RewardTimeout(TimeoutError):
-    """A reward function did not return within its time limit."""
 
 
 def is_async_reward(fn) -> bool:
@@ -99,14 +109,16 @@ def _await_with_timeout(call: Callable[[], object], timeout: float | None, name:
 
 
 def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str = "reward function",
-                      is_async: bool = False) -> list:
-    """``call()`` in a daemon worker thread, waiting at most ``timeout`` seconds.
+                      is_async: bool = False, in_thread: bool = False) -> list:
+    """``call()``, returning within about ``timeout`` seconds whatever it does.
 
-    A Python thread cannot be killed: on a timeout the worker is abandoned and keeps running
-    in the background (as a daemon it does not keep the interpreter alive at exit). A reward
-    that can hang on external work should bound that work itself (the code sandbox does), or
-    be a coroutine: with ``is_async=True``, ``call()`` returns a coroutine, which is awaited
-    on its own event loop and cancelled at the timeout.
+    By default ``call()`` runs in a worker process forked for it and killed at the timeout
+    (:func:`tdrl.llm.rewards.workers.call_in_worker`: no pickling of ``call``, its result must
+    pickle, its side effects stay in the worker). With ``in_thread=True`` (a reward marked
+    :func:`tdrl.llm.rewards.workers.thread_safe_reward`), or where ``fork`` does not exist, it
+    runs in a daemon thread instead, which is abandoned at the timeout and keeps running (a
+    thread cannot be killed). With ``is_async=True``, ``call()`` returns a coroutine, which is
+    awaited on its own event loop and cancelled at the timeout.
 
     Args:
         call: a no-argument callable (returning a coroutine when ``is_async``).
@@ -114,6 +126,7 @@ def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str
             (a coroutine still gets a loop of its own).
         name: what to name in the error.
         is_async: ``call()`` returns a coroutine.
+        in_thread: run in a thread rather than a killable process.
 
     Raises:
         RewardTimeout: ``call`` did not return in time.
@@ -123,6 +136,10 @@ def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str
         return _await_with_timeout(call, timeout, name)
     if not timeout:
         return call()
+    if not in_thread:
+        if can_fork():
+            return call_in_worker(call, timeout, name)
+        warn_no_fork()
     box: dict = {}
 
     def work():
@@ -273,8 +290,12 @@ def compute_rewards(
     - ``"zero"``: every failure scores 0 and is counted (training never stops for a reward);
     - ``"raise"``: the first failure of any kind (a raise, a timeout, a wrong count) is raised.
 
-    A function that does not return within ``timeout`` seconds (a coroutine is cancelled; a
-    blocking function is left running in a background thread: threads cannot be killed), returns the wrong number of values, or returns a value
+    :class:`tdrl.llm.rewards.sandbox.SandboxUnavailable` (the code sandbox cannot isolate
+    programs on this machine) is always raised as is: it is a setup error, not a sample's.
+
+    A function that does not return within ``timeout`` seconds (its worker process is killed; a
+    coroutine is cancelled; a function marked ``thread_safe_reward`` is left running in its
+    thread), returns the wrong number of values, or returns a value
     that is not a finite number, gives 0 for the affected samples and is counted (``"raise"``
     raises instead, but a non-finite value is always scored 0). The first traceback of each
     function is logged once per name in ``logged``. A function whose signature cannot take
@@ -288,8 +309,9 @@ def compute_rewards(
         completions: ``N`` completion texts.
         columns: extra dataset columns, each of length ``N``, passed as keyword arguments.
         weights: ``K`` weights (default all 1).
-        timeout: seconds each function may take per batch (default 60); ``None`` or ``0``:
-            no limit, the function runs in the caller's thread.
+        timeout: seconds each function may take per batch (default 60), enforced by running it
+            in a worker process forked for the call (see the module docstring: its side effects
+            stay there); ``None`` or ``0``: no limit, the function runs in the caller's thread.
         on_error: ``"raise_if_all"``, ``"zero"`` or ``"raise"`` (above).
         logged: names of functions whose first traceback was already logged (updated); the
             trainer keeps one set per run. ``None``: log every batch's first traceback.
@@ -322,7 +344,10 @@ def compute_rewards(
     for k, (fn, call) in enumerate(zip(reward_fns, calls)):
         name = _name(fn)
         try:
-            values = _checked(call_with_timeout(call, timeout, f"reward function {name}", is_async_reward(fn)), n)
+            values = _checked(call_with_timeout(call, timeout, f"reward function {name}", is_async_reward(fn),
+                                                runs_in_thread(fn)), n)
+        except SandboxUnavailable:
+            raise  # the machine cannot isolate code: a setup error for every sample, whatever on_error says
         except RewardTimeout as exc:
             if on_error == "raise":
                 raise RewardFunctionError(f"{exc} (GRPOConfig.on_reward_error='raise')") from exc
@@ -376,7 +401,8 @@ def _one_by_one(fn, prompts, completions, columns, timeout, name, batch_exc) -> 
     for i in range(len(completions)):
         try:
             call = bind_reward(fn, [prompts[i]], [completions[i]], _slice(columns, i))
-            values.append(_checked(call_with_timeout(call, timeout, f"reward function {name}", is_async_reward(fn)), 1)[0])
+            values.append(_checked(call_with_timeout(call, timeout, f"reward function {name}", is_async_reward(fn),
+                                                     runs_in_thread(fn)), 1)[0])
         except Exception as exc:  # counted by the caller; a timeout here counts as a failure too
             failed += 1
             first = first or exc

@@ -1,29 +1,43 @@
-"""Run untrusted Python in a Linux-namespace sandbox (bubblewrap), with an rlimit-only fallback.
+"""Run untrusted Python in a Linux-namespace sandbox (bubblewrap). Fails closed: where the
+isolated sandbox cannot start, a call raises :class:`SandboxUnavailable` naming the cause;
+programs run without isolation only when a caller asks for ``mode="rlimit"`` by name.
 
-Isolated mode (``mode="bwrap"``), used whenever `bubblewrap <https://github.com/containers/bubblewrap>`_
-works on the machine (``apt-get install bubblewrap``; it needs user namespaces):
+Isolated mode (``mode="bwrap"``, the default; ``"auto"`` means the same), which needs
+`bubblewrap <https://github.com/containers/bubblewrap>`_ (``apt-get install bubblewrap``) and
+user namespaces:
 
 * own user, PID, mount, network, IPC, UTS (and cgroup where allowed) namespaces; the program
-  is uid/gid 65534 inside, with no capabilities, and dies with its caller (``--die-with-parent``);
+  is uid/gid 65534 inside, with no capabilities, cannot create further user namespaces (nor,
+  through them, network namespaces) where bubblewrap has ``--disable-userns`` (0.8+), and dies
+  with its caller (``--die-with-parent``);
 * a minimal read-only root: ``/usr`` (and the ``/bin``, ``/lib*`` links), the interpreter's own
   prefix, a fresh ``/proc`` of the new PID namespace (the host's processes, their environments
   included, are not visible), a minimal read-only ``/dev``; no ``/etc``, ``/home``, ``/root``
   or repository, and no host ``/tmp`` (its Unix sockets are unreachable);
 * the working directory is a private, size-limited tmpfs ``/tmp`` (``disk_mb`` in all; each
-  file also limited by ``RLIMIT_FSIZE``); the environment is cleared;
-* ``RLIMIT_AS`` (``memory_mb``), ``RLIMIT_CPU``, ``RLIMIT_NOFILE`` (``max_files``),
+  file also limited by ``RLIMIT_FSIZE``), mounted *before* the interpreter's prefix is bound, so
+  a venv or checkout under the host's ``/tmp`` stays visible (read-only); the environment is
+  cleared;
+* ``RLIMIT_AS`` (``memory_mb`` per process), ``RLIMIT_CPU``, ``RLIMIT_NOFILE`` (``max_files``),
   ``RLIMIT_NPROC`` (``max_procs``) set inside the namespaces with util-linux ``prlimit``; when
-  the caller is root, ``RLIMIT_NPROC`` is not enforced for the mapped uid 0, so a cgroup
-  ``pids.max`` is used instead where the pids controller is writable;
+  the caller is root and the cgroup hierarchy is writable, one fresh cgroup bounds the *whole
+  tree*: ``pids.max = max_procs`` (``RLIMIT_NPROC`` is not enforced for the mapped uid 0) and a
+  memory limit of ``memory_mb + disk_mb`` (every process, its private ``/tmp`` and ``memfd``
+  files together). Without a writable cgroup (an unprivileged caller) only the per-process
+  bounds hold: ``k`` processes may hold ``k * memory_mb``, and ``memfd_create`` files are
+  bounded by nothing but ``max_procs`` and the timeout (no seccomp filter is installed);
 * output is read incrementally: at ``max_output`` bytes on a stream the program is killed, so the
   caller never holds more than ``2 * max_output`` bytes; at the deadline the whole sandbox is
   killed (the namespace's init dies, which kills every process in it, ``setsid`` or not) and the
   caller returns within ``timeout`` plus a short grace, never waiting on a pipe without a limit.
 
-Fallback mode (``mode="rlimit"``) is the same process limits and output handling without
-namespaces (network cut with ``unshare -n`` where allowed). It is *not isolation* — the program
-can read what the caller can read and a ``setsid`` child can outlive the call — and it warns.
-Neither mode filters system calls (no seccomp).
+Unconfined mode (``mode="rlimit"``, only when named) is the same process limits and output
+handling without namespaces (network cut with ``unshare -n`` where allowed). It is *not
+isolation* -- the program can read what the caller can read, its environment included, and a
+``setsid`` child can outlive the call -- and it warns loudly. Neither mode filters system calls.
+
+Cgroups and temp folders of a caller killed mid-run are swept at the next caller's first run
+(:func:`tdrl.llm.rewards.cgroups.sweep_leftovers`).
 """
 
 from __future__ import annotations
@@ -41,7 +55,10 @@ import time
 import warnings
 from dataclasses import dataclass
 
-__all__ = ["SandboxResult", "sandbox_mode", "run_python_sandboxed"]
+from tdrl.llm.rewards.cgroups import PREFIX, SandboxCgroup, sweep_leftovers
+
+__all__ = ["SANDBOX_MODES", "SandboxResult", "SandboxUnavailable", "check_sandbox_mode", "run_python_sandboxed",
+           "sandbox_mode", "sandbox_problem"]
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +73,16 @@ _NO_SOCKET = (
     "_s.socket = _blocked; _s.create_connection = _blocked; _s.socketpair = _blocked\n"
     "del _s, _blocked\n"
 )
-_MODES = ("auto", "bwrap", "rlimit")
-_fallback_warned = False  # the rlimit-only warning is given once per process
+SANDBOX_MODES = ("bwrap", "auto", "rlimit")
+"""``"bwrap"``: isolated or an error (default); ``"auto"``: the same (kept for configs that name it);
+``"rlimit"``: unconfined, resource limits only (asked for by name, warns)."""
+_fallback_warned = False  # the unconfined-mode warning is logged once per process (warnings.warn each call)
+_swept = False  # leftovers of dead callers are swept once per process
+
+
+class SandboxUnavailable(RuntimeError):
+    """The isolated sandbox cannot start here; the message names bubblewrap's own error and
+    what to do. Code is never run unconfined instead unless ``mode="rlimit"`` is asked for."""
 
 
 @dataclass
@@ -70,6 +95,7 @@ class SandboxResult:
         timed_out: the wall-clock deadline fired and the sandbox was killed.
         mode: ``"bwrap"`` (namespace isolation) or ``"rlimit"`` (resource limits only).
         output_truncated: a stream reached ``max_output`` bytes and the program was killed.
+        memory_exceeded: the tree's cgroup memory limit killed a process (where a cgroup was made).
     """
 
     returncode: int
@@ -78,6 +104,7 @@ class SandboxResult:
     timed_out: bool
     mode: str = "rlimit"
     output_truncated: bool = False
+    memory_exceeded: bool = False
 
     @property
     def ok(self) -> bool:
@@ -105,12 +132,26 @@ def _prlimit(memory_mb: int, cpu_seconds: int, file_bytes: int, max_files: int, 
     ]
 
 
+@functools.lru_cache(maxsize=1)
+def _bwrap_options() -> frozenset[str]:
+    """The options the installed bubblewrap lists in ``bwrap --help``."""
+    try:
+        r = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    return frozenset(w for w in (r.stdout + r.stderr).split() if w.startswith("--"))
+
+
 def _bwrap_command(code_fd: int, disk_bytes: int, limits: list[str]) -> list[str]:
     cmd = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
         "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
     ]
+    if "--disable-userns" in _bwrap_options():  # no nested user (hence network) namespaces
+        cmd += ["--disable-userns"]
+    # The private /tmp first: a prefix bound later under /tmp (a venv there) stays visible on top of it.
+    cmd += ["--size", str(disk_bytes), "--tmpfs", "/tmp"]
     for d in _SYSTEM_DIRS:
         if os.path.islink(d):
             cmd += ["--symlink", os.readlink(d), d]
@@ -119,8 +160,7 @@ def _bwrap_command(code_fd: int, disk_bytes: int, limits: list[str]) -> list[str
     for d in _python_roots():
         cmd += ["--ro-bind", d, d]
     cmd += [
-        "--proc", "/proc", "--dev", "/dev",
-        "--size", str(disk_bytes), "--tmpfs", "/tmp", "--file", str(code_fd), "/tmp/main.py",
+        "--proc", "/proc", "--dev", "/dev", "--file", str(code_fd), "/tmp/main.py",
         "--remount-ro", "/", "--remount-ro", "/dev",
         "--uid", str(_UID), "--gid", str(_UID), "--chdir", "/tmp", "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
@@ -145,100 +185,63 @@ def _unshare_prefix() -> tuple[str, ...]:
     return ()
 
 
+_USERNS_HINT = (
+    "user namespaces are refused here: allow them (sysctl kernel.unprivileged_userns_clone=1, or "
+    "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04+; in Docker, run with "
+    "--security-opt seccomp=unconfined --security-opt apparmor=unconfined, or --privileged)"
+)
+
+
 @functools.lru_cache(maxsize=1)
 def _bwrap_problem() -> str | None:
-    """``None`` when the isolated mode runs a trivial program here, else why it cannot."""
+    """``None`` when the isolated mode runs a trivial program here, else why not and what to do."""
     if not sys.platform.startswith("linux"):
         return f"namespaces need Linux (this is {sys.platform})"
-    for tool in ("bwrap", "prlimit"):
-        if shutil.which(tool) is None:
-            return f"{tool!r} is not installed (apt-get install bubblewrap util-linux)"
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed: apt-get install bubblewrap (or dnf / apk install bubblewrap)"
+    if shutil.which("prlimit") is None:
+        return "util-linux's prlimit is not installed: apt-get install util-linux"
+    exposed = [r for r in _python_roots() if r in ("/", "/tmp")]
+    if exposed:
+        return (f"the interpreter's prefix {exposed[0]!r} would expose the host's {exposed[0]} in the sandbox; "
+                f"run from a venv or an interpreter installed in a folder of its own")
     res = _run("print('ok')", "bwrap", timeout=20.0, memory_mb=512, max_output=4096,
                disk_mb=1, max_files=64, max_procs=16)
-    if res.returncode != 0 or res.stdout.strip() != "ok":
-        return f"bwrap failed (status {res.returncode}): {res.stderr.strip()[-300:]}"
-    return None
+    if res.returncode == 0 and res.stdout.strip() == "ok":
+        return None
+    err = res.stderr.strip()[-500:] or "(no error output)"
+    hint = ""
+    if any(s in err for s in ("namespace", "uid map", "uid_map", "setting up uid", "Operation not permitted")):
+        hint = f"; {_USERNS_HINT}"
+    elif "execute" in err or "execvp" in err or "No such file" in err:
+        hint = (f"; the interpreter {sys.executable} (prefixes {_python_roots()}) could not be started inside "
+                f"the sandbox's read-only root")
+    return f"bubblewrap is installed but could not run a program (status {res.returncode}): {err}{hint}"
+
+
+def sandbox_problem() -> str | None:
+    """``None`` where the isolated sandbox runs here, else bubblewrap's own error and what to do
+    (checked once per process by running a trivial program)."""
+    return _bwrap_problem()
 
 
 def sandbox_mode() -> str:
-    """The mode ``run_python_sandboxed(mode="auto")`` uses here: ``"bwrap"`` or ``"rlimit"``."""
-    return "bwrap" if _bwrap_problem() is None else "rlimit"
+    """``"bwrap"`` where the isolated sandbox runs here, else ``"unavailable"`` (then every call
+    that does not ask for ``mode="rlimit"`` raises :class:`SandboxUnavailable`; see
+    :func:`sandbox_problem`)."""
+    return "bwrap" if _bwrap_problem() is None else "unavailable"
 
 
-# ----------------------------------------------------------------------------- cgroup (root only)
-class _PidsCgroup:
-    """A fresh pids-controller cgroup with ``pids.max``, or nothing where none can be made."""
-
-    def __init__(self, max_procs: int):
-        self.path: str | None = None
-        if os.geteuid() != 0:
-            return
-        for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
-            if not os.path.exists(os.path.join(root, "cgroup.procs")):
-                continue
-            if root == "/sys/fs/cgroup" and not _v2_has_pids(root):
-                continue
-            try:
-                path = tempfile.mkdtemp(prefix="tdrl-sandbox-", dir=root)
-            except OSError:
-                continue
-            try:
-                with open(os.path.join(path, "pids.max"), "w") as f:
-                    f.write(str(max_procs))
-            except OSError:
-                os.rmdir(path)
-                continue
-            self.path = path
-            return
-
-    def wrap(self, cmd: list[str]) -> list[str]:
-        """``cmd`` started by a shell that first moves itself into the cgroup, then ``exec`` s."""
-        if self.path is None:
-            return cmd
-        procs = os.path.join(self.path, "cgroup.procs")
-        return ["/bin/sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *cmd]
-
-    def kill(self) -> None:
-        if self.path is None:
-            return
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as f:
-                pids = [int(x) for x in f.read().split()]
-        except OSError:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def remove(self) -> None:
-        if self.path is None:
-            return
-        for _ in range(50):
-            try:
-                os.rmdir(self.path)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:  # still busy: processes being reaped
-                self.kill()
-                time.sleep(0.02)
-        else:
-            log.warning("could not remove the sandbox cgroup %s", self.path)
-        self.path = None
-
-
-def _v2_has_pids(root: str) -> bool:
-    try:
-        with open(os.path.join(root, "cgroup.subtree_control")) as f:
-            return "pids" in f.read().split()
-    except OSError:
-        return False
+def check_sandbox_mode(mode: str, where: str) -> str:
+    """``mode`` if it is one of :data:`SANDBOX_MODES`, else a ``ValueError`` naming ``where``."""
+    if mode not in SANDBOX_MODES:
+        raise ValueError(f"{where}: mode={mode!r}; expected one of {SANDBOX_MODES} ('bwrap': isolated or an "
+                         f"error, the default; 'rlimit': NOT isolation, only resource limits)")
+    return mode
 
 
 # ----------------------------------------------------------------------------- running
-def _kill(proc: subprocess.Popen, cgroup: _PidsCgroup | None) -> None:
+def _kill(proc: subprocess.Popen, cgroup: SandboxCgroup | None) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -319,49 +322,62 @@ def _communicate(proc: subprocess.Popen, data: bytes, timeout: float, max_output
     return bytes(bufs[fd_out]), bytes(bufs[fd_err]), timed_out, truncated
 
 
+def _encode(text: str) -> bytes:
+    """UTF-8, with lone surrogates passed through as bytes: the program then fails to decode
+    them (a ``SyntaxError`` in its result) instead of the caller raising ``UnicodeEncodeError``."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 def _run(code: str, mode: str, timeout: float, memory_mb: int, max_output: int, disk_mb: int,
          max_files: int, max_procs: int, stdin: str = "") -> SandboxResult:
+    global _swept
+    if not _swept:
+        _swept = True
+        sweep_leftovers()
     cpu = max(1, int(timeout + 0.999))
     disk = disk_mb * 1024 * 1024
     limits = _prlimit(memory_mb, cpu, min(disk, 16 * 1024 * 1024), max_files, max_procs)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    cgroup = None
-    with tempfile.TemporaryDirectory(prefix="tdrl-sandbox-") as tmp:
+    source = _encode(code if mode == "bwrap" or _unshare_prefix() else _NO_SOCKET + code)
+    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-") as tmp:
         pass_fds: tuple[int, ...] = ()
         if mode == "bwrap":
             fd = os.memfd_create("tdrl-sandbox-main.py")
-            os.write(fd, code.encode())
+            with open(fd, "wb", closefd=False) as f:
+                f.write(source)
             os.lseek(fd, 0, os.SEEK_SET)
             pass_fds = (fd,)
             cmd = _bwrap_command(fd, disk, limits)
-            cgroup = _PidsCgroup(max_procs)
-            cmd = cgroup.wrap(cmd)
         else:
             path = os.path.join(tmp, "main.py")
-            with open(path, "w") as f:
-                f.write(code if _unshare_prefix() else _NO_SOCKET + code)
+            with open(path, "wb") as f:
+                f.write(source)
             env["HOME"] = tmp
             cmd = [*_unshare_prefix(), *(limits if shutil.which("prlimit") else []), sys.executable, "-I", "-S", path]
+        # the whole tree's processes and memory (the private /tmp included), where a cgroup can be made
+        cgroup = SandboxCgroup(max_procs, (memory_mb + disk_mb) * 1024 * 1024)
         try:
-            proc = subprocess.Popen(
-                cmd, cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, pass_fds=pass_fds,
-                preexec_fn=None if shutil.which("prlimit") or mode == "bwrap" else _preexec_limits(memory_mb, cpu),
-            )
-        finally:
-            for fd in pass_fds:
-                os.close(fd)
-        try:
-            out, err, timed_out, truncated = _communicate(proc, stdin.encode(), timeout, max_output, cgroup)
+            try:
+                proc = subprocess.Popen(
+                    cgroup.wrap(cmd), cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds,
+                    preexec_fn=None if shutil.which("prlimit") or mode == "bwrap" else _preexec_limits(memory_mb, cpu),
+                )
+            finally:
+                for fd in pass_fds:
+                    os.close(fd)
+            out, err, timed_out, truncated = _communicate(proc, _encode(stdin), timeout, max_output, cgroup)
             try:
                 rc = proc.wait(timeout=_GRACE_S)
             except subprocess.TimeoutExpired:
                 log.warning("sandboxed process %d did not exit after SIGKILL; leaving it", proc.pid)
                 rc = -signal.SIGKILL
+            oom = cgroup.oom_killed
         finally:
-            if cgroup is not None:
-                cgroup.remove()
-    return SandboxResult(rc, out.decode(errors="replace"), err.decode(errors="replace"), timed_out, mode, truncated)
+            cgroup.kill()
+            cgroup.remove()
+    return SandboxResult(rc, out.decode(errors="replace"), err.decode(errors="replace"), timed_out, mode, truncated,
+                         oom)
 
 
 def _preexec_limits(memory_mb: int, cpu_seconds: int):
@@ -390,57 +406,62 @@ def run_python_sandboxed(
     disk_mb: int = 32,
     max_files: int = 64,
     max_procs: int = 32,
-    mode: str = "auto",
+    mode: str = "bwrap",
 ) -> SandboxResult:
     """Run ``code`` with ``python -I -S`` in the sandbox described in this module's docstring.
 
     Args:
-        code: Python source (no site-packages: the standard library only).
+        code: Python source (no site-packages: the standard library only). Characters UTF-8
+            cannot encode (lone surrogates) reach the program as bytes; it reports the error.
         timeout: wall-clock seconds before the whole sandbox is killed; the call returns within
             about ``timeout + 1`` s whatever the program does. CPU time is limited to the same
             number of seconds, rounded up.
-        memory_mb: address-space limit (``RLIMIT_AS``) in MiB.
+        memory_mb: address-space limit (``RLIMIT_AS``) of each process in MiB; the whole tree
+            is bounded by ``memory_mb + disk_mb`` where a cgroup can be made (root).
         stdin: text fed to the program's standard input.
         max_output: bytes kept of each of stdout and stderr; more than that kills the program
             (``output_truncated``) so the caller's memory does not grow with the output.
         disk_mb: total size of the private ``/tmp`` (isolated mode; each file is also limited to
             ``min(disk_mb, 16)`` MiB in both modes).
         max_files: open-file limit (``RLIMIT_NOFILE``).
-        max_procs: process limit (``RLIMIT_NPROC``, or a cgroup ``pids.max`` when root).
-        mode: ``"auto"`` (isolated where bubblewrap works, else the fallback with a warning),
-            ``"bwrap"`` (isolated, or ``RuntimeError``) or ``"rlimit"`` (the fallback).
+        max_procs: process limit (``RLIMIT_NPROC``, and a cgroup ``pids.max`` when root).
+        mode: ``"bwrap"`` (default; ``"auto"`` is the same): isolated, or
+            :class:`SandboxUnavailable`. ``"rlimit"``: resource limits only, NOT isolation
+            (the program reads what the caller can read); it warns on every call.
 
     Returns:
         A :class:`SandboxResult` whose ``mode`` says which mode ran.
 
     Raises:
         ValueError: a limit is not positive or ``mode`` is unknown.
-        RuntimeError: ``mode="bwrap"`` where bubblewrap cannot run.
+        SandboxUnavailable: an isolated mode where bubblewrap cannot run; the message carries
+            bubblewrap's own error and what to do.
     """
-    if mode not in _MODES:
-        raise ValueError(f"run_python_sandboxed: mode={mode!r}; expected one of {_MODES}")
+    check_sandbox_mode(mode, "run_python_sandboxed")
     for name, value in (("timeout", timeout), ("memory_mb", memory_mb), ("max_output", max_output),
                         ("disk_mb", disk_mb), ("max_files", max_files), ("max_procs", max_procs)):
         if not value > 0:
             raise ValueError(f"run_python_sandboxed: {name}={value!r}; expected a positive number")
     if mode != "rlimit":
         problem = _bwrap_problem()
-        if problem is None:
-            mode = "bwrap"
-        elif mode == "bwrap":
-            raise RuntimeError(f"run_python_sandboxed(mode='bwrap'): the isolated sandbox cannot run here: {problem}")
-        else:
-            mode = "rlimit"
-    global _fallback_warned
-    if mode == "rlimit" and not _fallback_warned:
-        _fallback_warned = True
-        problem = _bwrap_problem()
-        log.warning("code sandbox: rlimit-only mode (not isolation)%s", f": {problem}" if problem else "")
-        warnings.warn(
-            "run_python_sandboxed is running in rlimit-only mode, which is NOT isolation: the program "
-            "can read the caller's files and environment and a detached child can outlive the call"
-            + (f" (isolated mode unavailable: {problem})" if problem else " (chosen with mode='rlimit')"),
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        if problem is not None:
+            raise SandboxUnavailable(
+                f"run_python_sandboxed(mode={mode!r}): the isolated sandbox cannot run here, so the program was "
+                f"not run: {problem}. (mode='rlimit' runs it without isolation: it can then read the caller's "
+                f"files and environment; ask for it only for code you trust.)")
+        mode = "bwrap"
+    else:
+        _warn_unconfined()
     return _run(code, mode, timeout, memory_mb, max_output, disk_mb, max_files, max_procs, stdin)
+
+
+def _warn_unconfined() -> None:
+    global _fallback_warned
+    message = ("run_python_sandboxed(mode='rlimit') runs the program WITHOUT isolation (NOT isolation: "
+               "resource limits only): it can read the caller's files, home and environment, write "
+               "wherever the caller can, and a detached child can outlive the call. Use mode='bwrap' "
+               "for model-written code.")
+    if not _fallback_warned:
+        _fallback_warned = True
+        log.warning("code sandbox: %s", message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)

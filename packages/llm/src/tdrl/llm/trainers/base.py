@@ -27,17 +27,31 @@ __all__ = ["TrainerBase", "model_and_tokenizer"]
 log = logging.getLogger(__name__)
 
 
-def model_and_tokenizer(model, tokenizer, owner: str):
+def model_and_tokenizer(model, tokenizer, owner: str, peft_config=None):
     """``(model, tokenizer)`` for a trainer: a ``str`` / path ``model`` (a registered name such
     as ``"smollm2-135m-instruct"``, a local folder or a hub id, as TRL's trainers take) is loaded
-    with :func:`tdrl.llm.models.load_model_and_tokenizer`; its tokenizer is used unless one is given."""
+    with :func:`tdrl.llm.models.load_model_and_tokenizer`; its tokenizer is used unless one is given.
+    A ``peft_config`` (TRL's keyword, e.g. a ``peft.LoraConfig``) wraps the model with
+    ``peft.get_peft_model``."""
+    if tokenizer is not None and not hasattr(tokenizer, "decode"):
+        raise TypeError(f"{owner}: the second positional argument is the tokenizer (tdrl's order: model, tokenizer, "
+                        f"...), got {type(tokenizer).__name__}; with TRL's order pass keywords "
+                        "(reward_funcs=, args=, train_dataset=, processing_class=)")
     if isinstance(model, (str, os.PathLike)):
         from tdrl.llm.models import load_model_and_tokenizer
 
         model, loaded = load_model_and_tokenizer(model)
-        return model, tokenizer if tokenizer is not None else loaded
-    if tokenizer is None:
-        raise TypeError(f"{owner}: a tokenizer is needed when model is a model object (pass tokenizer=, or a model name/path)")
+        tokenizer = tokenizer if tokenizer is not None else loaded
+    elif tokenizer is None:
+        raise TypeError(f"{owner}: a tokenizer is needed when model is a model object (pass tokenizer= (TRL: "
+                        "processing_class=), or a model name/path)")
+    if peft_config is not None:
+        from tdrl.llm._optional import require
+
+        require("peft", extra="peft", what=f"{owner}(peft_config=...)")
+        from peft import get_peft_model
+
+        model = get_peft_model(model, peft_config)
     return model, tokenizer
 
 
@@ -66,12 +80,15 @@ class TrainerBase:
         self.metrics.rows = rows
 
     def _record(self, metrics: Mapping[str, float]) -> None:
-        """Log one step's metrics and checkpoint when due."""
+        """Log one step's metrics (every ``config.log_every`` steps) and checkpoint when due."""
+        due = self.step_count % self.config.log_every == 0
         if self.run is not None:
-            self.run.log(self.step_count, metrics)
+            if due:
+                self.run.log(self.step_count, metrics)
             self.run.maybe_checkpoint(self.step_count, trainer=self)
             return
-        self.metrics.log(metrics, self.step_count)
+        if due:
+            self.metrics.log(metrics, self.step_count)
         cfg = self.config
         if cfg.checkpoint_path and self.step_count % cfg.checkpoint_every == 0:
             self.save_checkpoint()

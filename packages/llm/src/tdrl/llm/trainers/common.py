@@ -113,6 +113,15 @@ def all_reduce_mean(values: Mapping[str, float]) -> dict[str, float]:
     return dict(zip(keys, t.tolist()))
 
 
+def all_reduce_sum(value: float) -> float:
+    """Sum of a scalar over ranks (identity without a process group)."""
+    if dist_info()[1] == 1:
+        return float(value)
+    t = torch.tensor([float(value)], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
 def checkpoint_file(path: str | os.PathLike, rank: int, world_size: int) -> str:
     """The checkpoint file of this rank: ``path``, or ``path.rank<r>`` under data parallelism."""
     path = os.fspath(path)

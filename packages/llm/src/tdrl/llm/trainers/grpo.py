@@ -26,12 +26,14 @@ from tdrl.llm.agents import make_tool, tool_rollout
 from tdrl.llm.data import PromptSampler, completion_texts, render_prompts, tokenize_prompts
 from tdrl.llm.generation import Generator, HFGenerator, check_sampling, unwrap_model
 from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
-from tdrl.llm.losses import GRPOLoss, GRPOLossConfig
+from tdrl.llm.losses import LOSS_PRESETS, GRPOLoss, GRPOLossConfig, micro_batch_weights
+from tdrl.llm.trl_names import GRPO_CONFIG_NAMES, GRPO_TRAINER_NAMES, accept_trl_names
 from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, ON_REWARD_ERROR, compute_rewards
 from tdrl.core.train import Logger, ProgressBar, Run
 from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
+    all_reduce_sum,
     check_int,
     check_number,
     dist_info,
@@ -47,9 +49,14 @@ __all__ = ["GRPOConfig", "GRPOTrainer"]
 log = logging.getLogger(__name__)
 
 
+@accept_trl_names(GRPO_CONFIG_NAMES)
 @dataclass
 class GRPOConfig:
     """Settings of :class:`GRPOTrainer`.
+
+    TRL's field names are accepted too (``num_generations=``, ``learning_rate=``,
+    ``loss_type="dapo"``, ...), translated by :mod:`tdrl.llm.trl_names` (its table is in
+    ``packages/llm/README.md``); TRL names for what tdrl lacks are refused with what to use.
 
     Attributes:
         steps: generation rounds (``train()`` default).
@@ -59,14 +66,17 @@ class GRPOConfig:
         temperature, top_p, top_k: sampling.
         epochs: passes over each rollout (TRL's ``num_iterations``).
         minibatch_size: completions per optimiser step (default: the whole rollout).
-        grad_accum: micro-batches each minibatch is split into.
+        grad_accum: micro-batches each minibatch is split into (memory only: the gradient is the
+            minibatch's for every reduction, :func:`tdrl.llm.losses.micro_batch_weights`).
         lr, weight_decay, warmup_steps, max_grad_norm: optimisation (cosine decay to 10%).
-        loss: a :class:`tdrl.llm.losses.GRPOLossConfig` (variants live there).
+        loss: a :class:`tdrl.llm.losses.GRPOLossConfig` (variants live there), or a preset's name
+            (``"grpo"``, ``"dapo"``, ``"dr_grpo"``, ``"gspo"``).
         reward_weights: one weight per reward function (default all 1).
         reward_timeout: seconds each reward function may take per round (default 60); one that
             takes longer scores 0 for the round and is counted in ``reward_errors`` /
-            ``reward_timeouts`` (a coroutine reward, ``async def``, is cancelled; a blocking one's
-            thread is left running: Python threads cannot be killed).
+            ``reward_timeouts`` (each call runs in a forked worker process, killed at the limit;
+            a coroutine reward is cancelled; one marked ``thread_safe_reward`` runs in a thread,
+            left running: see :mod:`tdrl.llm.rewards.workers`).
             ``None`` or ``0``: no limit, the function runs in the trainer's thread.
         on_reward_error: what a reward function that raises does
             (:func:`tdrl.llm.rewards.compute_rewards`): ``"raise_if_all"`` (default) stops the run
@@ -101,6 +111,8 @@ class GRPOConfig:
             caps each turn.
         tool_timeout: seconds per tool call (the sandbox is killed after it; an error text).
         tool_workers: tool calls run at once.
+        tool_sandbox: the code sandbox's mode for tool calls: ``"bwrap"`` (default) isolated, or
+            the run stops with bubblewrap's error; ``"rlimit"``: NOT isolation, only by name.
         gradient_checkpointing: recompute each decoder layer's activations in the backward pass
             (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
             per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
@@ -115,6 +127,7 @@ class GRPOConfig:
         checkpoint_every: rounds between checkpoints.
         log_dir: folder of the per-round metrics, ``<log_dir>/metrics.csv`` written by
             :class:`tdrl.core.train.CSVLogger` with ``hparams.json`` (``None``: in memory only).
+        log_every: rounds between metric rows (TRL's ``logging_steps``).
         progress: show a progress bar on rank 0.
     """
 
@@ -144,18 +157,26 @@ class GRPOConfig:
     max_turns: int = 3
     tool_timeout: float = 2.0
     tool_workers: int = 4
+    tool_sandbox: str = "bwrap"
     gradient_checkpointing: bool = False
     fsdp: bool = False
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 50
     log_dir: str | None = None
+    log_every: int = 1
     progress: bool = True
 
     def __post_init__(self):
         """Check every setting before any model work; errors name the field, the value and the range."""
         own = "GRPOConfig"
-        for name, minimum in (("steps", 1), ("prompts_per_step", 1), ("epochs", 1), ("grad_accum", 1),
+        if isinstance(self.loss, str):
+            if self.loss not in LOSS_PRESETS:
+                raise ValueError(f"GRPOConfig.loss={self.loss!r}: expected a GRPOLossConfig or a preset name, one of {LOSS_PRESETS}")
+            self.loss = GRPOLossConfig.preset(self.loss)
+        elif not isinstance(self.loss, GRPOLossConfig):
+            raise TypeError(f"GRPOConfig.loss={self.loss!r}: expected a GRPOLossConfig or a preset name, one of {LOSS_PRESETS}")
+        for name, minimum in (("steps", 1), ("prompts_per_step", 1), ("epochs", 1), ("grad_accum", 1), ("log_every", 1),
                               ("warmup_steps", 0), ("checkpoint_every", 1), ("seed", 0), ("max_turns", 1),
                               ("tool_workers", 1)):
             check_int(own, name, getattr(self, name), minimum)
@@ -170,7 +191,7 @@ class GRPOConfig:
         check_number(own, "loss.beta", self.loss.beta, ge=0)
         check_number(own, "tool_timeout", self.tool_timeout, gt=0)
         self.tools = (self.tools,) if isinstance(self.tools, str) else tuple(self.tools or ())
-        make_tool(self.tools)  # checks the names (building a PythonTool starts nothing)
+        make_tool(self.tools, mode=self.tool_sandbox)  # checks names and mode (building a PythonTool starts nothing)
         if self.reward_timeout is not None:
             check_number(own, "reward_timeout", self.reward_timeout, ge=0)
         if self.on_reward_error not in ON_REWARD_ERROR:
@@ -193,8 +214,13 @@ class GRPOConfig:
         return self.prompts_per_step * self.group_size
 
 
+@accept_trl_names(GRPO_TRAINER_NAMES)
 class GRPOTrainer(TrainerBase):
     """Group Relative Policy Optimisation of a Hugging Face causal LM.
+
+    TRL's keywords work too: ``GRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...),
+    train_dataset=..., eval_dataset=..., processing_class=..., peft_config=...)``
+    (:mod:`tdrl.llm.trl_names`).
 
     Args:
         model: the policy (a ``transformers`` causal LM, optionally a peft model), or, as TRL's
@@ -215,6 +241,8 @@ class GRPOTrainer(TrainerBase):
         run: a :class:`tdrl.core.train.Run` to log and checkpoint through (the apps' run
             folder; it restores the trainer when it resumes); ``None``: ``config.log_dir`` /
             ``config.checkpoint_path``.
+        eval_dataset: rows like ``train_dataset``, scored by :meth:`evaluate`.
+        peft_config: a ``peft`` config (``LoraConfig``) the model is wrapped with (TRL's keyword).
 
     Attributes:
         metrics: a :class:`tdrl.core.train.MetricHistory` of one row per round.
@@ -232,17 +260,27 @@ class GRPOTrainer(TrainerBase):
         callback: Callable | None = None,
         loggers: Sequence[Logger] = (),
         run: Run | None = None,
+        eval_dataset=None,
+        peft_config=None,
     ):
         self.config = cfg = config or GRPOConfig()
         if reward_fns is None or train_dataset is None:
-            raise TypeError("GRPOTrainer: reward_fns and train_dataset are required")
+            raise TypeError("GRPOTrainer: reward_fns (TRL: reward_funcs) and train_dataset are required (positional "
+                            "order: model, tokenizer, reward_fns, train_dataset, config; TRL's order needs keywords)")
+        if not isinstance(cfg, GRPOConfig):
+            raise TypeError(f"GRPOTrainer: config (TRL: args) must be a GRPOConfig, got {type(cfg).__name__}")
         if cfg.async_generation and generator is not None:
             raise ValueError("GRPOConfig.async_generation=True needs the default generator (generator=None): "
                              "it generates with a snapshot copy of the model")
-        model, tokenizer = model_and_tokenizer(model, tokenizer, "GRPOTrainer")
+        reward_fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
+        if cfg.reward_weights is not None and len(cfg.reward_weights) != len(reward_fns):
+            raise ValueError(f"GRPOTrainer: {len(reward_fns)} reward functions but {len(cfg.reward_weights)} "
+                             "reward_weights in the config: give one weight per function (checked before loading the model)")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, "GRPOTrainer", peft_config)
+        self.eval_dataset = eval_dataset
         self.rank, self.world_size = dist_info()
         self.tokenizer = tokenizer
-        self.reward_fns = list(reward_fns) if isinstance(reward_fns, Sequence) else [reward_fns]
+        self.reward_fns = reward_fns
         self.model = model
         if cfg.fsdp:
             check_fsdp("GRPOConfig")
@@ -262,7 +300,7 @@ class GRPOTrainer(TrainerBase):
         self.generator = generator or HFGenerator(
             model, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, share_prefix=cfg.share_prefix is not False
         )
-        self.tool = make_tool(cfg.tools, cfg.tool_timeout)
+        self.tool = make_tool(cfg.tools, cfg.tool_timeout, cfg.tool_sandbox)
         self.sampler = PromptSampler(train_dataset, cfg.prompts_per_step, cfg.seed, self.rank, self.world_size)
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
@@ -425,18 +463,8 @@ class GRPOTrainer(TrainerBase):
         for _ in range(cfg.epochs):
             perm = torch.randperm(td.shape[0], device=self.device)
             for mb in td[perm].split(mb_size):
-                self.optimizer.zero_grad(set_to_none=True)
-                chunks = mb.split(micro)
-                for j, chunk in enumerate(chunks):
-                    last = j == len(chunks) - 1
-                    sync = nullcontext() if last else no_grad_sync(self.ddp_model, self.world_size)
-                    with sync:
-                        out = self.loss_fn(self.ddp_model, chunk)
-                        loss = sum(v for k, v in out.items() if k.startswith("loss_"))
-                        (loss / len(chunks)).backward()
-                    for k, v in out.items():
-                        sums[k] = sums[k] + v.detach() if k in sums else v.detach().float()
-                    n_micro += 1
+                chunks = self.accumulate(mb, micro, sums)
+                n_micro += len(chunks)
                 gn = plain(torch.nn.utils.clip_grad_norm_(
                     [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
                 ))
@@ -458,6 +486,48 @@ class GRPOTrainer(TrainerBase):
         if self.callback is not None:
             self.callback(self, metrics)
         return metrics
+
+    def accumulate(self, mb: TensorDict, micro: int, sums: dict[str, torch.Tensor] | None = None) -> tuple[TensorDict, ...]:
+        """Zero the gradients and backpropagate one minibatch's loss in micro-batches of ``micro``
+        rows. Chunk ``j`` is weighted by :func:`~tdrl.llm.losses.micro_batch_weights`, so the
+        gradient equals the whole minibatch's for every reduction (DAPO's token mean included,
+        over the minibatches of all ranks under data parallelism unless
+        ``loss.token_mean_over_ranks`` is off).
+        Adds each chunk's detached outputs into ``sums``; returns the chunks."""
+        self.optimizer.zero_grad(set_to_none=True)
+        chunks = mb.split(micro)
+        masks, loss_cfg = [c[K.COMPLETION_MASK] for c in chunks], self.config.loss
+        all_tokens = None
+        if loss_cfg.reduction == "token" and loss_cfg.token_mean_over_ranks and self.world_size > 1:
+            all_tokens = all_reduce_sum(float(mb[K.COMPLETION_MASK].sum()))
+        weights = micro_batch_weights(masks, loss_cfg.reduction, self.world_size, all_tokens).tolist()
+        for j, (chunk, w) in enumerate(zip(chunks, weights)):
+            sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
+            with sync:
+                out = self.loss_fn(self.ddp_model, chunk)
+                loss = sum(v for k, v in out.items() if k.startswith("loss_"))
+                (loss * w).backward()
+            if sums is not None:
+                for k, v in out.items():
+                    sums[k] = sums[k] + v.detach() if k in sums else v.detach().float()
+        return chunks
+
+    @torch.no_grad()
+    def evaluate(self, eval_dataset=None, max_new_tokens: int | None = None) -> dict[str, float]:
+        """Greedy completions of ``eval_dataset`` (default: the one given to the trainer) scored
+        by each reward function (:func:`tdrl.llm.trainers.evaluate`).
+
+        Returns:
+            ``{"eval_<reward function name>": mean score}``.
+        """
+        from tdrl.llm.trainers.evaluate import evaluate
+
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if dataset is None:
+            raise ValueError("GRPOTrainer.evaluate: no eval_dataset (pass one here or to GRPOTrainer(eval_dataset=...))")
+        n = max_new_tokens or self.config.max_new_tokens
+        return {f"eval_{getattr(fn, '__name__', f'reward_{i}')}": evaluate(self.model, self.tokenizer, dataset, fn, n)
+                for i, fn in enumerate(self.reward_fns)}
 
     def sync_generator(self) -> bool:
         """Push the trainer's weights to the generator (``Generator.update_weights``) when an

@@ -13,6 +13,7 @@ import torch
 from tdrl.llm import keys as K
 from tdrl.llm.data import PromptSampler, completion_text, expand_conversations, render_prompts, tokenize_sft
 from tdrl.llm.losses import SFTLoss
+from tdrl.llm.trl_names import SFT_CONFIG_NAMES, SFT_TRAINER_NAMES, accept_trl_names
 from tdrl.core.train import Logger, ProgressBar, Run
 from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
 from tdrl.llm.trainers.common import (
@@ -32,9 +33,13 @@ __all__ = ["SFTConfig", "SFTTrainer"]
 log = logging.getLogger(__name__)
 
 
+@accept_trl_names(SFT_CONFIG_NAMES)
 @dataclass
 class SFTConfig:
     """Settings of :class:`SFTTrainer`.
+
+    TRL's field names are accepted too (``max_steps=``, ``learning_rate=``,
+    ``per_device_train_batch_size=``, ...), translated by :mod:`tdrl.llm.trl_names`.
 
     Attributes:
         steps: optimiser steps (``train()`` default).
@@ -62,6 +67,7 @@ class SFTConfig:
         checkpoint_path, checkpoint_every: resumable checkpoints (``None``: none).
         log_dir: folder of the per-step metrics (``<log_dir>/metrics.csv``, a
             :class:`tdrl.core.train.CSVLogger`, and ``hparams.json``); ``None``: in memory only.
+        log_every: steps between metric rows (TRL's ``logging_steps``).
         progress: progress bar on rank 0.
     """
 
@@ -81,13 +87,14 @@ class SFTConfig:
     checkpoint_path: str | None = None
     checkpoint_every: int = 100
     log_dir: str | None = None
+    log_every: int = 1
     progress: bool = True
 
     def __post_init__(self):
         """Check every setting before any model work; errors name the field, the value and the range."""
         own = "SFTConfig"
         for name, minimum in (("steps", 1), ("batch_size", 1), ("grad_accum", 1), ("warmup_steps", 0),
-                              ("checkpoint_every", 1), ("seed", 0)):
+                              ("checkpoint_every", 1), ("seed", 0), ("log_every", 1)):
             check_int(own, name, getattr(self, name), minimum)
         check_number(own, "lr", self.lr, ge=0)
         check_number(own, "weight_decay", self.weight_decay, ge=0)
@@ -96,8 +103,12 @@ class SFTConfig:
             raise ValueError(f"SFTConfig: batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
 
 
+@accept_trl_names(SFT_TRAINER_NAMES)
 class SFTTrainer(TrainerBase):
     """Supervised fine-tuning of a causal LM; loss only on completion tokens (+ EOS).
+
+    TRL's keywords work too: ``SFTTrainer(model=..., args=SFTConfig(...), train_dataset=...,
+    eval_dataset=..., processing_class=..., peft_config=...)`` (:mod:`tdrl.llm.trl_names`).
 
     Args:
         model: a ``transformers`` causal LM (optionally peft), or a name / path to load (a
@@ -109,23 +120,23 @@ class SFTTrainer(TrainerBase):
         loggers: extra :class:`tdrl.core.train.Logger` s (TensorBoard, wandb) fed on rank 0.
         run: a :class:`tdrl.core.train.Run` to log and checkpoint through (it restores the
             trainer when it resumes); ``None``: ``config.log_dir`` / ``config.checkpoint_path``.
+        eval_dataset: rows like ``train_dataset``, whose loss :meth:`evaluate` returns.
+        peft_config: a ``peft`` config (``LoraConfig``) the model is wrapped with (TRL's keyword).
 
     Attributes:
         metrics: a :class:`tdrl.core.train.MetricHistory` of one row per step.
     """
 
     def __init__(self, model, tokenizer=None, train_dataset=None, config: SFTConfig | None = None,
-                 loggers: Sequence[Logger] = (), run: Run | None = None):
+                 loggers: Sequence[Logger] = (), run: Run | None = None, eval_dataset=None, peft_config=None):
         self.config = cfg = config or SFTConfig()
         if train_dataset is None:
             raise TypeError("SFTTrainer: train_dataset is required")
-        names = train_dataset.column_names
-        if cfg.completion_column not in names and cfg.messages_column in names:
-            train_dataset = expand_conversations(train_dataset, cfg.messages_column, cfg.completion_column)
-        elif cfg.completion_column not in names:
-            raise KeyError(f"SFTTrainer: dataset has neither a {cfg.completion_column!r} nor a {cfg.messages_column!r} "
-                           f"column; columns are {names}")
-        model, tokenizer = model_and_tokenizer(model, tokenizer, "SFTTrainer")
+        if not isinstance(cfg, SFTConfig):
+            raise TypeError(f"SFTTrainer: config (TRL: args) must be an SFTConfig, got {type(cfg).__name__}")
+        train_dataset = self._examples(train_dataset)
+        self.eval_dataset = None if eval_dataset is None else self._examples(eval_dataset)
+        model, tokenizer = model_and_tokenizer(model, tokenizer, "SFTTrainer", peft_config)
         self.rank, self.world_size = dist_info()
         self.model, self.tokenizer = model, tokenizer
         set_gradient_checkpointing(model, cfg.gradient_checkpointing)
@@ -136,6 +147,38 @@ class SFTTrainer(TrainerBase):
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
         self.loss_fn = SFTLoss(fused=cfg.fused_logprobs and not cfg.fsdp)
         self._open_run(run, loggers)
+
+    def _examples(self, dataset):
+        """``dataset`` with a completion column (whole conversations expanded into examples)."""
+        cfg, names = self.config, dataset.column_names
+        if cfg.completion_column not in names and cfg.messages_column in names:
+            return expand_conversations(dataset, cfg.messages_column, cfg.completion_column)
+        if cfg.completion_column not in names:
+            raise KeyError(f"SFTTrainer: dataset has neither a {cfg.completion_column!r} nor a {cfg.messages_column!r} "
+                           f"column; columns are {names}")
+        return dataset
+
+    @torch.no_grad()
+    def evaluate(self, eval_dataset=None) -> dict[str, float]:
+        """The token-mean completion loss of ``eval_dataset`` (default: the trainer's).
+
+        Returns:
+            ``{"eval_loss": ...}``.
+        """
+        cfg = self.config
+        dataset = self.eval_dataset if eval_dataset is None else self._examples(eval_dataset)
+        if dataset is None:
+            raise ValueError("SFTTrainer.evaluate: no eval_dataset (pass one here or to SFTTrainer(eval_dataset=...))")
+        self.ddp_model.eval()
+        total, count = 0.0, 0.0
+        for start in range(0, len(dataset), cfg.batch_size):
+            rows = dataset[start : start + cfg.batch_size]
+            targets = [completion_text(c) for c in rows[cfg.completion_column]]
+            td = tokenize_sft(self.tokenizer, render_prompts(self.tokenizer, rows["prompt"]), targets, self.device)
+            n = float(td[K.COMPLETION_MASK].sum())
+            total += float(self.loss_fn(self.ddp_model, td)["loss_sft"]) * n
+            count += n
+        return {"eval_loss": total / max(count, 1.0)}
 
     def step(self) -> dict[str, float]:
         """One optimiser step on one batch. Returns its metrics."""
