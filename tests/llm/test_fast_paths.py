@@ -11,6 +11,7 @@ from tdrl.core.train import MetricHistory, truncate_csv
 from tdrl.llm import GRPOConfig, GRPOTrainer, HFGenerator, completion_logprobs, fused_path_matches, tokenize_prompts
 from tdrl.llm import keys as K
 from tdrl.llm.generation import unique_prompts
+from tdrl.llm.logprobs import LMHead
 
 PROMPTS = ["Q: 1+2=", "Q: 13+4=", "Q: 5+15="]
 
@@ -153,11 +154,28 @@ def test_trainer_falls_back_when_logits_are_post_processed(_tiny, task):
         return [float(len(c)) for c in completions]
 
     trainer = GRPOTrainer(model, tok, [reward], train, GRPOConfig(steps=1, prompts_per_step=4, group_size=4, max_new_tokens=3, progress=False))
+    # settled at construction, before any rollout, into plain booleans the loss reads
+    assert trainer.lm_head == LMHead(fused=False, share_prefix=True, fused_loss=True)
+    assert trainer.loss_fn.head is trainer.lm_head and trainer.loss_fn.fused is False
+    head = trainer.lm_head
     trainer.train()
-    assert trainer.loss_fn.fused is False
+    assert trainer.lm_head is head and trainer.loss_fn.head is head  # nothing flipped during training
+    with pytest.raises(AttributeError):
+        trainer.loss_fn.fused = True  # a loss's path is its head's, not a flag to flip
     ok = GRPOTrainer(copy.deepcopy(base), tok, [reward], train, GRPOConfig(steps=1, prompts_per_step=4, group_size=4, max_new_tokens=3, progress=False))
+    assert ok.lm_head == LMHead(fused=True, share_prefix=True, fused_loss=True)
     ok.train()
     assert ok.loss_fn.fused and ok.loss_fn.share_prefix
+
+
+def test_grpo_loss_is_a_loss_module_summed_by_total_loss(tiny):
+    from tdrl.core.objectives import LossModule
+    from tdrl.llm import GRPOLoss
+
+    loss = GRPOLoss().set_keys(advantage="adv")  # LossModule's set_keys
+    assert isinstance(loss, LossModule) and loss.tensor_keys.advantage == "adv"
+    with pytest.raises(KeyError, match="unknown names"):
+        loss.set_keys(advantages="adv")
 
 
 def test_metric_history_and_truncate_csv(tmp_path):

@@ -24,7 +24,7 @@ from tensordict import TensorDict
 
 from tdrl.llm import keys as K
 
-__all__ = ["Generator", "HFGenerator", "cache_kwarg", "check_sampling", "completion_mask_from_eos", "unique_prompts", "unwrap_model"]
+__all__ = ["Generator", "HFGenerator", "cache_kwarg", "cache_of", "check_sampling", "completion_mask_from_eos", "unique_prompts", "unwrap_model"]
 
 
 def check_sampling(owner: str, max_new_tokens, temperature, top_p, top_k) -> None:
@@ -164,7 +164,7 @@ def _all_done(done: torch.Tensor, synced: bool) -> bool:
     return bool(flag.item())
 
 
-def _cache_of(out):
+def cache_of(out):
     cache = out.get("cache", None)
     return cache if cache is not None else out.get("past_key_values", None)
 
@@ -263,7 +263,7 @@ class HFGenerator(Generator):
             u_ids, u_mask, inv = uniq
             u_pos = (u_mask.cumsum(-1) - 1).clamp(min=0)
             out = model(input_ids=u_ids, attention_mask=u_mask, position_ids=u_pos, use_cache=True, logits_to_keep=1)
-            cache = _cache_of(out)
+            cache = cache_of(out)
             if hasattr(cache, "batch_select_indices"):
                 cache.batch_select_indices(inv)
                 logits = out.logits[:, -1][inv]
@@ -271,7 +271,7 @@ class HFGenerator(Generator):
                 cache = None
         if cache is None:
             out = model(input_ids=prompt_ids, attention_mask=attn[:, :P], position_ids=pos, use_cache=True, logits_to_keep=1)
-            cache, logits = _cache_of(out), out.logits[:, -1]
+            cache, logits = cache_of(out), out.logits[:, -1]
         next_pos = pos[:, -1:] + 1
         done = torch.zeros(n, dtype=torch.bool, device=device)
         ids = torch.full((n, C), pad, dtype=torch.long, device=device)
@@ -295,7 +295,7 @@ class HFGenerator(Generator):
             if t == C - 1 or _all_done(done, synced):
                 break
             out = model(input_ids=tok[:, None], attention_mask=attn[:, : P + t + 1], position_ids=next_pos, use_cache=True, **{cache_kw: cache})
-            cache, logits = _cache_of(out), out.logits[:, -1]
+            cache, logits = cache_of(out), out.logits[:, -1]
             next_pos = next_pos + 1
         return ids[:, : t + 1], logps[:, : t + 1]
 

@@ -22,16 +22,23 @@ bookkeeping) and returns the last hidden state through ``output_hidden_states``.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
 import torch
 from tensordict import TensorDict
 
 from tdrl.llm import keys as K
-from tdrl.llm.generation import _cache_of, cache_kwarg, unique_prompts, unwrap_model
+from tdrl.llm.generation import cache_kwarg, cache_of, unique_prompts, unwrap_model
 
-__all__ = ["completion_logprobs", "completion_hidden", "fused_path_matches", "logprobs_from_hidden"]
+log = logging.getLogger(__name__)
+
+__all__ = ["LMHead", "completion_logprobs", "completion_hidden", "fused_path_matches", "logprobs_from_hidden", "lm_head",
+           "trim_completions", "probe_batch"]
 
 
-def _head(model):
+def lm_head(model):
+    """The model's LM head (its linear output embedding), unwrapped from DDP / PEFT."""
     base = unwrap_model(model)
     head = base.get_output_embeddings()
     if head is None or not hasattr(head, "weight"):
@@ -61,7 +68,7 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def _trim(td: TensorDict):
+def trim_completions(td: TensorDict):
     """``(prompt_ids, prompt_mask, completion_ids, completion_mask, completion_attention, width)``
     without all-padding prompt columns on the left and completion columns past the last trained
     token on the right; ``width`` is the kept completion width (0: no trained token at all).
@@ -114,7 +121,7 @@ def completion_hidden(
     if uniq is not None:
         u_ids, u_mask, inv = uniq
         out = decoder(input_ids=u_ids, attention_mask=u_mask.long(), position_ids=_positions(u_mask.long()), use_cache=True)
-        cache = _cache_of(out)
+        cache = cache_of(out)
         if cache is not None and hasattr(cache, "batch_select_indices"):
             last = out.last_hidden_state[:, -1:].index_select(0, inv)  # [N, 1, H]
             if C == 1:
@@ -156,13 +163,13 @@ def completion_logprobs(
     from tdrl import kernels
 
     full_mask = td[K.COMPLETION_MASK].bool()
-    pids, pmask, cids, cmask, amask, width = _trim(td)
+    pids, pmask, cids, cmask, amask, width = trim_completions(td)
     P = pids.shape[1]
     if width == 0:
         zero = torch.zeros(full_mask.shape, device=full_mask.device)
         return (zero, zero.clone()) if return_entropy else zero
     if fused:
-        head = _head(model)
+        head = lm_head(model)
         hidden = completion_hidden(model, pids, pmask, cids, amask, share_prefix=share_prefix)
         return logprobs_from_hidden(hidden, head, cids, cmask, full_mask, temperature, return_entropy)
     targets = cids[cmask]  # [n_tok]
@@ -229,3 +236,77 @@ def fused_path_matches(model, td: TensorDict, atol: float = 1e-3, share_prefix: 
         return False
     b = completion_logprobs(model, td, fused=False)
     return bool(torch.allclose(a.float(), b.float(), atol=atol))
+
+
+def probe_batch(model, prompts: int = 2, group: int = 2, prompt_len: int = 6, completion_len: int = 5,
+                seed: int = 0) -> TensorDict:
+    """A small rollout of random tokens for checking the LM-head paths at construction: ``prompts``
+    distinct left-padded prompts, each repeated ``group`` times (as a GRPO group), completions
+    with a masked tail; on the model's device."""
+    base = unwrap_model(model)
+    vocab = int(base.get_input_embeddings().num_embeddings)
+    device = next(base.parameters()).device
+    g = torch.Generator().manual_seed(seed)
+    n = prompts * group
+    pids = torch.randint(0, vocab, (prompts, prompt_len), generator=g).repeat_interleave(group, 0)
+    pmask = torch.ones(n, prompt_len, dtype=torch.long)
+    pmask[:group, : prompt_len // 2] = 0  # the first prompt is left-padded
+    cids = torch.randint(0, vocab, (n, completion_len), generator=g)
+    cmask = torch.ones(n, completion_len, dtype=torch.bool)
+    cmask[::2, completion_len - 2:] = False  # every other completion ends early
+    td = TensorDict({K.PROMPT_IDS: pids, K.PROMPT_MASK: pmask, K.COMPLETION_IDS: cids, K.COMPLETION_MASK: cmask},
+                    batch_size=[n])
+    return td.to(device)
+
+
+@dataclass(frozen=True)
+class LMHead:
+    """How the completion log-probs are computed, chosen once: through the fused LM-head kernel
+    from the decoder's hidden states (``fused``), with each distinct prompt run once and its
+    KV cache shared by its group (``share_prefix``), and with the token loss fused into the
+    LM-head kernel (``fused_loss``, read by :class:`~tdrl.llm.losses.GRPOLoss`). Plain booleans:
+    :meth:`choose` settles the automatic ones before training, and nothing changes them later.
+    """
+
+    fused: bool = True
+    share_prefix: bool = True
+    fused_loss: bool = True
+
+    @classmethod
+    def choose(cls, model, fused: bool | None = None, share_prefix: bool | None = None,
+               fused_loss: bool | None = None, loss_matches=None) -> LMHead:
+        """Settle each ``None`` (automatic) setting on :func:`probe_batch`: keep a fast path only
+        where it reproduces the model's own logits (and, for ``fused_loss``, where
+        ``loss_matches(head, model, td)`` says the fused loss equals the two-step loss).
+        A setting given as a bool is kept as it is."""
+        if None not in (fused, share_prefix, fused_loss):
+            return cls(bool(fused), bool(share_prefix), bool(fused_loss))
+        td = probe_batch(model)
+        if fused is None:
+            fused = fused_path_matches(model, td)
+            if not fused:
+                log.warning("the fused LM-head path does not reproduce this model's logits; using logits")
+        if share_prefix is None:
+            share_prefix = (not fused) or fused_path_matches(model, td, share_prefix=True)
+            if not share_prefix:
+                log.warning("sharing the prompt's KV cache does not reproduce this model's log-probs; not sharing")
+        if fused_loss is None:
+            fused_loss = True
+            if fused and loss_matches is not None:
+                fused_loss = bool(loss_matches(cls(fused, share_prefix, True), model, td))
+                if not fused_loss:
+                    log.warning("the fused LM-head + GRPO loss does not reproduce the two-step loss; using the two-step loss")
+        return cls(bool(fused), bool(share_prefix), bool(fused_loss))
+
+    def logprobs(self, model, td: TensorDict, temperature: float = 1.0, return_entropy: bool = False):
+        """:func:`completion_logprobs` on this head's path."""
+        return completion_logprobs(model, td, temperature, return_entropy, fused=self.fused,
+                                   share_prefix=self.share_prefix)
+
+    def hidden(self, model, td: TensorDict):
+        """``(hidden, head, completion_ids, completion_mask)`` of the trimmed batch for the fused
+        path, or ``None`` when the batch has no trained token."""
+        pids, pmask, cids, cmask, amask, width = trim_completions(td)
+        if width == 0:
+            return None
+        return completion_hidden(model, pids, pmask, cids, amask, share_prefix=self.share_prefix), lm_head(model), cids, cmask

@@ -25,14 +25,15 @@ from dataclasses import dataclass, fields, replace
 import torch
 from tensordict import TensorDict
 
-from tdrl.core.objectives.common import k3_estimate
+from tdrl.core.objectives.common import LossModule, k3_estimate
 from tdrl.kernels.pg_loss.reference import reduce_tokens
 from tdrl.llm import keys as K
 from tdrl.llm.advantages import scale_mode
-from tdrl.llm.logprobs import _head, _trim, completion_hidden, completion_logprobs, logprobs_from_hidden
+from tdrl.llm.logprobs import LMHead, completion_hidden, completion_logprobs, lm_head, logprobs_from_hidden, trim_completions
 
 __all__ = [
     "GRPOLossConfig",
+    "GRPOKeys",
     "GRPOLoss",
     "SFTLoss",
     "grpo_objective",
@@ -334,7 +335,9 @@ def _bias_corrected(logp, old_logp, adv, mask, config: GRPOLossConfig, ref_logp,
 
 
 @dataclass
-class _Keys:
+class GRPOKeys:
+    """The rollout keys :class:`GRPOLoss` reads (rebind with ``set_keys``)."""
+
     prompt_ids: str = K.PROMPT_IDS
     completion_mask: str = K.COMPLETION_MASK
     old_log_prob: str = K.OLD_LOG_PROB
@@ -343,7 +346,7 @@ class _Keys:
     advantage: str = K.ADVANTAGE
 
 
-class GRPOLoss(torch.nn.Module):
+class GRPOLoss(LossModule):
     """GRPO loss module: model + rollout TensorDict -> TensorDict of losses and diagnostics.
 
     Reads ``completion_mask``, ``advantage``, ``old_log_prob`` (falls back to the current
@@ -368,6 +371,8 @@ class GRPOLoss(torch.nn.Module):
         fused_loss: with ``fused``, fuse the token loss into the LM-head kernel too.
     """
 
+    Keys = GRPOKeys
+
     def __init__(
         self,
         config: GRPOLossConfig | None = None,
@@ -375,19 +380,24 @@ class GRPOLoss(torch.nn.Module):
         fused: bool = True,
         share_prefix: bool = True,
         fused_loss: bool = True,
+        head: LMHead | None = None,
     ):
         super().__init__()
         self.config = config or GRPOLossConfig()
-        self.temperature, self.fused, self.share_prefix = temperature, fused, share_prefix
-        self.fused_loss = fused_loss
-        self.keys = _Keys()
+        self.temperature = temperature
+        self.head = head if head is not None else LMHead(bool(fused), bool(share_prefix), bool(fused_loss))
 
-    def set_keys(self, **kw) -> GRPOLoss:
-        for k, v in kw.items():
-            if not hasattr(self.keys, k):
-                raise KeyError(f"GRPOLoss.set_keys: unknown key {k!r}; known: {list(vars(self.keys))}")
-            setattr(self.keys, k, v)
-        return self
+    @property
+    def fused(self) -> bool:
+        return self.head.fused
+
+    @property
+    def share_prefix(self) -> bool:
+        return self.head.share_prefix
+
+    @property
+    def fused_loss(self) -> bool:
+        return self.head.fused_loss
 
     @property
     def uses_fused_loss(self) -> bool:
@@ -395,25 +405,23 @@ class GRPOLoss(torch.nn.Module):
         return self.fused and self.fused_loss and not self.config.sequence_level and not self.config.kl_bias_correction
 
     def forward(self, model, td: TensorDict) -> TensorDict:
+        """``loss_objective`` (sum the ``loss_*`` entries with :func:`~tdrl.core.objectives.total_loss`)
+        and detached diagnostics, for ``model`` on the rollout ``td``."""
         if self.fused:
-            pids, pmask, cids, cmask, amask, width = _trim(td)
-            if width > 0:
-                head = _head(model)
-                hidden = completion_hidden(model, pids, pmask, cids, amask, share_prefix=self.share_prefix)
-                return self._from_hidden(hidden, head, cids, cmask, td, self.uses_fused_loss)
-        logp, entropy = completion_logprobs(
-            model, td, self.temperature, return_entropy=True, fused=self.fused, share_prefix=self.share_prefix
-        )
+            trimmed = self.head.hidden(model, td)
+            if trimmed is not None:
+                return self._from_hidden(*trimmed, td, self.uses_fused_loss)
+        logp, entropy = self.head.logprobs(model, td, self.temperature, return_entropy=True)
         return self._objective(logp, entropy, td)
 
     def _inputs(self, td: TensorDict) -> tuple:
-        k = self.keys
+        k = self.tensor_keys
         ref = td.get(k.ref_log_prob, None) if self.config.beta > 0 else None
         return td.get(k.old_log_prob, None), ref, td.get(k.sample_log_prob, None)
 
     def _objective(self, logp: torch.Tensor, entropy: torch.Tensor, td: TensorDict) -> TensorDict:
         """The two-step path: per-token log-probs ``[N, C]`` -> :func:`grpo_objective`."""
-        k = self.keys
+        k = self.tensor_keys
         mask = td[k.completion_mask].bool()
         old, ref, sample = self._inputs(td)
         old = logp.detach() if old is None else old
@@ -425,7 +433,7 @@ class GRPOLoss(torch.nn.Module):
 
     def _from_hidden(self, hidden, head, cids, cmask, td: TensorDict, fused_loss: bool) -> TensorDict:
         """Loss from the trimmed batch's hidden states ``[N, C', H]`` (``C'`` <= the rollout's ``C``)."""
-        k, cfg = self.keys, self.config
+        k, cfg = self.tensor_keys, self.config
         full_mask = td[k.completion_mask].bool()
         old, ref, sample = self._inputs(td)
         if not fused_loss or (cfg.tis_cap is not None and old is None):
@@ -465,12 +473,12 @@ class GRPOLoss(torch.nn.Module):
         """
         if not self.fused or self.config.sequence_level or self.config.kl_bias_correction:
             return False
-        k = self.keys
-        pids, pmask, cids, cmask, amask, width = _trim(td)
+        k = self.tensor_keys
+        pids, pmask, cids, cmask, amask, width = trim_completions(td)
         if width == 0:
             return True
         try:
-            head = _head(model)
+            head = lm_head(model)
             with torch.no_grad():
                 hidden = completion_hidden(model, pids, pmask, cids, amask, share_prefix=self.share_prefix)
                 full_mask = td[k.completion_mask].bool()
@@ -520,11 +528,11 @@ class SFTLoss(torch.nn.Module):
     def forward(self, model, td: TensorDict) -> TensorDict:
         mask = td[K.COMPLETION_MASK].bool()
         n = mask.sum().detach().float()
-        pids, pmask, cids, cmask, amask, width = _trim(td)
+        pids, pmask, cids, cmask, amask, width = trim_completions(td)
         if self.fused and width > 0:
             from tdrl import kernels
 
-            head = _head(model)
+            head = lm_head(model)
             hidden = completion_hidden(model, pids, pmask, cids, amask, share_prefix=False)
             loss = kernels.fused_linear_cross_entropy(hidden, head.weight, cids, bias=head.bias, mask=cmask)
         else:

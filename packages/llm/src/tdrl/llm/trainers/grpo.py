@@ -25,10 +25,11 @@ from tdrl.llm.advantages import group_advantages
 from tdrl.llm.agents import make_tool, tool_rollout
 from tdrl.llm.data import PromptSampler, completion_texts, render_prompts, tokenize_prompts
 from tdrl.llm.generation import Generator, HFGenerator, check_sampling, unwrap_model
-from tdrl.llm.logprobs import completion_logprobs, fused_path_matches
+from tdrl.llm.logprobs import LMHead
 from tdrl.llm.losses import LOSS_PRESETS, GRPOLoss, GRPOLossConfig, micro_batch_weights
 from tdrl.llm.trl_names import GRPO_CONFIG_NAMES, GRPO_TRAINER_NAMES, accept_trl_names
 from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, ON_REWARD_ERROR, compute_rewards
+from tdrl.core.objectives import total_loss
 from tdrl.core.train import Logger, ProgressBar, Run
 from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
 from tdrl.llm.trainers.common import (
@@ -84,14 +85,15 @@ class GRPOConfig:
             train on zeros) and scores 0 the completions that fail alone (counted in
             ``reward_errors``, the first traceback logged once); ``"zero"`` never stops;
             ``"raise"`` stops at the first failure of any kind (timeouts included).
-        fused_logprobs: use the fused LM-head kernel; ``None`` checks once that it matches the
-            model's logits and falls back to logits otherwise.
+        fused_logprobs: use the fused LM-head kernel; ``None`` checks at construction, on a
+            probe batch, that it matches the model's logits (else logits are used).
         share_prefix: generate and score each group's prompt once and share its KV cache
-            (fused path only); ``None`` checks once that it matches the plain path.
+            (fused path only); ``None`` checks at construction that it matches the plain path.
         fused_loss: on the fused path, fuse the token-level loss into the LM-head kernel
-            (:func:`tdrl.kernels.fused_linear_pg_loss`; GSPO never is); ``None`` checks once
-            that it reproduces the two-step loss (value, statistics, gradients) and falls
-            back to it otherwise.
+            (:func:`tdrl.kernels.fused_linear_pg_loss`; GSPO never is); ``None`` checks at
+            construction that it reproduces the two-step loss (value, statistics, gradients).
+            The three are settled once into ``GRPOTrainer.lm_head`` (:class:`~tdrl.llm.logprobs.LMHead`)
+            and never change during training.
         async_generation: overlap generation with training, one step off-policy: while round
             ``k`` trains, a background thread generates (and scores) round ``k+1`` with a snapshot
             of the weights taken before round ``k``'s updates. Set ``loss.tis_cap`` to correct the
@@ -297,23 +299,17 @@ class GRPOTrainer(TrainerBase):
                 shard_model(self.ref_model, "GRPOConfig")
         self.ddp_model = shard_model(model, "GRPOConfig") if cfg.fsdp else wrap_ddp(model)
         self.device = next(model.parameters()).device
+        self.lm_head = self._choose_head(model)
         self.generator = generator or HFGenerator(
-            model, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, share_prefix=cfg.share_prefix is not False
+            model, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, share_prefix=self.lm_head.share_prefix
         )
         self.tool = make_tool(cfg.tools, cfg.tool_timeout, cfg.tool_sandbox)
         self.sampler = PromptSampler(train_dataset, cfg.prompts_per_step, cfg.seed, self.rank, self.world_size)
         self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
         self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
-        self.loss_fn = GRPOLoss(
-            cfg.loss, temperature=cfg.temperature, fused=cfg.fused_logprobs is not False,
-            share_prefix=cfg.share_prefix is not False, fused_loss=cfg.fused_loss is not False,
-        )
+        self.loss_fn = GRPOLoss(cfg.loss, temperature=cfg.temperature, head=self.lm_head)
         self._optimizer_steps = 0  # optimiser steps taken; the generator holds the weights of _pushed_at
         self._pushed_at: int | None = None  # None: never pushed (the engine may hold other weights)
-        self._fast_path_checked = all(x is not None for x in (cfg.fused_logprobs, cfg.share_prefix, cfg.fused_loss))
-        if cfg.fsdp:  # the fused LM-head kernels read the head's weight outside the forward: a shard under FSDP
-            self.loss_fn.fused = self.loss_fn.share_prefix = self.loss_fn.fused_loss = False
-            self._fast_path_checked = True
         self.callback = callback
         self._reward_errors_logged: set[str] = set()  # reward functions whose first traceback is logged
         self._pending = None  # async_generation: the background round (a Future) and its thread pool
@@ -325,7 +321,7 @@ class GRPOTrainer(TrainerBase):
 
             snapshot = copy.deepcopy(unwrap_model(model)).eval().requires_grad_(False)
             self._async_generator = HFGenerator(snapshot, tokenizer, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
-                                                cfg.top_k, share_prefix=cfg.share_prefix is not False)
+                                                cfg.top_k, share_prefix=self.lm_head.share_prefix)
             self._async_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tdrl-grpo-gen",
                                                   initializer=thread_initializer())
         torch.manual_seed(cfg.seed + self.rank)
@@ -417,28 +413,26 @@ class GRPOTrainer(TrainerBase):
             td[K.REF_LOG_PROB] = torch.cat(refs)
 
     def _logprobs(self, model, td: TensorDict) -> torch.Tensor:
-        fused, share = self.loss_fn.fused, self.loss_fn.share_prefix
-        return completion_logprobs(model, td, self.config.temperature, fused=fused, share_prefix=share)
+        return self.lm_head.logprobs(model, td, self.config.temperature)
 
-    @torch.no_grad()
-    def _check_fast_path(self, td: TensorDict) -> None:
-        """Once, on a few rows of the first rollout: keep the fused LM-head path and prompt sharing
-        only where they reproduce the model's own logits."""
+    def _choose_head(self, model) -> LMHead:
+        """The LM-head path, settled once before training from the plain config: ``None``
+        settings are checked on a probe batch (:meth:`LMHead.choose`); FSDP takes the plain path
+        (the fused kernels read the head's weight outside the forward: a shard under FSDP)."""
         cfg = self.config
-        if cfg.fused_logprobs is None and not fused_path_matches(self.model, td):
-            log.warning("the fused LM-head path does not reproduce this model's logits; using logits")
-            self.loss_fn.fused = False
-        if cfg.share_prefix is None and self.loss_fn.fused and not fused_path_matches(self.model, td, share_prefix=True):
-            log.warning("sharing the prompt's KV cache does not reproduce this model's log-probs; not sharing")
-            self.loss_fn.share_prefix = False
-            if isinstance(self.generator, HFGenerator):
-                self.generator.share_prefix = False
-        if cfg.fused_loss is None and self.loss_fn.uses_fused_loss:
+        if cfg.fsdp:
+            return LMHead(fused=False, share_prefix=False, fused_loss=False)
+
+        def loss_matches(head: LMHead, model, td: TensorDict) -> bool:
+            loss = GRPOLoss(cfg.loss, temperature=cfg.temperature, head=head)
+            if not loss.uses_fused_loss:
+                return True  # the setting has no effect for this loss: keep the default
+            td = td.clone(recurse=False)  # advantages of both signs, so that some ratios clip
+            td.set(K.ADVANTAGE, torch.linspace(-1.0, 1.0, td.shape[0], device=td.device))
             with torch.enable_grad():
-                ok = self.loss_fn.fused_loss_matches(self.model, td)
-            if not ok:
-                log.warning("the fused LM-head + GRPO loss does not reproduce the two-step loss; using the two-step loss")
-                self.loss_fn.fused_loss = False
+                return loss.fused_loss_matches(model, td)
+
+        return LMHead.choose(model, cfg.fused_logprobs, cfg.share_prefix, cfg.fused_loss, loss_matches)
 
     def _micro_size(self) -> int:
         cfg = self.config
@@ -450,9 +444,6 @@ class GRPOTrainer(TrainerBase):
         cfg = self.config
         t0 = time.perf_counter()
         td, stats = self._next_rollout()
-        if not self._fast_path_checked:
-            self._fast_path_checked = True
-            self._check_fast_path(td[: min(2 * cfg.group_size, td.shape[0])])
         t_gen = time.perf_counter() - t0
         self._add_logprobs(td)
         mb_size = cfg.minibatch_size or cfg.rollout_size
@@ -505,7 +496,7 @@ class GRPOTrainer(TrainerBase):
             sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
             with sync:
                 out = self.loss_fn(self.ddp_model, chunk)
-                loss = sum(v for k, v in out.items() if k.startswith("loss_"))
+                loss = total_loss(out)
                 (loss * w).backward()
             if sums is not None:
                 for k, v in out.items():
