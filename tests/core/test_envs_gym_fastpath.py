@@ -11,7 +11,8 @@ import torch
 from tensordict import TensorDict
 
 from tdrl.core.envs import GymEnv, GymWrapper, check_env_specs
-from tdrl.core.envs._fastpath import RowSlab, plain_td_maker
+from tdrl.core.envs._fastpath import RowSlab
+from tdrl.core.td_access import plain_td_maker
 from tdrl.core.specs import Unbounded
 
 

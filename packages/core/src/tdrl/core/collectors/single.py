@@ -19,7 +19,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
 from ..envs import EnvBase
-from ..envs._fastpath import paused_gc, plain_td_maker
+from ..envs._fastpath import paused_gc
+from ..td_access import entries, get_entry, new_td, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
 from .random_frames import PolicyTemplate
 from .utils import split_trajectories
@@ -74,9 +75,9 @@ def _fast_call(policy):
         if flat and type(td) is TensorDict:
             # plain keys of a plain TensorDict: read and write its dict directly; the
             # output's leading dims are checked against the batch size (cheap)
-            entries = td._tensordict
+            items = entries(td)
             try:
-                args = [entries[k] for k in in_keys]
+                args = [items[k] for k in in_keys]
             except KeyError:
                 args = None  # the generic path below raises the usual error
             if args is not None:
@@ -87,7 +88,7 @@ def _fast_call(policy):
                             and out.shape[: td.batch_dims] == td.batch_size
                             and (td.device is None or out.device == td.device)
                             and not hasattr(td, "_consolidated")):
-                        entries[key0] = out
+                        items[key0] = out
                         return td
                     td.set(key0, out)
                 else:
@@ -121,28 +122,21 @@ def _stack_steps(steps: list, dim: int) -> TensorDictBase:
     try:
         if type(first) is not TensorDict or any(type(td) is not TensorDict for td in steps):
             raise TypeError
-        n = len(first._tensordict)
-        if any(len(td._tensordict) != n for td in steps):
+        n = len(entries(first))
+        if any(len(entries(td)) != n for td in steps):
             raise KeyError
         source = {}
-        for key, value in first._tensordict.items():
-            values = [td._tensordict[key] for td in steps]
+        for key, value in entries(first).items():
+            values = [entries(td)[key] for td in steps]
             if isinstance(value, torch.Tensor):
                 source[key] = torch.stack(values, dim)
             else:
                 source[key] = _stack_steps(values, dim)
         bs = list(first.batch_size)
         bs.insert(dim, len(steps))
-        return TensorDict._new_unsafe(source, batch_size=torch.Size(bs), device=first.device)
+        return new_td(source, torch.Size(bs), first.device)
     except (AttributeError, KeyError, TypeError, RuntimeError):
         return torch.stack(steps, dim)
-
-
-def _get_str(td: TensorDictBase, key: str):
-    """``td.get(key, None)`` for a plain string key, reading a plain TensorDict's dict."""
-    if type(td) is TensorDict:
-        return td._tensordict.get(key)
-    return td.get(key, None)
 
 
 def policy_device(policy) -> torch.device | None:
@@ -338,9 +332,9 @@ class Collector:
                     td = out.to(env_dev)
                 else:
                     td = policy(td)
-                preset = _get_str(td, NEXT)  # e.g. a recurrent state the policy wrote
+                preset = get_entry(td, NEXT, None)  # e.g. a recurrent state the policy wrote
                 td = env.step(td)
-                nxt = _get_str(td, NEXT)
+                nxt = get_entry(td, NEXT, None)
                 if preset is not None:
                     for key, value in preset.items():
                         if key not in nxt.keys():
@@ -389,12 +383,12 @@ class Collector:
         rk = self._reward_keys
         root = None
         if type(nxt) is TensorDict:  # flat plain TensorDict: copy its dict, no checks
-            source = {k: v for k, v in nxt._tensordict.items() if k not in rk}
+            source = {k: v for k, v in entries(nxt).items() if k not in rk}
             if not any(isinstance(v, TensorDictBase) for v in source.values()):
                 root = self._make_root(source)
         if root is None:  # nested entries: new containers, so the root shares none with nxt
             root = nxt.exclude(*rk)
-        done = root._tensordict[DONE] if type(root) is TensorDict else root.get(DONE)
+        done = get_entry(root, DONE)
         # a GymWrapper knows whether any sub-env is done (a Python bool, no tensor op);
         # wrappers that may change the flags (transforms) say None
         hint = None if cut else self.env.last_any_done
@@ -453,7 +447,7 @@ class Collector:
 
                 def act(root: dict) -> dict:
                     holder = call(make_root(root))
-                    return holder._tensordict if type(holder) is TensorDict else dict(holder.items())
+                    return entries(holder)
         else:
             return None
         if any(k not in out_keys for k in env.action_keys):
@@ -479,7 +473,7 @@ class Collector:
                 return root
             holder = make_root(root)
             holder.set(out_key, out)
-            return holder._tensordict
+            return entries(holder)
 
         return act
 
@@ -498,7 +492,7 @@ class Collector:
         nb = len(self.env.batch_size)
         make_root, rk = self._make_root, self._reward_keys
         roots, nexts, ids = [], [], []
-        root = td._tensordict  # the root's own dict: the policy writes into it, as in the loop
+        root = entries(td)  # the root's own dict: the policy writes into it, as in the loop
         for _ in range(steps):
             root = act(root)
             nxt, any_done = stepper(root)
@@ -514,7 +508,7 @@ class Collector:
                 self._new_traj_ids(done.reshape(self._traj_ids.shape))
             elif any_done:  # the generic reset path (new trajectory ids)
                 reset = self._next_root(make_root(nxt))
-                root = reset._tensordict if type(reset) is TensorDict else dict(reset.items())
+                root = entries(reset)
             else:
                 root = {k: v for k, v in nxt.items() if k not in rk}
         self._td = make_root(root)
@@ -581,5 +575,5 @@ def _stack_dicts(roots: list, nexts: list, make_root, dim: int) -> TensorDict:
     size = list(proto.batch_size)
     size.insert(dim, len(roots))
     size, device = torch.Size(size), proto.device
-    source[NEXT] = TensorDict._new_unsafe(nxt, batch_size=size, device=device)
-    return TensorDict._new_unsafe(source, batch_size=size, device=device)
+    source[NEXT] = new_td(nxt, size, device)
+    return new_td(source, size, device)

@@ -1,4 +1,4 @@
-"""Hot-path helpers of the env wrappers: row slabs and an unchecked TensorDict constructor.
+"""Hot-path helpers of the env wrappers: row slabs, partial-reset merges and a paused GC.
 
 Per env step, every torch / tensordict call costs a few microseconds, and the first one
 after the simulator ran costs more (its code is no longer in the CPU caches). The
@@ -14,16 +14,15 @@ referenced).
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 from ..keys import OBSERVATION
 
-__all__ = ["RowSlab", "merge_reset_rows", "paused_gc", "plain_td_maker"]
+__all__ = ["RowSlab", "merge_reset_rows", "paused_gc"]
 
 # A slab holds at most this many bytes (large observations get few rows per slab, so a
 # kept step does not pin much memory) and at most _MAX_ROWS rows.
@@ -72,54 +71,6 @@ class RowSlab:
             i = 0
         self._next = i + 1
         return i
-
-
-def plain_td_maker(batch_size: torch.Size, device: torch.device | None) -> Callable[[dict], TensorDict]:
-    """A function ``dict of tensors -> TensorDict`` that skips every check.
-
-    The caller guarantees that the values are tensors (or TensorDicts) with the leading
-    ``batch_size`` on ``device`` and that the keys are strings. The TensorDict is built
-    from a template instance's attributes (what ``TensorDict._new_unsafe`` sets), which is
-    several times cheaper than ``_new_unsafe`` on tensordict 0.14; if the template trick
-    does not reproduce ``_new_unsafe`` on the installed tensordict, ``_new_unsafe`` is used.
-
-    Returns:
-        ``make(source: dict) -> TensorDict``; ``source`` must not be reused by the caller.
-    """
-    batch_size = torch.Size(batch_size)
-
-    def slow(source: dict) -> TensorDict:
-        return TensorDict._new_unsafe(source, batch_size=batch_size, device=device, nested=False)
-
-    try:
-        proto = slow({})
-        state = dict(proto.__dict__)
-        store_cls = type(proto._tensordict)
-    except (AttributeError, TypeError):
-        return slow
-    # tensordict 0.15 sets these four attributes, 0.14 also caches whether MPS exists
-    known = {"_tensordict", "_device", "_batch_size", "_td_dim_names", "_has_mps_val"}
-    if not {"_tensordict", "_device", "_batch_size"} <= set(state) <= known:
-        return slow  # a tensordict version with other per-instance state: stay safe
-    del state["_tensordict"]
-    new = TensorDict.__new__
-
-    def make(source: dict) -> TensorDict:
-        td = new(TensorDict)
-        d = td.__dict__
-        d.update(state)
-        d["_tensordict"] = store_cls(source)
-        return td
-
-    try:  # the constructed TensorDict must behave like one from _new_unsafe
-        x = torch.zeros((*batch_size, 1))
-        probe = make({"x": x})
-        ok = (probe.batch_size == batch_size and probe.device == proto.device
-              and list(probe.keys()) == ["x"] and probe.get("x") is x
-              and not probe.is_locked and probe.clone().get("x").shape == x.shape)
-    except Exception:  # noqa: BLE001 - any surprise means: use the documented path
-        ok = False
-    return make if ok else slow
 
 
 @contextmanager

@@ -43,10 +43,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from tdrl.core.td_access import entries, get_entry, plain_td_maker
+
 from .._optional import require
 from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Bounded, Composite, Unbounded
-from ._fastpath import RowSlab, merge_reset_rows, plain_td_maker
+from ._fastpath import RowSlab, merge_reset_rows
 from .common import RESET_KEY, EnvBase, step_mdp
 
 __all__ = ["BraxEnv"]
@@ -411,7 +413,7 @@ class BraxEnv(EnvBase):
         if (tensordict is not None and not kwargs and type(tensordict) is TensorDict
                 and self._leaves is not None and self.device.type == "cpu"
                 and self._jax_device.platform == "cpu"):
-            src = tensordict._tensordict
+            src = entries(tensordict)
             mask = src.get(RESET_KEY)
             if (mask is None or mask.dtype != torch.bool or mask.device.type != "cpu"
                     or any(isinstance(v, TensorDictBase) for v in src.values())):
@@ -437,7 +439,7 @@ class BraxEnv(EnvBase):
         if (type(self).step is not EnvBase.step or type(tensordict) is not TensorDict
                 or self.device.type != "cpu" or self._jax_device.platform != "cpu"):
             return super().step_and_maybe_reset(tensordict)
-        src = tensordict._tensordict
+        src = entries(tensordict)
         if (not self.check_actions and NEXT not in src and not tensordict.is_locked
                 and type(self)._step is BraxEnv._step):
             action = src.get(ACTION)
@@ -458,17 +460,14 @@ class BraxEnv(EnvBase):
         root, self._root_parts = self._root_parts, None
         next_root = step_mdp(tensordict, self.reward_keys)
         if root is not None:
-            src = next_root._tensordict
+            src = entries(next_root)
             keep = ~src[DONE].numpy()
             next_root = self._make_td(merge_reset_rows(
                 src, keep, root[0], self._false, RESET_KEY, (DONE, TERMINATED, TRUNCATED)))
         return tensordict, next_root
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        try:  # fast path: a plain TensorDict holds its entries in a dict
-            action = tensordict._tensordict[ACTION]
-        except (AttributeError, KeyError):
-            action = tensordict.get(ACTION)
+        action = get_entry(tensordict, ACTION)
         return self._make_td(self._step_source(action, self._fuse_reset))
 
     def _step_source(self, action: torch.Tensor, fused: bool) -> dict:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from tdrl.core.keys import next_key
+from tdrl.core.td_access import entries, get_entry, is_flat_plain, new_td, set_entry
 
 from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Categorical, Composite, TensorSpec, Unbounded
@@ -37,19 +38,6 @@ def make_done_spec(batch_size: Sequence[int], device=None) -> Composite:
     )
 
 
-def _fast_td(source: dict, batch_size: torch.Size, device=None) -> TensorDictBase:
-    """Build a TensorDict without validating its entries (callers guarantee the shapes)."""
-    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
-
-
-def _set_unsafe(td: TensorDictBase, key: str, value) -> None:
-    """``td[key] = value`` without shape validation (``key`` a plain string)."""
-    try:
-        td._set_str(key, value, inplace=False, validated=True)
-    except (AttributeError, TypeError):  # not a plain TensorDict
-        td.set(key, value)
-
-
 def step_mdp(td: TensorDictBase, reward_keys: Sequence = (REWARD,)) -> TensorDictBase:
     """The root of step ``t+1``: ``td["next"]`` without the reward keys (tensors are shared).
 
@@ -61,14 +49,14 @@ def step_mdp(td: TensorDictBase, reward_keys: Sequence = (REWARD,)) -> TensorDic
         A new TensorDict with the same batch size.
     """
     nxt = td.get(NEXT)
-    if type(nxt) is TensorDict and nxt._td_dim_names is None:
+    if is_flat_plain(nxt):
         # flat plain TensorDict: a new dict of the same tensors, no checks (nested
         # TensorDicts go through ``exclude`` so that the root never shares a container
         # with the stored ``"next"``)
-        items = nxt._tensordict
+        items = entries(nxt)
         source = {k: v for k, v in items.items() if k not in reward_keys}
         if not any(isinstance(v, TensorDictBase) for v in source.values()):
-            return _fast_td(source, nxt.batch_size, nxt.device)
+            return new_td(source, nxt.batch_size, nxt.device)
     return nxt.exclude(*reward_keys)
 
 
@@ -382,19 +370,13 @@ class EnvBase:
         if self.check_actions:
             self._assert_actions(tensordict)
         next_td = self._step(tensordict)
-        try:  # fast path for a plain TensorDict
-            preset = tensordict._tensordict.get(NEXT)
-        except AttributeError:
-            preset = tensordict.get(NEXT, None)
+        preset = get_entry(tensordict, NEXT, None)
         if preset is not None:
             # entries a policy wrote for t+1 (e.g. ("next", "recurrent_state")) are kept
             for key in preset.keys(include_nested=True, leaves_only=True):
                 if next_td.get(key, None) is None:
                     next_td.set(key, preset.get(key))
-        try:  # no re-validation of a TensorDict we just built with the right batch size
-            tensordict._set_str(NEXT, next_td, inplace=False, validated=True)
-        except (AttributeError, TypeError):
-            tensordict.set(NEXT, next_td)
+        set_entry(tensordict, NEXT, next_td)  # no re-validation of a TensorDict built with the right batch size
         return tensordict
 
     def _step_checked(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -417,7 +399,7 @@ class EnvBase:
         next_root = step_mdp(tensordict, self.reward_keys)
         done = next_root.get(self.done_key)
         if bool(done.any()):
-            _set_unsafe(next_root, RESET_KEY, done.clone())
+            set_entry(next_root, RESET_KEY, done.clone())
             next_root = self.reset(next_root)
             if RESET_KEY in next_root.keys():
                 del next_root[RESET_KEY]
@@ -492,7 +474,7 @@ class EnvBase:
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
         """Write random actions from the action spec into ``tensordict`` (created if None)."""
         if tensordict is None:
-            tensordict = _fast_td({}, self.batch_size, self.device)
+            tensordict = new_td({}, self.batch_size, self.device)
         for key, spec in self._full_action_spec.items(True, True):
             tensordict.set(key, spec.rand())
         return tensordict

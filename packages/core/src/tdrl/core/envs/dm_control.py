@@ -33,10 +33,12 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from tdrl.core.td_access import new_td
+
 from .._optional import require
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Bounded, Composite, Unbounded
-from .common import RESET_KEY, EnvBase, _fast_td
+from .common import RESET_KEY, EnvBase
 
 __all__ = ["DMControlEnv", "make_dmc", "parse_dmc_id"]
 
@@ -166,7 +168,7 @@ class DMControlEnv(EnvBase):
     def _stack(self, rows: list[dict], extra: dict) -> TensorDictBase:
         source = {k: torch.stack([r[k] for r in rows]).to(self.device) for k in rows[0]}
         source.update(extra)
-        return _fast_td(source, self.batch_size, self.device)
+        return new_td(source, self.batch_size, self.device)
 
     def _flags(self, term: list[bool], trunc: list[bool]) -> dict:
         te = torch.tensor(term, dtype=torch.bool, device=self.device).unsqueeze(-1)

@@ -37,11 +37,13 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from tdrl.core.td_access import entries, get_entry, plain_td_maker, set_entry
+
 from .._optional import require
 from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Composite, OneHot
-from ._fastpath import merge_reset_rows, plain_td_maker
-from .common import RESET_KEY, EnvBase, _set_unsafe, step_mdp
+from ._fastpath import merge_reset_rows
+from .common import RESET_KEY, EnvBase, step_mdp
 from .gym_spaces import gym_space_to_spec, one_hot_to_index, to_numpy
 
 __all__ = ["EnvPoolEnv"]
@@ -274,7 +276,7 @@ class EnvPoolEnv(EnvBase):
         fast = (tensordict is not None and not kwargs and type(tensordict) is TensorDict
                 and self._on_cpu and self._pending_seed is None and self._last_obs is not None)
         if fast:
-            src = tensordict._tensordict
+            src = entries(tensordict)
             mask, prev = src.get(RESET_KEY), src.get(OBSERVATION)
             fast = (mask is not None and mask.dtype == torch.bool and mask.device.type == "cpu"
                     and prev is not None and tuple(prev.shape) == self._obs_shape
@@ -311,7 +313,7 @@ class EnvPoolEnv(EnvBase):
                 out = self._reset_merged(root, mask, prev)
             if out is None:
                 td = self.reset(self._make_td({**root, RESET_KEY: mask}))
-                out = dict(td._tensordict) if type(td) is TensorDict else dict(td.items())
+                out = dict(entries(td))
             return out
 
         return resetter
@@ -326,20 +328,20 @@ class EnvPoolEnv(EnvBase):
         if type(self).step is not EnvBase.step:
             return super().step_and_maybe_reset(tensordict)
         fused = (self._on_cpu and type(tensordict) is TensorDict and type(self)._step is EnvPoolEnv._step
-                 and not tensordict.is_locked and NEXT not in tensordict._tensordict
+                 and not tensordict.is_locked and NEXT not in entries(tensordict)
                  and self._pending_seed is None)
         if not fused:
             tensordict = self.step(tensordict)
             next_root = step_mdp(tensordict, self.reward_keys)
             if self._last_any_done:
-                _set_unsafe(next_root, RESET_KEY, next_root.get(DONE).clone())
+                set_entry(next_root, RESET_KEY, next_root.get(DONE).clone())
                 next_root = self.reset(next_root)
                 if RESET_KEY in next_root.keys():
                     del next_root[RESET_KEY]
             return tensordict, next_root
         if self.check_actions:
             self._assert_actions(tensordict)
-        src = tensordict._tensordict
+        src = entries(tensordict)
         action = src.get(ACTION)
         if action is None:
             action = tensordict.get(ACTION)  # raises the usual KeyError
@@ -365,10 +367,7 @@ class EnvPoolEnv(EnvBase):
         return self._make_td(source)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        try:  # fast path: a plain TensorDict holds its entries in a dict
-            action = tensordict._tensordict[ACTION]
-        except (AttributeError, KeyError):
-            action = tensordict.get(ACTION)
+        action = get_entry(tensordict, ACTION)
         return self._out(self._step_source(action))
 
     def _step_source(self, action: torch.Tensor) -> dict:

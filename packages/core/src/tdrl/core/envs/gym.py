@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from tdrl.core.td_access import get_entry, new_td, plain_td_maker
+
 from .._optional import missing_message
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import (
@@ -38,8 +40,8 @@ from ..specs import (
     TensorSpec,
     Unbounded,
 )
-from ._fastpath import RowSlab, plain_td_maker
-from .common import RESET_KEY, EnvBase, _fast_td
+from ._fastpath import RowSlab
+from .common import RESET_KEY, EnvBase
 from .gym_info import InfoReader
 from .gym_spaces import action_converter, obs_converter, require_gymnasium, gym_space_to_spec
 
@@ -223,8 +225,8 @@ class GymWrapper(EnvBase):
                       for k, v in source.items()}
         for k, v in source.items():
             if isinstance(v, dict):
-                source[k] = _fast_td(v, self.batch_size, dev)
-        return _fast_td(source, self.batch_size, dev)
+                source[k] = new_td(v, self.batch_size, dev)
+        return new_td(source, self.batch_size, dev)
 
     # ------------------------------------------------------------------ EnvBase
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
@@ -266,10 +268,7 @@ class GymWrapper(EnvBase):
         return source
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        try:  # fast path: a plain TensorDict holds its entries in a dict
-            action = tensordict._tensordict[ACTION]
-        except (AttributeError, KeyError):
-            action = tensordict.get(ACTION)
+        action = get_entry(tensordict, ACTION)
         return self._step_impl(self._env.step(self._act_conv(action)))
 
     @property

@@ -8,9 +8,11 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 
+from tdrl.core.td_access import new_td
+
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Bounded, Composite, Unbounded
-from .common import EnvBase, _fast_td
+from .common import EnvBase
 
 __all__ = ["PendulumEnv"]
 
@@ -98,7 +100,7 @@ class PendulumEnv(EnvBase):
         th = (u[..., :1] * 2 - 1) * math.pi
         thdot = u[..., 1:] * 2 - 1
         false = torch.zeros(shape, dtype=torch.bool, device=self.device)
-        return _fast_td(
+        return new_td(
             {
                 OBSERVATION: self._obs(th, thdot),
                 "th": th,
@@ -133,7 +135,7 @@ class PendulumEnv(EnvBase):
             truncated = step_count >= self.max_episode_steps
         else:
             truncated = terminated.clone()
-        return _fast_td(
+        return new_td(
             {
                 OBSERVATION: self._obs(new_th, new_thdot),
                 "th": new_th,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Sequence
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import (
     InteractionType,
     NormalParamExtractor,
@@ -28,6 +28,7 @@ from tensordict.nn.probabilistic import interaction_type as _interaction_type  #
 from torch import Tensor, nn
 
 from tdrl.core import keys as K
+from tdrl.core.td_access import entries, new_td
 from tdrl.core.values._utils import NestedKey, require
 
 __all__ = [
@@ -151,7 +152,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
             if len(outs) != len(out_keys) or not all(
                     type(o) is tensor and o.device == device and o.shape[:nb] == batch_size for o in outs):
                 # what the TensorDict does with such outputs (casts, moves, errors), once
-                return self(TensorDict._new_unsafe(root, batch_size=batch_size, device=device))._tensordict
+                return entries(self(new_td(root, batch_size, device)))
             root.update(zip(out_keys, outs))
             dist = make_dist(root)
             itype = _interaction_type() or default_type

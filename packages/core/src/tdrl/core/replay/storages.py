@@ -16,7 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
+
+from tdrl.core.td_access import new_td
 
 __all__ = ["Storage", "ListStorage", "TensorStorage", "LazyTensorStorage"]
 
@@ -189,7 +191,7 @@ class TensorStorage(Storage):
             if self._data is not None and not self._is_tensor:
                 raise TypeError("This storage holds TensorDicts; got a plain tensor.")
             self._is_tensor = True
-            return TensorDict._new_unsafe({_TENSOR_KEY: data}, batch_size=data.shape[:1])
+            return new_td({_TENSOR_KEY: data}, data.shape[:1])
         if not isinstance(data, TensorDictBase):
             raise TypeError(
                 f"TensorStorage stores TensorDicts or tensors, got {type(data).__name__}; "
@@ -309,7 +311,7 @@ def _build(tree: dict, take, shape: torch.Size, device) -> TensorDictBase:
     source = {}
     for name, node in tree.items():
         source[name] = _build(node, take, shape, device) if isinstance(node, dict) else take(node)
-    return TensorDict._new_unsafe(source, batch_size=shape, device=device)
+    return new_td(source, shape, device)
 
 
 LazyTensorStorage = TensorStorage

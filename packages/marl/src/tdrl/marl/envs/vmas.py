@@ -20,10 +20,11 @@ import warnings
 from collections.abc import Iterator, Sequence
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from tdrl.core.envs import EnvBase
 from tdrl.core.specs import Bounded, Categorical, Composite, Unbounded
+from tdrl.core.td_access import new_td, set_entry
 
 from .._optional import require
 from ..keys import ACTION, DONE, INFO, OBSERVATION, REWARD, TERMINATED, TRUNCATED
@@ -86,7 +87,7 @@ def _unvalidated_distributions() -> Iterator[None]:
 
 
 def _td(source: dict, batch_size, device) -> TensorDictBase:
-    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+    return new_td(source, batch_size, device)
 
 
 class VmasEnv(EnvBase):
@@ -277,12 +278,9 @@ class VmasEnv(EnvBase):
         source = self._group_obs(obs)
         for g, idx in self._group_idx.items():
             sub = source[g]
-            sub._set_str(
-                REWARD, torch.stack([self._agent_reward(rews[i], i) for i in idx], dim=1).unsqueeze(-1),
-                inplace=False, validated=True,
-            )
+            set_entry(sub, REWARD, torch.stack([self._agent_reward(rews[i], i) for i in idx], dim=1).unsqueeze(-1))
             if self.include_info:
-                sub._set_str(INFO, self._group_info(infos, g, idx), inplace=False, validated=True)
+                set_entry(sub, INFO, self._group_info(infos, g, idx))
         terminated = dones.reshape(self.num_envs, 1).bool()
         if self.max_steps is not None:
             truncated = (self._steps >= self.max_steps).unsqueeze(-1)
