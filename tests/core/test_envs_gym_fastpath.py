@@ -239,3 +239,31 @@ def test_info_keys_vector_same_step_reads_final_info_then_reset_info():
         if t == 2:  # the root after the autoreset holds the reset's info
             np.testing.assert_allclose(roll["x_position"][:, 3].numpy(), info["x_position"],
                                        rtol=1e-6)
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_step_and_maybe_reset_by_hand_takes_the_one_step_body_and_equals_the_checked_path(num_envs):
+    """A user's own loop (``env.step_and_maybe_reset``) runs the env's dict step body, as the
+    collector does; its TensorDicts equal the generic path's (forced with ``check_actions``,
+    which has no dict body), resets and trajectory ends included."""
+    from tdrl.core.envs import GymEnv
+
+    outs = []
+    for checked in (False, True):
+        env = GymEnv("CartPole-v1", num_envs=num_envs, categorical_action_encoding=True)
+        env.check_actions = checked
+        assert (env.dict_stepper() is None) == checked
+        env.set_seed(11)
+        td, steps = env.reset(), []
+        g = torch.Generator().manual_seed(0)
+        for _ in range(120):
+            td["action"] = torch.randint(0, 2, env.batch_size, generator=g)
+            stepped, td = env.step_and_maybe_reset(td)
+            steps.append((stepped.clone(), td.clone()))
+        outs.append(steps)
+    ends = 0
+    for (a, ra), (b, rb) in zip(*outs):
+        assert set(a.keys(True, True)) == set(b.keys(True, True)) and set(ra.keys(True, True)) == set(rb.keys(True, True))
+        assert (a == b).all() and (ra == rb).all()
+        ends += int(a["next", "done"].sum())
+    assert ends >= 3  # episodes ended and were reset along the way

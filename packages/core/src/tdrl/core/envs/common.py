@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from tdrl.core.keys import next_key
-from tdrl.core.td_access import entries, get_entry, is_flat_plain, new_td, set_entry
+from tdrl.core.td_access import entries, get_entry, is_flat_plain, new_td, plain_td_maker, set_entry
 
 from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Categorical, Composite, TensorSpec, Unbounded
@@ -36,6 +36,15 @@ def make_done_spec(batch_size: Sequence[int], device=None) -> Composite:
         shape=batch_size,
         device=device,
     )
+
+
+def _from_source(source: dict, make: Callable[[dict], TensorDictBase]) -> TensorDictBase:
+    """A TensorDict over a step's ``{key: tensor or dict}`` (what a ``dict_stepper`` returns),
+    nested dicts as sub-TensorDicts, built by ``make`` (:func:`~tdrl.core.td_access.plain_td_maker`:
+    no entry is validated, the env built them)."""
+    if dict in map(type, source.values()):
+        source = {k: _from_source(v, make) if isinstance(v, dict) else v for k, v in source.items()}
+    return make(source)
 
 
 def step_mdp(td: TensorDictBase, reward_keys: Sequence = (REWARD,)) -> TensorDictBase:
@@ -385,6 +394,15 @@ class EnvBase:
             self._assert_actions(tensordict)
         return self._step(tensordict)
 
+    def _td_maker(self) -> Callable[[dict], TensorDictBase]:
+        """:func:`~tdrl.core.td_access.plain_td_maker` for this env's batch size and device (kept
+        while they stay the same)."""
+        made = self.__dict__.get("_made_td_maker")
+        key = (self.batch_size, self.device)
+        if made is None or made[0] != key:
+            made = self.__dict__["_made_td_maker"] = (key, plain_td_maker(*key))
+        return made[1]
+
     def step_and_maybe_reset(
         self, tensordict: TensorDictBase
     ) -> tuple[TensorDictBase, TensorDictBase]:
@@ -395,10 +413,23 @@ class EnvBase:
             TensorDict for step ``t+1`` (``"next"`` without reward; sub-envs that were done
             are reset there).
         """
-        tensordict = self.step(tensordict)
+        any_done = None
+        stepper = self.dict_stepper() if type(tensordict) is TensorDict and not tensordict.is_locked else None
+        root = entries(tensordict) if stepper is not None else None
+        if root is not None and NEXT not in root:
+            # the env's one step body on plain dicts (what the collector runs): no TensorDict
+            # checks, and no tensor op for "any done" where the env knows it as a Python bool
+            nxt, any_done = stepper(root)
+            make = self._td_maker()
+            set_entry(tensordict, NEXT, _from_source(nxt, make))
+            if any_done is False:
+                reward_keys = self.reward_keys
+                return tensordict, _from_source({k: v for k, v in nxt.items() if k not in reward_keys}, make)
+        else:
+            tensordict = self.step(tensordict)
         next_root = step_mdp(tensordict, self.reward_keys)
         done = next_root.get(self.done_key)
-        if bool(done.any()):
+        if any_done or (any_done is None and bool(done.any())):
             set_entry(next_root, RESET_KEY, done.clone())
             next_root = self.reset(next_root)
             if RESET_KEY in next_root.keys():

@@ -279,6 +279,15 @@ class GymWrapper(EnvBase):
     def dict_stepper(self) -> Callable[[dict], tuple[dict, bool | None]] | None:
         """``step`` on plain dicts (see :meth:`EnvBase.dict_stepper`) for array observations
         on the CPU without info keys or action checks; ``None`` otherwise."""
+        key = (self.check_actions, self._info_reader, self._slab, self._step_impl)
+        cached = self.__dict__.get("_stepper_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        stepper = self._new_dict_stepper()
+        self.__dict__["_stepper_cache"] = (key, stepper)
+        return stepper
+
+    def _new_dict_stepper(self) -> Callable[[dict], tuple[dict, bool | None]] | None:
         impl = getattr(self._step_impl, "__func__", None)
         if (self.check_actions or self._info_reader is not None or self._slab is None
                 or impl not in (GymWrapper._step_slab, GymWrapper._step_vector_slab)
