@@ -99,14 +99,37 @@ def bench_wrapper(env_id: str, steps: int, repeats: int) -> None:
                 env.reset()
         return time.perf_counter() - t
 
+    def run_raw_loop() -> float:  # the user's loop: step, reset when done
+        raw.reset(seed=0)
+        t = time.perf_counter()
+        for a in raw_actions:
+            _, _, term, trunc, _ = raw.step(a)
+            if term or trunc:
+                raw.reset()
+        return time.perf_counter() - t
+
+    def run_loop(env, actions) -> float:  # the same loop in TensorDicts: step_and_maybe_reset
+        td = env.reset()
+        t = time.perf_counter()
+        for a in actions:
+            td["action"] = a["action"]
+            _, td = env.step_and_maybe_reset(td)
+        return time.perf_counter() - t
+
     res = {"raw": [], "tdrl": [], "torchrl": []}
+    loop = {"raw": [], "tdrl": [], "torchrl": []}
     for _ in range(repeats):
         res["raw"].append(run_raw())
         res["tdrl"].append(run_env(ours, our_actions))
+        loop["raw"].append(run_raw_loop())
+        loop["tdrl"].append(run_loop(ours, our_actions))
         if trl is not None:
             res["torchrl"].append(run_env(trl, trl_actions))
+            loop["torchrl"].append(run_loop(trl, trl_actions))
     us = {k: _median_per_step(v, steps) * 1e6 if v else None for k, v in res.items()}
     _row(f"GymEnv.step {env_id}", us["tdrl"], {"raw gymnasium": us["raw"], "TorchRL": us["torchrl"]})
+    us = {k: _median_per_step(v, steps) * 1e6 if v else None for k, v in loop.items()}
+    _row(f"step_and_maybe_reset {env_id}", us["tdrl"], {"raw gymnasium": us["raw"], "TorchRL": us["torchrl"]})
 
 
 # ---------------------------------------------------------------------------- 2. parallel
