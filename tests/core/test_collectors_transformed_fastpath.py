@@ -18,6 +18,7 @@ from tdrl.core.envs import make_env
 from tdrl.core.modules import MLP, IndependentNormal, MaskedCategorical, ProbabilisticActor
 from tdrl.core.transforms import (
     CatFrames,
+    Transform,
     DoubleToFloat,
     InitTracker,
     RewardSum,
@@ -147,25 +148,40 @@ class _CountedReset(RewardSum):
         return super()._reset(td, td_reset)
 
 
-def test_a_transform_with_its_own_reset_resets_through_tensordicts():
+def test_a_transform_with_its_own_reset_keeps_its_body_on_the_dict_path():
+    """A subclass that overrides ``_reset`` (which its parent's dict hook does not know) gets its
+    own ``_reset`` adapted to dicts: the dict loop still runs it, and the batches equal the
+    generic loop's."""
     _CountedReset.calls = 0
-    batch, col = _check_parity("CartPole-v1", 4, lambda: (_CountedReset(),), 128, 2, dict_resets=False,
+    batch, col = _check_parity("CartPole-v1", 4, lambda: (_CountedReset(),), 128, 2,
                                categorical_action_encoding=True)
-    assert col.env.dict_resetter() is None and col.env.dict_stepper() is not None
+    assert col.env.dict_resetter() is not None and col.env.dict_stepper() is not None
     # both collectors reset through the transform's own _reset at every step that ended an episode
     steps_with_ends = int(batch["next", "done"][..., 0].any(0).sum())
     assert _CountedReset.calls >= 2 * steps_with_ends > 0
 
 
-def test_a_transform_without_a_dict_hook_takes_the_generic_path():
-    env = make_env("Pendulum-v1", 2, (RewardSum(), CatFrames(2, dim=-1)))
-    col = Collector(env, _actor(env), frames_per_batch=8)
-    assert col._dict_plan(col._start()) is None
-    bare = make_env("Pendulum-v1", 2, (DoubleToFloat(), RewardSum()))
-    assert Collector(bare, _actor(bare), frames_per_batch=8)._dict_plan(bare.reset()) is not None
+class _Shift(Transform):
+    """A transform written the ordinary way: only ``_apply_transform``, no dict hook of its own."""
+
+    def _apply_transform(self, x):
+        return x + 1.5
+
+
+def test_a_transform_written_the_ordinary_way_is_on_the_fast_path():
+    batch, col = _check_parity("CartPole-v1", 3, lambda: (DoubleToFloat(), _Shift(in_keys=["observation"]),
+                                                          RewardSum()), 120, 2, categorical_action_encoding=True)
+    assert col.env.dict_stepper() is not None and col.env.dict_resetter() is not None
+    raw = make_env("CartPole-v1", 3, (DoubleToFloat(), RewardSum()), categorical_action_encoding=True)
+    raw.set_seed(5)
+    shifted = col.env
+    shifted.set_seed(5)
+    assert torch.equal(shifted.reset()["observation"], raw.reset()["observation"] + 1.5)
+    # CatFrames (no dict hook of its own, state in the root): the dict loop runs it, same batches
+    _check_parity("Pendulum-v1", 2, lambda: (RewardSum(), CatFrames(2, dim=-1)), 200, 3)
     checked = make_env("Pendulum-v1", 2, (RewardSum(),))
     checked.check_actions = True
-    assert checked.dict_stepper() is None
+    assert checked.dict_stepper() is None  # checked actions: the generic path, by design
 
 
 def test_a_frozen_vecnorm_stays_frozen_on_the_dict_path():

@@ -29,6 +29,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from ..specs import Composite
+from ..td_access import entries, plain_td_maker
 
 __all__ = ["Transform", "Compose", "DictStep", "DictReset"]
 
@@ -162,22 +163,46 @@ class Transform(nn.Module):
         return td
 
     def dict_step(self, batch_size: torch.Size, device: torch.device) -> DictStep | None:
-        """``_step`` on plain dicts (see :data:`DictStep`), or ``None``: this transform has no
-        such hook, and envs behind it take the generic path.
+        """``_step`` on plain dicts (see :data:`DictStep`).
+
+        By default this is the transform's own ``_step``, run on TensorDicts made over the
+        dicts without checks (:func:`~tdrl.core.td_access.plain_td_maker`), so a transform
+        written the ordinary way (``_apply_transform``, ``_call`` or ``_step``) is on the
+        collector's fast path with its one body. It may change any entry, so the env's own
+        "any done" answer is not trusted behind it (``keeps_done`` False). A transform may
+        return a cheaper hook that does the same on the dicts directly.
 
         Args:
             batch_size, device: those of the env the transform sits in.
         """
-        return None
+        make, step = plain_td_maker(batch_size, device), self._step
+
+        def fn(root: dict, nxt: dict) -> None:
+            out = step(make(root), make(nxt))
+            items = entries(out)
+            if items is not nxt:
+                nxt.clear()
+                nxt.update(items)
+
+        return fn, False
 
     def dict_reset(self, batch_size: torch.Size, device: torch.device) -> DictReset | None:
-        """``_reset`` on plain dicts (see :data:`DictReset`), or ``None``: envs behind this
-        transform reset through TensorDicts.
+        """``_reset`` on plain dicts (see :data:`DictReset`): by default the transform's own
+        ``_reset`` on TensorDicts made over the dicts (as :meth:`dict_step`).
 
         Args:
             batch_size, device: those of the env the transform sits in.
         """
-        return None
+        make, reset = plain_td_maker(batch_size, device), self._reset
+
+        def fn(root: dict, out: dict) -> None:
+            res = reset(make(root), make(out))
+            items = entries(res)
+            if items is not out:
+                out.clear()
+                out.update(items)
+
+        return fn
 
     # ------------------------------------------------------------------ specs
     def transform_observation_spec(self, spec: Composite) -> Composite:
@@ -256,9 +281,9 @@ class Compose(Transform):
         return td_reset
 
     def dict_step(self, batch_size, device) -> DictStep | None:
-        """Every transform's hook in order; ``None`` if one of them has none."""
+        """Every transform's hook in order (a subclass that overrides ``_step``: its own body, adapted)."""
         if overrides(self, Compose, "_step"):
-            return None
+            return Transform.dict_step(self, batch_size, device)
         hooks = [t.dict_step(batch_size, device) for t in self.transforms]
         if any(h is None for h in hooks):
             return None
@@ -271,9 +296,9 @@ class Compose(Transform):
         return fn, all(keeps for _, keeps in hooks)
 
     def dict_reset(self, batch_size, device) -> DictReset | None:
-        """Every transform's reset hook in order; ``None`` if one of them has none."""
+        """Every transform's reset hook in order (a subclass that overrides ``_reset``: its own body, adapted)."""
         if overrides(self, Compose, "_reset"):
-            return None
+            return Transform.dict_reset(self, batch_size, device)
         fns = [t.dict_reset(batch_size, device) for t in self.transforms]
         if any(f is None for f in fns):
             return None

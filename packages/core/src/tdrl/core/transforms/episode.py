@@ -51,7 +51,7 @@ class RewardSum(Transform):
     def dict_step(self, batch_size, device) -> DictStep | None:
         """``_step`` on plain dicts: ``next[out] = root[out] + next[in]``."""
         if overrides(self, RewardSum, "_step") or not str_keys(self.in_keys, self.out_keys):
-            return None
+            return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
         pairs = list(zip(self.in_keys, self.out_keys, strict=True))
 
         def fn(root: dict, nxt: dict) -> None:
@@ -73,7 +73,7 @@ class RewardSum(Transform):
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """``_reset`` on plain dicts: ``out[out_key] = 0``."""
         if overrides(self, RewardSum, "_reset") or not str_keys(self.in_keys, self.out_keys):
-            return None
+            return Transform.dict_reset(self, batch_size, device)  # the ordinary body, adapted
         env = self.parent
         zeros = [] if env is None else [
             (k_out, env.base_env.full_reward_spec[k_in])
@@ -138,7 +138,7 @@ class StepCounter(Transform):
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """``_reset`` on plain dicts: the count restarts at 0."""
         if overrides(self, StepCounter, "_reset", "_zeros") or not isinstance(self.step_count_key, str):
-            return None
+            return Transform.dict_reset(self, batch_size, device)  # the ordinary body, adapted
         key, shape = self.step_count_key, (*batch_size, 1)
 
         def fn(root: dict, out: dict) -> None:
@@ -162,7 +162,7 @@ class StepCounter(Transform):
         """``_step`` on plain dicts; with ``max_steps`` it may set the done flags."""
         if overrides(self, StepCounter, "_step", "_zeros") or not str_keys(
                 [self.step_count_key, self.truncated_key, self.done_key]):
-            return None
+            return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
         key, trunc_key, done_key, limit = (self.step_count_key, self.truncated_key, self.done_key,
                                            self.max_steps)
         shape = (*batch_size, 1)
@@ -221,7 +221,7 @@ class InitTracker(Transform):
     def dict_step(self, batch_size, device) -> DictStep | None:
         """``_step`` on plain dicts: ``next[init_key]`` all False."""
         if overrides(self, InitTracker, "_step") or not isinstance(self.init_key, str):
-            return None
+            return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
         key, shape = self.init_key, (*batch_size, 1)
 
         def fn(root: dict, nxt: dict) -> None:
@@ -232,7 +232,7 @@ class InitTracker(Transform):
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """``_reset`` on plain dicts: ``out[init_key]`` all True."""
         if overrides(self, InitTracker, "_reset") or not isinstance(self.init_key, str):
-            return None
+            return Transform.dict_reset(self, batch_size, device)  # the ordinary body, adapted
         key, shape = self.init_key, (*batch_size, 1)
 
         def fn(root: dict, out: dict) -> None:

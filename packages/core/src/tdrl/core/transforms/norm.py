@@ -232,7 +232,7 @@ class VecNorm(_ResizingBuffers, Transform):
         """``_step`` (update the statistics unless frozen, then normalise) on plain dicts."""
         if (overrides(self, VecNorm, "_step", "_process", "_update", "_normalize")
                 or not str_keys(self.in_keys, self.out_keys)):
-            return None
+            return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
 
         def fn(root: dict, nxt: dict) -> None:
             self._process(nxt, None, update=True)
@@ -243,7 +243,7 @@ class VecNorm(_ResizingBuffers, Transform):
         """``_reset`` (update on the reset rows unless frozen, then normalise) on plain dicts."""
         if (overrides(self, VecNorm, "_reset", "_process", "_update", "_normalize")
                 or not str_keys(self.in_keys, self.out_keys)):
-            return None
+            return Transform.dict_reset(self, batch_size, device)  # the ordinary body, adapted
         n = len(batch_size)
 
         def fn(root: dict, out: dict) -> None:

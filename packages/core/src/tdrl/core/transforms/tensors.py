@@ -61,7 +61,7 @@ class DTypeCastTransform(Transform):
         """The cast of ``_call`` on plain dicts (string keys only)."""
         if (overrides(self, DTypeCastTransform, "_step", "_call", "_apply_transform")
                 or not str_keys(self.in_keys, self.out_keys)):
-            return None
+            return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
         pairs = list(zip(self.in_keys, self.out_keys, strict=True))
         dtype_in, dtype_out = self.dtype_in, self.dtype_out
 
@@ -75,8 +75,10 @@ class DTypeCastTransform(Transform):
 
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """The cast of ``_reset`` (``_call`` of the reset output) on plain dicts."""
-        hook = None if overrides(self, DTypeCastTransform, "_reset") else self.dict_step(batch_size, device)
-        return None if hook is None else hook[0]
+        if (overrides(self, DTypeCastTransform, "_reset", "_step", "_call", "_apply_transform")
+                or not str_keys(self.in_keys, self.out_keys)):
+            return Transform.dict_reset(self, batch_size, device)  # the ordinary body, adapted
+        return self.dict_step(batch_size, device)[0]
 
     def _cast_spec(self, spec: Composite, keys_attr: str, auto: bool) -> Composite:
         keys = getattr(self, keys_attr)
