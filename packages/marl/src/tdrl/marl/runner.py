@@ -41,8 +41,7 @@ from tdrl.core import InitTracker, TransformedEnv
 
 from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
-from .envs import VmasEnv
-from .tasks import BENCHMARL_VMAS_TASKS, vmas_task
+from .tasks import TASK_NAMES, make_task_env, resolve_task, task_spec
 from .loops import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_groups
 
@@ -50,9 +49,10 @@ __all__ = ["TASKS", "BenchConfig", "BenchmarkFailed", "marl_eval_json", "run_ben
 
 log = logging.getLogger(__name__)
 
-TASKS: dict[str, dict] = {name: vmas_task(name) for name in BENCHMARL_VMAS_TASKS}
-"""Default VMAS tasks: ``name -> scenario, max_steps, kwargs, source``: BenchMARL's task YAMLs
-(:mod:`tdrl.marl.tasks`), ``max_steps`` as the episode length and the rest as scenario kwargs."""
+TASKS: dict[str, dict] = {name: task_spec(name) for name in TASK_NAMES}
+"""BenchMARL's VMAS and PettingZoo tasks: ``key -> env, scenario, max_steps, kwargs, group_map,
+source`` (:mod:`tdrl.marl.tasks`: BenchMARL's task YAMLs). Keys are the bare name for VMAS and
+``pettingzoo/<name>``; ``BenchConfig.tasks`` also takes ``vmas/<name>`` (:func:`~tdrl.marl.tasks.resolve_task`)."""
 
 
 class BenchmarkFailed(RuntimeError):
@@ -74,7 +74,8 @@ class BenchConfig:
 
     Args:
         algorithms: names from :data:`tdrl.marl.algorithms.ALGORITHMS`.
-        tasks: names from :data:`TASKS`.
+        tasks: BenchMARL's task names (:data:`TASKS`; ``vmas/<name>``, ``pettingzoo/<name>`` or the
+            bare name, turned into the :data:`TASKS` key).
         seeds: one training run per seed.
         num_envs: vectorised envs per seed.
         frames_per_batch, n_iters, num_epochs, minibatch_size, lr, max_grad_norm: on-policy
@@ -127,10 +128,10 @@ class BenchConfig:
     rnn_hidden: int = 128
 
     def __post_init__(self) -> None:
-        for name, valid in (("algorithms", ALGORITHMS), ("tasks", TASKS)):
-            bad = [x for x in getattr(self, name) if x not in valid]
-            if bad:
-                raise ValueError(f"Unknown {name} {bad}; valid {name}: {', '.join(sorted(valid))}.")
+        bad = [x for x in self.algorithms if x not in ALGORITHMS]
+        if bad:
+            raise ValueError(f"Unknown algorithms {bad}; valid algorithms: {', '.join(sorted(ALGORITHMS))}.")
+        self.tasks = tuple(t if t in TASKS else resolve_task(t) for t in self.tasks)  # names the bad one
         if not self.seeds:
             raise ValueError("BenchConfig.seeds needs at least one seed.")
         if self.recurrent:
@@ -164,10 +165,9 @@ class BenchConfig:
 
 def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu",
          recurrent: bool = False):
-    """The task's ``VmasEnv``; with ``recurrent``, behind an ``InitTracker`` (``is_init``)."""
-    t = TASKS[task]
-    env = VmasEnv(t["scenario"], num_envs=num_envs, continuous_actions=continuous, max_steps=max_steps,
-                  seed=seed, device=device, **t["kwargs"])
+    """The task's env (:func:`~tdrl.marl.tasks.make_task_env`); with ``recurrent``, behind an
+    ``InitTracker`` (``is_init``)."""
+    env = make_task_env(TASKS[task], num_envs, continuous, seed, max_steps, device)
     return TransformedEnv(env, InitTracker()) if recurrent else env
 
 
