@@ -13,7 +13,9 @@ Outputs in ``out`` (each sweep job in its own sub-folder): ``config.yaml``, ``re
 (mean ± std over seeds of the final deterministic evaluation return, frames/s, wall time),
 ``evaluations.csv`` / ``.jsonl`` (every evaluation, written as it is made),
 ``curves_<task>.png``, ``failures.jsonl`` (pairs that raised), ``pairs.jsonl`` (finished pairs:
-what ``resume=true`` reads back, training only the pairs not finished) and ``summary.json``.
+what ``resume=true`` reads back, training only the pairs not finished), ``summary.jsonl`` and
+``marl_eval.json``, the only ``*.json`` in the folder (and in a sweep's: ``sweep.jsonl``), so
+BenchMARL's ``get_raw_dict_from_multirun_folder`` reads a run or sweep folder as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tdrl.core.train import ConfigError, Run, RunConfig, hydra_app
+from tdrl.core.train import NOT_A_SETTING, ConfigError, Run, RunConfig, changed_settings, hydra_app
 from tdrl.marl import BenchmarkFailed
 from tdrl.marl.runner import BenchConfig, run_benchmark
 
@@ -41,6 +43,7 @@ class Config(RunConfig, BenchConfig):
     """Seeds to run (one training run each); null: the single seed of `seed`."""
     out: str = "runs/marl_bench"
     """Run folder (a new numbered one beside it if it holds an earlier run)."""
+    out_dir: str = dataclasses.field(default="marl_bench_out", metadata={NOT_A_SETTING: "use out=DIR (the run folder)"})
 
     def __post_init__(self) -> None:
         RunConfig.__post_init__(self)
@@ -62,9 +65,23 @@ def bench_config(cfg: Config, out: Path) -> BenchConfig:
     return BenchConfig(**{**values, "out_dir": str(out), "tiny": False})
 
 
+_MAY_CHANGE_ON_RESUME = ("resume", "out", "out_dir", "progress", "threads", "tensorboard", "wandb",
+                         "time_limit_s", "checkpoint_every", "algorithm", "task", "algorithms", "tasks")
+"""Keys a resume may change: run-folder and display settings, and which pairs to run (finished
+pairs are read back, new ones trained); any other change would mix settings in one table."""
+
+
 def main_job(cfg: Config) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    run = Run(cfg, "marl_bench")
+    run = Run(cfg, "marl_bench", summary_file="summary.jsonl")  # marl_eval.json: the one *.json here
+    if run.resuming:
+        changed = changed_settings(run.out, cfg, ignore=_MAY_CHANGE_ON_RESUME)
+        if changed:
+            what = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            sys.stderr.write(f"error: resume=true into {run.out}, whose run used other settings ({what}). "
+                             "A resume continues the same benchmark: drop these keys, or start a new run "
+                             "(resume=false picks a fresh folder beside it).\n")
+            raise SystemExit(2)
     run.start()
     failed = None
     try:
