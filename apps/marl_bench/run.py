@@ -6,7 +6,8 @@ task configs) is a ``key=value`` setting, beside the run-folder settings every a
     python apps/marl_bench/run.py --config-name tiny              # CI budget, tens of seconds
     python apps/marl_bench/run.py algorithms=[mappo,qmix] tasks=[navigation] seeds=[0,1,2] \\
         n_iters=50 compare_sequential=true out=runs/nav
-    python apps/marl_bench/run.py -m algorithm=mappo,qmix task=navigation seed=0,1   # BenchMARL's spelling
+    python apps/marl_bench/run.py -m algorithm=mappo,qmix task=vmas/navigation seed=0,1   # BenchMARL's spelling
+    python apps/marl_bench/run.py task=pettingzoo/simple_tag experiment.lr=3e-4 algorithm.share_param_critic=false
     python apps/marl_bench/run.py tasks=[navigation] device=cuda  # VMAS + training on a GPU
 
 Outputs in ``out`` (each sweep job in its own sub-folder): ``config.yaml``, ``results.md``
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from tdrl.core.train import NOT_A_SETTING, ConfigError, Run, RunConfig, changed_settings, hydra_app
 from tdrl.marl import BenchmarkFailed
+from tdrl.marl.benchmarl_names import translate_overrides
 from tdrl.marl.runner import BenchConfig, run_benchmark
 
 
@@ -44,6 +46,12 @@ class Config(RunConfig, BenchConfig):
     out: str = "runs/marl_bench"
     """Run folder (a new numbered one beside it if it holds an earlier run)."""
     out_dir: str = dataclasses.field(default="marl_bench_out", metadata={NOT_A_SETTING: "use out=DIR (the run folder)"})
+    eval_every: int = dataclasses.field(default=0, metadata={
+        NOT_A_SETTING: "use eval_interval=N (iterations between evaluations)"})
+    checkpoint_every: int = dataclasses.field(default=0, metadata={
+        NOT_A_SETTING: "the benchmark checkpoints after every finished (algorithm, task) pair"})
+    time_limit_s: float = dataclasses.field(default=0.0, metadata={
+        NOT_A_SETTING: "the benchmark has no time limit; its budget is n_iters"})
 
     def __post_init__(self) -> None:
         RunConfig.__post_init__(self)
@@ -101,7 +109,8 @@ def main_job(cfg: Config) -> dict:
     return summary
 
 
-main = hydra_app(Config, main_job, name="marl_bench", recipes=Path(__file__).parent / "recipes")
+main = hydra_app(Config, main_job, name="marl_bench", recipes=Path(__file__).parent / "recipes",
+                 translate=translate_overrides)  # BenchMARL's experiment.* / algorithm.* spellings
 
 if __name__ == "__main__":
     main()

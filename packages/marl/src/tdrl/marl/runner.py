@@ -108,6 +108,9 @@ class BenchConfig:
         recurrent: GRU actors and critics for MAPPO / IPPO (``MAPPOConfig.recurrent``; the
             envs get core's ``InitTracker``); QMIX / VDN and vectorised seeds are refused.
         rnn_hidden: the GRUs' hidden size (BenchMARL's ``layers/gru.yaml``: 128).
+        share_param_critic: one critic for all agents of a group (MAPPO / IPPO; BenchMARL's
+            ``algorithm.share_param_critic``, default True); False is refused with QMIX / VDN,
+            which have no critic.
     """
 
     algorithms: tuple[str, ...] = ("mappo", "ippo", "qmix", "vdn")
@@ -137,6 +140,7 @@ class BenchConfig:
     resume: bool = False
     recurrent: bool = False
     rnn_hidden: int = 128
+    share_param_critic: bool = True
 
     def __post_init__(self) -> None:
         bad = [x for x in self.algorithms if x not in ALGORITHMS]
@@ -145,6 +149,11 @@ class BenchConfig:
         self.tasks = tuple(t if t in TASKS else resolve_task(t) for t in self.tasks)  # names the bad one
         if not self.seeds:
             raise ValueError("BenchConfig.seeds needs at least one seed.")
+        if not self.share_param_critic:
+            off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
+            if off:
+                raise ValueError(f"share_param_critic=False sets the critics of mappo / ippo; {off} have no "
+                                 "critic: remove them from algorithms or leave share_param_critic at True.")
         if self.recurrent:
             off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
             if off:
@@ -183,9 +192,12 @@ def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, 
 
 def _algo_config(cfg: BenchConfig, algo: str):
     conf_cls = ALGORITHMS[algo].config_class
+    kwargs = {"gamma": cfg.gamma}
+    if ALGORITHMS[algo].on_policy:
+        kwargs["share_param_critic"] = cfg.share_param_critic
     if cfg.recurrent:
-        return conf_cls(gamma=cfg.gamma, recurrent=True, rnn_hidden=cfg.rnn_hidden)
-    return conf_cls(gamma=cfg.gamma)
+        kwargs.update(recurrent=True, rnn_hidden=cfg.rnn_hidden)
+    return conf_cls(**kwargs)
 
 
 def _rows(algo, task, seed, history, seed_index=None):

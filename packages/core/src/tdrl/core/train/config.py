@@ -303,8 +303,8 @@ def load_config(cls: type, overrides: Sequence[str] = (), recipe: str | None = N
     return _build(cls, OmegaConf.to_container(cfg, resolve=True))
 
 
-def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
-              recipes: str | Path | None = None) -> Callable[[Sequence[str] | None], Any]:
+def hydra_app(cls: type, task: Callable[[Any], Any], name: str, recipes: str | Path | None = None,
+              translate: Callable[[list[str]], list[str]] | None = None) -> Callable[[Sequence[str] | None], Any]:
     """The ``main`` of an app: Hydra's command line over the dataclass ``cls``.
 
     Args:
@@ -313,6 +313,8 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
         name: the app's name (its config name in the ConfigStore and in ``--help``).
         recipes: the folder of the app's YAML recipes (``--config-name NAME`` picks one;
             a recipe starts with ``defaults: [<name>, _self_]``).
+        translate: rewrites the command line first (a peer's spelling of a key, in the app's one
+            mapping module); a ``ValueError`` it raises ends the program with its message, exit 2.
 
     Returns:
         ``main(argv=None)``: parses ``argv`` (default ``sys.argv[1:]``), runs ``task`` once, or
@@ -323,6 +325,12 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
 
     def main(argv: Sequence[str] | None = None) -> Any:
         argv = list(sys.argv[1:] if argv is None else argv)
+        if translate is not None:
+            try:
+                argv = list(translate(argv))
+            except ValueError as err:
+                sys.stderr.write(f"error: {err}\n")
+                raise SystemExit(2) from None
         multirun = "-m" in argv or "--multirun" in argv
         if multirun:  # Hydra wants its flags before the overrides; accept them anywhere
             argv = ["-m", *[a for a in argv if a not in ("-m", "--multirun")]]
@@ -375,7 +383,7 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
 
     def load(overrides: Sequence[str] = (), recipe: str | None = None) -> Any:
         """The validated config ``main`` would run with (see :func:`load_config`)."""
-        return load_config(cls, overrides, recipe, recipes, name)
+        return load_config(cls, translate(list(overrides)) if translate else overrides, recipe, recipes, name)
 
     main.load = load
     main.config_class = cls
