@@ -7,7 +7,7 @@ task configs) is a ``key=value`` setting, beside the run-folder settings every a
     python apps/marl_bench/run.py algorithms=[mappo,qmix] tasks=[navigation] seeds=[0,1,2] \\
         n_iters=50 compare_sequential=true out=runs/nav
     python apps/marl_bench/run.py -m algorithm=mappo,qmix task=vmas/navigation seed=0,1   # BenchMARL's spelling
-    python apps/marl_bench/run.py task=pettingzoo/simple_tag experiment.lr=3e-4 algorithm.share_param_critic=false
+    python apps/marl_bench/run.py algorithm=mappo task=pettingzoo/simple_tag experiment.lr=3e-4 algorithm.share_param_critic=false
     python apps/marl_bench/run.py tasks=[navigation] device=cuda  # VMAS + training on a GPU
 
 Outputs in ``out`` (each sweep job in its own sub-folder): ``config.yaml``, ``results.md``

@@ -101,3 +101,16 @@ def test_sweep_lines_from_parallel_jobs_are_all_kept(tmp_path):
         (f"worker={w}", f"k={k}") for w in range(8) for k in range(25))
     assert not list(tmp_path.glob("*.json"))  # JSON lines only: nothing a *.json merger would pick up
     assert (tmp_path / SWEEP_FILE).is_file()
+
+
+def test_changed_settings_names_what_a_resume_would_change(tmp_path):
+    from tdrl.core.train import changed_settings
+
+    cfg = SweepConfig(out=str(tmp_path / "r"), steps=3, progress=False)
+    count(cfg)
+    same = SweepConfig(out=str(tmp_path / "r"), steps=3, resume=True)
+    assert changed_settings(tmp_path / "r", same, ignore=("resume", "progress")) == {}
+    other = SweepConfig(out=str(tmp_path / "r"), steps=5, width=4, resume=True)
+    assert changed_settings(tmp_path / "r", other, ignore=("resume", "progress")) == {
+        "steps": (3, 5), "width": (8, 4)}
+    assert changed_settings(tmp_path / "none", other) == {}  # no earlier run: nothing to compare

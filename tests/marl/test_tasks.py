@@ -1,4 +1,5 @@
-"""The runner's tasks are BenchMARL's task configs (28 VMAS, 10 PettingZoo at the cited commit) and keep the data contract.
+"""The runner's tasks are BenchMARL's task configs (28 VMAS, 10 PettingZoo at the cited commit)
+and keep the data contract.
 
 The expected values below are BenchMARL's YAMLs (``benchmarl/conf/task/{vmas,pettingzoo}/<task>.yaml``
 at commit 179a956, read from that commit's tree), kept apart from ``tdrl.marl.tasks`` and

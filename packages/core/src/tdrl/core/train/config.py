@@ -42,7 +42,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["RunConfig", "ConfigError", "NOT_A_SETTING", "SWEEP_FILE", "append_sweep_line", "read_sweep", "check_device", "hydra_app", "load_config", "field_docs", "config_help"]
+__all__ = ["RunConfig", "ConfigError", "NOT_A_SETTING", "SWEEP_FILE", "append_sweep_line", "read_sweep",
+           "check_device", "hydra_app", "load_config", "field_docs", "config_help"]
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +215,9 @@ def _build(cls: type, values: dict[str, Any]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"{cls.__name__} has no setting {', '.join(map(repr, unknown))} (from a +key=value?); "
-                          f"valid settings: {', '.join(n for n, f in fields.items() if NOT_A_SETTING not in f.metadata)}.")
+        valid = ", ".join(n for n, f in fields.items() if NOT_A_SETTING not in f.metadata)
+        raise ConfigError(f"{cls.__name__} has no setting {', '.join(map(repr, unknown))} "
+                          f"(from a +key=value?); valid settings: {valid}.")
     kwargs = {}
     for f in fields.values():
         if f.name not in values:
