@@ -20,7 +20,7 @@ import os
 
 import pytest
 
-from _load import load_app
+from _load import REPO, load_app
 from tdrl.core.train import read_sweep
 from tdrl.marl.benchmarl_names import REFUSED, RENAMED, markdown_table, translate_overrides
 
@@ -94,6 +94,8 @@ def test_benchmarl_spellings_mean_the_same(app):
     assert translate_overrides(["-m", "experiment.lr=1e-4,1e-3", "-cn", "tiny"]) == ["-m", "lr=1e-4,1e-3", "-cn", "tiny"]
     table = markdown_table()
     assert all(f"`{k}`" in table for k in (*RENAMED, *REFUSED))
+    readme = (REPO / "packages" / "marl" / "README.md").read_text()
+    assert table in readme, "packages/marl/README.md: paste tdrl.marl.benchmarl_names.markdown_table() again"
 
 
 def benchmarl_multirun_loader(folder) -> dict:
