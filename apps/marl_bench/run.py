@@ -6,14 +6,17 @@ task configs) is a ``key=value`` setting, beside the run-folder settings every a
     python apps/marl_bench/run.py --config-name tiny              # CI budget, tens of seconds
     python apps/marl_bench/run.py algorithms=[mappo,qmix] tasks=[navigation] seeds=[0,1,2] \\
         n_iters=50 compare_sequential=true out=runs/nav
-    python apps/marl_bench/run.py -m algorithm=mappo,qmix task=navigation seed=0,1   # BenchMARL's spelling
+    python apps/marl_bench/run.py -m algorithm=mappo,qmix task=vmas/navigation seed=0,1   # BenchMARL's spelling
+    python apps/marl_bench/run.py algorithm=mappo task=pettingzoo/simple_tag experiment.lr=3e-4 algorithm.share_param_critic=false
     python apps/marl_bench/run.py tasks=[navigation] device=cuda  # VMAS + training on a GPU
 
 Outputs in ``out`` (each sweep job in its own sub-folder): ``config.yaml``, ``results.md``
 (mean ± std over seeds of the final deterministic evaluation return, frames/s, wall time),
 ``evaluations.csv`` / ``.jsonl`` (every evaluation, written as it is made),
 ``curves_<task>.png``, ``failures.jsonl`` (pairs that raised), ``pairs.jsonl`` (finished pairs:
-what ``resume=true`` reads back, training only the pairs not finished) and ``summary.json``.
+what ``resume=true`` reads back, training only the pairs not finished), ``summary.jsonl`` and
+``marl_eval.json``, the only ``*.json`` in the folder (and in a sweep's: ``sweep.jsonl``), so
+BenchMARL's ``get_raw_dict_from_multirun_folder`` reads a run or sweep folder as it is.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tdrl.core.train import ConfigError, Run, RunConfig, hydra_app
+from tdrl.core.train import NOT_A_SETTING, ConfigError, Run, RunConfig, changed_settings, hydra_app
 from tdrl.marl import BenchmarkFailed
+from tdrl.marl.benchmarl_names import translate_overrides
 from tdrl.marl.runner import BenchConfig, run_benchmark
 
 
@@ -41,6 +45,13 @@ class Config(RunConfig, BenchConfig):
     """Seeds to run (one training run each); null: the single seed of `seed`."""
     out: str = "runs/marl_bench"
     """Run folder (a new numbered one beside it if it holds an earlier run)."""
+    out_dir: str = dataclasses.field(default="marl_bench_out", metadata={NOT_A_SETTING: "use out=DIR (the run folder)"})
+    eval_every: int = dataclasses.field(default=0, metadata={
+        NOT_A_SETTING: "use eval_interval=N (iterations between evaluations)"})
+    checkpoint_every: int = dataclasses.field(default=0, metadata={
+        NOT_A_SETTING: "the benchmark checkpoints after every finished (algorithm, task) pair"})
+    time_limit_s: float = dataclasses.field(default=0.0, metadata={
+        NOT_A_SETTING: "the benchmark has no time limit; its budget is n_iters"})
 
     def __post_init__(self) -> None:
         RunConfig.__post_init__(self)
@@ -62,9 +73,23 @@ def bench_config(cfg: Config, out: Path) -> BenchConfig:
     return BenchConfig(**{**values, "out_dir": str(out), "tiny": False})
 
 
+_MAY_CHANGE_ON_RESUME = ("resume", "out", "out_dir", "progress", "threads", "tensorboard", "wandb",
+                         "time_limit_s", "checkpoint_every", "algorithm", "task", "algorithms", "tasks")
+"""Keys a resume may change: run-folder and display settings, and which pairs to run (finished
+pairs are read back, new ones trained); any other change would mix settings in one table."""
+
+
 def main_job(cfg: Config) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    run = Run(cfg, "marl_bench")
+    run = Run(cfg, "marl_bench", summary_file="summary.jsonl")  # marl_eval.json: the one *.json here
+    if run.resuming:
+        changed = changed_settings(run.out, cfg, ignore=_MAY_CHANGE_ON_RESUME)
+        if changed:
+            what = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            sys.stderr.write(f"error: resume=true into {run.out}, whose run used other settings ({what}). "
+                             "A resume continues the same benchmark: drop these keys, or start a new run "
+                             "(resume=false picks a fresh folder beside it).\n")
+            raise SystemExit(2)
     run.start()
     failed = None
     try:
@@ -84,7 +109,8 @@ def main_job(cfg: Config) -> dict:
     return summary
 
 
-main = hydra_app(Config, main_job, name="marl_bench", recipes=Path(__file__).parent / "recipes")
+main = hydra_app(Config, main_job, name="marl_bench", recipes=Path(__file__).parent / "recipes",
+                 translate=translate_overrides)  # BenchMARL's experiment.* / algorithm.* spellings
 
 if __name__ == "__main__":
     main()

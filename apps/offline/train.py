@@ -13,7 +13,7 @@ divided by ``return_scale``) and evaluates it conditioned on the dataset's best 
 return (or ``target_return``), decremented by each reward.
 
     python apps/offline/train.py algorithm=td3_bc dataset=halfcheetah-medium.hdf5 env_id=HalfCheetah-v5
-    python apps/offline/train.py -m algorithm=bc,td3_bc,iql,cql        # one folder each, sweep.json
+    python apps/offline/train.py -m algorithm=bc,td3_bc,iql,cql        # one folder each, sweep.jsonl
     python apps/offline/train.py --config-name dt dataset=DIR           # DT, the settings of RESULTS.md
     python apps/offline/train.py --config-name tiny                     # a seconds-long smoke run (CI)
 

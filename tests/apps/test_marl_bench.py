@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from _load import REPO, load_app
+from tdrl.core.train import read_sweep
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def test_marl_bench_tiny_writes_table_csv_and_curves(app, tmp_path, capsys):
     assert len(rows) == 2 * 2 * 2
     assert {r["seed"] for r in rows} == {"0", "1"}
     assert (out / "curves_navigation.png").stat().st_size > 1000
-    assert json.loads((out / "summary.json").read_text())["evaluations"] == summary["evaluations"] == 8
+    assert json.loads((out / "summary.jsonl").read_text())["evaluations"] == summary["evaluations"] == 8
     assert "mappo" in capsys.readouterr().out
     # resume=true into the same folder: both pairs are read back (pairs.jsonl), none is trained
     again = app.main(["-cn", "tiny", "tasks=[navigation]", "algorithms=[mappo,qmix]", "seeds=[0,1]",
@@ -49,7 +50,7 @@ def test_benchmarl_style_sweep_of_seeds_and_algorithms(tmp_path):
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    sweep = read_sweep(tmp_path)
     assert len(sweep) == 4
     for algo in ("mappo", "qmix"):
         for seed in (0, 1):

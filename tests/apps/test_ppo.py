@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from _load import REPO, load_app, read_rows  # noqa: E402
+from tdrl.core.train import read_sweep  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -143,11 +144,11 @@ def test_rerun_without_resume_never_deletes(ppo, tmp_path):
 
 
 def test_two_seed_sweep(ppo, tmp_path):
-    """``-m seed=0,1`` runs two jobs, each in its own folder, and lists them in sweep.json
+    """``-m seed=0,1`` runs two jobs, each in its own folder, and lists them in sweep.jsonl
     (the app's ``main`` with the command line's arguments, in this process)."""
     results = ppo.main(["-cn", "tiny", f"out={tmp_path}", "gae_backend=torch", "-m", "seed=0,1"])
     assert len(results) == 2
-    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    sweep = read_sweep(tmp_path)
     assert [job["overrides"][-1] for job in sweep] == ["seed=0", "seed=1"]
     for k in (0, 1):
         cfg = (tmp_path / f"seed={k}" / "config.yaml").read_text()

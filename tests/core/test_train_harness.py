@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tdrl.core.train import (
+    read_sweep,
     ConfigError,
     Run,
     RunConfig,
@@ -134,7 +135,7 @@ def test_sweep_runs_one_folder_per_job(tmp_path, capsys):
     main = hydra_app(ToyConfig, toy_task, name="toy_sweep")
     results = main([f"out={tmp_path}", "progress=false", "-m", "steps=2,3"])
     assert [r["n"] for r in results] == [3.0, 6.0]
-    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    sweep = read_sweep(tmp_path)
     assert [job["result"]["out"] for job in sweep] == [str(tmp_path / "steps=2"), str(tmp_path / "steps=3")]
     assert main(["--help"]) is None and "How far to count." in capsys.readouterr().out
 

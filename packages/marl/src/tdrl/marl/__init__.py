@@ -17,7 +17,7 @@ from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_groups, make
 from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
 from tdrl.marl.runner import TASKS, BenchConfig, BenchmarkFailed, run_benchmark
 from tdrl.marl.checks import TeamRewardCheck, ZeroTeamRewardError
-from tdrl.marl.tasks import BENCHMARL_VMAS_TASKS
+from tdrl.marl.tasks import BENCHMARL_PETTINGZOO_TASKS, BENCHMARL_VMAS_TASKS, make_task_env, resolve_task, task_spec
 
 try:  # the version lives in packages/marl/pyproject.toml; the installed metadata carries it
     __version__ = _dist_version("tdrl-marl")
@@ -66,6 +66,10 @@ __all__: list[str] = [
     "run_benchmark",
     "BenchmarkFailed",
     "BENCHMARL_VMAS_TASKS",
+    "BENCHMARL_PETTINGZOO_TASKS",
+    "task_spec",
+    "resolve_task",
+    "make_task_env",
     "TeamRewardCheck",
     "ZeroTeamRewardError",
 ]

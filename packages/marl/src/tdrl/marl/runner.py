@@ -41,18 +41,27 @@ from tdrl.core import InitTracker, TransformedEnv
 
 from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
-from .envs import VmasEnv
-from .tasks import BENCHMARL_VMAS_TASKS, vmas_task
+from .tasks import TASK_NAMES, make_task_env, resolve_task, task_spec
 from .loops import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_groups
 
-__all__ = ["TASKS", "BenchConfig", "BenchmarkFailed", "marl_eval_json", "run_benchmark", "write_results"]
+__all__ = ["TASKS", "TINY", "BenchConfig", "BenchmarkFailed", "marl_eval_json", "run_benchmark", "write_results"]
 
 log = logging.getLogger(__name__)
 
-TASKS: dict[str, dict] = {name: vmas_task(name) for name in BENCHMARL_VMAS_TASKS}
-"""Default VMAS tasks: ``name -> scenario, max_steps, kwargs, source``: BenchMARL's task YAMLs
-(:mod:`tdrl.marl.tasks`), ``max_steps`` as the episode length and the rest as scenario kwargs."""
+TASKS: dict[str, dict] = {name: task_spec(name) for name in TASK_NAMES}
+"""BenchMARL's VMAS and PettingZoo tasks: ``key -> env, scenario, max_steps, kwargs, group_map,
+source`` (:mod:`tdrl.marl.tasks`: BenchMARL's task YAMLs). Keys are the bare name for VMAS and
+``pettingzoo/<name>``; ``BenchConfig.tasks`` also takes ``vmas/<name>`` (:func:`~tdrl.marl.tasks.resolve_task`)."""
+
+
+TINY: dict[str, object] = {
+    "num_envs": 8, "frames_per_batch": 80, "n_iters": 2, "num_epochs": 1, "minibatch_size": 40,
+    "num_cells": (16,), "off_policy_frames_per_batch": 80, "n_optimizer_steps": 2, "off_policy_batch_size": 32,
+    "eval_envs": 2, "eval_interval": 1, "max_steps": 10,
+}
+"""``BenchConfig(tiny=True)``'s sizes: 8 envs, 2 iterations of 80 frames, 10-step episodes, one
+16-unit layer (applied to the fields left at their defaults)."""
 
 
 class BenchmarkFailed(RuntimeError):
@@ -74,7 +83,8 @@ class BenchConfig:
 
     Args:
         algorithms: names from :data:`tdrl.marl.algorithms.ALGORITHMS`.
-        tasks: names from :data:`TASKS`.
+        tasks: BenchMARL's task names (:data:`TASKS`; ``vmas/<name>``, ``pettingzoo/<name>`` or the
+            bare name, turned into the :data:`TASKS` key).
         seeds: one training run per seed.
         num_envs: vectorised envs per seed.
         frames_per_batch, n_iters, num_epochs, minibatch_size, lr, max_grad_norm: on-policy
@@ -88,7 +98,9 @@ class BenchConfig:
         vectorise_seeds: train the seeds of every algorithm (MAPPO/IPPO, QMIX/VDN) as one
             vmap-ed model.
         compare_sequential: also run those seeds one after another and report the speed-up.
-        out_dir: where results go. tiny: a CI-sized budget (tens of seconds).
+        out_dir: where results go.
+        tiny: a CI-sized budget (tens of seconds): :data:`TINY`'s sizes for every field left
+            at its default (a value you set, e.g. ``n_iters=100``, is kept).
         device: where the VMAS worlds, the networks and the training run (``"cpu"``, ``"cuda"``).
         resume: continue a run into ``out_dir``: the (algorithm, task) pairs it finished
             (``pairs.jsonl``) are read back with their evaluations and not trained again; a
@@ -96,6 +108,9 @@ class BenchConfig:
         recurrent: GRU actors and critics for MAPPO / IPPO (``MAPPOConfig.recurrent``; the
             envs get core's ``InitTracker``); QMIX / VDN and vectorised seeds are refused.
         rnn_hidden: the GRUs' hidden size (BenchMARL's ``layers/gru.yaml``: 128).
+        share_param_critic: one critic for all agents of a group (MAPPO / IPPO; BenchMARL's
+            ``algorithm.share_param_critic``, default True); False is refused with QMIX / VDN,
+            which have no critic.
     """
 
     algorithms: tuple[str, ...] = ("mappo", "ippo", "qmix", "vdn")
@@ -125,14 +140,20 @@ class BenchConfig:
     resume: bool = False
     recurrent: bool = False
     rnn_hidden: int = 128
+    share_param_critic: bool = True
 
     def __post_init__(self) -> None:
-        for name, valid in (("algorithms", ALGORITHMS), ("tasks", TASKS)):
-            bad = [x for x in getattr(self, name) if x not in valid]
-            if bad:
-                raise ValueError(f"Unknown {name} {bad}; valid {name}: {', '.join(sorted(valid))}.")
+        bad = [x for x in self.algorithms if x not in ALGORITHMS]
+        if bad:
+            raise ValueError(f"Unknown algorithms {bad}; valid algorithms: {', '.join(sorted(ALGORITHMS))}.")
+        self.tasks = tuple(t if t in TASKS else resolve_task(t) for t in self.tasks)  # names the bad one
         if not self.seeds:
             raise ValueError("BenchConfig.seeds needs at least one seed.")
+        if not self.share_param_critic:
+            off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
+            if off:
+                raise ValueError(f"share_param_critic=False sets the critics of mappo / ippo; {off} have no "
+                                 "critic: remove them from algorithms or leave share_param_critic at True.")
         if self.recurrent:
             off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
             if off:
@@ -144,12 +165,11 @@ class BenchConfig:
         dev = torch.device(self.device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"BenchConfig.device={self.device!r}, but CUDA is not available here; use 'cpu'.")
-        if self.tiny:
-            self.num_envs, self.frames_per_batch, self.n_iters = 8, 80, 2
-            self.num_epochs, self.minibatch_size, self.num_cells = 1, 40, (16,)
-            self.off_policy_frames_per_batch, self.n_optimizer_steps = 80, 2
-            self.off_policy_batch_size, self.eval_envs, self.eval_interval = 32, 2, 1
-            self.max_steps = self.max_steps or 10
+        if self.tiny:  # only what the user left at its default: their keys win
+            defaults = {f.name: f.default for f in dataclasses.fields(BenchConfig)}
+            for name, value in TINY.items():
+                if getattr(self, name) == defaults[name]:
+                    setattr(self, name, value)
 
     def train_config(self, on_policy: bool, max_steps: int) -> TrainConfig:
         return TrainConfig(
@@ -164,18 +184,20 @@ class BenchConfig:
 
 def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu",
          recurrent: bool = False):
-    """The task's ``VmasEnv``; with ``recurrent``, behind an ``InitTracker`` (``is_init``)."""
-    t = TASKS[task]
-    env = VmasEnv(t["scenario"], num_envs=num_envs, continuous_actions=continuous, max_steps=max_steps,
-                  seed=seed, device=device, **t["kwargs"])
+    """The task's env (:func:`~tdrl.marl.tasks.make_task_env`); with ``recurrent``, behind an
+    ``InitTracker`` (``is_init``)."""
+    env = make_task_env(TASKS[task], num_envs, continuous, seed, max_steps, device)
     return TransformedEnv(env, InitTracker()) if recurrent else env
 
 
 def _algo_config(cfg: BenchConfig, algo: str):
     conf_cls = ALGORITHMS[algo].config_class
+    kwargs = {"gamma": cfg.gamma}
+    if ALGORITHMS[algo].on_policy:
+        kwargs["share_param_critic"] = cfg.share_param_critic
     if cfg.recurrent:
-        return conf_cls(gamma=cfg.gamma, recurrent=True, rnn_hidden=cfg.rnn_hidden)
-    return conf_cls(gamma=cfg.gamma)
+        kwargs.update(recurrent=True, rnn_hidden=cfg.rnn_hidden)
+    return conf_cls(**kwargs)
 
 
 def _rows(algo, task, seed, history, seed_index=None):
@@ -188,13 +210,16 @@ def _rows(algo, task, seed, history, seed_index=None):
         if seed_index is not None and "train_return_seeds" in rec:
             train = rec["train_return_seeds"][seed_index]
         if not math.isnan(ret):
-            episodes = rec.get("eval_episode_returns", [])
-            if seed_index is not None and "eval_return_seeds" in rec:  # seed-major blocks
-                k = len(episodes) // len(rec["eval_return_seeds"])
-                episodes = episodes[seed_index * k:(seed_index + 1) * k]
-            out.append({"algorithm": algo, "task": task, "seed": seed, "iter": rec["iter"],
-                        "frames": rec["frames"], "time_s": round(rec["time_s"], 3),
-                        "eval_return": ret, "train_return": train, "eval_episode_returns": episodes})
+            row = {"algorithm": algo, "task": task, "seed": seed, "iter": rec["iter"], "frames": rec["frames"],
+                   "time_s": round(rec["time_s"], 3), "eval_return": ret, "train_return": train}
+            for key in [k for k in rec if k.startswith("eval_episode_returns")]:  # and .../<group>
+                episodes = rec[key]
+                if seed_index is not None and "eval_return_seeds" in rec:  # seed-major blocks
+                    k = len(episodes) // len(rec["eval_return_seeds"])
+                    episodes = episodes[seed_index * k:(seed_index + 1) * k]
+                row[key] = episodes
+            row.setdefault("eval_episode_returns", [])
+            out.append(row)
     return out
 
 
@@ -311,19 +336,31 @@ def run_benchmark(cfg: BenchConfig, on_pair: Callable[[int], None] | None = None
 _FIELDS = ["algorithm", "task", "seed", "iter", "frames", "time_s", "eval_return", "train_return"]
 
 
-def marl_eval_json(evaluations: list[dict], environment: str = "vmas") -> dict:
+def marl_eval_json(evaluations: list[dict], environment: str | None = None) -> dict:
     """The evaluations in marl-eval's layout (what BenchMARL's ``JsonWriter`` writes).
 
     ``{environment: {task: {algorithm: {"seed_<s>": {"step_<k>": {"step_count": frames,
-    "return": [episode returns]}, ..., "absolute_metrics": {"return": [best]}}}}}}``, with
-    ``k`` counting the run's evaluations (https://github.com/instadeepai/marl-eval#usage-).
+    "return": [episode returns], "<group>_return": [...], ...}, ..., "absolute_metrics":
+    {"return": [best]}}}}}}``, with ``k`` counting the run's evaluations
+    (https://github.com/instadeepai/marl-eval#usage-) and one ``<group>_return`` per agent
+    group, as BenchMARL's ``Logger.log_evaluation`` writes them.
+
+    Args:
+        evaluations: the runner's evaluation rows.
+        environment: ``None``: each task's own (``vmas`` / ``pettingzoo``, from a task key
+            ``pettingzoo/<name>``; a bare key is VMAS); else every row under this name.
     """
-    data: dict = {environment: {}}
+    data: dict = {}
     for r in sorted(evaluations, key=lambda r: (r["task"], r["algorithm"], r["seed"], r["iter"])):
-        run = data[environment].setdefault(r["task"], {}).setdefault(r["algorithm"], {}).setdefault(
+        env, _, task = r["task"].rpartition("/")
+        env = environment or env or "vmas"
+        run = data.setdefault(env, {}).setdefault(task, {}).setdefault(r["algorithm"], {}).setdefault(
             f"seed_{r['seed']}", {"absolute_metrics": {}})
         returns = list(r.get("eval_episode_returns") or [r["eval_return"]])
-        run[f"step_{len(run) - 1}"] = {"step_count": r["frames"], "return": returns}
+        step = {"step_count": r["frames"], "return": returns}
+        step.update({f"{k.split('/', 1)[1]}_return": list(v) for k, v in r.items()
+                     if k.startswith("eval_episode_returns/")})
+        run[f"step_{len(run) - 1}"] = step
         best = max([*returns, *run["absolute_metrics"].get("return", [])])
         run["absolute_metrics"]["return"] = [best]
     return data
@@ -468,10 +505,10 @@ def _plot(out: Path, task: str, evaluations: list[dict]) -> None:
         vals = [[r["eval_return"] for r in rows if r["frames"] == f] for f in frames]
         ax.plot(frames, [statistics.fmean(v) for v in vals], label=algo)
         ax.fill_between(frames, [min(v) for v in vals], [max(v) for v in vals], alpha=0.2)
-    ax.set(title=f"VMAS {task}", xlabel="frames", ylabel="evaluation return")
+    ax.set(title=task if "/" in task else f"vmas/{task}", xlabel="frames", ylabel="evaluation return")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / f"curves_{task}.png", dpi=100)
+    fig.savefig(out / f"curves_{task.replace('/', '_')}.png", dpi=100)
     plt.close(fig)
 
 

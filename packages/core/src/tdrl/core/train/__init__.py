@@ -12,7 +12,19 @@ from tdrl.core.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from tdrl.core.train.config import ConfigError, RunConfig, check_device, config_help, field_docs, hydra_app, load_config
+from tdrl.core.train.config import (
+    NOT_A_SETTING,
+    SWEEP_FILE,
+    ConfigError,
+    RunConfig,
+    append_sweep_line,
+    check_device,
+    config_help,
+    field_docs,
+    hydra_app,
+    load_config,
+    read_sweep,
+)
 from tdrl.core.train.distributed import (
     broadcast_object,
     init_from_env,
@@ -26,7 +38,7 @@ from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbL
 from tdrl.core.train.plots import plot_curves
 from tdrl.core.train.progress import ProgressBar
 from tdrl.core.train.rl import EnvRunConfig, OffPolicyConfig, OffPolicyLog, UpdateBudget, finish_env_run, mean_metrics
-from tdrl.core.train.run import Run, crossed, run_folder
+from tdrl.core.train.run import Run, changed_settings, crossed, run_folder
 from tdrl.core.train.seeds import (
     SeedStackedModule,
     block_seeds,
@@ -56,6 +68,11 @@ __all__ = [
     "mean_metrics",
     "finish_env_run",
     "ConfigError",
+    "NOT_A_SETTING",
+    "SWEEP_FILE",
+    "append_sweep_line",
+    "read_sweep",
+    "changed_settings",
     "check_device",
     "hydra_app",
     "load_config",

@@ -15,9 +15,13 @@ BenchMARL users type::
 
 Unknown keys and values of the wrong type are refused by Hydra before anything runs; the
 dataclass's ``__post_init__`` checks the rest (impossible values) and a failure there ends
-the program with the message and exit status 2, also before any work. In a sweep each job's
-``out`` is its own sub-folder of the sweep folder (``<out>/<overrides>``), and the sweep
-folder gets ``sweep.json`` with every job's overrides and result.
+the program with the message and exit status 2, also before any work. A sweep gets its own
+folder: ``out``, or ``out-<k>`` when ``out`` holds an earlier run or sweep (``resume=true``
+keeps ``out``); each job's ``out`` is its own sub-folder there (``<sweep>/<overrides>``), and
+each finished job appends one line (its overrides and result) to ``<sweep>/sweep.jsonl``
+under a file lock, so jobs of a parallel launcher (joblib, submitit) do not overwrite each
+other. JSON lines, not a ``.json`` file: loaders that merge every ``*.json`` under a folder
+(BenchMARL's multirun loader) read the sweep folder as it is.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["RunConfig", "ConfigError", "check_device", "hydra_app", "load_config", "field_docs", "config_help"]
+__all__ = ["RunConfig", "ConfigError", "NOT_A_SETTING", "SWEEP_FILE", "append_sweep_line", "read_sweep",
+           "check_device", "hydra_app", "load_config", "field_docs", "config_help"]
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +187,8 @@ def config_help(cls: type, name: str, recipes: str | Path | None = None) -> str:
             lines += [f"recipes (--config-name NAME, from {recipes}): {', '.join(names)}", ""]
     lines.append("settings (key=value; lists as [a,b]; a sweep as -m key=a,b):")
     for f in dataclasses.fields(cls):
+        if NOT_A_SETTING in f.metadata:  # an inherited field the app does not read
+            continue
         kind = getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")
         lines.append(f"  {f.name}: {kind} = {_default(f)!r}")
         if f.name in docs:
@@ -191,14 +198,33 @@ def config_help(cls: type, name: str, recipes: str | Path | None = None) -> str:
 
 
 # ------------------------------------------------------------------ building a config
+NOT_A_SETTING = "tdrl_not_a_setting"
+"""Field metadata key: ``field(default=..., metadata={NOT_A_SETTING: "use out=DIR"})`` marks a field
+that an app's config inherits but does not read. ``--help`` leaves it out, and a value other than
+its default is refused with the metadata's text (so no key is listed and then ignored)."""
+
+
 def _build(cls: type, values: dict[str, Any]) -> Any:
     """``cls(**values)`` with lists turned into tuples where the field is a tuple and nested
-    dataclasses built recursively; ``__post_init__`` failures become :class:`ConfigError`."""
+    dataclasses built recursively; ``__post_init__`` failures become :class:`ConfigError`.
+
+    Refused, naming the key: a key ``cls`` has no field for (Hydra's ``+key=value`` adds one
+    to the config without a complaint), and a value for a field marked :data:`NOT_A_SETTING`.
+    """
     hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        valid = ", ".join(n for n, f in fields.items() if NOT_A_SETTING not in f.metadata)
+        raise ConfigError(f"{cls.__name__} has no setting {', '.join(map(repr, unknown))} "
+                          f"(from a +key=value?); valid settings: {valid}.")
     kwargs = {}
-    for f in dataclasses.fields(cls):
+    for f in fields.values():
         if f.name not in values:
             continue
+        if NOT_A_SETTING in f.metadata and values[f.name] != _default(f):
+            raise ConfigError(f"{f.name} is not a setting of {cls.__name__} (it would be ignored): "
+                              f"{f.metadata[NOT_A_SETTING]}.")
         value, hint = values[f.name], hints[f.name]
         origin = typing.get_origin(hint)
         if dataclasses.is_dataclass(hint) and isinstance(value, dict):
@@ -279,8 +305,8 @@ def load_config(cls: type, overrides: Sequence[str] = (), recipe: str | None = N
     return _build(cls, OmegaConf.to_container(cfg, resolve=True))
 
 
-def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
-              recipes: str | Path | None = None) -> Callable[[Sequence[str] | None], Any]:
+def hydra_app(cls: type, task: Callable[[Any], Any], name: str, recipes: str | Path | None = None,
+              translate: Callable[[list[str]], list[str]] | None = None) -> Callable[[Sequence[str] | None], Any]:
     """The ``main`` of an app: Hydra's command line over the dataclass ``cls``.
 
     Args:
@@ -289,6 +315,8 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
         name: the app's name (its config name in the ConfigStore and in ``--help``).
         recipes: the folder of the app's YAML recipes (``--config-name NAME`` picks one;
             a recipe starts with ``defaults: [<name>, _self_]``).
+        translate: rewrites the command line first (a peer's spelling of a key, in the app's one
+            mapping module); a ``ValueError`` it raises ends the program with its message, exit 2.
 
     Returns:
         ``main(argv=None)``: parses ``argv`` (default ``sys.argv[1:]``), runs ``task`` once, or
@@ -299,6 +327,12 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
 
     def main(argv: Sequence[str] | None = None) -> Any:
         argv = list(sys.argv[1:] if argv is None else argv)
+        if translate is not None:
+            try:
+                argv = list(translate(argv))
+            except ValueError as err:
+                sys.stderr.write(f"error: {err}\n")
+                raise SystemExit(2) from None
         multirun = "-m" in argv or "--multirun" in argv
         if multirun:  # Hydra wants its flags before the overrides; accept them anywhere
             argv = ["-m", *[a for a in argv if a not in ("-m", "--multirun")]]
@@ -309,7 +343,10 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
             return None
         _require_hydra()
         if multirun:  # every job's config is checked before the first job runs or writes anything
-            _check_sweep(argv, cls, name, recipes)
+            first = _check_sweep(argv, cls, name, recipes)
+            if first is not None:  # the sweep's own folder, never inside an earlier run or sweep
+                folder = Path(first.out) if first.resume else _fresh_folder(first.out)
+                argv.append(f"hydra.sweep.dir='{folder}'")
         import hydra
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
@@ -331,7 +368,7 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
             result = task(cfg)
             results.append((list(hc.overrides.task), result))
             if sweep:
-                _write_sweep(Path(hc.sweep.dir), results)
+                append_sweep_line(Path(hc.sweep.dir), list(hc.overrides.task), result)
             return result
 
         entry = hydra.main(config_path=str(Path(recipes).resolve()) if recipes is not None else None,
@@ -348,7 +385,7 @@ def hydra_app(cls: type, task: Callable[[Any], Any], name: str,
 
     def load(overrides: Sequence[str] = (), recipe: str | None = None) -> Any:
         """The validated config ``main`` would run with (see :func:`load_config`)."""
-        return load_config(cls, overrides, recipe, recipes, name)
+        return load_config(cls, translate(list(overrides)) if translate else overrides, recipe, recipes, name)
 
     main.load = load
     main.config_class = cls
@@ -368,11 +405,22 @@ def _recipe_of(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _check_sweep(argv: Sequence[str], cls: type, name: str, recipes: str | Path | None) -> None:
+def _fresh_folder(out: str) -> Path:
+    """``out`` when it holds no earlier run or sweep, else the first free ``out-<k>``."""
+    from tdrl.core.train.run import run_folder
+
+    return run_folder(out, resume=False)[0]
+
+
+def _check_sweep(argv: Sequence[str], cls: type, name: str, recipes: str | Path | None) -> Any:
     """Build the config of every job of a ``-m`` sweep (Hydra's own parser expands the values)
     and refuse the sweep, naming the job and the reason, if any of them is impossible: a bad
     value in the second job must not cost the first job's training. Past
-    ``_MAX_CHECKED_JOBS`` jobs each swept value is checked once, with the others' first values."""
+    ``_MAX_CHECKED_JOBS`` jobs each swept value is checked once, with the others' first values.
+
+    Returns:
+        The first job's config (``None`` when Hydra's parser is left to report the sweep).
+    """
     import itertools
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -385,7 +433,7 @@ def _check_sweep(argv: Sequence[str], cls: type, name: str, recipes: str | Path 
         choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
                    else [o.input_line] for o in parsed]
     except Exception:  # noqa: BLE001 - an unparsable or continuous sweep: Hydra itself reports it
-        return
+        return None
     n_jobs = math.prod(len(c) for c in choices)
     if n_jobs <= _MAX_CHECKED_JOBS:
         jobs = [list(j) for j in itertools.product(*choices)]
@@ -393,13 +441,16 @@ def _check_sweep(argv: Sequence[str], cls: type, name: str, recipes: str | Path 
         jobs = [[c[0] for c in choices[:k]] + [v] + [c[0] for c in choices[k + 1:]]
                 for k, c in enumerate(choices) for v in c]
     recipe = _recipe_of(argv)
+    first = None
     for job in jobs:
         try:
-            load_config(cls, job, recipe, recipes, name)
+            cfg = load_config(cls, job, recipe, recipes, name)
         except ConfigError as err:
             sys.stderr.write(f"error: sweep job {' '.join(job)}: {err}\n"
                              f"(no job of the {n_jobs} was run: every job's settings are checked first)\n")
             raise SystemExit(2) from None
+        first = cfg if first is None else first
+    return first
 
 
 _SWEEP_FUNCTIONS = ("range(", "choice(", "glob(", "interval(", "tag(", "sort(", "shuffle(")
@@ -436,9 +487,14 @@ def _fixed_keys(argv: Sequence[str]) -> list[str]:
     return keys
 
 
-def _write_sweep(folder: Path, results: list[tuple[list[str], Any]]) -> None:
-    """``<sweep folder>/sweep.json``: each finished job's overrides and result (rewritten after
-    every job, so a crash keeps the finished ones)."""
+SWEEP_FILE = "sweep.jsonl"
+"""The sweep folder's list of finished jobs: one JSON line ``{"overrides", "result"}`` per job."""
+
+
+def append_sweep_line(folder: Path, overrides: list[str], result: Any) -> None:
+    """Append one finished job's line to ``<folder>/sweep.jsonl`` under an exclusive file lock
+    (``fcntl.flock`` where the platform has it): jobs running at once in several processes
+    (a parallel Hydra launcher) each add their line and none is lost."""
     def plain(value: Any) -> Any:
         try:
             json.dumps(value)
@@ -447,7 +503,23 @@ def _write_sweep(folder: Path, results: list[tuple[list[str], Any]]) -> None:
             return repr(value)
 
     folder.mkdir(parents=True, exist_ok=True)
-    rows = [{"overrides": ov, "result": plain(res)} for ov, res in results]
-    tmp = folder / ".sweep.json.tmp"
-    tmp.write_text(json.dumps(rows, indent=2))
-    tmp.replace(folder / "sweep.json")
+    line = json.dumps({"overrides": overrides, "result": plain(result)}) + "\n"
+    with open(folder / SWEEP_FILE, "a") as f:
+        try:
+            import fcntl
+        except ImportError:  # Windows: one short append
+            f.write(line)
+            return
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.write(line)
+            f.flush()
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def read_sweep(folder: str | Path) -> list[dict]:
+    """The finished jobs of the sweep in ``folder``: ``[{"overrides", "result"}, ...]`` in the order
+    they finished."""
+    path = Path(folder) / SWEEP_FILE
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []

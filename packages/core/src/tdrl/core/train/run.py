@@ -36,11 +36,12 @@ from tdrl.core.train.history import MetricHistory, truncate_csv
 from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbLogger
 from tdrl.core.train.progress import ProgressBar
 
-__all__ = ["Run", "crossed", "run_folder"]
+__all__ = ["Run", "changed_settings", "crossed", "run_folder"]
 
 log = logging.getLogger(__name__)
 
-_RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "checkpoints")
+_RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "summary.jsonl", "checkpoints",
+              "sweep.jsonl")  # a run's files, or a sweep's list of jobs
 
 
 def crossed(every: int, before: int, now: int) -> bool:
@@ -91,6 +92,9 @@ class Run:
         per_rank: under ``torch.distributed`` every rank also checkpoints its own state
             (``checkpoints/rank<r>/``: samplers and RNG streams that differ per rank) and
             restores it on resume; otherwise only rank 0 writes and every rank loads its file.
+        summary_file: the name :meth:`finish` writes the summary to; ``"summary.jsonl"`` (one
+            line) keeps the run folder free of ``*.json`` besides the app's own (BenchMARL's
+            multirun loader merges every ``*.json`` under a folder).
 
     Use::
 
@@ -104,8 +108,9 @@ class Run:
     """
 
     def __init__(self, cfg: Any, name: str, total: int | None = None, unit: str = "step", keep: int = 2,
-                 per_rank: bool = False) -> None:
+                 per_rank: bool = False, summary_file: str = "summary.json") -> None:
         self.cfg, self.name, self.total, self.unit = cfg, name, total, unit
+        self.summary_file = summary_file
         self.main = is_main_process()
         self.rank = rank_and_world()[0]
         self.per_rank = per_rank and rank_and_world()[1] > 1
@@ -258,12 +263,40 @@ class Run:
             self.bar.close()
         self.history.close()
         if self.main:
-            tmp = self.out / ".summary.json.tmp"
-            tmp.write_text(json.dumps(out, indent=2))
-            tmp.replace(self.out / "summary.json")
+            tmp = self.out / f".{self.summary_file}.tmp"
+            tmp.write_text(json.dumps(out, indent=None if self.summary_file.endswith(".jsonl") else 2) + "\n")
+            tmp.replace(self.out / self.summary_file)
             for fname, (x, ys) in (plots or {}).items():
                 plot_curves(self.history.rows, self.out / fname, x, ys, title or self.name)
         return out
+
+
+def changed_settings(folder: str | os.PathLike, cfg: Any, ignore: tuple[str, ...] = ()) -> dict[str, tuple]:
+    """The settings of ``cfg`` that differ from the run in ``folder`` (its ``config.yaml``).
+
+    An app calls it when resuming, to refuse a resume whose settings changed (the finished part
+    was trained with the old ones) instead of recording the new values above the old results.
+
+    Args:
+        folder: a run folder. cfg: the new config (a dataclass).
+        ignore: keys allowed to differ (``resume``, ``out``, ``progress``...).
+
+    Returns:
+        ``{key: (old, new)}``; empty when ``folder`` holds no ``config.yaml``.
+    """
+    path = Path(folder) / "config.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        from omegaconf import OmegaConf
+
+        old = OmegaConf.to_container(OmegaConf.load(path))
+    except ImportError:
+        old = json.loads(path.read_text())
+    new = json.loads(json.dumps(_plain(dataclasses.asdict(cfg))))
+    old = json.loads(json.dumps(old))
+    return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
+            if k not in ignore and old.get(k) != new.get(k)}
 
 
 def _plain(value: Any) -> Any:

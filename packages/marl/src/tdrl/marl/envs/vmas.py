@@ -98,7 +98,9 @@ class VmasEnv(EnvBase):
             ``vmas.simulator.scenario.BaseScenario`` instance.
         num_envs: number of vectorised worlds (the batch size). Thousands are fine on CPU.
         continuous_actions: continuous (``Bounded``) or discrete (``Categorical``) actions.
-        max_steps: optional episode length; reaching it sets ``truncated`` (and ``done``).
+        max_steps: episode length; reaching it sets ``truncated`` (and ``done``). ``None`` warns:
+            most VMAS scenarios never end an episode themselves, so returns are never
+            reported (BenchMARL's tasks set it: :func:`tdrl.marl.tasks.task_spec`).
         time_limit_terminates: reaching ``max_steps`` also sets ``terminated``, so value
             estimators do not bootstrap there: TorchRL's ``VmasEnv`` semantics (hence
             BenchMARL's), for like-for-like comparisons. Default False (the limit truncates).
@@ -143,6 +145,12 @@ class VmasEnv(EnvBase):
             raise ValueError(f"max_steps must be >= 1 or None, got {max_steps}.")
         super().__init__(batch_size=(num_envs,), device=device)
         self.scenario_name = scenario if isinstance(scenario, str) else type(scenario).__name__
+        if max_steps is None:
+            warnings.warn(
+                f"VmasEnv({self.scenario_name!r}) without max_steps: most VMAS scenarios never end an "
+                "episode, so episode returns are never reported (train_return stays NaN). Pass "
+                "max_steps=..., e.g. BenchMARL's: tdrl.marl.tasks.task_spec(name)['max_steps'].",
+                UserWarning, stacklevel=2)
         self.num_envs = num_envs
         self.continuous_actions = continuous_actions
         self.max_steps = max_steps

@@ -230,6 +230,7 @@ def record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seed
         per_env = torch.stack(list(per_group.values())).mean(0)
         rec["eval_return"] = float(per_env.mean())
         rec["eval_episode_returns"] = per_env.flatten().tolist()  # seed-major with n_seeds > 1
+        rec.update({f"eval_episode_returns/{g}": v.flatten().tolist() for g, v in per_group.items()})
         if len(per_group) > 1:
             rec.update({f"eval_return/{g}": float(v.mean()) for g, v in per_group.items()})
         if n_seeds > 1:  # eval_env holds n_seeds blocks of sub-envs, seed-major

@@ -146,7 +146,8 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     Returns:
         One record per iteration: ``iter``, ``frames``, ``time_s``, ``train_return``,
         ``eval_return`` (NaN when not evaluated) and, when evaluated, ``eval_episode_returns``
-        (one return per evaluation sub-env, seed-major), ``loss``; with several groups also
+        (one return per evaluation sub-env, seed-major) and ``eval_episode_returns/<group>``
+        (each group's), ``loss``; with several groups also
         ``train_return/<group>`` and ``eval_return/<group>`` (the plain entries are the mean
         over groups); with ``n_seeds > 1``, ``train_return_seeds`` and (when evaluated)
         ``eval_return_seeds``: one entry per seed.
