@@ -11,6 +11,8 @@ GRPO. ``model=PATH`` starts from any local Hugging Face causal LM instead.
     python apps/grpo/train.py resume=true             # continue GRPO from the last checkpoint
     python apps/grpo/train.py -cn tools_tiny          # multi-turn: products with the Python tool
     python apps/grpo/train.py -cn smollm2_chat        # the real SmolLM2-135M-Instruct, chat prompts (~5 min)
+    python apps/grpo/train.py data=train.jsonl reward=my_rewards:correct eval_data=test.jsonl   # your data and rewards
+    python apps/grpo/train.py data=train.csv prompt_column=question reward=[my_rewards:correct,my_rewards:short] reward_weights=[1,0.2]
     torchrun --nproc_per_node 2 apps/grpo/train.py -cn tiny   # data parallel: one job, one folder
     torchrun --nproc_per_node 2 apps/grpo/train.py -cn tiny fsdp=true   # GRPO sharded (FSDP2); the SFT warm-up stays DDP
     accelerate launch --multi_gpu --num_processes 2 apps/grpo/train.py -cn tiny   # the same job (gloo on a CPU)
@@ -24,6 +26,17 @@ where the policy may call the sandboxed Python tool (``GRPOConfig.tools``): the 
 shows tool use on a fraction ``sft_tool_fraction`` of its problems, and the held-out check
 reports the tool-call rate beside the accuracy. ``resume=true`` continues GRPO without redoing the SFT; a rerun
 without it goes to a new numbered folder and never touches the earlier one.
+
+Your own data and rewards (TRL's ``trl grpo --dataset_name ... --reward_funcs ...``): ``data=`` a local
+``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file or a ``datasets`` ``save_to_disk`` folder with a prompt
+column (``prompt_column=``; strings or chat-message lists) whose other columns reach the reward functions
+as keyword arguments; ``reward=module:function`` (or ``path/file.py:function``, or a list of them, with
+``reward_weights=``) imported by name and refused before any work when it does not import (default: the
+built-in answer checker, which reads an ``answer`` column and compares numbers and LaTeX,
+``\\boxed{\\frac{1}{2}}`` = ``0.5``); ``eval_data=`` a held-out file scored every ``eval_every`` rounds
+with the same (weighted) rewards, greedy. ``data=`` skips the SFT warm-up (prompts only). Every round's
+completions go to ``<out>/completions.jsonl`` (prompt, completion, reward, each function's reward), and
+with stderr not a terminal (a log file, CI) one metrics line per round is printed on stdout.
 """
 
 from __future__ import annotations
@@ -32,8 +45,10 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tdrl.core.train import ConfigError, Run, crossed, hydra_app, init_from_env, plot_curves
 from tdrl.llm import (
@@ -45,8 +60,10 @@ from tdrl.llm import (
     SFTTrainer,
     ToolArithmeticTask,
     evaluate,
+    load_prompt_dataset,
     math_answer_reward,
 )
+from tdrl.llm.rewards import load_rewards, weighted_reward
 from tdrl.llm.agents import ToolStats, make_tool
 from tdrl.llm.run_config import LMRunConfig
 
@@ -72,6 +89,21 @@ class Config(LMRunConfig):
     """Task: operands are drawn from min_value..max_value."""
     ops: str = "+"
     """Task: the operators used (e.g. "+-")."""
+    data: str = ""
+    """Your data: a local .jsonl/.json/.csv/.parquet file or a datasets save_to_disk folder with a prompt
+    column; its other columns are passed to the reward functions as keyword arguments. Empty: the
+    built-in task. Skips the SFT warm-up."""
+    prompt_column: str = "prompt"
+    """With data: the column holding the prompts (strings or chat-message lists)."""
+    eval_data: str = ""
+    """With data: a held-out file like data, scored greedily with the rewards every eval_every rounds."""
+    reward: Any = ()
+    """Reward functions by name: module:function or path/file.py:function, or a list [a:f,b:g];
+    empty: the built-in answer checker (numbers and LaTeX against an 'answer' column)."""
+    reward_weights: Any = ()
+    """One weight per reward function (a list); empty: all 1."""
+    log_completions: bool = True
+    """Write every round's completions to <out>/completions.jsonl."""
     chat: bool = False
     """Task: prompts as chat messages ("What is a + b? Answer with the number only.") rendered by
     the model's chat template, instead of plain "Q: a+b=" (needs a model with a chat template)."""
@@ -148,8 +180,30 @@ class Config(LMRunConfig):
         if self.chat and not self.model:
             raise ConfigError("Config.chat=true needs model= (a chat model such as smollm2-135m-instruct): "
                               "the tiny embedded model has no chat template.")
+        self.reward = (self.reward,) if isinstance(self.reward, str) else tuple(self.reward or ())
+        self.reward_weights = ((self.reward_weights,) if isinstance(self.reward_weights, (int, float))
+                               else tuple(float(w) for w in self.reward_weights or ()))
+        for name, path in (("data", self.data), ("eval_data", self.eval_data)):
+            if path and not os.path.exists(path):
+                raise ConfigError(f"Config.{name}={path!r}: no such file or folder (a .jsonl/.json/.csv/.parquet file or "
+                                  "a datasets save_to_disk folder).")
+        if self.eval_data and not self.data:
+            raise ConfigError("Config.eval_data is for data= (the built-in task has its own held-out split).")
+        if self.data and self.task != "arithmetic":
+            raise ConfigError(f"Config.data replaces the built-in task; task={self.task!r} cannot go with it.")
+        if self.reward_weights and len(self.reward_weights) != max(1, len(self.reward)):
+            raise ConfigError(f"Config.reward_weights has {len(self.reward_weights)} weights for "
+                              f"{max(1, len(self.reward))} reward functions: give one weight per function.")
+        try:
+            self.reward_functions()  # a name that does not import is refused now, before any work
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
         self.grpo_config()  # every GRPO and SFT setting is checked now, before any work
         self.sft_config()
+
+    def reward_functions(self) -> list:
+        """The reward functions: the named ones, or the built-in answer checker."""
+        return load_rewards(self.reward) if self.reward else [math_answer_reward]
 
     def grpo_config(self) -> GRPOConfig:
         loss = LOSS_PRESETS[self.loss](beta=self.beta, tis_cap=self.tis_cap or None)
@@ -160,7 +214,7 @@ class Config(LMRunConfig):
             seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
             async_generation=self.async_generation, gradient_checkpointing=self.gradient_checkpointing, fsdp=self.fsdp,
             tools=(self.tool,) if self.tool else (), max_turns=self.max_turns, tool_timeout=self.tool_timeout,
-            tool_sandbox=self.tool_sandbox,
+            tool_sandbox=self.tool_sandbox, reward_weights=self.reward_weights or None,
         )
 
     def sft_config(self) -> SFTConfig:
@@ -174,8 +228,20 @@ def main_job(cfg: Config) -> dict:
     init_from_env()  # torchrun: one job, rank 0 writes
     run = Run(cfg, "grpo", total=cfg.steps, unit="round", per_rank=True)
     task = TASKS[cfg.task](min_value=cfg.min_value, max_value=cfg.max_value, ops=cfg.ops, chat=cfg.chat)
-    train_ds, test_ds = task.splits(cfg.n_train, cfg.n_test, seed=cfg.seed)
-    model, tokenizer = cfg.build_model(task.corpus())
+    reward_fns = cfg.reward_functions()
+    corpus = list(task.corpus())
+    if cfg.data:  # the user's data, read and checked before the model is loaded
+        train_ds = load_prompt_dataset(cfg.data, prompt_column=cfg.prompt_column)
+        test_ds = load_prompt_dataset(cfg.eval_data, prompt_column=cfg.prompt_column) if cfg.eval_data else None
+        if not cfg.reward and "answer" not in train_ds.column_names:
+            raise ValueError(f"data={cfg.data!r} has no 'answer' column for the built-in answer checker (columns: "
+                             f"{train_ds.column_names}); name your reward functions with reward=module:function")
+        corpus += [p for p in train_ds["prompt"] if isinstance(p, str)]  # the tiny model's tokenizer sees them
+    else:
+        train_ds, test_ds = task.splits(cfg.n_train, cfg.n_test, seed=cfg.seed)
+    sft_steps = 0 if cfg.data else cfg.sft_steps  # data= holds prompts only: nothing to imitate
+    score = math_answer_reward if not cfg.reward else weighted_reward(reward_fns, cfg.reward_weights or None)
+    model, tokenizer = cfg.build_model(corpus)
     n_params = sum(p.numel() for p in model.parameters())
     sft_ds = train_ds
     if isinstance(task, ToolArithmeticTask):
@@ -187,8 +253,11 @@ def main_job(cfg: Config) -> dict:
     tool_rates: list[float] = []  # held-out tool-call rate at each accuracy check (with a tool)
 
     def accuracy() -> float:
+        """Held-out greedy score: accuracy with the answer checker, else the mean weighted reward."""
+        if test_ds is None:
+            return float("nan")
         stats = ToolStats()
-        acc = evaluate(model, tokenizer, test_ds, math_answer_reward, max_new_tokens=cfg.max_new_tokens, tool=tool,
+        acc = evaluate(model, tokenizer, test_ds, score, max_new_tokens=cfg.max_new_tokens, tool=tool,
                        max_turns=cfg.max_turns, tool_stats=stats)
         tool_rates.append(stats.call_rate)
         return acc
@@ -199,28 +268,40 @@ def main_job(cfg: Config) -> dict:
         acc0, acc_sft = done.get("start", float("nan")), done.get("after_sft", float("nan"))
     else:
         acc0 = accuracy()
-        if cfg.sft_steps:
+        if sft_steps:
             sft_cfg = dataclasses.replace(cfg, out=str(run.out / "sft"), resume=False, checkpoint_every=0)
             sft_run = Run(sft_cfg, "sft", total=cfg.sft_steps)
             SFTTrainer(model, tokenizer, sft_ds, cfg.sft_config(), run=sft_run).train()
             sft_run.finish({"steps": cfg.sft_steps})
-        acc_sft = accuracy()
+        acc_sft = accuracy() if sft_steps else acc0
         if run.main:
             sft_file.parent.mkdir(parents=True, exist_ok=True)
             sft_file.write_text(json.dumps({"start": acc0, "after_sft": acc_sft}))
     rate_sft = tool_rates[-1] if tool is not None and tool_rates else None
-    if run.main:
-        print(f"held-out accuracy: start {acc0:.3f} -> after SFT {acc_sft:.3f}"
+    if run.main and test_ds is not None:
+        print(f"held-out accuracy: start {acc0:.3f}" + (f" -> after SFT {acc_sft:.3f}" if sft_steps else "")
               + (f" (tool-call rate {rate_sft:.3f})" if rate_sft is not None else ""), flush=True)
 
     curve: list[tuple[int, float]] = [(0, acc_sft)]
+
+    completions_file = run.out / "completions.jsonl"
+    log_lines = not sys.stderr.isatty()  # the progress bar is not read: one line per round instead
 
     def on_round(trainer, metrics):
         step = trainer.step_count
         if crossed(cfg.eval_every, step - 1, step) and step < cfg.steps:
             curve.append((step, accuracy()))
+        if not run.main:
+            return
+        if cfg.log_completions:
+            write_completions(completions_file, step, trainer.last_round)
+        if log_lines:
+            shown = {k: metrics[k] for k in ("reward", "reward_std", "accuracy", "kl", "completion_len", "tokens_per_s")
+                     if k in metrics}
+            heldout = f" heldout={curve[-1][1]:.4g}" if curve[-1][0] == step else ""
+            print(f"round {step}/{cfg.steps} " + " ".join(f"{k}={v:.4g}" for k, v in shown.items()) + heldout, flush=True)
 
-    grpo = GRPOTrainer(model, tokenizer, [math_answer_reward], train_ds, cfg.grpo_config(), callback=on_round,
+    grpo = GRPOTrainer(model, tokenizer, reward_fns, train_ds, cfg.grpo_config(), callback=on_round,
                        run=run)
     grpo.train()
     acc_grpo = accuracy()
@@ -246,13 +327,24 @@ def main_job(cfg: Config) -> dict:
         return summary
     plot_rewards(rows, run.out / "reward_curve.png", curve)
     print(
-        f"held-out accuracy after SFT {acc_sft:.3f} -> after GRPO {acc_grpo:.3f} "
+        f"held-out {'accuracy' if not cfg.reward else 'reward'} {'after SFT' if sft_steps else 'at start'} {acc_sft:.3f} "
+        f"-> after GRPO {acc_grpo:.3f} "
         f"({acc_grpo - acc_sft:+.3f})"
         + (f", held-out tool-call rate {rate_sft:.3f} -> {tool_rates[-1]:.3f}" if tool is not None else "")
         + f"; {n_params / 1e6:.2f}M params; {summary['time_s']:.0f}s; outputs in {cfg.out}",
         flush=True,
     )
     return summary
+
+
+def write_completions(path: Path, step: int, last_round: dict) -> None:
+    """Append one round's completions to ``path`` (JSON lines: round, prompt, completion, reward,
+    and each reward function's score)."""
+    with open(path, "a") as fh:
+        for prompt, text, total, each in zip(last_round["prompt"], last_round["completion"], last_round["reward"],
+                                             last_round["rewards"]):
+            fh.write(json.dumps({"round": step, "prompt": prompt, "completion": text, "reward": total,
+                                 "rewards": each}, default=str) + "\n")
 
 
 def plot_rewards(rows: list[dict], path: Path, curve: list[tuple[int, float]]) -> None:

@@ -8,6 +8,7 @@ columns (and optionally ``answer`` for the accuracy check).
     python apps/sft/train.py steps=300
     python apps/sft/train.py --config-name tiny          # a seconds-long smoke run (CI)
     python apps/sft/train.py model=./my_model data=train.jsonl lora=true
+    python apps/sft/train.py data=train.jsonl packing=true max_length=512   # short examples packed into full rows
     torchrun --nproc_per_node 2 apps/sft/train.py        # data parallel, one run folder
     torchrun --nproc_per_node 2 apps/sft/train.py fsdp=true   # sharded (FSDP2) instead of DDP
 
@@ -51,6 +52,11 @@ class Config(LMRunConfig):
     """AdamW learning rate (cosine decay)."""
     warmup: int = 10
     """Warm-up steps."""
+    max_length: int = 0
+    """Tokens kept of each example (its first ones; TRL's max_length); 0: no truncation."""
+    packing: bool = False
+    """Pack each batch's examples into rows of max_length tokens (1024 when 0) with no attention across
+    examples (TRL's packing=True): less padding, the same loss."""
     max_new_tokens: int = 4
     """Tokens generated per held-out answer."""
     checkpoint_every: int = 100
@@ -67,6 +73,7 @@ class Config(LMRunConfig):
         """The trainer's settings (checked here, before any model work)."""
         return SFTConfig(steps=self.steps, batch_size=self.batch_size, grad_accum=self.grad_accum, lr=self.lr,
                          warmup_steps=self.warmup, seed=self.seed, progress=self.progress,
+                         max_length=self.max_length or None, packing=self.packing,
                          gradient_checkpointing=self.gradient_checkpointing, fsdp=self.fsdp)
 
 

@@ -32,6 +32,12 @@ def test_sft_app_tiny_and_local_data(app, tmp_path):
     data.write_text("\n".join(json.dumps(r) for r in rows))
     s2 = app.main(["-cn", "tiny", f"out={tmp_path / 'run2'}", f"data={data}", f"model={out / 'final'}"])
     assert "accuracy" in s2 and len(read_rows(tmp_path / "run2" / "metrics.csv")) == 10
+    # packing=true max_length=: the same data packed into rows of 64 tokens, the same loss on step 1
+    s3 = app.main(["-cn", "tiny", f"out={tmp_path / 'run3'}", f"data={data}", f"model={out / 'final'}", "packing=true",
+                   "max_length=64", "steps=1"])
+    packed, plain = read_rows(tmp_path / "run3" / "metrics.csv"), read_rows(tmp_path / "run2" / "metrics.csv")
+    assert s3["steps"] == 1 and app.main.load(["packing=true", "max_length=64"]).sft_config().max_length == 64
+    assert float(packed[0]["loss"]) == pytest.approx(float(plain[0]["loss"]), rel=1e-4)
     with pytest.raises(ValueError, match="data"):
         app.main.load([f"data={tmp_path / 'missing.jsonl'}"])
 

@@ -62,6 +62,9 @@ def test_grpo_trl_name_equals_tdrl_name(trl, tdrl):
     (dict(per_device_train_batch_size=4, gradient_accumulation_steps=2), dict(batch_size=8, grad_accum=2)),
     (dict(use_liger_kernel=False), dict(fused_logprobs=False)),
     (dict(packing=False, completion_only_loss=True, assistant_only_loss=True, max_length=None), dict()),
+    (dict(packing=True, max_length=64, dataset_text_field="body", completion_only_loss=None),
+     dict(packing=True, max_length=64, text_column="body", completion_only_loss=True)),
+    (dict(completion_only_loss=False, assistant_only_loss=False), dict(completion_only_loss=False, assistant_only_loss=False)),
 ])
 def test_sft_trl_name_equals_tdrl_name(trl, tdrl):
     assert SFTConfig(**trl) == SFTConfig(**tdrl)
@@ -113,8 +116,8 @@ def test_refused_names_say_what_to_use_and_unknown_names_get_close_matches():
                     cls(**{row.trl: 1})
     with pytest.raises(TypeError, match="did you mean num_generations"):
         GRPOConfig(num_generation=4)
-    with pytest.raises(ValueError, match="packing=True.*not supported"):
-        SFTConfig(packing=True)
+    with pytest.raises(ValueError, match="max_length=1: expected an integer >= 2"):
+        SFTConfig(max_length=1)
 
 
 def test_trainers_take_trls_keywords(tiny, task):

@@ -21,5 +21,10 @@ REF_LOG_PROB = "ref_log_prob"  # [N, C] float, reference model's log-probs
 REWARD = "reward"  # [N] float, summed (weighted) reward of the completion
 ADVANTAGE = "advantage"  # [N] float, group-normalised advantage
 GROUP_ID = "group_id"  # [N] int64, index of the prompt the completion answers
+# SFT rows (tdrl.llm.packing): whole sequences, right-padded, several examples per row when packed
+INPUT_IDS = "input_ids"  # [R, L] int64 token ids
+POSITION_IDS = "position_ids"  # [R, L] int64, restarting at 0 for each example of a row
+SEGMENT_IDS = "segment_ids"  # [R, L] int64, 1.. the example each token belongs to, 0 padding
+LOSS_MASK = "loss_mask"  # [R, L] bool, tokens that are targets of the loss
 
 __all__ = [name for name in dir() if name.isupper()]

@@ -33,7 +33,7 @@ from tdrl.llm.generation import cache_kwarg, cache_of, unique_prompts, unwrap_mo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LMHead", "completion_logprobs", "completion_hidden", "fused_path_matches", "logprobs_from_hidden", "lm_head",
+__all__ = ["LMHead", "completion_logprobs", "completion_hidden", "row_outputs", "fused_path_matches", "logprobs_from_hidden", "lm_head",
            "trim_completions", "probe_batch"]
 
 
@@ -134,6 +134,29 @@ def completion_hidden(
             return torch.cat([last, rest], dim=1)
     out = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
     return out.last_hidden_state[:, P - 1 :]
+
+
+def row_outputs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                hidden: bool = True) -> torch.Tensor:
+    """The final hidden states (``hidden``) or the logits of whole rows (SFT rows, maybe packed).
+
+    Args:
+        model: a Hugging Face causal LM (plain, peft- or DDP-wrapped; a DDP wrapper is called whole).
+        input_ids, position_ids: ``[R, L]``.
+        attention_mask: ``[R, 1, L, L]`` additive mask (:func:`tdrl.llm.packing.block_causal_mask`),
+            passed to the model as is (eager and SDPA attention read it; flash-attention does not).
+        hidden: the decoder's last hidden state (the LM head's input) instead of the logits.
+
+    Returns:
+        ``[R, L, H]`` hidden states or ``[R, L, V]`` logits.
+    """
+    decoder = _decoder(model) if hidden else None
+    if decoder is not None:
+        return decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                       use_cache=False).last_hidden_state
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                output_hidden_states=hidden, **({"logits_to_keep": 1} if hidden else {}))
+    return out.hidden_states[-1] if hidden else out.logits
 
 
 def completion_logprobs(

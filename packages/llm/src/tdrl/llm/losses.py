@@ -29,7 +29,8 @@ from tdrl.core.objectives.common import LossModule, k3_estimate
 from tdrl.kernels.pg_loss.reference import reduce_tokens
 from tdrl.llm import keys as K
 from tdrl.llm.advantages import scale_mode
-from tdrl.llm.logprobs import LMHead, completion_hidden, completion_logprobs, lm_head, logprobs_from_hidden, trim_completions
+from tdrl.llm.logprobs import (LMHead, completion_hidden, completion_logprobs, lm_head, logprobs_from_hidden, row_outputs,
+                               trim_completions)
 
 __all__ = [
     "GRPOLossConfig",
@@ -526,6 +527,8 @@ class SFTLoss(torch.nn.Module):
         self.fused = fused
 
     def forward(self, model, td: TensorDict) -> TensorDict:
+        if K.LOSS_MASK in td.keys():
+            return self._rows(model, td)
         mask = td[K.COMPLETION_MASK].bool()
         n = mask.sum().detach().float()
         pids, pmask, cids, cmask, amask, width = trim_completions(td)
@@ -538,4 +541,25 @@ class SFTLoss(torch.nn.Module):
         else:
             logp = completion_logprobs(model, td, 1.0, fused=self.fused, share_prefix=False)
             loss = -masked_reduce(logp, mask, "token")
+        return TensorDict({"loss_sft": loss, "num_tokens": n, "mean_logp": -loss.detach()}, batch_size=[])
+
+    def _rows(self, model, td: TensorDict) -> TensorDict:
+        """The loss on whole rows (:mod:`tdrl.llm.packing`: ``INPUT_IDS``, ``POSITION_IDS``,
+        ``SEGMENT_IDS``, ``LOSS_MASK`` ``[R, L]``), packed or not: no token attends to, or is
+        predicted from, another example."""
+        from tdrl import kernels
+        from tdrl.llm.packing import block_causal_mask, target_mask
+
+        ids, seg = td[K.INPUT_IDS], td[K.SEGMENT_IDS]
+        mask = target_mask(td)  # [R, L-1]
+        n = mask.sum().detach().float()
+        head = lm_head(model)
+        attn = block_causal_mask(seg, head.weight.dtype)
+        out = row_outputs(model, ids, attn, td[K.POSITION_IDS], hidden=self.fused)[:, :-1]
+        targets = ids[:, 1:]
+        if self.fused:
+            loss = kernels.fused_linear_cross_entropy(out, head.weight, targets, bias=head.bias, mask=mask)
+        else:
+            logp = kernels.token_logprobs(out, targets)
+            loss = -(logp * mask).sum() / n.clamp(min=1)
         return TensorDict({"loss_sft": loss, "num_tokens": n, "mean_logp": -loss.detach()}, batch_size=[])

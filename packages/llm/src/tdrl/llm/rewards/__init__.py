@@ -7,16 +7,24 @@ from tdrl.llm.rewards.compute import RewardFn, compute_rewards
 from tdrl.llm.rewards.format import number_only_format_reward, regex_format_reward, think_answer_format_reward
 from tdrl.llm.rewards.sandbox import SandboxResult, SandboxUnavailable, run_python_sandboxed, sandbox_mode
 from tdrl.llm.rewards.workers import thread_safe_reward
+from tdrl.llm.rewards.loading import load_reward, load_rewards, weighted_reward
 from tdrl.llm.rewards.math import (
+    answers_match,
     boxed_answer_reward,
     extract_boxed,
     extract_final_number,
+    latex_value,
     math_answer_reward,
     parse_number,
 )
 
 __all__ = [
     "RewardFn",
+    "answers_match",
+    "latex_value",
+    "load_reward",
+    "load_rewards",
+    "weighted_reward",
     "SandboxResult",
     "SandboxUnavailable",
     "boxed_answer_reward",

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from tdrl.core.train import Logger, MetricHistory, Run, rng_state, save_checkpoint, set_rng_state
+from tdrl.core.train import Logger, MetricHistory, Run, rng_state, run_folder, save_checkpoint, set_rng_state
 from tdrl.llm.generation import unwrap_model
 from tdrl.llm.tiny import no_hf_progress
 from tdrl.llm.trainers.common import checkpoint_file, load_if_exists, metric_history
@@ -76,6 +76,9 @@ class TrainerBase:
         self.maybe_resume()
         # the rows restored by a resume move into the history that also feeds the loggers
         rows = self.metrics.rows
+        if self.config.log_dir is not None and self.step_count == 0 and self.rank == 0:
+            # a fresh run never overwrites an earlier run's metrics.csv: it goes to <log_dir>-<k> (with a warning)
+            self.config.log_dir = str(run_folder(self.config.log_dir, resume=False)[0])
         self.metrics = metric_history(self.config.log_dir, self.step_count, self.rank, loggers, asdict(self.config))
         self.metrics.rows = rows
 

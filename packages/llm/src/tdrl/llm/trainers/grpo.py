@@ -388,6 +388,9 @@ class GRPOTrainer(TrainerBase):
             stats.update(tool_stats.as_metrics(), turns=sum(t.from_policy for c in res.turns for t in c) / max(1, n))
             self.last_conversations = res.conversations
         self.last_completions = texts
+        # the round as TRL's log_completions shows it: one entry per completion
+        self.last_round = {"prompt": prompts, "completion": texts, "reward": rewards.tolist(),
+                           "rewards": per_fn.tolist()}
         return td, stats
 
     @torch.no_grad()

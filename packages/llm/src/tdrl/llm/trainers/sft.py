@@ -1,4 +1,5 @@
-"""Supervised fine-tuning on (prompt, completion) pairs: masked CE on completion tokens."""
+"""Supervised fine-tuning: masked CE on (prompt, completion) pairs, conversations or plain text,
+optionally truncated to ``max_length`` and packed into full rows (:mod:`tdrl.llm.packing`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from tdrl.llm import keys as K
-from tdrl.llm.data import PromptSampler, completion_text, expand_conversations, render_prompts, tokenize_sft
+from tdrl.llm.data import PromptSampler, completion_text, expand_conversations, render_prompts
+from tdrl.llm.packing import Example, collate, pack_lengths, target_mask, tokenize_example, tokenize_text, truncate
 from tdrl.llm.losses import SFTLoss
 from tdrl.llm.trl_names import SFT_CONFIG_NAMES, SFT_TRAINER_NAMES, accept_trl_names
 from tdrl.core.train import Logger, ProgressBar, Run
@@ -51,6 +53,19 @@ class SFTConfig:
         messages_column: the column of whole conversations (TRL's conversational format), used
             when the dataset has no ``completion_column``: each assistant turn is one example,
             the loss on its tokens only (:func:`tdrl.llm.data.conversation_pairs`).
+        text_column: the column of plain texts (TRL's ``dataset_text_field``), used when the
+            dataset has neither of the above: language modelling, every token a target.
+        max_length: tokens kept of each example (its first ``max_length``; TRL truncates the same
+            way); with ``packing`` also the length of a packed row. ``None``: no truncation.
+        packing: place the examples of each batch into rows of ``max_length`` tokens (1024 when
+            ``max_length`` is ``None``, TRL's default) by best-fit decreasing, instead of one
+            padded row each. No attention crosses examples (position ids restart, a
+            block-diagonal causal mask), so the loss equals the unpacked one.
+        completion_only_loss: with prompt + completion data, the loss on the completion only
+            (default, as in TRL; ``None`` means ``True``); ``False``: on the prompt tokens too.
+        assistant_only_loss: with conversations, the loss on the assistant turns only (default,
+            TRL's default is ``False``); ``False``: the whole conversation rendered by the chat
+            template is trained as text.
         fused_logprobs: compute the loss from the decoder's hidden states through the fused
             LM-head cross-entropy (:func:`tdrl.kernels.fused_linear_cross_entropy`); ``False``
             goes through the model's full logits.
@@ -80,6 +95,11 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     completion_column: str = "completion"
     messages_column: str = "messages"
+    text_column: str = "text"
+    max_length: int | None = None
+    packing: bool = False
+    completion_only_loss: bool = True
+    assistant_only_loss: bool = True
     fused_logprobs: bool = True
     gradient_checkpointing: bool = False
     fsdp: bool = False
@@ -99,6 +119,10 @@ class SFTConfig:
         check_number(own, "lr", self.lr, ge=0)
         check_number(own, "weight_decay", self.weight_decay, ge=0)
         check_number(own, "max_grad_norm", self.max_grad_norm, gt=0, allow_inf=True)
+        if self.completion_only_loss is None:  # TRL's None: on for prompt-completion data
+            self.completion_only_loss = True
+        if self.max_length is not None:
+            check_int(own, "max_length", self.max_length, 2)
         if self.batch_size % self.grad_accum:
             raise ValueError(f"SFTConfig: batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
 
@@ -114,8 +138,8 @@ class SFTTrainer(TrainerBase):
         model: a ``transformers`` causal LM (optionally peft), or a name / path to load (a
             registered name such as ``"smollm2-135m-instruct"``, a local folder or a hub id).
         tokenizer: its tokenizer; optional when ``model`` is a name / path.
-        train_dataset: rows with ``"prompt"`` and ``config.completion_column``, or whole
-            conversations in ``config.messages_column``.
+        train_dataset: rows with ``"prompt"`` and ``config.completion_column``, whole
+            conversations in ``config.messages_column``, or plain texts in ``config.text_column``.
         config: an :class:`SFTConfig`.
         loggers: extra :class:`tdrl.core.train.Logger` s (TensorBoard, wandb) fed on rank 0.
         run: a :class:`tdrl.core.train.Run` to log and checkpoint through (it restores the
@@ -149,14 +173,52 @@ class SFTTrainer(TrainerBase):
         self._open_run(run, loggers)
 
     def _examples(self, dataset):
-        """``dataset`` with a completion column (whole conversations expanded into examples)."""
+        """``dataset`` with a completion column (conversations expanded into one example per
+        assistant turn), whole conversations (``assistant_only_loss=False``) or a text column."""
         cfg, names = self.config, dataset.column_names
-        if cfg.completion_column not in names and cfg.messages_column in names:
-            return expand_conversations(dataset, cfg.messages_column, cfg.completion_column)
-        if cfg.completion_column not in names:
-            raise KeyError(f"SFTTrainer: dataset has neither a {cfg.completion_column!r} nor a {cfg.messages_column!r} "
-                           f"column; columns are {names}")
-        return dataset
+        if cfg.completion_column in names:
+            if "prompt" not in names:
+                raise KeyError(f"SFTTrainer: dataset has a {cfg.completion_column!r} column but no 'prompt' column; "
+                               f"columns are {names}")
+            return dataset
+        if cfg.messages_column in names:
+            if cfg.assistant_only_loss:
+                return expand_conversations(dataset, cfg.messages_column, cfg.completion_column)
+            return dataset
+        if cfg.text_column in names:
+            return dataset
+        raise KeyError(f"SFTTrainer: dataset has no {cfg.completion_column!r} (with 'prompt'), {cfg.messages_column!r} "
+                       f"or {cfg.text_column!r} column; columns are {names}. Name yours with completion_column=, "
+                       "messages_column= or text_column= (TRL: dataset_text_field=)")
+
+    def tokenize(self, rows: dict[str, list]) -> list[Example]:
+        """A batch of dataset rows (a dict of columns) as ``(ids, loss_mask)`` examples, truncated
+        to ``max_length``."""
+        cfg, tok = self.config, self.tokenizer
+        if cfg.completion_column in rows:
+            prompts = render_prompts(tok, rows["prompt"])
+            targets = [completion_text(c) for c in rows[cfg.completion_column]]
+            examples = [tokenize_example(tok, p, c, cfg.completion_only_loss) for p, c in zip(prompts, targets)]
+        elif cfg.messages_column in rows:
+            if getattr(tok, "chat_template", None) is None:
+                raise ValueError("SFTTrainer: assistant_only_loss=False trains whole conversations rendered by the chat "
+                                 "template, and the tokenizer has none: set tokenizer.chat_template")
+            texts = [tok.apply_chat_template(list(m), tokenize=False) for m in rows[cfg.messages_column]]
+            examples = [tokenize_text(tok, t) for t in texts]
+        else:
+            examples = [tokenize_text(tok, t) for t in rows[cfg.text_column]]
+        limit = cfg.max_length or (1024 if cfg.packing else None)
+        return [truncate(e, limit) for e in examples]
+
+    def batch(self, rows: dict[str, list]):
+        """A batch of dataset rows as SFT rows (:func:`tdrl.llm.packing.collate`), packed with
+        ``config.packing``."""
+        cfg = self.config
+        examples = self.tokenize(rows)
+        layout = None
+        if cfg.packing:
+            layout = pack_lengths([len(e[0]) for e in examples], cfg.max_length or 1024)
+        return collate(examples, self.tokenizer.pad_token_id, layout, self.device)
 
     @torch.no_grad()
     def evaluate(self, eval_dataset=None) -> dict[str, float]:
@@ -172,10 +234,8 @@ class SFTTrainer(TrainerBase):
         self.ddp_model.eval()
         total, count = 0.0, 0.0
         for start in range(0, len(dataset), cfg.batch_size):
-            rows = dataset[start : start + cfg.batch_size]
-            targets = [completion_text(c) for c in rows[cfg.completion_column]]
-            td = tokenize_sft(self.tokenizer, render_prompts(self.tokenizer, rows["prompt"]), targets, self.device)
-            n = float(td[K.COMPLETION_MASK].sum())
+            td = self.batch(dataset[start : start + cfg.batch_size])
+            n = float(target_mask(td).sum())
             total += float(self.loss_fn(self.ddp_model, td)["loss_sft"]) * n
             count += n
         return {"eval_loss": total / max(count, 1.0)}
@@ -184,20 +244,19 @@ class SFTTrainer(TrainerBase):
         """One optimiser step on one batch. Returns its metrics."""
         cfg = self.config
         t0 = time.perf_counter()
-        batch = next(self.sampler)
-        targets = [completion_text(c) for c in batch[cfg.completion_column]]
-        td = tokenize_sft(self.tokenizer, render_prompts(self.tokenizer, batch["prompt"]), targets, self.device)
+        td = self.batch(next(self.sampler))
         self.ddp_model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        chunks = td.split(cfg.batch_size // cfg.grad_accum)
-        n_tok = td[K.COMPLETION_MASK].sum().clamp(min=1)
+        chunks = td.split(-(-td.shape[0] // cfg.grad_accum))  # packed batches have fewer rows than examples
+        targets = target_mask(td)
+        n_tok = targets.sum().clamp(min=1)
         loss_sum = 0.0
         for j, chunk in enumerate(chunks):
             sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
             with sync:
                 out = self.loss_fn(self.ddp_model, chunk)
                 # weight by token count so accumulation equals one big token-mean
-                w = chunk[K.COMPLETION_MASK].sum() / n_tok
+                w = target_mask(chunk).sum() / n_tok
                 (out["loss_sft"] * w).backward()
             loss_sum += float(out["loss_sft"].detach()) * float(w)
         gn = plain(torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm))
@@ -205,8 +264,9 @@ class SFTTrainer(TrainerBase):
         self.scheduler.step()
         self.step_count += 1
         dt = time.perf_counter() - t0
-        n_all = int(td[K.COMPLETION_MASK].sum()) + int(td[K.PROMPT_MASK].sum())
-        metrics = all_reduce_mean({"loss": loss_sum, "grad_norm": float(gn), "tokens_per_s": n_all / dt, "lr": self.scheduler.get_last_lr()[0]})
+        n_all = int((td[K.SEGMENT_IDS] > 0).sum())  # real tokens, padding not counted
+        metrics = all_reduce_mean({"loss": loss_sum, "grad_norm": float(gn), "tokens_per_s": n_all / dt,
+                                   "lr": self.scheduler.get_last_lr()[0], "fill": n_all / td[K.SEGMENT_IDS].numel()})
         self._record(metrics)
         metrics["step"] = float(self.step_count)
         return metrics
