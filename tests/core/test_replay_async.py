@@ -78,8 +78,10 @@ def test_distribution_after_flush_matches_priorities():
 def test_writer_error_surfaces_at_next_call_and_later_writes_apply():
     rb = AsyncPrioritizedReplayBuffer(1.0, 0.4, storage=TensorStorage(10))
     rb.extend(batch(4))
-    rb.update_priority(torch.tensor([0, 1]), torch.tensor([float("nan"), 1.0]))  # refused in the writer
-    rb.update_priority(torch.tensor([2]), torch.tensor([5.0]))  # queued after: still applied
+    rb.flush()
+    with rb._state.lock:  # hold the writer back so that both calls are queued before it runs
+        rb.update_priority(torch.tensor([0, 1]), torch.tensor([float("nan"), 1.0]))  # refused in the writer
+        rb.update_priority(torch.tensor([2]), torch.tensor([5.0]))  # queued after: still applied
     with pytest.raises(RuntimeError, match="asynchronous update_priority failed") as info:
         rb.sample(4)
     assert isinstance(info.value.__cause__, ValueError)
@@ -92,7 +94,7 @@ def test_writer_error_surfaces_at_next_call_and_later_writes_apply():
 def test_error_is_not_lost_when_the_next_call_is_a_write():
     rb = AsyncPrioritizedReplayBuffer(1.0, 0.4, storage=TensorStorage(10))
     rb.update_priority(torch.tensor([0]), torch.tensor([float("inf")]))
-    rb._state.queue.join()
+    rb._state.drain()  # applied, error kept for the next call
     with pytest.raises(RuntimeError, match="non-finite"):
         rb.extend(batch(2))
     rb.close()
@@ -149,3 +151,16 @@ def test_garbage_collection_stops_the_thread():
 def test_bad_queue_size_is_refused():
     with pytest.raises(ValueError, match="queue_size must be >= 1"):
         AsyncPrioritizedReplayBuffer(1.0, 0.4, storage=TensorStorage(10), queue_size=0)
+
+
+def test_writes_apply_in_call_order_whoever_applies_them():
+    """The writer thread and flush() both apply queued writes: the last call still wins."""
+    with AsyncPrioritizedReplayBuffer(1.0, 0.4, storage=TensorStorage(4), queue_size=3,
+                                      eps=0.0) as rb:
+        rb.extend(batch(4))
+        for v in range(1, 301):
+            rb.update_priority(torch.tensor([0, 1]), torch.tensor([float(v), float(301 - v)]))
+            if v % 7 == 0:
+                rb.flush()
+        rb.flush()
+        assert rb.sampler.priority(torch.tensor([0, 1])).tolist() == [300.0, 1.0]
