@@ -15,6 +15,8 @@
 #                         generation + the fused LM-head/GRPO loss with the Triton rows), if
 #                         transformers is importable;
 #   3. mcts_cuda.log    - benchmarks/mcts.py --device cuda --repeats 3;
+#   3b. sum_tree_cuda.log - benchmarks/replay.py --only tree --tree-device cuda (prioritized
+#                         sample + update at 1M slots: host sum tree vs the Triton device tree);
 #   4. kernels_gpu.log / kernels_gpu.md - benchmarks/kernels_gpu.py (PASS/FAIL parity of every
 #                         Triton kernel, then the timing tables; it stops itself at ~270 s);
 #   5. inference_server.log - benchmarks/inference_server.py on the device's 16 CPU cores, and
@@ -89,6 +91,9 @@ if [ "$HAS_CUDA" = 1 ]; then
         note "grpo --device cuda: SKIPPED (transformers not importable)"
     fi
     step "mcts --device cuda" 60 mcts_cuda.log "$PY" benchmarks/mcts.py --device cuda --repeats 3
+    # issue 43: prioritized sample 256 + update 256 at 1M slots, host SumMinTree vs the Triton
+    # device tree (target >= 10x); one line in sum_tree_cuda.log
+    step "sum tree host vs device (1M)" 40 sum_tree_cuda.log "$PY" benchmarks/replay.py --only tree --tree-device cuda --repeats 5 --calls 50
     step "kernels_gpu.py" 300 kernels_gpu.log env OUT="$OUT" "$PY" benchmarks/kernels_gpu.py
     # CPU work on the device's 16 cores (8 env workers fit there; the 2-core CI box is
     # scheduler-bound): the issue-21 inference-server targets; needs gymnasium from .devwheels.

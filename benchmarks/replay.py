@@ -10,6 +10,18 @@ Cases (issue 3):
 - sample: batches of 256 from that full storage;
 - prioritized: sample 256 + update their priorities, 1M slots, full.
 
+Issue 43 (``--only tree`` / ``--only sac``):
+- tree: the same prioritized step with the host tree (``PrioritizedSampler()``, SumMinTree)
+  vs the device tree (``PrioritizedSampler(device=...)``, tdrl.kernels sum-tree ops); on a
+  CPU both run on the CPU (the device tree runs its torch reference there), with
+  ``--tree-device cuda`` the host tree pays the round trips a GPU learner would
+  (indices to the device, TD errors to the host). Wall time per call, synchronised.
+- sac: a SAC-style off-policy loop with prioritized replay and UTD 4 (8 transitions
+  extended per env step, then 4 x [sample 256, twin-Q + actor losses, backward, Adam,
+  update_priority]), ``PrioritizedReplayBuffer`` vs ``AsyncPrioritizedReplayBuffer``
+  (``flush_on_sample`` True and False); env steps per second of wall time, median of
+  interleaved rounds.
+
 Times are CPU seconds of this process (``time.process_time``), so that other jobs on the
 shared machine inflate them less; each figure is the median over ``--repeats`` rounds,
 ours and the peer's interleaved round by round. One torch thread.
@@ -24,7 +36,13 @@ import time
 import torch
 from tensordict import TensorDict
 
-from tdrl.core.replay import PrioritizedReplayBuffer, ReplayBuffer, TensorStorage
+from tdrl.core.replay import (
+    AsyncPrioritizedReplayBuffer,
+    PrioritizedReplayBuffer,
+    PrioritizedSampler,
+    ReplayBuffer,
+    TensorStorage,
+)
 
 torch.set_num_threads(1)
 
@@ -102,7 +120,22 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--record", action="store_true",
                     help="also store the rows in benchmarks/results (then run make_results.py)")
+    ap.add_argument("--only", choices=("all", "calls", "tree", "sac"), default="calls",
+                    help="calls: extend/sample/prioritized vs TorchRL (the default); tree: host vs "
+                         "device sum tree; sac: sync vs async prioritized writes; all: every case")
+    ap.add_argument("--tree-device", default="cpu", help="device of the device tree (tree case)")
+    ap.add_argument("--sac-steps", type=int, default=150, help="env steps per round (sac case)")
+    ap.add_argument("--sac-hidden", type=int, default=256, help="MLP width of the SAC learner")
     args = ap.parse_args()
+    if args.only in ("tree", "all"):
+        tree_case(args)
+    if args.only in ("sac", "all"):
+        sac_case(args)
+    if args.only in ("calls", "all"):
+        calls_case(args)
+
+
+def calls_case(args) -> None:
     rec = _Recorder(args.capacity) if args.record else None
     cap, batch = args.capacity, make_batch(1024)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, capacity {cap}, "
@@ -162,6 +195,160 @@ def main() -> None:
     if rec:
         rec.add("prioritized", statistics.median(o), statistics.median(p) if p else None)
         rec.add("naive", statistics.median(o), statistics.median(n))
+
+
+def _wall_per_call_us(fn, calls: int, sync) -> float:
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def tree_case(args) -> None:
+    """Prioritized sample 256 + update 256 on a full storage: host tree vs device tree."""
+    from records import cpu_model, write_record
+
+    dev = torch.device(args.tree_device)
+    cap = args.capacity
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    storage = TensorStorage(cap, device=dev)
+    storage.set(torch.arange(cap), TensorDict({"x": torch.zeros(cap, 4, device=dev)}, [cap]))
+    host = PrioritizedSampler(cap, alpha=0.6, beta=0.4)
+    device = PrioritizedSampler(cap, alpha=0.6, beta=0.4, device=dev)
+    for s in (host, device):
+        s.mark_update(torch.arange(cap), storage)
+
+    def host_step():  # a learner on `dev` with the tree on the host
+        index, info = host.sample(storage, 256)
+        index = index.to(dev)
+        _ = storage.get(index), info["_weight"].to(dev)
+        td_error = torch.rand(256, device=dev)
+        host.update_priority(index.cpu(), td_error.cpu())
+
+    def device_step():
+        index, info = device.sample(storage, 256)
+        _ = storage.get(index), info["_weight"]
+        device.update_priority(index, torch.rand(256, device=dev))
+
+    for fn in (host_step, device_step):  # warm-up (Triton compiles on first use)
+        fn()
+    h, d = [], []
+    for _ in range(args.repeats):
+        h.append(_wall_per_call_us(host_step, args.calls, sync))
+        d.append(_wall_per_call_us(device_step, args.calls, sync))
+    hm, dm = statistics.median(h), statistics.median(d)
+    size = f"{cap / 1e6:g}M" if cap >= 1_000_000 else f"{cap // 1000}k"
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_model()
+    print(f"prioritized sample 256 + update 256, {size} slots, storage on {dev} ({name}): "
+          f"host tree {hm:9.1f} us   device tree {dm:9.1f} us   host/device x{hm / dm:.2f}")
+    if args.record:
+        write_record("Replay buffers", "Sum tree on the host vs on the device (issue 43)",
+                     f"sample 256 + update 256, {size} slots, storage on {dev.type} ({name})",
+                     {"host tree us": round(hm, 1), "device tree us": round(dm, 1)},
+                     peer="host tree (SumMinTree)", ratio=f"x{hm / dm:.2f}")
+
+
+class _SacLearner:
+    """Twin-Q critic + tanh-Gaussian actor, as in SAC (Haarnoja et al., 2018), small MLPs."""
+
+    def __init__(self, obs: int = 17, act: int = 6, hidden: int = 256) -> None:
+        def mlp(i, o):
+            return torch.nn.Sequential(torch.nn.Linear(i, hidden), torch.nn.ReLU(),
+                                       torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                       torch.nn.Linear(hidden, o))
+        torch.manual_seed(0)
+        self.q1, self.q2, self.actor = mlp(obs + act, 1), mlp(obs + act, 1), mlp(obs, 2 * act)
+        params = [*self.q1.parameters(), *self.q2.parameters(), *self.actor.parameters()]
+        self.opt = torch.optim.Adam(params, lr=3e-4)
+
+    def _act(self, obs):
+        mu, log_std = self.actor(obs).chunk(2, -1)
+        std = log_std.clamp(-5, 2).exp()
+        pre = mu + std * torch.randn_like(mu)
+        logp = (-0.5 * ((pre - mu) / std) ** 2 - std.log()).sum(-1, keepdim=True)
+        return torch.tanh(pre), logp
+
+    def update(self, s: TensorDict) -> torch.Tensor:
+        obs, act = s["observation"], s["action"]
+        nxt = s["next", "observation"]
+        with torch.no_grad():
+            a2, logp2 = self._act(nxt)
+            x2 = torch.cat([nxt, a2], -1)
+            target = s["next", "reward"] + 0.99 * (torch.min(self.q1(x2), self.q2(x2)) - 0.2 * logp2)
+        x = torch.cat([obs, act], -1)
+        q1, q2 = self.q1(x), self.q2(x)
+        w = s["_weight"].unsqueeze(-1)
+        critic = (w * ((q1 - target) ** 2 + (q2 - target) ** 2)).mean()
+        a, logp = self._act(obs)
+        xa = torch.cat([obs, a], -1)
+        actor = (0.2 * logp - torch.min(self.q1(xa), self.q2(xa))).mean()
+        self.opt.zero_grad(set_to_none=True)
+        (critic + actor).backward()
+        self.opt.step()
+        return (q1 - target).detach().abs().squeeze(-1)
+
+
+def _sac_transitions(n: int, obs: int = 17, act: int = 6) -> TensorDict:
+    return TensorDict({"observation": torch.randn(n, obs), "action": torch.rand(n, act) * 2 - 1,
+                       "next": {"observation": torch.randn(n, obs), "reward": torch.randn(n, 1),
+                                "done": torch.zeros(n, 1, dtype=torch.bool)}}, [n])
+
+
+def sac_case(args) -> None:
+    """SAC-style loop, UTD 4: sync vs async prioritized writes (env steps per second)."""
+    from records import cpu_model, write_record
+
+    cap, utd, steps = 100_000, 4, args.sac_steps
+
+    def make(kind):
+        kw = dict(alpha=0.6, beta=0.4, storage=TensorStorage(cap), batch_size=256)
+        if kind == "sync":
+            rb = PrioritizedReplayBuffer(**kw)
+        else:
+            rb = AsyncPrioritizedReplayBuffer(**kw, flush_on_sample=(kind == "async"))
+        fill(rb.extend, 20_000, _sac_transitions(1000))
+        return rb
+
+    kinds = ("sync", "async", "async, flush_on_sample=False")
+    buffers = {k: make(k) for k in kinds}
+    learner = _SacLearner(hidden=args.sac_hidden)
+    step_data = [_sac_transitions(8) for _ in range(16)]
+
+    def run(rb):
+        start = time.perf_counter()
+        for t in range(steps):
+            rb.extend(step_data[t % 16])  # a collector step: 8 envs
+            for _ in range(utd):
+                s = rb.sample()
+                rb.update_priority(s["index"], learner.update(s))
+        if hasattr(rb, "flush"):
+            rb.flush()
+        return steps / (time.perf_counter() - start)
+
+    for rb in buffers.values():  # warm-up
+        run(rb)
+    res = {k: [] for k in kinds}
+    for _ in range(args.repeats):
+        for k in kinds:
+            res[k].append(run(buffers[k]))
+    med = {k: statistics.median(v) for k, v in res.items()}
+    cpu = cpu_model()
+    print(f"SAC-style loop (UTD {utd}, batch 256, MLPs {args.sac_hidden} wide, 8 transitions per env step, prioritized, "
+          f"{cap // 1000}k slots), env steps/s, median of {args.repeats} interleaved rounds x "
+          f"{steps} steps, {cpu}, torch threads {torch.get_num_threads()}:")
+    for k in kinds:
+        print(f"  {k:<32} {med[k]:8.1f} steps/s   vs sync x{med[k] / med['sync']:.2f}")
+    for rb in buffers.values():
+        if hasattr(rb, "close"):
+            rb.close()
+    if args.record:
+        for k in kinds[1:]:
+            write_record("Replay buffers", "Asynchronous prioritized writes, SAC-style loop (issue 43)",
+                         f"{k}, UTD {utd}, batch 256, MLPs {args.sac_hidden} wide, 100k slots ({cpu})",
+                         {"async steps/s": round(med[k], 1), "sync steps/s": round(med["sync"], 1)},
+                         peer="PrioritizedReplayBuffer (sync)", ratio=f"x{med[k] / med['sync']:.2f}")
 
 
 class _Recorder:

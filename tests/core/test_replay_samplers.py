@@ -177,3 +177,71 @@ def test_sum_tree_state_round_trip_with_padded_levels(capacity):
     assert other.total == pytest.approx(tree.total) and other.min == tree.min
     mass = torch.linspace(0, tree.total * 0.999, 50)
     assert torch.equal(other.find_prefix_sum(mass), tree.find_prefix_sum(mass))
+
+
+# ---------------------------------------------------------------- device sum tree (issue 43)
+def _device_sampler_pair(device, capacity=37):
+    from tdrl.core.replay import PrioritizedSampler, TensorStorage
+
+    storage = TensorStorage(capacity)
+    storage.set(torch.arange(capacity), TensorDict({"x": torch.arange(capacity)}, [capacity]))
+    cpu = PrioritizedSampler(capacity, alpha=0.7, beta=0.5)
+    dev = PrioritizedSampler(capacity, alpha=0.7, beta=0.5, device=device)
+    return storage, cpu, dev
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_device_tree_sampler_matches_cpu_sampler(backend):
+    """The DeviceSumTree path (run here on CPU tensors: reference, or Triton's interpreter)
+    keeps the same priorities and weights as the CPU SumMinTree, and samples in proportion."""
+    from tdrl.core.replay import WEIGHT_KEY, DeviceSumTree
+    from tdrl.kernels import use_backend
+
+    storage, cpu, dev = _device_sampler_pair("cpu")
+    dev._tree = DeviceSumTree(dev.max_capacity, "cpu")  # the device tree, on CPU tensors
+    dev.device = torch.device("cpu")
+    g = torch.Generator().manual_seed(0)
+    with use_backend(backend):
+        for s in (cpu, dev):
+            s.mark_update(torch.arange(37), storage)
+        idx = torch.tensor([3, 5, 3, -1, 36])
+        pr = torch.tensor([2.0, 0.5, 4.0, 9.0, 1.5])
+        cpu.update_priority(idx, pr)
+        dev._update_priority_device(idx, pr.double())  # the branch a CUDA sampler takes
+        all_ = torch.arange(37)
+        torch.testing.assert_close(dev.priority(all_), cpu.priority(all_))
+        assert dev._tree.min == cpu._tree.min and float(dev._tree.total) == pytest.approx(cpu._tree.total)
+        assert dev.priority(torch.tensor([3])).item() == pytest.approx((4.0 + 1e-8) ** 0.7)
+        torch.manual_seed(1)
+        index, info = dev.sample(storage, 50_000)
+    q = cpu.priority(all_)
+    freq = torch.bincount(index, minlength=37).double() / index.numel()
+    torch.testing.assert_close(freq, q / q.sum(), atol=6e-3, rtol=0)
+    torch.testing.assert_close(info[WEIGHT_KEY], (q[index] / q.min()).pow(-0.5).float())
+
+
+def test_device_sampler_refuses_non_finite_priorities():
+    from tdrl.core.replay import DeviceSumTree
+
+    storage, _, dev = _device_sampler_pair("cpu")
+    dev._tree = DeviceSumTree(dev.max_capacity, "cpu")
+    dev.device = torch.device("meta")  # any non-CPU device takes the device branch
+    with pytest.raises(ValueError, match="non-finite"):
+        dev._update_priority_device(torch.tensor([1]), torch.tensor([float("nan")]))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_prioritized_sampler_stays_on_device():
+    from tdrl.core.replay import WEIGHT_KEY
+
+    storage, cpu, dev = _device_sampler_pair("cuda")
+    for s in (cpu, dev):
+        s.mark_update(torch.arange(37), storage)
+    idx = torch.tensor([3, 5, 3, 36])
+    pr = torch.tensor([2.0, 0.5, 4.0, 1.5])
+    cpu.update_priority(idx, pr)
+    dev.update_priority(idx.cuda(), pr.cuda())
+    torch.testing.assert_close(dev.priority(torch.arange(37)).cpu(), cpu.priority(torch.arange(37)))
+    index, info = dev.sample(storage, 64)
+    assert index.is_cuda and info[WEIGHT_KEY].is_cuda

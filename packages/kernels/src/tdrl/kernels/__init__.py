@@ -24,6 +24,13 @@ from .logprobs import token_logprobs, token_logprobs_reference
 from .pg_loss import pg_token_loss, pg_token_loss_reference
 from .recurrent import gru_reference, gru_sequence, lstm_reference, lstm_sequence
 from .scan import discounted_cumsum, discounted_cumsum_reference, gae, gae_reference
+from .sum_tree import (
+    sum_tree_find,
+    sum_tree_find_reference,
+    sum_tree_new,
+    sum_tree_update,
+    sum_tree_update_reference,
+)
 
 try:  # the version lives in packages/kernels/pyproject.toml; the installed metadata carries it
     __version__ = _dist_version("tdrl-kernels")
@@ -49,6 +56,11 @@ __all__ = [
     "lstm_sequence",
     "pg_token_loss",
     "pg_token_loss_reference",
+    "sum_tree_find",
+    "sum_tree_find_reference",
+    "sum_tree_new",
+    "sum_tree_update",
+    "sum_tree_update_reference",
     "token_logprobs",
     "token_logprobs_reference",
     "triton_available",

@@ -3,19 +3,22 @@
 See :class:`ReplayBuffer`. Storages: :class:`ListStorage`, :class:`TensorStorage`
 (lazy, any device), :class:`MemmapStorage` (files on disk, crash-safe). Samplers:
 :class:`RandomSampler`, :class:`SamplerWithoutReplacement`, :class:`PrioritizedSampler`
-(vectorised :class:`SumMinTree`), :class:`SliceSampler`. Writers:
+(vectorised :class:`SumMinTree` on the CPU, :class:`DeviceSumTree` on CUDA), :class:`SliceSampler`. Asynchronous
+prioritized writes (a writer thread): :class:`AsyncPrioritizedReplayBuffer`. Writers:
 :class:`RoundRobinWriter`, :class:`MaxValueWriter`. Hindsight goal relabelling on sample:
 :class:`HERTransform`.
 """
 
 from __future__ import annotations
 
+from .async_writes import AsyncPrioritizedReplayBuffer
 from .buffer import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
+from .device_tree import DeviceSumTree
 from .her import HERTransform, her_relabel_fraction
 from .prioritized import WEIGHT_KEY, PrioritizedSampler
 from .samplers import RandomSampler, Sampler, SamplerWithoutReplacement
@@ -31,6 +34,7 @@ __all__ = [
     "TensorDictReplayBuffer",
     "PrioritizedReplayBuffer",
     "TensorDictPrioritizedReplayBuffer",
+    "AsyncPrioritizedReplayBuffer",
     "Storage",
     "ListStorage",
     "TensorStorage",
@@ -46,6 +50,7 @@ __all__ = [
     "HERTransform",
     "her_relabel_fraction",
     "SumMinTree",
+    "DeviceSumTree",
     "WEIGHT_KEY",
     "Writer",
     "RoundRobinWriter",

@@ -193,6 +193,11 @@ class ReplayBuffer:
             priority: tensor with one value per index (trailing singleton dims allowed),
                 or a float for all of them.
         """
+        index, priority = self._priority_args(index, priority)
+        self.sampler.update_priority(index.reshape(-1), priority)
+
+    def _priority_args(self, index, priority):
+        """``(index, priority)`` of an :meth:`update_priority` call, checked."""
         if isinstance(index, TensorDictBase):
             td = index
             if priority is None:
@@ -210,7 +215,7 @@ class ReplayBuffer:
                     f"{priority.numel()} priorities (shape {tuple(priority.shape)})."
                 )
             priority = priority.reshape(-1)
-        self.sampler.update_priority(index.reshape(-1), priority)
+        return index, priority
 
     # ------------------------------------------------------------------ state
     def empty(self) -> None:

@@ -5,13 +5,16 @@ Item ``i`` with priority ``p_i`` is drawn with probability ``P(i) = q_i / sum_j 
 ``w_i = (N * P(i)) ** -beta / max_j w_j``, and ``max_j w_j`` comes from the smallest stored
 ``q``, so weights are in ``(0, 1]``. New items get the largest priority seen so far, so
 each is likely to be replayed at least once. Sampling and updates are vectorised through
-:class:`~tdrl.core.replay.sum_tree.SumMinTree`.
+:class:`~tdrl.core.replay.sum_tree.SumMinTree` on the CPU, and run as ``tdrl.kernels``
+sum-tree ops (Triton) through :class:`~tdrl.core.replay.device_tree.DeviceSumTree` when
+the sampler is built with ``device="cuda"`` for a storage on the GPU.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .device_tree import DeviceSumTree
 from .samplers import Sampler, check_nonempty
 from .storages import Storage
 from .sum_tree import SumMinTree
@@ -32,12 +35,20 @@ class PrioritizedSampler(Sampler):
         eps: added to every priority so none is exactly zero.
         max_priority: priority given to the first items written (later new items get the
             largest priority seen so far).
+        device: where the tree lives. ``None`` / ``"cpu"`` (default): the CPU
+            :class:`SumMinTree` (the fastest on the CPU). An accelerator (``"cuda"``, for a
+            storage on the GPU): a :class:`DeviceSumTree` run by ``tdrl.kernels``' Triton
+            sum-tree kernels, so sampled indices, weights and priority updates stay on the
+            device; the one synchronisation left is the refusal of non-finite priorities in
+            :meth:`update_priority` (one bool per call).
 
-    ``sample`` returns ``info = {"_weight": w}`` with ``w`` float32 ``[batch_size]``.
+    ``sample`` returns ``info = {"_weight": w}`` with ``w`` float32 ``[batch_size]`` (on the
+    tree's device).
     """
 
     def __init__(self, max_capacity: int, alpha: float = 0.6, beta: float = 0.4,
-                 eps: float = 1e-8, max_priority: float = 1.0) -> None:
+                 eps: float = 1e-8, max_priority: float = 1.0,
+                 device: torch.device | str | None = None) -> None:
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}.")
         if beta < 0:
@@ -47,8 +58,14 @@ class PrioritizedSampler(Sampler):
         self.beta = float(beta)
         self.eps = float(eps)
         self._init_max_priority = float(max_priority)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
         self._max_priority = float(max_priority)
-        self._tree = SumMinTree(self.max_capacity)
+        self._tree = self._new_tree()
+
+    def _new_tree(self) -> SumMinTree | DeviceSumTree:
+        if self.device.type == "cpu":
+            return SumMinTree(self.max_capacity)
+        return DeviceSumTree(self.max_capacity, self.device)
 
     def _q(self, priority: torch.Tensor) -> torch.Tensor:
         return (priority.abs() + self.eps).pow_(self.alpha)
@@ -81,14 +98,17 @@ class PrioritizedSampler(Sampler):
             priority: tensor or float broadcastable to ``index`` (e.g. the absolute TD
                 error); must be finite.
         """
-        index = torch.as_tensor(index).detach().reshape(-1).to("cpu", torch.int64)
-        priority = torch.as_tensor(priority).detach().to("cpu", torch.float64).reshape(-1)
+        index = torch.as_tensor(index).detach().reshape(-1).to(self.device, torch.int64)
+        priority = torch.as_tensor(priority).detach().to(self.device, torch.float64).reshape(-1)
         if priority.numel() == 1:
             priority = priority.expand(index.numel())
         if priority.numel() != index.numel():
             raise ValueError(
                 f"update_priority: {index.numel()} indices but {priority.numel()} priorities."
             )
+        if self.device.type != "cpu":
+            self._update_priority_device(index, priority)
+            return
         if not torch.isfinite(priority).all():
             raise ValueError("update_priority got non-finite priorities (nan or inf).")
         keep = index >= 0
@@ -99,12 +119,28 @@ class PrioritizedSampler(Sampler):
         self._tree.update(index, self._q(priority))
         self._max_priority = max(self._max_priority, float(priority.abs().max()))
 
+    def _update_priority_device(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        if index.numel() == 0:
+            return
+        # One synchronisation for the three facts the host needs.
+        finite, all_kept, top = torch.stack([
+            torch.isfinite(priority).all().double(), (index >= 0).all().double(),
+            priority.abs().max(),
+        ]).tolist()
+        if not finite:
+            raise ValueError("update_priority got non-finite priorities (nan or inf).")
+        if not all_kept:
+            keep = index >= 0
+            index, priority = index[keep], priority[keep]
+        self._tree.update(index, self._q(priority))
+        self._max_priority = max(self._max_priority, top)
+
     def priority(self, index) -> torch.Tensor:
         """Current ``(priority + eps) ** alpha`` of the items at ``index``, float64 ``[K]``."""
         return self._tree[index]
 
     def empty(self) -> None:
-        self._tree = SumMinTree(self.max_capacity)
+        self._tree = self._new_tree()
         self._max_priority = self._init_max_priority
 
     def state_dict(self) -> dict:

@@ -80,7 +80,8 @@ class SumMinTree:
 
         Args:
             index: int tensor / array-like ``[K]`` with values in ``[0, capacity)``.
-                For duplicated indices one of the values is kept.
+                Duplicated indices: the last write wins (``index_copy_`` on the CPU
+                writes in order), as in ``tdrl.kernels.sum_tree_update``.
             value: float tensor / array-like broadcastable to ``[K]``; must be >= 0.
             empty: mark the leaves empty instead (sum 0, min ``inf``); ``value`` ignored.
         """
