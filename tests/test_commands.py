@@ -5,7 +5,8 @@ A command is a ``python <script> ...`` (or ``tdrl <app> ...``) found in a fenced
 or an inline code span. Its script must exist. An app's arguments (Hydra: ``key=value``,
 ``--config-name`` / ``-cn``, ``-m``, ``--help``) are composed against the app's config
 dataclass with ``main.load`` (unknown keys, wrong types and impossible values fail; a sweep
-``a,b`` is checked at its first value; a device this machine lacks is not held against the
+``a,b`` is checked at its first value; a device this machine lacks, or a user's data file
+that is not here, is not held against the
 spelling); a ``--flag`` given to an app is a pre-Hydra spelling and fails with the
 ``flag=value`` hint. A benchmark's arguments are parsed by its own ``argparse`` parser: the
 script runs as ``__main__`` up to its ``parse_args`` call, which hands the parser over instead
@@ -176,6 +177,8 @@ def check_app(app_script: Path, args: list[str]) -> str | None:
     except Exception as err:  # Hydra's unknown key / type errors, tdrl's ConfigError
         if re.search(r"CUDA is not available|no CUDA|device='cuda[^']*', but", str(err)):
             return None  # the spelling composed; the value needs a GPU this machine lacks
+        if re.search(r"\.(data|eval_data)='[^']*': no such file or folder", str(err)):
+            return None  # the spelling composed; the value names the user's own file
         return f"{type(err).__name__}: {err}"
     return None
 

@@ -19,7 +19,9 @@ import torch
 __all__ = ["sum_tree_new", "sum_tree_update_reference", "sum_tree_find_reference", "last_writes"]
 
 
-def _depth(sums: torch.Tensor) -> int:
+def tree_depth(sums: torch.Tensor) -> int:
+    """The number of levels below the root of a tree stored as ``sums`` (``2 * P`` entries, ``P`` a
+    power of two), or a ``ValueError`` naming how to build one."""
     n = sums.numel()
     if n < 2 or n & (n - 1):
         raise ValueError(
@@ -83,7 +85,7 @@ def sum_tree_update_reference(sums: torch.Tensor, mins: torch.Tensor, index: tor
         value: ``[K]`` values >= 0 of the tree's dtype; ``0`` empties a leaf (never drawn,
             ``+inf`` for the min).
     """
-    depth = _depth(sums)
+    depth = tree_depth(sums)
     p = sums.numel() // 2
     index, value = last_writes(index.reshape(-1), value.reshape(-1).to(sums.dtype))
     if index.numel() == 0:
@@ -111,7 +113,7 @@ def sum_tree_find_reference(sums: torch.Tensor, mass: torch.Tensor) -> torch.Ten
     Returns:
         int64 ``[K]`` leaf indices in ``[0, P)`` (in ``[0, capacity)`` while the total is > 0).
     """
-    depth = _depth(sums)
+    depth = tree_depth(sums)
     p = sums.numel() // 2
     m = mass.reshape(-1).to(sums.dtype).clone()
     node = torch.ones(m.numel(), dtype=torch.int64, device=sums.device)

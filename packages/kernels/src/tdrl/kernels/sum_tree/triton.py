@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .._dispatch import interpreting
-from .reference import _depth, last_writes
+from .reference import tree_depth, last_writes
 
 BLOCK = 1024
 ONE_PROGRAM_MAX = 16384  # up to this many leaves, one program updates every level
@@ -76,7 +76,7 @@ def _opts() -> dict:
 
 def sum_tree_find_triton(sums: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
     """Triton version of :func:`.reference.sum_tree_find_reference` (same arguments)."""
-    depth = _depth(sums)
+    depth = tree_depth(sums)
     p = sums.numel() // 2
     mass = mass.reshape(-1).contiguous()
     out = torch.empty(mass.numel(), dtype=torch.int64, device=sums.device)
@@ -91,7 +91,7 @@ def sum_tree_find_triton(sums: torch.Tensor, mass: torch.Tensor) -> torch.Tensor
 def sum_tree_update_triton(sums: torch.Tensor, mins: torch.Tensor, index: torch.Tensor,
                            value: torch.Tensor) -> None:
     """Triton version of :func:`.reference.sum_tree_update_reference` (same arguments)."""
-    depth = _depth(sums)
+    depth = tree_depth(sums)
     p = sums.numel() // 2
     index, value = last_writes(index.reshape(-1), value.reshape(-1).to(sums.dtype))
     index, value = index.contiguous(), value.contiguous()
