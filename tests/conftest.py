@@ -18,12 +18,26 @@ import pytest  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
+    _keep_absl_off_the_capture_stream()
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def _keep_absl_off_the_capture_stream() -> None:
+    """absl (imported at collection by JAX / Brax) keeps the ``sys.stderr`` of that moment,
+    pytest's capture file, in its Python handler; the first ``hydra.main`` reconfigures
+    logging, which closes every handler, and absl closes a stream that is no longer
+    ``sys.stderr``: pytest's own capture file, so the session dies ("lost sys.stderr").
+    Point the handler at the real stderr, which absl never closes."""
+    import sys
+
+    absl_logging = sys.modules.get("absl.logging")
+    if absl_logging is not None:
+        absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 
 # ------------------------------------------------------------------ fresh interpreters, preloaded
