@@ -20,7 +20,6 @@ from tdrl.core.transforms import (
     RenameTransform,
     Reward2GoTransform,
     RewardClipping,
-    RewardSum,
     SelectTransform,
     SignTransform,
     TargetReturn,
