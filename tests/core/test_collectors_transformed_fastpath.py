@@ -191,3 +191,29 @@ def test_a_frozen_vecnorm_stays_frozen_on_the_dict_path():
     before = norm.mean_0.clone(), norm.count_0.clone()
     next(iter(fast_col))
     assert plan is not None and torch.equal(norm.mean_0, before[0]) and torch.equal(norm.count_0, before[1])
+
+
+def test_pendulum_with_issue40_step_transforms():
+    """TorchRL's everyday step transforms, written the ordinary way, on the dict loop."""
+    from tdrl.core.transforms import RewardClipping, TargetReturn, TrajCounter
+
+    batch, _ = _check_parity(
+        "Pendulum-v1", 2, lambda: (DoubleToFloat(), RewardClipping(-5.0, -0.5), TargetReturn(-100.0),
+                                   TrajCounter(), RewardSum()),
+        450, 2)
+    assert batch["next", "reward"].max() <= -0.5
+    assert batch["traj_count"][:, 0, 0].tolist() == [0, 1]
+    assert batch["traj_count"][:, 200, 0].tolist() == [2, 3]
+
+
+def test_cartpole_with_primer_clip_sign_select():
+    from tdrl.core.specs import Unbounded
+    from tdrl.core.transforms import ClipTransform, SelectTransform, SignTransform, TensorDictPrimer
+
+    batch, _ = _check_parity(
+        "CartPole-v1", 3, lambda: (ClipTransform(["observation"], low=-1.0, high=1.0), SignTransform(),
+                                   TensorDictPrimer(hidden=Unbounded((2,)), default_value=1.5),
+                                   SelectTransform("observation", "hidden"), RewardSum()),
+        128, 2, categorical_action_encoding=True)
+    assert batch["observation"].abs().max() <= 1.0
+    assert bool((batch["hidden"] == 1.5).all())

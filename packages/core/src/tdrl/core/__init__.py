@@ -33,6 +33,25 @@ from .transforms import (
     Transform,
     TransformedEnv,
     VecNorm,
+    ActionMask,
+    CenterCrop,
+    ClipTransform,
+    ExcludeTransform,
+    FlattenObservation,
+    FrameSkipTransform,
+    GrayScale,
+    NoopResetEnv,
+    RenameTransform,
+    Resize,
+    Reward2GoTransform,
+    RewardClipping,
+    SelectTransform,
+    SignTransform,
+    TargetReturn,
+    TensorDictPrimer,
+    ToTensorImage,
+    TrajCounter,
+    UnsqueezeTransform,
 )
 
 try:  # the version lives in packages/core/pyproject.toml; the installed metadata carries it
@@ -51,4 +70,5 @@ __all__: list[str] = [
     "ActionScaling", "CatFrames", "CatTensors", "Compose", "DoubleToFloat", "DTypeCastTransform",
     "InitTracker", "ObservationNorm", "RewardScaling", "RewardSum", "StepCounter", "Transform",
     "TransformedEnv", "VecNorm",
+    "ActionMask", "CenterCrop", "ClipTransform", "ExcludeTransform", "FlattenObservation", "FrameSkipTransform", "GrayScale", "NoopResetEnv", "RenameTransform", "Resize", "Reward2GoTransform", "RewardClipping", "SelectTransform", "SignTransform", "TargetReturn", "TensorDictPrimer", "ToTensorImage", "TrajCounter", "UnsqueezeTransform",
 ]

@@ -3,7 +3,12 @@
 Wrap an env with ``TransformedEnv(env, Compose(...))``. One file per family: ``base``
 (Transform, Compose), ``env`` (TransformedEnv), ``norm`` (ObservationNorm, VecNorm,
 RewardScaling), ``episode`` (RewardSum, StepCounter, InitTracker), ``tensors``
-(DTypeCastTransform, DoubleToFloat, CatTensors, CatFrames), ``action`` (ActionScaling).
+(DTypeCastTransform, DoubleToFloat, CatTensors, CatFrames), ``action`` (ActionScaling), ``keys``
+(RenameTransform, ExcludeTransform, SelectTransform, TensorDictPrimer), ``values``
+(ClipTransform, RewardClipping, SignTransform, UnsqueezeTransform, FlattenObservation),
+``returns`` (TargetReturn, Reward2GoTransform), ``steps`` (FrameSkipTransform, NoopResetEnv,
+ActionMask), ``pixels`` (ToTensorImage, Resize, GrayScale, CenterCrop); ``TrajCounter`` is
+in ``episode``.
 """
 
 from __future__ import annotations
@@ -11,23 +16,53 @@ from __future__ import annotations
 from .action import ActionScaling
 from .base import Compose, Transform
 from .env import TransformedEnv
-from .episode import InitTracker, RewardSum, StepCounter
+from .episode import InitTracker, RewardSum, StepCounter, TrajCounter
+from .keys import ExcludeTransform, RenameTransform, SelectTransform, TensorDictPrimer
 from .norm import ObservationNorm, RewardScaling, VecNorm
+from .pixels import CenterCrop, GrayScale, Resize, ToTensorImage
+from .returns import Reward2GoTransform, TargetReturn
+from .steps import ActionMask, FrameSkipTransform, NoopResetEnv
 from .tensors import CatFrames, CatTensors, DoubleToFloat, DTypeCastTransform
+from .values import (
+    ClipTransform,
+    FlattenObservation,
+    RewardClipping,
+    SignTransform,
+    UnsqueezeTransform,
+)
 
 __all__ = [
+    "ActionMask",
     "ActionScaling",
     "CatFrames",
     "CatTensors",
+    "CenterCrop",
+    "ClipTransform",
     "Compose",
-    "DTypeCastTransform",
     "DoubleToFloat",
+    "DTypeCastTransform",
+    "ExcludeTransform",
+    "FlattenObservation",
+    "FrameSkipTransform",
+    "GrayScale",
     "InitTracker",
+    "NoopResetEnv",
     "ObservationNorm",
+    "RenameTransform",
+    "Resize",
+    "Reward2GoTransform",
+    "RewardClipping",
     "RewardScaling",
     "RewardSum",
+    "SelectTransform",
+    "SignTransform",
     "StepCounter",
+    "TargetReturn",
+    "TensorDictPrimer",
+    "ToTensorImage",
+    "TrajCounter",
     "Transform",
     "TransformedEnv",
+    "UnsqueezeTransform",
     "VecNorm",
 ]

@@ -1,5 +1,6 @@
 """Episode bookkeeping: ``RewardSum`` (episode return), ``StepCounter`` (with a time limit
-that sets ``truncated``) and ``InitTracker`` (``is_init`` flags the first step)."""
+that sets ``truncated``), ``InitTracker`` (``is_init`` flags the first step) and ``TrajCounter``
+(an id per trajectory)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ..keys import DONE, EPISODE_REWARD, IS_INIT, REWARD, STEP_COUNT, TRUNCATED
 from ..specs import Bounded, Categorical, Composite, Unbounded
 from .base import DictReset, DictStep, Transform, overrides, str_keys
 
-__all__ = ["RewardSum", "StepCounter", "InitTracker"]
+__all__ = ["RewardSum", "StepCounter", "InitTracker", "TrajCounter"]
 
 
 def _batch(spec: Composite) -> tuple:
@@ -245,4 +246,49 @@ class InitTracker(Transform):
 
     def transform_observation_spec(self, spec: Composite) -> Composite:
         spec[self.init_key] = Categorical(2, (*_batch(spec), 1), spec.device, torch.bool)
+        return spec
+
+
+class TrajCounter(Transform):
+    """Number each trajectory: ``traj_count`` (int64 ``(*batch, 1)``) is a new id, counted over
+    every sub-env, at each reset, and carried along the steps of the episode.
+
+    The next id lives in a buffer (``state_dict()``), so a resumed run goes on numbering.
+
+    Args:
+        out_key: the key to write (default ``"traj_count"``).
+    """
+
+    def __init__(self, out_key: str = "traj_count") -> None:
+        super().__init__()
+        self.out_keys = [out_key]
+        self.out_key = out_key
+        self.register_buffer("_next_id", torch.zeros((), dtype=torch.int64))
+
+    def _reset(self, td, td_reset):
+        shape = (*td_reset.batch_size, 1)
+        mask = None if td is None else td.get("_reset", None)
+        mask = (torch.ones(shape, dtype=torch.bool, device=td_reset.device) if mask is None
+                else mask.reshape(shape).to(td_reset.device))
+        start = int(self._next_id)
+        ids = start - 1 + mask.flatten().long().cumsum(0)
+        ids = torch.where(mask.flatten(), ids, -1).reshape(shape)
+        if td is not None and td.get(self.out_key, None) is not None:  # keep the others' ids
+            ids = torch.where(mask, ids, td.get(self.out_key).to(td_reset.device))
+        self._next_id.fill_(start + int(mask.sum()))
+        td_reset.set(self.out_key, ids)
+        return td_reset
+
+    def _step(self, td, next_td):
+        prev = td.get(self.out_key, None)
+        if prev is None:
+            raise KeyError(f"TrajCounter: the step input has no {self.out_key!r}; start from reset().")
+        next_td.set(self.out_key, prev)
+        return next_td
+
+    def _call(self, td):
+        return td
+
+    def transform_observation_spec(self, spec: Composite) -> Composite:
+        spec[self.out_key] = Unbounded((*_batch(spec), 1), spec.device, torch.int64)
         return spec
