@@ -215,7 +215,12 @@ def _smollm2_tokenizer():
     from transformers import AutoTokenizer
 
     path = _packaged_file(MODELS["smollm2-135m-instruct"])
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)  # ~10 s: the GGUF's tokenizer only
+    if path is None:  # the package is gone but an earlier install left the converted folder: its tokenizer
+        from tdrl.llm import resolve_model
+
+        tok = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct", convert=False))
+    else:
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)  # ~10 s: the GGUF's tokenizer only
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
