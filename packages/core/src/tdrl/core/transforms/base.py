@@ -61,6 +61,21 @@ def _as_keys(keys) -> list:
     return list(keys)
 
 
+def _on_dicts(body: Callable, batch_size: torch.Size, device) -> Callable[[dict, dict], None]:
+    """``body(td, out_td)`` (a transform's ``_step`` or ``_reset``) as ``fn(root, out)`` on plain
+    dicts: run on TensorDicts made over the dicts without checks, its result written back into
+    ``out``."""
+    make = plain_td_maker(batch_size, device)
+
+    def fn(root: dict, out: dict) -> None:
+        items = entries(body(make(root), make(out)))
+        if items is not out:
+            out.clear()
+            out.update(items)
+
+    return fn
+
+
 class Transform(nn.Module):
     """Base class of transforms (see the module docstring for the protocol).
 
@@ -175,16 +190,7 @@ class Transform(nn.Module):
         Args:
             batch_size, device: those of the env the transform sits in.
         """
-        make, step = plain_td_maker(batch_size, device), self._step
-
-        def fn(root: dict, nxt: dict) -> None:
-            out = step(make(root), make(nxt))
-            items = entries(out)
-            if items is not nxt:
-                nxt.clear()
-                nxt.update(items)
-
-        return fn, False
+        return _on_dicts(self._step, batch_size, device), False
 
     def dict_reset(self, batch_size: torch.Size, device: torch.device) -> DictReset | None:
         """``_reset`` on plain dicts (see :data:`DictReset`): by default the transform's own
@@ -193,16 +199,7 @@ class Transform(nn.Module):
         Args:
             batch_size, device: those of the env the transform sits in.
         """
-        make, reset = plain_td_maker(batch_size, device), self._reset
-
-        def fn(root: dict, out: dict) -> None:
-            res = reset(make(root), make(out))
-            items = entries(res)
-            if items is not out:
-                out.clear()
-                out.update(items)
-
-        return fn
+        return _on_dicts(self._reset, batch_size, device)
 
     # ------------------------------------------------------------------ specs
     def transform_observation_spec(self, spec: Composite) -> Composite:
