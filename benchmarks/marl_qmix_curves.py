@@ -88,6 +88,7 @@ def tdrl_curves(task: str, budget: Budget, seed: int, time_limit_terminates: boo
     """
     import marl_table as mt
     from tdrl.core.collectors import Collector
+    from tdrl.marl.loops import common as loops_common
     from tdrl.marl.loops import off_policy as trainer_off
     from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
     from tdrl.marl.envs import VmasEnv
@@ -138,12 +139,12 @@ def tdrl_curves(task: str, budget: Budget, seed: int, time_limit_terminates: boo
 
     eps_at_collection = [parts.explore.eps]
     qmix_mod.distance_loss, torch.nn.utils.clip_grad_norm_ = dist, clip
-    trainer_off.Collector = RecordingCollector
+    loops_common.Collector = RecordingCollector  # start_collection builds the loop's collector
     try:
         trainer_off.train_off_policy(train_env, parts, conf["train"], log=log)
     finally:
         qmix_mod.distance_loss, torch.nn.utils.clip_grad_norm_ = orig_dist, orig_clip
-        trainer_off.Collector = Collector
+        loops_common.Collector = Collector
     assert clip_val is not None
     return {"rows": rows, "return": evaluate(eval_env, parts.policy, t["max_steps"])}
 

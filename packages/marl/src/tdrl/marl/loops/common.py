@@ -19,6 +19,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 from torch import nn
 
 from tdrl.core import RewardSum, TransformedEnv
+from tdrl.core.collectors import Collector
 from tdrl.core.keys import EPISODE_REWARD
 from tdrl.core.train.seeds import per_seed, seed_of_env, stacked_seed_counts
 
@@ -27,7 +28,7 @@ from ..keys import DONE, GROUP, NEXT, REWARD
 
 __all__ = ["TrainConfig", "collect", "with_episode_returns", "EpisodeReturns", "evaluate", "evaluate_per_env",
            "evaluate_groups", "GroupPolicies", "as_groups", "joint_policy", "group_returns", "seed_returns",
-           "record", "check_seeds"]
+           "record", "check_seeds", "start_collection"]
 
 
 @dataclass
@@ -179,6 +180,15 @@ class GroupPolicies(nn.Module):
         for policy in self.policies.values():
             td = policy(td)
         return td
+
+
+def start_collection(env, groups: Mapping, policy: Callable, n_steps: int) -> tuple[Collector, dict]:
+    """What both loops collect with: core's ``Collector`` on the env behind ``RewardSum`` on every
+    group's reward (``n_steps`` steps of every sub-env per batch), and a per-group
+    :class:`EpisodeReturns` tracker."""
+    collector = Collector(with_episode_returns(env, list(groups)), policy,
+                          frames_per_batch=n_steps * env.batch_size.numel())
+    return collector, {g: EpisodeReturns(g) for g in groups}
 
 
 def as_groups(parts, group: str) -> dict:

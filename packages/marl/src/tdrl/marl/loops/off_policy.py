@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.core.collectors import Collector
 from tdrl.core.objectives import SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 from tdrl.core.train.seeds import clip_grad_norm_per_seed, from_seed_items, to_seed_items
@@ -26,8 +25,8 @@ from tdrl.core.train.seeds import clip_grad_norm_per_seed, from_seed_items, to_s
 from ..algorithms import OffPolicyParts
 from ..checks import TeamRewardCheck
 from ..keys import GROUP, NEXT, REWARD
-from .common import (EpisodeReturns, TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
-                     seed_returns, with_episode_returns)
+from .common import (TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
+                     seed_returns, start_collection)
 
 __all__ = ["off_policy_optimizer", "off_policy_update", "train_off_policy"]
 
@@ -121,10 +120,8 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
     checks = {g: TeamRewardCheck(type(p.loss).__name__.removesuffix("Loss"), g, env)
               for g, p in groups.items() if cfg.check_team_reward}
-    collector = Collector(with_episode_returns(env, list(groups)), policy,
-                          frames_per_batch=n_steps * env.batch_size.numel())
+    collector, trackers = start_collection(env, groups, policy, n_steps)
     history, frames = [], 0
-    trackers = {g: EpisodeReturns(g) for g in groups}
     t0 = time.perf_counter()
     for it in range(cfg.n_iters):
         batch = collector.rollout()

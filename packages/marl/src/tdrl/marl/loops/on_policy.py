@@ -9,14 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.core.collectors import Collector
 from tdrl.core.objectives import total_loss
 from tdrl.core.train.seeds import clip_grad_norm_per_seed, per_seed
 
 from ..algorithms import OnPolicyParts
 from ..keys import GROUP, IS_INIT, NEXT, VALUE_TARGET
-from .common import (EpisodeReturns, TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
-                     seed_returns, with_episode_returns)
+from .common import (TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
+                     seed_returns, start_collection)
 
 __all__ = ["on_policy_optimizer", "on_policy_update", "train_on_policy"]
 
@@ -163,10 +162,8 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = joint_policy(groups)
     opt, clip_groups = on_policy_optimizer(groups, cfg)
-    collector = Collector(with_episode_returns(env, list(groups)), policy,
-                          frames_per_batch=n_steps * env.batch_size.numel())
+    collector, trackers = start_collection(env, groups, policy, n_steps)
     history, frames = [], 0
-    trackers = {g: EpisodeReturns(g) for g in groups}
     t0 = time.perf_counter()
     for it in range(cfg.n_iters):
         batch = collector.rollout()
