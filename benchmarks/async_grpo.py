@@ -4,7 +4,7 @@ the synchronous trainer on the embedded tiny model: seconds per round and the re
 Both runs: the same fresh tiny Qwen2 (``tdrl.llm.make_tiny_lm``), the arithmetic task's prompts,
 the digit-fraction reward, the same seed and settings; one torch thread per thread of work.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/async_grpo.py --steps 20 --record
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.async_grpo --steps 20 --record
 """
 
 from __future__ import annotations
@@ -56,11 +56,7 @@ def main():
     ratio = out[False][0] / out[True][0]
     print(f"rounds/s async / sync: x{ratio:.2f}")
     if args.record:
-        import sys
-        from pathlib import Path
-
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from records import write_record
+        from benchmarks.records import write_record
 
         table = f"GRPO async_generation vs synchronous, tiny Qwen2 (2 layers, hidden 64), 8 prompts x 8, {args.steps} rounds"
         note = ("Median s/round, first round excluded; both sides TIS cap 2.0, same seed and settings, one run. "

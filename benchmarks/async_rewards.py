@@ -5,8 +5,8 @@ Each of N completions is a small Python function with its test (half of them fai
 bubblewrap sandbox (:func:`tdrl.llm.run_python_sandboxed`) under the reward's limits; both sides
 score the same batch in the same process, interleaved, median of repeats; the scores must match.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/async_rewards.py --n 32 --workers 4 --repeats 3
-    flock /tmp/tdrl-cpu.lock python benchmarks/async_rewards.py --record   # also write the RESULTS row
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.async_rewards --n 32 --workers 4 --repeats 3
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.async_rewards --record   # also write the RESULTS row
 """
 
 from __future__ import annotations
@@ -58,11 +58,7 @@ def main():
     print(f"workers=1: {ms:.3f} s/batch ({args.n / ms:.1f} programs/s)")
     print(f"workers={args.workers}: {mp:.3f} s/batch ({args.n / mp:.1f} programs/s)  -> x{ms / mp:.2f}")
     if args.record:
-        import sys
-        from pathlib import Path
-
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from records import write_record
+        from benchmarks.records import write_record
 
         table = f"code_execution_reward, {args.n} sandboxed programs per batch ({sandbox_mode()})"
         if args.sleep:

@@ -20,7 +20,7 @@ For each environment (``inverted_pendulum``, ``ant``; the ``spring`` pipeline) a
 Target: tdrl <= 1.1x raw. Figures: the median over ``--repeats`` interleaved blocks of
 ``--steps`` steps; compilation is excluded (both sides step once before timing).
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/brax_step.py --record
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.brax_step --record
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main() -> None:
                   f"({us['tdrl reset'] / us['raw auto-reset']:.2f}x) | raw + torch interop "
                   f"{us['raw torch']:.1f} ({us['tdrl'] / us['raw torch']:.2f}x)")  # fmt: skip
     if args.record:
-        from records import cpu_model, write_record
+        from benchmarks.records import cpu_model, write_record
 
         load = os.getloadavg()[0]
         for (name, batch), us in results.items():

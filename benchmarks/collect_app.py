@@ -1,6 +1,6 @@
 """The PPO app's collection against a hand-written gymnasium loop doing the same work.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/collect_app.py --repeats 7 [--record]
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.collect_app --repeats 7 [--record]
 
 (a) tdrl: the env and the actor built by ``apps/ppo/train.py`` itself (``make_env``,
 ``make_actor_critic``: ``GymEnv`` vector env + ``DoubleToFloat``, ``VecNorm(clip=10)`` for
@@ -188,8 +188,7 @@ def main() -> None:
               f"{med['generic']:8.0f} f/s (x{before:.2f})")
         print("  per round, tdrl/hand:", " ".join(f"{a / b:.2f}" for a, b in zip(med["all"]["tdrl"], med["all"]["hand"])))
         if args.record:
-            sys.path.insert(0, str(REPO / "benchmarks"))
-            from records import write_record
+            from benchmarks.records import write_record
 
             row = f"{env_id}, {n} envs x {steps} steps" + (f" ({args.label})" if args.label else "")
             write_record(SECTION, TABLE, row,

@@ -2,7 +2,7 @@
 
 Run with the peers' venv (it has TorchRL and tdrl installed):
 
-    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/collectors.py
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.collectors
 
 Cases (issue 3): one Gymnasium ``Pendulum-v1`` env, and 8 envs batched (Gymnasium's sync
 vector env), driven by the same small MLP policy (3 -> 64 -> 64 -> 1, tanh) wrapped in a

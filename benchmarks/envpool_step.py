@@ -20,7 +20,7 @@ pre-drawn actions on every side:
 Target: tdrl <= 1.1x raw at batch 8 and 64. Every figure is the median over ``--repeats``
 interleaved blocks of ``--steps`` steps, one torch thread.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/envpool_step.py --record
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.envpool_step --record
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def bench(env_id: str, batch: int, steps: int, repeats: int) -> dict:
 def _record(results: dict, args) -> None:
     import os
 
-    from records import cpu_model, write_record
+    from benchmarks.records import cpu_model, write_record
 
     load = os.getloadavg()[0]
     for (env_id, batch), us in results.items():

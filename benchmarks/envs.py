@@ -11,7 +11,7 @@
 Every figure is the median over ``--repeats`` interleaved blocks, one torch thread.
 Run (peers live in .venv-bench):
 
-    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/envs.py
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.envs
 """
 
 from __future__ import annotations

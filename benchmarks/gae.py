@@ -2,7 +2,7 @@
 
 Run (one torch thread, in the peers venv)::
 
-    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/gae.py
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.gae
 
 Shapes: 256 envs x 1024 steps, ``[256, 1024, 1]`` float32, ~1% of steps done (half of
 them terminated). Prints the median of ``--repeat`` timed calls for each implementation
@@ -114,7 +114,7 @@ _ROWS = {
 
 
 def _record(args, results: dict, ours: dict, peers: dict, best_peer: str) -> None:
-    from records import write_record
+    from benchmarks.records import write_record
 
     table = (f"GAE, {args.envs} envs x {args.steps} steps ([{args.envs}, {args.steps}, 1] float32, "
              f"~{args.done_prob:.0%} done)")

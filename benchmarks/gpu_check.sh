@@ -11,11 +11,11 @@
 #   0. env.txt          - nvidia-smi, python/torch/triton/transformers versions;
 #   1. pytest_gpu.log   - `python -m pytest -m gpu` over every test file with a gpu mark
 #                         (kernels vs torch reference on CUDA, the GRU/LSTM reset kernels included, envs on CUDA, vLLM if present);
-#   2. grpo_cuda.log    - benchmarks/grpo.py --profile --device cuda (tdrl GRPO steps on CUDA:
+#   2. grpo_cuda.log    - -m benchmarks.grpo --profile --device cuda (tdrl GRPO steps on CUDA:
 #                         generation + the fused LM-head/GRPO loss with the Triton rows), if
 #                         transformers is importable;
-#   3. mcts_cuda.log    - benchmarks/mcts.py --device cuda --repeats 3;
-#   3b. sum_tree_cuda.log - benchmarks/replay.py --only tree --tree-device cuda (prioritized
+#   3. mcts_cuda.log    - -m benchmarks.mcts --device cuda --repeats 3;
+#   3b. sum_tree_cuda.log - -m benchmarks.replay --only tree --tree-device cuda (prioritized
 #                         sample + update at 1M slots: host sum tree vs the Triton device tree);
 #   4. kernels_gpu.log / kernels_gpu.md - benchmarks/kernels_gpu.py (PASS/FAIL parity of every
 #                         Triton kernel, then the timing tables; it stops itself at ~270 s);
@@ -86,27 +86,27 @@ step "pytest -m gpu" 150 pytest_gpu.log "$PY" -m pytest -m gpu -q -rs --continue
 # ---------------------------------------------------------------- 2-4. GPU benchmarks
 if [ "$HAS_CUDA" = 1 ]; then
     if "$PY" -c "import transformers" 2>/dev/null; then
-        step "grpo --device cuda" 100 grpo_cuda.log "$PY" benchmarks/grpo.py --profile --device cuda --steps 10 --sft-steps 60
+        step "grpo --device cuda" 100 grpo_cuda.log "$PY" -m benchmarks.grpo --profile --device cuda --steps 10 --sft-steps 60
     else
         note "grpo --device cuda: SKIPPED (transformers not importable)"
     fi
-    step "mcts --device cuda" 60 mcts_cuda.log "$PY" benchmarks/mcts.py --device cuda --repeats 3
+    step "mcts --device cuda" 60 mcts_cuda.log "$PY" -m benchmarks.mcts --device cuda --repeats 3
     # issue 43: prioritized sample 256 + update 256 at 1M slots, host SumMinTree vs the Triton
     # device tree (target >= 10x); one line in sum_tree_cuda.log
-    step "sum tree host vs device (1M)" 40 sum_tree_cuda.log "$PY" benchmarks/replay.py --only tree --tree-device cuda --repeats 5 --calls 50
-    step "kernels_gpu.py" 300 kernels_gpu.log env OUT="$OUT" "$PY" benchmarks/kernels_gpu.py
+    step "sum tree host vs device (1M)" 40 sum_tree_cuda.log "$PY" -m benchmarks.replay --only tree --tree-device cuda --repeats 5 --calls 50
+    step "kernels_gpu.py" 300 kernels_gpu.log env OUT="$OUT" PYTHONPATH=packages/kernels/src "$PY" -m benchmarks.kernels_gpu
     # CPU work on the device's 16 cores (8 env workers fit there; the 2-core CI box is
     # scheduler-bound): the issue-21 inference-server targets; needs gymnasium from .devwheels.
     if "$PY" -c "import gymnasium, tensordict" 2>/dev/null; then
-        step "inference_server (16 CPU cores)" 90 inference_server.log "$PY" benchmarks/inference_server.py --frames 1600 --repeats 3 --rounds 2
+        step "inference_server (16 CPU cores)" 90 inference_server.log "$PY" -m benchmarks.inference_server --frames 1600 --repeats 3 --rounds 2
         # the case a server is for: a wider policy served on the GPU, CPU env workers (CUDA is
         # initialised, so workers are spawned: one round keeps it inside the cap)
-        step "inference_server (policy on cuda)" 90 inference_server_cuda.log "$PY" benchmarks/inference_server.py --frames 1600 --repeats 3 --rounds 1 --cells 256 --server-device cuda
+        step "inference_server (policy on cuda)" 90 inference_server_cuda.log "$PY" -m benchmarks.inference_server --frames 1600 --repeats 3 --rounds 1 --cells 256 --server-device cuda
     fi
 else
     note "no CUDA device: grpo/mcts/kernels GPU benchmarks SKIPPED"
     if [ "${GPU_CHECK_DRYRUN:-0}" = 1 ]; then
-        step "kernels_gpu.py (CPU dry run)" 300 kernels_gpu.log env OUT="$OUT" KERNELS_GPU_DRYRUN=1 "$PY" benchmarks/kernels_gpu.py
+        step "kernels_gpu.py (CPU dry run)" 300 kernels_gpu.log env OUT="$OUT" KERNELS_GPU_DRYRUN=1 PYTHONPATH=packages/kernels/src "$PY" -m benchmarks.kernels_gpu
     fi
 fi
 note "done in ${SECONDS}s; logs in $OUT"

@@ -10,9 +10,9 @@
 # Each step runs under its own `timeout`, all inside GPU_MARL_BUDGET_S (default 240 s; a step gets
 # min(its cap, what is left) and is skipped under 20 s), with one log per step under $OUT:
 #   env.txt                   - pip installs, both sides' imports and versions, the GPU;
-#   1. marl_cuda.log          - benchmarks/marl.py --device cuda --iters 2 --repeats 3: MAPPO
+#   1. marl_cuda.log          - -m benchmarks.marl --device cuda --iters 2 --repeats 3: MAPPO
 #                               navigation frames/s, the CPU table's command and budget (600 envs);
-#   2. marl_table_cuda.log    - benchmarks/marl_table.py --device cuda, navigation x MAPPO + QMIX,
+#   2. marl_table_cuda.log    - -m benchmarks.marl_table --device cuda, navigation x MAPPO + QMIX,
 #      marl_table_runs.ndjson   seed 0, default budget (frames/s and evaluation returns; the per-seed
 #                               runs come back in --runs' format);
 #   3. marl_cuda_6000envs.log - marl.py --device cuda at a GPU-sized batch (6,000 envs, 600,000
@@ -83,12 +83,12 @@ print("; ".join(out))
 note "$(grep -E '^(tdrl|BenchMARL) side' "$OUT/env.txt" | tr '\n' ' ' | cut -c1-600)"
 
 # ---------------------------------------------------------------- 1-3. tdrl vs BenchMARL on CUDA
-step "marl.py --device cuda" 130 marl_cuda.log "$PY" benchmarks/marl.py --device cuda --iters 2 --repeats 3
+step "marl.py --device cuda" 130 marl_cuda.log "$PY" -m benchmarks.marl --device cuda --iters 2 --repeats 3
 step "marl_table.py --device cuda (navigation, mappo + qmix, seed 0)" 110 marl_table_cuda.log \
-    "$PY" benchmarks/marl_table.py --device cuda --tasks navigation --algorithms mappo qmix --seeds 0 \
+    "$PY" -m benchmarks.marl_table --device cuda --tasks navigation --algorithms mappo qmix --seeds 0 \
     --runs "$OUT/marl_table_runs.ndjson" --record
 cp benchmarks/results/multi_agent.jsonl "$OUT/multi_agent.jsonl" 2>/dev/null || true
-step "marl.py --device cuda, 6000 envs" 90 marl_cuda_6000envs.log "$PY" benchmarks/marl.py --device cuda \
+step "marl.py --device cuda, 6000 envs" 90 marl_cuda_6000envs.log "$PY" -m benchmarks.marl --device cuda \
     --envs 6000 --frames 600000 --minibatch 60000 --iters 2 --repeats 1
 note "done in ${SECONDS}s; logs in $OUT"
 exit 0

@@ -7,12 +7,12 @@ one torch thread, in separate processes (so peak RSS is per side). Reported: med
 per step (first step excluded), tokens/s (prompt + completion tokens processed per second),
 peak RSS, and the reward curve (mean reward of the first and last 5 steps).
 
-    .venv-bench/bin/python benchmarks/grpo.py              # needs trl (benchmarks/setup_peers.sh)
-    .venv-bench/bin/python benchmarks/grpo.py --steps 30 --repeats 3
-    python benchmarks/grpo.py --profile --steps 15         # tdrl only: where a step's time goes
-    python benchmarks/grpo.py --profile --device cuda      # the same on a GPU (benchmarks/gpu_check.sh)
-    python benchmarks/grpo.py --loss-step --repeats 3      # the loss step alone at V=32,000
-    .venv-bench/bin/python benchmarks/grpo.py --model smollm2-135m-instruct --prompts 2 --steps 6 --repeats 1 \
+    .venv-bench/bin/python -m benchmarks.grpo              # needs trl (benchmarks/setup_peers.sh)
+    .venv-bench/bin/python -m benchmarks.grpo --steps 30 --repeats 3
+    python -m benchmarks.grpo --profile --steps 15         # tdrl only: where a step's time goes
+    python -m benchmarks.grpo --profile --device cuda      # the same on a GPU (benchmarks/gpu_check.sh)
+    python -m benchmarks.grpo --loss-step --repeats 3      # the loss step alone at V=32,000
+    .venv-bench/bin/python -m benchmarks.grpo --model smollm2-135m-instruct --prompts 2 --steps 6 --repeats 1 \
         --max-new-tokens 16 --lr 1e-6 --record            # the real model (cached by tdrl.llm.models)
 
 ``--device`` puts the SFT warm-up and both trainers on that device (TRL: ``use_cpu`` off).
@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from benchmarks.records import module_command, subprocess_env
 
 
 def _data(n_train: int, seed: int, chat: bool = False):
@@ -252,8 +253,8 @@ def loss_step(a) -> None:
 def loss_step_table(a) -> None:
     rows = {}
     for v in ("fused_loss", "fused_logprobs", "logits"):
-        cmd = [sys.executable, __file__, "--loss-step", v, "--repeats", str(a.repeats), "--device", a.device]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        cmd = [*module_command(sys.executable, __spec__.name), "--loss-step", v, "--repeats", str(a.repeats), "--device", a.device]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=subprocess_env()).stdout
         rows[v] = json.loads(out.strip().splitlines()[-1])
     print(f"GRPOLoss forward + backward, random Qwen2 V=32,000 H=256 2 layers, 16 rows x (32 + <=128) tokens, "
           f"KL, {a.device}, 1 thread, median of {a.repeats}")
@@ -287,10 +288,10 @@ def checkpointing_trade(a, env: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for on in (False, True):
             out = os.path.join(tmp, f"ckpt{int(on)}.json")
-            cmd = [sys.executable, __file__, "--worker", "tdrl", "--model", folder, "--out", out, "--steps", str(a.steps),
+            cmd = [*module_command(sys.executable, __spec__.name), "--worker", "tdrl", "--model", folder, "--out", out, "--steps", str(a.steps),
                    "--prompts", str(a.prompts), "--group", str(a.group), "--max-new-tokens", str(a.max_new_tokens),
                    "--lr", str(a.lr), "--seed", str(a.seed), "--device", a.device, "--chat"] + ["--gradient-checkpointing"] * on
-            subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+            subprocess.run(cmd, check=True, env=subprocess_env(env), stdout=subprocess.DEVNULL)
             with open(out) as f:
                 x = json.load(f)
             res[on] = {"s/step": statistics.median(x["times"][1:]), "peak RSS MB": x["peak_rss_mb"]}
@@ -303,8 +304,7 @@ def checkpointing_trade(a, env: dict) -> None:
     t, m = res[True]["s/step"] / res[False]["s/step"], res[True]["peak RSS MB"] / res[False]["peak RSS MB"]
     print(f"on/off: {t:.2f}x the time, {m:.2f}x the peak RSS")
     if a.record:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from records import write_record
+        from benchmarks.records import write_record
 
         table = (f"Gradient checkpointing on the real {what} (tdrl GRPO step, {a.prompts} prompts x {a.group} "
                  f"completions, {a.max_new_tokens} new tokens)")
@@ -367,11 +367,11 @@ def main() -> None:
         for r in range(a.repeats):
             for side in ("tdrl", "trl"):
                 out = os.path.join(tmp, f"{side}{r}.json")
-                cmd = [sys.executable, __file__, "--worker", side, "--model", folder, "--out", out,
+                cmd = [*module_command(sys.executable, __spec__.name), "--worker", side, "--model", folder, "--out", out,
                        "--steps", str(a.steps), "--prompts", str(a.prompts), "--group", str(a.group),
                        "--max-new-tokens", str(a.max_new_tokens), "--lr", str(a.lr), "--seed", str(a.seed + r),
                        "--device", a.device] + ["--chat"] * real + ["--gradient-checkpointing"] * a.gradient_checkpointing
-                subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+                subprocess.run(cmd, check=True, env=subprocess_env(env), stdout=subprocess.DEVNULL)
                 with open(out) as f:
                     results[side].append(json.load(f))
 
@@ -396,9 +396,7 @@ def main() -> None:
     print(f"speed-up (TRL s/step / tdrl s/step): {speed:.2f}x; peak RSS tdrl/TRL {mem:.2f}x")
     if a.record and real:
         import trl  # the peer's version, for the row's name
-
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from records import write_record
+        from benchmarks.records import write_record
 
         peer = f"TRL {trl.__version__} GRPOTrainer"
         table = (f"GRPOTrainer vs {peer} on the real {what}, {a.prompts} prompts x {a.group} completions, "

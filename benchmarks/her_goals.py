@@ -6,15 +6,14 @@ budget, same gradient steps) trained twice on a Gymnasium Robotics point maze: w
 ``compute_reward``) and without it. Each arm's final success rate (deterministic policy, the goal
 reached and held at the episode's last step) is printed side by side.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/her_goals.py --env-id PointMaze_Open-v3 --frames 12000 --record
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.her_goals --env-id PointMaze_Open-v3 --frames 12000 --record
     # apps/her's open recipe (gamma 0.98 for the 100-step episodes, tau 0.05), 100 evaluation episodes:
-    flock /tmp/tdrl-cpu.lock python benchmarks/her_goals.py --frames 12000 --eval-episodes 100 --tau 0.05 --gamma 0.98 --seed 0 --record
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.her_goals --frames 12000 --eval-episodes 100 --tau 0.05 --gamma 0.98 --seed 0 --record
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -43,8 +42,7 @@ def main() -> None:
     ap.add_argument("--record", action="store_true", help="write benchmarks/results/goal_conditioned_rl.jsonl")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from records import write_record
+    from benchmarks.records import write_record
 
     her = load_app("her")
     hidden = tuple(int(h) for h in args.hidden.split(","))

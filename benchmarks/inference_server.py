@@ -16,7 +16,7 @@ Per round, each contender gets a fresh collector, one warm-up batch and ``--repe
 batches (their median); the figure is the median over ``--rounds`` rounds, since one contender
 after another drifts by tens of percent on a shared 2-core box. Start-up is not timed.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/inference_server.py --record
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.inference_server --record
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main() -> None:
     print(f"server (best transport) / own copies = {best / fps['local']:.2f}x (target >= 1.5x); "
           f"/ MultiSync = {best / fps['multisync']:.2f}x (target >= 1.0x)", flush=True)
     if args.record:
-        from records import cpu_model, write_record
+        from benchmarks.records import cpu_model, write_record
 
         load = os.getloadavg()[0]
         c = args.cells

@@ -4,7 +4,7 @@ Not named kernels.py: it would shadow Hugging Face's ``kernels``, which transfor
 
 Run (peers live in .venv-bench, built by benchmarks/setup_peers.sh):
 
-    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/kernels_cpu.py
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.kernels_cpu
 
 * GAE, 256 envs x 1024 steps: ``tdrl.kernels.gae`` vs TorchRL 0.14.1's
   ``generalized_advantage_estimate`` and ``vec_generalized_advantage_estimate``, and vs a
@@ -55,6 +55,7 @@ from tdrl.kernels import (
     pg_token_loss,
     token_logprobs,
 )
+from benchmarks.records import module_command, subprocess_env
 
 
 def median_ms(fn, repeats: int, warmup: int = 1) -> float:
@@ -269,8 +270,8 @@ def memory_child(case: str, impl: str, size: dict) -> None:
 
 
 def measure_memory(case: str, impl: str, size: dict) -> float:
-    cmd = [sys.executable, __file__, "--mem-child", case, impl, json.dumps(size)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    cmd = [*module_command(sys.executable, __spec__.name), "--mem-child", case, impl, json.dumps(size)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=subprocess_env()).stdout
     return json.loads(out.strip().splitlines()[-1])["extra_mb"]
 
 

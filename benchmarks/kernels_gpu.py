@@ -1,9 +1,9 @@
 """One-shot GPU check and benchmark of tdrl.kernels' Triton kernels (run on a CUDA machine).
 
-    python benchmarks/kernels_gpu.py            # from the repository root; OUT=dir to save
+    PYTHONPATH=packages/kernels/src python -m benchmarks.kernels_gpu   # from the root; OUT=dir to save
 
-Needs only torch and triton (no tensordict, nothing installed: the package source is put
-on ``sys.path``). Two parts, each section guarded so one failure does not lose the rest:
+Needs only torch and triton (no tensordict, nothing installed: ``PYTHONPATH`` names the
+kernels package's source). Two parts, each section guarded so one failure does not lose the rest:
 
 1. correctness: every Triton kernel vs its torch reference on CUDA, forward and backward,
    small odd shapes, float32 and bfloat16; prints PASS/FAIL with the max errors;
@@ -21,11 +21,8 @@ import functools
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "kernels" / "src"))
-
-from gpu_harness import (  # noqa: E402 - the harness sets TRITON_INTERPRET before torch loads
+from benchmarks.gpu_harness import (  # noqa: E402 - the harness sets TRITON_INTERPRET before torch loads
     DEV,
     DRY,
     T0,
@@ -455,7 +452,7 @@ def main() -> int:
     emit("# tdrl.kernels on GPU\n")
     device_name = "CPU dry run (TRITON_INTERPRET=1)" if DRY else torch.cuda.get_device_name()
     emit(f"device: {device_name}, torch {torch.__version__}, triton {triton.__version__}; "
-         f"command: python benchmarks/kernels_gpu.py")
+         f"command: python -m benchmarks.kernels_gpu")
     guarded("correctness", correctness)
     guarded("correctness fused_linear_pg_loss", correctness_fused_pg)
     emit("\n## Benchmarks (median of triton.testing.do_bench; peak = max_memory_allocated above inputs)")

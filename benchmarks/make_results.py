@@ -1,7 +1,7 @@
 """Generate ``benchmarks/RESULTS.md`` from the records in ``benchmarks/results/*.jsonl``.
 
-    python benchmarks/make_results.py           # rewrite RESULTS.md
-    python benchmarks/make_results.py --check   # exit 1 if RESULTS.md differs from the records
+    python -m benchmarks.make_results           # rewrite RESULTS.md
+    python -m benchmarks.make_results --check   # exit 1 if RESULTS.md differs from the records
 
 Sections come in the order of ``benchmarks/results/sections.json`` (each with a short intro:
 what is measured and how fairly); inside a section, tables and rows keep the order of their
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from records import RESULTS_DIR, read_records  # a script beside records.py
+from benchmarks.records import RESULTS_DIR, read_records  # a script beside records.py
 
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -26,7 +26,7 @@ _HEADER = """\
 # Benchmark results
 
 Today's figures, one row per measurement, each with its date and the exact command that
-produced it. This file is generated: `python benchmarks/make_results.py` writes it from the
+produced it. This file is generated: `python -m benchmarks.make_results` writes it from the
 records in `benchmarks/results/*.jsonl` (one JSON object per row, written by the benchmarks
 through `benchmarks/records.py`); do not edit it by hand. Earlier figures, and the sessions'
 notes on what changed, live in the git history of this file and of the records.
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if current != text:
             print(f"{args.out} is out of date with {args.results_dir}/*.jsonl: "
-                  f"run python benchmarks/make_results.py", file=sys.stderr)
+                  f"run python -m benchmarks.make_results", file=sys.stderr)
             return 1
         print(f"{args.out} is up to date")
         return 0

@@ -18,10 +18,10 @@ this script (``--side benchmarl``), because it pins torchrl<0.12. Where that ven
 command on PATH) launches that side instead, with ``TDRL_BENCHMARL_PYTHONPATH`` as its whole
 PYTHONPATH (by default the side gets none, so this tree's tdrl / tensordict never reach it).
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/marl.py            # both sides, median of --repeats
-    flock /tmp/tdrl-cpu.lock python benchmarks/marl.py --profile --frames 12000 --iters 1
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.marl            # both sides, median of --repeats
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.marl --profile --frames 12000 --iters 1
                                    # where the time goes, per phase, both sides (cProfile)
-    python benchmarks/marl.py --device cuda   # on a GPU machine: VMAS, networks, sampling and
+    python -m benchmarks.marl --device cuda   # on a GPU machine: VMAS, networks, sampling and
                                    # training on the GPU for both sides (BenchMARL's sampling,
                                    # train and buffer devices)
 
@@ -46,6 +46,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.records import module_command, subprocess_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -65,15 +67,14 @@ MISSING_BENCHMARL = ("is missing: run `flock /tmp/tdrl-cpu.lock bash benchmarks/
 
 def benchmarl_env() -> dict:
     """The environment of a BenchMARL-side subprocess: one thread, warnings off, and PYTHONPATH
-    = ``TDRL_BENCHMARL_PYTHONPATH`` alone (unset without it), never this process's path."""
+    = the repository root (for ``-m benchmarks.<name>``; tdrl itself is not under it) and
+    ``TDRL_BENCHMARL_PYTHONPATH``, never this process's path."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    env.pop("PYTHONPATH", None)
-    if os.environ.get("TDRL_BENCHMARL_PYTHONPATH"):
-        env["PYTHONPATH"] = os.environ["TDRL_BENCHMARL_PYTHONPATH"]
-    return env
+    env["PYTHONPATH"] = os.environ.get("TDRL_BENCHMARL_PYTHONPATH", "")
+    return subprocess_env(env)
 
 
-def _task(name: str) -> dict:
+def benchmarl_task(name: str) -> dict:
     """BenchMARL's task values from ``tdrl/marl/tasks.py``, read by path (the BenchMARL venv
     has no tdrl installed; the module is plain data)."""
     import importlib.util
@@ -86,12 +87,12 @@ def _task(name: str) -> dict:
 
 
 try:  # only inside .venv-benchmarl; module level so that BenchMARL can pickle it
-    from benchmarl.experiment.callback import Callback as _Callback
+    from benchmarl.experiment.callback import Callback as Callback
 except ImportError:
-    _Callback = object
+    Callback = object
 
 
-class _LastReturn(_Callback):
+class _LastReturn(Callback):
     """BenchMARL callback: mean return of the episodes that end in the latest batch."""
 
     value = float("nan")
@@ -138,13 +139,13 @@ def _phases(prof: cProfile.Profile, side: str) -> dict:
     return out
 
 
-def _sync(device: str) -> None:
+def sync_device(device: str) -> None:
     """Wait for queued GPU work, so that wall times cover it."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 
 
-def _check_device(device: str) -> None:
+def check_device(device: str) -> None:
     """A usable ``--device``: ``cpu``, or ``cuda[:i]`` on a machine with that GPU."""
     try:
         dev = torch.device(device)
@@ -166,7 +167,7 @@ def run_tdrl(args, seed: int) -> dict:
     from tdrl.marl.loops import TrainConfig, train_on_policy
 
     torch.manual_seed(seed)
-    task = _task(args.task)
+    task = benchmarl_task(args.task)
     env = VmasEnv(task["scenario"], num_envs=args.envs, max_steps=task["max_steps"], seed=seed,
                   device=args.device, **task["kwargs"])
     # critic_coef 2: tdrl's "l2" is 0.5 (x - y)^2, TorchRL's (x - y)^2 (BenchMARL's critic_coef is 1)
@@ -179,7 +180,7 @@ def run_tdrl(args, seed: int) -> dict:
     if prof is not None:
         prof.enable()
     hist = train_on_policy(env, parts, cfg)
-    _sync(args.device)
+    sync_device(args.device)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     out = {"frames": hist[-1]["frames"], "wall_s": wall, "cpu_s": cpu, "return": hist[-1]["train_return"]}
     if prof is not None:
@@ -205,7 +206,7 @@ def run_benchmarl(args, seed: int) -> dict:
     cfg.evaluation, cfg.render, cfg.loggers, cfg.create_json = False, False, [], False
     cfg.checkpoint_interval, cfg.checkpoint_at_end = 0, False
     cfg.save_folder = tempfile.mkdtemp(prefix="benchmarl_")
-    values = _task(args.task)
+    values = benchmarl_task(args.task)
     task = VmasTask[args.task.upper()].get_from_yaml()
     task.config.update({"max_steps": values["max_steps"], **values["kwargs"]})
     exp = Experiment(task=task, algorithm_config=MappoConfig.get_from_yaml(),
@@ -216,7 +217,7 @@ def run_benchmarl(args, seed: int) -> dict:
     if prof is not None:
         prof.enable()
     exp.run()
-    _sync(args.device)
+    sync_device(args.device)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     out = {"frames": exp.total_frames, "wall_s": wall, "cpu_s": cpu, "return": _LastReturn.value}
     if prof is not None:
@@ -226,10 +227,10 @@ def run_benchmarl(args, seed: int) -> dict:
 
 
 def _benchmarl_subprocess(args, seed: int) -> dict:
-    cmd = [str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--seed", str(seed),
-           "--envs", str(args.envs), "--frames", str(args.frames), "--epochs", str(args.epochs),
-           "--minibatch", str(args.minibatch), "--iters", str(args.iters), "--device", args.device,
-           "--task", args.task]
+    cmd = module_command(BENCHMARL_PY, __spec__.name, "--side", "benchmarl", "--seed", seed,
+                         "--envs", args.envs, "--frames", args.frames, "--epochs", args.epochs,
+                         "--minibatch", args.minibatch, "--iters", args.iters, "--device", args.device,
+                         "--task", args.task)
     cmd += ["--profile"] if args.profile else []
     out = subprocess.run(cmd, capture_output=True, text=True, env=benchmarl_env(), cwd=tempfile.gettempdir())
     if out.returncode != 0:
@@ -252,9 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--profile", action="store_true", help="one run per side under cProfile: time per phase")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:index]: VMAS, networks and training, both sides")
     args = p.parse_args(argv)
-    _check_device(args.device)
+    check_device(args.device)
     try:
-        n_agents = _task(args.task)["kwargs"]["n_agents"]
+        n_agents = benchmarl_task(args.task)["kwargs"]["n_agents"]
     except KeyError as err:
         sys.exit(f"--task: {err.args[0]}")
     torch.set_num_threads(1)

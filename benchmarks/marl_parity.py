@@ -23,7 +23,7 @@ agree to <= 2e-7; QMIX loss and gradients with tdrl's flags agree exactly, with 
 time-limit flags they differ by 0.4% (Q net) and 2% (mixer) on a batch holding 7 time-limit ends
 in 1,920 transitions.
 
-    python benchmarks/marl_parity.py            # both sides; needs .venv-benchmarl
+    python -m benchmarks.marl_parity            # both sides; needs .venv-benchmarl
 """
 
 from __future__ import annotations
@@ -31,20 +31,18 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from marl import BENCHMARL_PY, MISSING_BENCHMARL, benchmarl_env  # noqa: E402  (a script beside marl.py)
+from benchmarks.records import module_command
+from benchmarks.marl import BENCHMARL_PY, MISSING_BENCHMARL, benchmarl_env
 
 STEPS = {"mappo": 50, "qmix": 120}  # rollout steps: MAPPO's stay inside an episode, QMIX's cross the limit
 TASKS = {"mappo": "navigation", "qmix": "balance"}
 
 
-def _mlp_state(mlp) -> dict:
+def mlp_state(mlp) -> dict:
     """tdrl's shared-parameter ``MultiAgentMLP`` as TorchRL's ``MultiAgentMLP`` state (``params.<2i>.*``)."""
     out = {f"params.{2 * i}.weight": w[0].T.detach().clone() for i, w in enumerate(mlp.weights)}
     out.update({f"params.{2 * i}.bias": b[0].detach().clone() for i, b in enumerate(mlp.biases)})
@@ -55,7 +53,7 @@ def _mlp_grads(mlp) -> dict:
     return {f"params.{2 * i}.weight": w.grad[0].T.clone() for i, w in enumerate(mlp.weights)}
 
 
-def _mixer_state(q) -> dict:
+def mixer_state(q) -> dict:
     """tdrl's one-layer-hypernetwork ``QMixer`` as TorchRL's ``QMixer`` state."""
     pairs = {"hyper_w_1": q.hyper_w1, "hyper_w_final": q.hyper_w2, "hyper_b_1": q.hyper_b1,
              "V.0": q.value[0], "V.2": q.value[2]}
@@ -68,13 +66,13 @@ def tdrl_side(algorithm: str, seed: int = 0, envs: int = 16, loc_shift: float = 
     ``loc_shift``: MAPPO only, added (from ``-loc_shift`` to ``+loc_shift``) to the actor's output
     biases; a large one saturates actions, where the two log-probs differ (see the module doc).
     """
-    import marl_table as mt
+    from benchmarks import marl_table as mt
     from tdrl.core.objectives import total_loss
     from tdrl.marl.algorithms import ALGORITHMS
     from tdrl.marl.envs import VmasEnv
     from tdrl.marl.loops import collect
 
-    task = mt._task(TASKS[algorithm])
+    task = mt.benchmarl_task(TASKS[algorithm])
     conf = mt.tdrl_configs(algorithm, mt.Budget(), task["max_steps"])
     torch.manual_seed(seed)
     env = VmasEnv(task["scenario"], num_envs=envs, continuous_actions=conf["continuous"],
@@ -104,13 +102,13 @@ def tdrl_side(algorithm: str, seed: int = 0, envs: int = 16, loc_shift: float = 
         keys.update(log_prob=("agents", "action_log_prob"), advantage=("agents", "advantage"),
                     value_target=("agents", "value_target"))
         spec = env.full_action_spec["agents", "action"]
-        saved = {"actor": _mlp_state(actor_mlp), "critic": _mlp_state(critic_mlp),
+        saved = {"actor": mlp_state(actor_mlp), "critic": mlp_state(critic_mlp),
                  "g_actor": _mlp_grads(actor_mlp), "g_critic": _mlp_grads(critic_mlp),
                  "low": spec.low[0, 0].clone(), "high": spec.high[0, 0].clone()}
     else:
         qnet, target_qnet = loss.local_value_network.module, loss.target_local_value_network.module
-        saved = {"q": _mlp_state(qnet), "target_q": _mlp_state(target_qnet), "mixer": _mixer_state(loss.mixer),
-                 "target_mixer": _mixer_state(loss.target_mixer), "g_q": _mlp_grads(qnet),
+        saved = {"q": mlp_state(qnet), "target_q": mlp_state(target_qnet), "mixer": mixer_state(loss.mixer),
+                 "target_mixer": mixer_state(loss.target_mixer), "g_q": _mlp_grads(qnet),
                  "g_w1": loss.mixer.hyper_w1.weight.grad.clone()}
     saved["data"] = {k: batch.get(v).detach().clone() for k, v in keys.items()}
     saved["terms"] = {k: float(v.detach()) for k, v in out.items()}
@@ -227,7 +225,7 @@ def run(algorithm: str, seed: int = 0, loc_shift: float = 0.5) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{algorithm}.pt"
         torch.save(tdrl_side(algorithm, seed, loc_shift=loc_shift), path)
-        out = subprocess.run([str(BENCHMARL_PY), __file__, "--side", "benchmarl", "--saved", str(path)],
+        out = subprocess.run(module_command(BENCHMARL_PY, __spec__.name, "--side", "benchmarl", "--saved", path),
                              capture_output=True, text=True, env=benchmarl_env(), cwd=tmp)
     if out.returncode != 0:
         raise RuntimeError(f"BenchMARL side failed ({algorithm}):\n{out.stderr[-3000:]}")

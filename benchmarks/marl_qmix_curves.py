@@ -31,15 +31,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from marl import _task  # noqa: E402  (a script beside marl.py)
-from marl_table import Budget, _BUDGET_FLAGS, _Callback, _budget_argv, benchmarl_overrides, run_benchmarl_side  # noqa: E402
+from benchmarks.marl import benchmarl_task
+from benchmarks.marl_table import Budget, BUDGET_FLAGS, Callback, budget_argv, benchmarl_overrides, run_benchmarl_side
 
 COLUMNS = ("eps", "eps_obs", "buffer", "steps", "loss", "q_tot", "target", "gnorm", "clip", "ret", "eps_n")
 
@@ -86,7 +83,7 @@ def tdrl_curves(task: str, budget: Budget, seed: int, time_limit_terminates: boo
     ``init_path``: save the initial Q network and mixer there (TorchRL's parameter layout), for
     a BenchMARL run from the same weights (``--same-init``).
     """
-    import marl_table as mt
+    from benchmarks import marl_table as mt
     from tdrl.core.collectors import Collector
     from tdrl.marl.loops import common as loops_common
     from tdrl.marl.loops import off_policy as trainer_off
@@ -95,7 +92,7 @@ def tdrl_curves(task: str, budget: Budget, seed: int, time_limit_terminates: boo
     from tdrl.marl.objectives import qmix as qmix_mod
     from tdrl.marl.loops import evaluate
 
-    t = _task(task)
+    t = benchmarl_task(task)
     conf = mt.tdrl_configs("qmix", budget, t["max_steps"])
     torch.manual_seed(seed)
 
@@ -107,9 +104,9 @@ def tdrl_curves(task: str, budget: Budget, seed: int, time_limit_terminates: boo
     parts = BUILDERS["qmix"][0](train_env, conf["algorithm"], num_cells=conf["num_cells"])
     n_actions = train_env.full_action_spec["agents", "action"].n
     if init_path is not None:
-        from marl_parity import _mixer_state, _mlp_state
+        from benchmarks.marl_parity import mixer_state, mlp_state
 
-        torch.save({"q": _mlp_state(parts.loss.local_value_network.module), "mixer": _mixer_state(parts.loss.mixer)},
+        torch.save({"q": mlp_state(parts.loss.local_value_network.module), "mixer": mixer_state(parts.loss.mixer)},
                    init_path)
     steps, batches, rows = _Steps(), [], []
     clip_val = conf["train"].max_grad_norm
@@ -149,7 +146,7 @@ def tdrl_curves(task: str, budget: Budget, seed: int, time_limit_terminates: boo
     return {"rows": rows, "return": evaluate(eval_env, parts.policy, t["max_steps"])}
 
 
-class _Curves(_Callback):
+class _Curves(Callback):
     """BenchMARL callback: one row per iteration (the batch's statistics, then the training's)."""
 
     steps: _Steps
@@ -195,7 +192,7 @@ def benchmarl_curves(task: str, budget: Budget, seed: int, init_path: Path | Non
     from benchmarl.models.mlp import MlpConfig
     from torchrl.objectives.multiagent import qmixer
 
-    import marl_table as mt
+    from benchmarks import marl_table as mt
 
     _Curves.steps, _Curves.rows, _Curves.state = _Steps(), [], {}
     orig_dist = qmixer.distance_loss
@@ -215,7 +212,7 @@ def benchmarl_curves(task: str, budget: Budget, seed: int, init_path: Path | Non
     for obj, values in ((algo, over["algorithm"]), (model, over["model"]), (critic, over["model"])):
         for k, v in values.items():
             setattr(obj, k, v)
-    values = _task(task)
+    values = benchmarl_task(task)
     bm_task = VmasTask[task.upper()].get_from_yaml()
     bm_task.config.update({"max_steps": values["max_steps"], **values["kwargs"]})
     qmixer.distance_loss = dist
@@ -233,9 +230,9 @@ def benchmarl_curves(task: str, budget: Budget, seed: int, init_path: Path | Non
 
 
 def _benchmarl_subprocess(task: str, budget: Budget, seed: int, init_path: Path | None = None) -> dict:
-    argv = ["--side", "benchmarl", "--task", task, "--seeds", str(seed), *_budget_argv(budget),
+    argv = ["--side", "benchmarl", "--task", task, "--seeds", str(seed), *budget_argv(budget),
             *(["--init", str(init_path)] if init_path is not None else [])]
-    return run_benchmarl_side(__file__, argv, f"seed {seed}")
+    return run_benchmarl_side(__spec__.name, argv, f"seed {seed}")
 
 
 def mean_rows(runs: list[dict]) -> list[dict]:
@@ -258,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--task", default="balance")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     defaults = Budget(eval_episodes=200)
-    for field, flag in _BUDGET_FLAGS.items():
+    for field, flag in BUDGET_FLAGS.items():
         p.add_argument(flag, dest=field, type=int, default=getattr(defaults, field))
     p.add_argument("--time-limit-terminates", action="store_true",
                    help="tdrl side: VMAS's time limit sets terminated, as TorchRL's VmasEnv (BenchMARL) does")
@@ -267,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--init", type=Path, help=argparse.SUPPRESS)  # (--side benchmarl) the saved weights
     p.add_argument("--json", type=Path, help="also write every run's rows here")
     args = p.parse_args(argv)
-    budget = Budget(**{f: getattr(args, f) for f in _BUDGET_FLAGS})
+    budget = Budget(**{f: getattr(args, f) for f in BUDGET_FLAGS})
     torch.set_num_threads(1)
     if args.side == "benchmarl":
         for seed in args.seeds:

@@ -21,7 +21,7 @@ round) when there is one (``peer_run``).
 
     flock /tmp/tdrl-cpu.lock python -u benchmarks/marl_table.py --tasks navigation --seeds 0 1 --record
     flock /tmp/tdrl-cpu.lock python -u benchmarks/marl_table.py --tasks wheel --algorithms qmix --seeds 0 1 2 --record
-    python benchmarks/marl_table.py --side tdrl --tasks balance --algorithms qmix --iters 1  # one side
+    python -m benchmarks.marl_table --side tdrl --tasks balance --algorithms qmix --iters 1  # one side
 
 Where the two libraries differ in formula, the mapping keeps the update the same:
 
@@ -57,9 +57,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from marl import BENCHMARL_PY, MISSING_BENCHMARL, _check_device, _sync, _task, benchmarl_env  # noqa: E402  (a script beside marl.py)
+from benchmarks.records import module_command
+from benchmarks.marl import BENCHMARL_PY, MISSING_BENCHMARL, check_device, sync_device, benchmarl_task, benchmarl_env
 
 ALGORITHMS = ("mappo", "ippo", "qmix")
 TASKS = ("balance", "navigation", "transport", "wheel", "sampling")
@@ -204,7 +203,7 @@ def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str =
     from tdrl.marl.envs import VmasEnv
     from tdrl.marl.loops import evaluate, train_off_policy, train_on_policy
 
-    t = _task(task)
+    t = benchmarl_task(task)
     conf = tdrl_configs(algorithm, budget, t["max_steps"])
     torch.manual_seed(seed)
 
@@ -217,19 +216,19 @@ def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str =
     loop = train_on_policy if conf["continuous"] else train_off_policy
     t0, c0 = time.perf_counter(), time.process_time()
     hist = loop(train_env, parts, conf["train"])
-    _sync(device)
+    sync_device(device)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     ret = evaluate(eval_env, parts.policy, t["max_steps"])
     return {"frames": hist[-1]["frames"], "wall_s": wall, "cpu_s": cpu, "return": ret}
 
 
 try:  # only inside .venv-benchmarl; module level so that BenchMARL can pickle it
-    from benchmarl.experiment.callback import Callback as _Callback
+    from benchmarl.experiment.callback import Callback as Callback
 except ImportError:
-    _Callback = object
+    Callback = object
 
 
-class _EvalReturns(_Callback):
+class _EvalReturns(Callback):
     """BenchMARL callback: the evaluation episodes' returns, cut at the first done as
     BenchMARL's logger does (sum over time of the mean over agents of the reward)."""
 
@@ -268,7 +267,7 @@ def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: 
             if not hasattr(obj, k):
                 raise AttributeError(f"BenchMARL's {type(obj).__name__} has no field {k!r}")
             setattr(obj, k, v)
-    values = _task(task)
+    values = benchmarl_task(task)
     bm_task = VmasTask[task.upper()].get_from_yaml()
     bm_task.config.update({"max_steps": values["max_steps"], **values["kwargs"]})
     exp = Experiment(task=bm_task, algorithm_config=algo, model_config=model, critic_model_config=critic,
@@ -276,7 +275,7 @@ def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: 
     close, exp.close = exp.close, lambda: None  # keep the test env open past run() for the evaluation
     t0, c0 = time.perf_counter(), time.process_time()
     exp.run()
-    _sync(device)
+    sync_device(device)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     exp.evaluate()  # BenchMARL's own evaluation loop (deterministic actions, evaluation_episodes envs)
     close()
@@ -286,11 +285,11 @@ def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: 
     return {"frames": exp.total_frames, "wall_s": wall, "cpu_s": cpu, "return": sum(rets) / len(rets)}
 
 
-def run_benchmarl_side(script: str, argv: list[str], what: str) -> dict:
-    """``script argv`` in .venv-benchmarl, or ``TDRL_BENCHMARL_PYTHON`` (one thread, without this
+def run_benchmarl_side(module: str, argv: list[str], what: str) -> dict:
+    """``python -m module argv`` in .venv-benchmarl, or ``TDRL_BENCHMARL_PYTHON`` (one thread, without this
     tree on the path: ``marl.benchmarl_env``); the JSON object its last stdout line prints.
     ``what`` names the run in the error."""
-    out = subprocess.run([str(BENCHMARL_PY), script, *argv], capture_output=True, text=True, env=benchmarl_env(),
+    out = subprocess.run(module_command(BENCHMARL_PY, module, *argv), capture_output=True, text=True, env=benchmarl_env(),
                          cwd=tempfile.gettempdir())
     if out.returncode != 0:
         raise RuntimeError(f"BenchMARL side failed ({what}):\n{out.stderr[-3000:]}")
@@ -299,17 +298,17 @@ def run_benchmarl_side(script: str, argv: list[str], what: str) -> dict:
 
 def _benchmarl_subprocess(task: str, algorithm: str, budget: Budget, seed: int, device: str) -> dict:
     argv = ["--side", "benchmarl", "--tasks", task, "--algorithms", algorithm, "--seeds", str(seed),
-            "--device", device, *_budget_argv(budget)]
-    return run_benchmarl_side(__file__, argv, f"{task}, {algorithm}, seed {seed}")
+            "--device", device, *budget_argv(budget)]
+    return run_benchmarl_side(__spec__.name, argv, f"{task}, {algorithm}, seed {seed}")
 
 
-_BUDGET_FLAGS = {"envs": "--envs", "frames_per_batch": "--frames", "iters": "--iters", "epochs": "--epochs",
+BUDGET_FLAGS = {"envs": "--envs", "frames_per_batch": "--frames", "iters": "--iters", "epochs": "--epochs",
                  "minibatch": "--minibatch", "optimizer_steps": "--optimizer-steps",
                  "train_batch": "--train-batch", "eval_episodes": "--eval-episodes"}
 
 
-def _budget_argv(budget: Budget) -> list[str]:
-    return [x for f, flag in _BUDGET_FLAGS.items() for x in (flag, str(getattr(budget, f)))]
+def budget_argv(budget: Budget) -> list[str]:
+    return [x for f, flag in BUDGET_FLAGS.items() for x in (flag, str(getattr(budget, f)))]
 
 
 def _mean_std(xs: list[float]) -> str:
@@ -427,7 +426,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), help=f"of {', '.join(ALGORITHMS)}")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     defaults = Budget()
-    for field, flag in _BUDGET_FLAGS.items():
+    for field, flag in BUDGET_FLAGS.items():
         p.add_argument(flag, dest=field, type=int, default=getattr(defaults, field))
     p.add_argument("--device", default="cpu", help="cpu or cuda[:index], both sides")
     p.add_argument("--record", action="store_true", help="write one benchmarks/results record per pair")
@@ -436,13 +435,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--time-limit-terminates", action="store_true",
                    help="tdrl side: VMAS's time limit sets terminated, as TorchRL's VmasEnv (BenchMARL) does")
     args = p.parse_args(argv)
-    _check_device(args.device)
+    check_device(args.device)
     for name, valid in (("tasks", TASKS), ("algorithms", ALGORITHMS)):
         bad = [x for x in getattr(args, name) if x not in valid]
         if bad:
             sys.exit(f"--{name}: unknown {bad}; valid: {', '.join(valid)}.")
     try:
-        budget = Budget(**{f: getattr(args, f) for f in _BUDGET_FLAGS})
+        budget = Budget(**{f: getattr(args, f) for f in BUDGET_FLAGS})
     except ValueError as err:
         sys.exit(str(err))
     torch.set_num_threads(1)
@@ -482,7 +481,7 @@ def main(argv: list[str] | None = None) -> None:
             ratio, cpu_ratio = s.pop("ratio"), s.pop("cpu ratio")
             print(f"== {algorithm.upper()} {task}: {s}, {ratio:.2f}x ({cpu_ratio:.2f}x CPU)", flush=True)
             if args.record:
-                from records import write_record
+                from benchmarks.records import write_record
 
                 name = row_name(task, algorithm, budget, args.time_limit_terminates, args.device)
                 machine = ("shared 2-core CPU box" if args.device == "cpu" else

@@ -12,8 +12,8 @@ own venv (``/work/venvs/mctx``, see benchmarks/setup_peers.sh) as a subprocess o
 weights and root embeddings (benchmarks/mcts_mctx.py), and the ratio tdrl / mctx is printed;
 ``--record`` writes those rows to benchmarks/results/mcts.jsonl.
 
-Run:  python benchmarks/mcts.py  [--simulations 32 --repeats 3 --batch-sizes 1 64 512]
-      python benchmarks/mcts.py --mctx --skip-peer --record
+Run:  python -m benchmarks.mcts  [--simulations 32 --repeats 3 --batch-sizes 1 64 512]
+      python -m benchmarks.mcts --mctx --skip-peer --record
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ def _versus_mctx(args, model: TinyModel, ours_rates: dict, ours_visits: dict) ->
         same = peer["visits"][str(b)] == [[int(v) for v in row] for row in ours_visits[b]]
         print(f"{b:>5} {ours_rates[b]:>14,.0f} {theirs:>14,.0f} {ratio:>7.2f}x  {same}")
         if args.record:
-            from records import write_record
+            from benchmarks.records import write_record
 
             target = targets.get(b)
             verdict = "" if target is None else f" (target {target}x: {'met' if ratio >= target else 'not met'})"

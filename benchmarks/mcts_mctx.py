@@ -8,7 +8,7 @@ least 0.2 s, compile excluded).
 
 Run (normally by benchmarks/mcts.py --mctx):
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
-        /work/venvs/mctx/bin/python benchmarks/mcts_mctx.py WEIGHTS.npz 32 3 1 64 512
+        /work/venvs/mctx/bin/python -m benchmarks.mcts_mctx WEIGHTS.npz 32 3 1 64 512
 """
 
 from __future__ import annotations

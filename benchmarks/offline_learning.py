@@ -6,14 +6,13 @@
 3. train BC / TD3+BC / IQL / CQL / DT with ``apps/offline`` on that dataset folder and record
    each policy's evaluation return beside the dataset's mean episode return.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/offline_learning.py --sac-frames 4000 --episodes 50 --steps 5000 --record
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.offline_learning --sac-frames 4000 --episodes 50 --steps 5000 --record
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -70,8 +69,7 @@ def main() -> None:
     ap.add_argument("--record", action="store_true", help="write the rows to benchmarks/results (RESULTS.md)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from records import write_record
+    from benchmarks.records import write_record
 
     root = Path(args.out)
     sac, offline = load_app("sac"), load_app("offline")

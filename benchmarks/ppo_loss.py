@@ -2,7 +2,7 @@
 
 Run (one torch thread, in the peers venv)::
 
-    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/ppo_loss.py
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.ppo_loss
 
 An epoch: 65,536 transitions (obs 17, act 6), shuffled into minibatches of 4,096; for each
 minibatch the clipped surrogate + value loss + entropy bonus, backward, Adam step. The

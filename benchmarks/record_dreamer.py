@@ -4,8 +4,8 @@ Reads the run folder's ``summary.json`` and ``metrics.csv``, copies its learning
 ``benchmarks/results/dreamer_<task>.png`` and writes one record with the final evaluation,
 the best evaluation during training, and the random policy's return measured in the same run.
 
-    python benchmarks/record_dreamer.py RUN_FOLDER --command "the training command(s)"
-    python benchmarks/make_results.py
+    python -m benchmarks.record_dreamer RUN_FOLDER --command "the training command(s)"
+    python -m benchmarks.make_results
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ import argparse
 import csv
 import json
 import shutil
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from records import RESULTS_DIR, write_record  # noqa: E402
+from benchmarks.records import RESULTS_DIR, write_record
 
 
 def main() -> None:

@@ -4,19 +4,16 @@ Reads the run folder's ``summary.json`` and writes one record: held-out accuracy
 after SFT and after GRPO, the train reward (first round / mean of the last 10), and for a
 multi-turn tool run the held-out and train tool-call rates and the tool errors counted.
 
-    python benchmarks/record_grpo_run.py RUN_FOLDER --table "..." --row "..." --command "the run's command"
-    python benchmarks/make_results.py
+    python -m benchmarks.record_grpo_run RUN_FOLDER --table "..." --row "..." --command "the run's command"
+    python -m benchmarks.make_results
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from records import write_record  # noqa: E402
+from benchmarks.records import write_record
 
 
 def main() -> None:

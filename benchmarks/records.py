@@ -28,9 +28,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESULTS_DIR", "FIELDS", "read_records", "record_path", "remove_records", "write_record", "this_command"]
+__all__ = ["BENCHMARKS", "ROOT", "RESULTS_DIR", "module_command", "subprocess_env", "FIELDS", "read_records", "record_path", "remove_records", "write_record", "this_command"]
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+BENCHMARKS = Path(__file__).resolve().parent
+"""This folder (the ``benchmarks`` package)."""
+ROOT = BENCHMARKS.parent
+"""The repository root: the benchmarks run from it as ``python -m benchmarks.<name>``."""
+RESULTS_DIR = BENCHMARKS / "results"
 FIELDS = ("section", "table", "row", "figures", "peer", "ratio", "command", "date", "machine", "note")
 
 
@@ -44,17 +48,32 @@ def record_path(section: str, results_dir: Path | None = None) -> Path:
 
 
 def this_command() -> str:
-    """The command line that runs this process, relative to the repository root when possible:
-    the script's path is written from the root (``python benchmarks/x.py``, also when it ran
-    from inside ``benchmarks/``), so that the printed command runs from a checkout's root."""
+    """The command line that runs this process, as it runs from a checkout's root: a benchmark
+    is written as its module (``python -m benchmarks.x``, however it was started), another
+    script by its path from the root."""
     exe = os.path.relpath(sys.executable) if ".venv" in sys.executable else "python"
     argv = list(sys.argv)
     if argv and argv[0].endswith(".py"):
-        repo = Path(__file__).resolve().parents[1]
         script = Path(argv[0]).resolve()
-        if script.is_relative_to(repo):
-            argv[0] = script.relative_to(repo).as_posix()
+        if script.parent == BENCHMARKS:
+            argv[0:1] = ["-m", f"benchmarks.{script.stem}"]
+        elif script.is_relative_to(ROOT):
+            argv[0] = script.relative_to(ROOT).as_posix()
     return shlex.join([exe, *argv])
+
+
+def module_command(python: str, module: str, *args: str) -> list[str]:
+    """``python -m <module> args``: how a benchmark starts a side of itself in a subprocess
+    (``module`` is the caller's ``__spec__.name``); run it with :func:`subprocess_env`."""
+    return [str(python), "-m", module, *map(str, args)]
+
+
+def subprocess_env(env: dict | None = None) -> dict:
+    """``env`` (this process's by default) with the repository root first on ``PYTHONPATH``,
+    so ``python -m benchmarks.<name>`` imports from any working folder."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def this_machine() -> str:

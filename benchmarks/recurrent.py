@@ -19,7 +19,7 @@ Rows (one torch thread, same weights, inputs and resets, interleaved repeats, me
 Training (forward + backward) is the figure that matters: forward alone is bound by the
 same GEMMs the loop does (``nn.GRU``'s step is one oneDNN call), so it can gain less.
 
-Run:  python benchmarks/recurrent.py [--batch 256 --time 128 --hidden 128 --repeats 5]
+Run:  python -m benchmarks.recurrent [--batch 256 --time 128 --hidden 128 --repeats 5]
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def main() -> None:
                 print(f"{kind.upper():4s} {mode:18s} {name:32s} {ms:9.1f} ms  {ratio:5.2f}x vs loop")
                 records.append((kind, mode, name, ms, ratio))
     if args.record:
-        from records import write_record
+        from benchmarks.records import write_record
 
         for kind, mode, name, ms, ratio in records:
             table = (f"Recurrent: {kind.upper()} over [B={B}, T={T}], hidden {H}, "

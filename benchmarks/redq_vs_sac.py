@@ -11,14 +11,13 @@ seeds may run in separate invocations, each one short). ``--arms sac_utd`` adds 
 (2 critics, an actor step per gradient step) at the REDQ arm's UTD, to tell the ensemble's
 share of a gain from the extra gradient steps'.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/redq_vs_sac.py --env-id InvertedPendulum-v5 --frames 2000 --seeds 0 --record
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.redq_vs_sac --env-id InvertedPendulum-v5 --frames 2000 --seeds 0 --record
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ def _arm_name(arm: str, cfg) -> str:
 def _record_means(table: str, names: dict[str, str], eval_col: str, results_dir: Path | None) -> None:
     """Re-write each arm's mean row over every per-seed row of ``table`` (kept last); the other
     arms' rows compare with SAC's over the seeds both have."""
-    from records import read_records, record_path, remove_records, write_record
+    from benchmarks.records import read_records, record_path, remove_records, write_record
 
     mean_rows = {arm: f"{name}, mean" for arm, name in names.items()}
     remove_records(SECTION, table, list(mean_rows.values()), results_dir=results_dir)
@@ -60,7 +59,7 @@ def _record_means(table: str, names: dict[str, str], eval_col: str, results_dir:
                      {"seed": ",".join(str(s) for s in sorted(by_seed)), eval_col: round(mean, 1),
                       "eval return std over seeds": None if sd is None else round(sd, 1)},
                      peer="SAC at the same frames" if ratio else None, ratio=ratio,
-                     command="python benchmarks/redq_vs_sac.py (the mean of this table's per-seed rows)",
+                     command="python -m benchmarks.redq_vs_sac (the mean of this table's per-seed rows)",
                      results_dir=results_dir)
 
 
@@ -85,8 +84,7 @@ def main() -> None:
     ap.add_argument("--results-dir", default=None, help="where --record writes (default benchmarks/results)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from records import write_record
+    from benchmarks.records import write_record
 
     sac = load_app("sac")
     hidden = tuple(int(h) for h in args.hidden.split(","))

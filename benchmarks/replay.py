@@ -2,7 +2,7 @@
 
 Run with the peers' venv (it has TorchRL and tdrl installed):
 
-    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python benchmarks/replay.py
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.replay
 
 Cases (issue 3):
 - extend: batches of 1024 transitions (obs 64 floats, next obs, action 8, reward, done)
@@ -208,7 +208,7 @@ def _wall_per_call_us(fn, calls: int, sync) -> float:
 
 def tree_case(args) -> None:
     """Prioritized sample 256 + update 256 on a full storage: host tree vs device tree."""
-    from records import cpu_model, write_record
+    from benchmarks.records import cpu_model, write_record
 
     dev = torch.device(args.tree_device)
     cap = args.capacity
@@ -298,7 +298,7 @@ def _sac_transitions(n: int, obs: int = 17, act: int = 6) -> TensorDict:
 
 def sac_case(args) -> None:
     """SAC-style loop, UTD 4: sync vs async prioritized writes (env steps per second)."""
-    from records import cpu_model, write_record
+    from benchmarks.records import cpu_model, write_record
 
     cap, utd, steps = 100_000, 4, args.sac_steps
 
@@ -359,7 +359,7 @@ class _Recorder:
         self.table = f"Replay buffer calls, {self.size}-slot storages"
 
     def add(self, case: str, ours: float, peer: float | None) -> None:
-        from records import write_record
+        from benchmarks.records import write_record
 
         rows = {
             "extend": (f"extend 1024 transitions, TensorStorage({self.size})",

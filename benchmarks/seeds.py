@@ -1,6 +1,6 @@
 """Seeds as one vectorised model vs the same seeds run one after another, same frames each.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/seeds.py [--frames 16384] [--repeats 3] [--record]
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.seeds [--frames 16384] [--repeats 3] [--record]
 
 PPO app (``apps/ppo/train.py``): ``n_seeds=3`` (one process, one env of 3 seed-major blocks,
 actor and critic stacked over the seeds and evaluated with ``vmap``; ``tdrl.core.train.seeds``)
@@ -24,7 +24,6 @@ import argparse
 import csv
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -120,7 +119,6 @@ def main() -> None:
     ap.add_argument("--record", action="store_true", help="write the rows to benchmarks/results")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    sys.path.insert(0, str(REPO / "benchmarks"))
     from tdrl.core.cli import load_app
 
     ppo = load_app("ppo")
@@ -132,7 +130,7 @@ def main() -> None:
         rows.append((row, figures, ratio))
         print(rows[-1], flush=True)
         if args.record:
-            from records import write_record
+            from benchmarks.records import write_record
 
             marl = row.startswith(("MAPPO", "QMIX"))
             note = (f"{row.split()[0]}: median of {args.repeats} rounds; the ratio is on the runner's wall time "

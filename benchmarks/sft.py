@@ -11,9 +11,9 @@ each side in its own process (peak RSS per side). tdrl runs twice: its default f
 model's full logits). TRL 1.16 computes its loss through its own chunked LM head
 (``add_fused_lm_head``), plus entropy and token accuracy for its logs.
 
-    .venv-bench/bin/python benchmarks/sft.py                # needs trl (benchmarks/setup_peers.sh)
-    .venv-bench/bin/python benchmarks/sft.py --steps 12 --repeats 3
-    .venv-bench/bin/python benchmarks/sft.py --lora 8     # LoRA r=8 on every linear layer but the head
+    .venv-bench/bin/python -m benchmarks.sft                # needs trl (benchmarks/setup_peers.sh)
+    .venv-bench/bin/python -m benchmarks.sft --steps 12 --repeats 3
+    .venv-bench/bin/python -m benchmarks.sft --lora 8     # LoRA r=8 on every linear layer but the head
 
 ``--model NAME_OR_FOLDER`` starts every side from that model instead (a registered name such as
 ``smollm2-135m-instruct`` is converted once into tdrl's cache) with shorter rows (``--sums 3``:
@@ -23,7 +23,7 @@ reaches, counting ``6 x (non-embedding parameters) x tokens + 6 x (LM-head param
 tokens`` FLOPs a step (forward 2, backward 4 per multiply-add; attention scores, ~1% at this
 length, left out). Gradient checkpointing is off on every side (TRL's default is on).
 
-    .venv-bench/bin/python benchmarks/sft.py --model smollm2-135m-instruct --batch 8 --lr 1e-5 --steps 6 --repeats 1 --record
+    .venv-bench/bin/python -m benchmarks.sft --model smollm2-135m-instruct --batch 8 --lr 1e-5 --steps 6 --repeats 1 --record
 
 With ``--lora R`` both sides train the same peft adapters (``tdrl.llm.apply_lora``, rank R,
 alpha 2R, every linear layer; the LM head stays frozen, so tdrl's fused loss takes its
@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from benchmarks.records import module_command, subprocess_env
 
 
 def _data(n: int, seed: int, sums: int = 12):
@@ -213,10 +214,10 @@ def main() -> None:
         for r in range(a.repeats):
             for side in SIDES:
                 out = os.path.join(tmp, f"{side}{r}.json")
-                cmd = [sys.executable, __file__, "--worker", side, "--model", folder, "--out", out,
+                cmd = [*module_command(sys.executable, __spec__.name), "--worker", side, "--model", folder, "--out", out,
                        "--steps", str(a.steps), "--batch", str(a.batch), "--lr", str(a.lr), "--seed", str(a.seed),
                        "--lora", str(a.lora), "--sums", str(a.sums)]
-                subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+                subprocess.run(cmd, check=True, env=subprocess_env(env), stdout=subprocess.DEVNULL)
                 with open(out) as f:
                     results[side].append(json.load(f))
         if real:  # the FLOPs of a mean batch, on the model's own tokenizer
@@ -252,9 +253,7 @@ def main() -> None:
               f"a step is {flops / 1e9:.1f} GFLOP")
     if a.record and real:
         import trl
-
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from records import write_record
+        from benchmarks.records import write_record
 
         table = f"SFT vs TRL {trl.__version__} SFTTrainer on the real {what}"
         note = (f"Same cached model folder and rows, completion-only loss on every side, lr {a.lr:g} cosine, grad clip 1.0, "

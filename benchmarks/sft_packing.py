@@ -9,17 +9,15 @@ whose assistant answers are one to eight short sentences, so their lengths vary 
 same examples in the same order, the same optimiser and loss (assistant tokens only); the
 figure is real (non-padding) tokens per second, median of the steps after the first.
 
-    flock /tmp/tdrl-cpu.lock python benchmarks/sft_packing.py --record
-    python benchmarks/sft_packing.py --steps 3 --batch 8        # quicker
+    flock /tmp/tdrl-cpu.lock python -m benchmarks.sft_packing --record
+    python -m benchmarks.sft_packing --steps 3 --batch 8        # quicker
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
-import sys
 import time
 
 SENTENCES = ["The sum is found by adding the two numbers.", "Start with the larger one.", "Count up by the smaller one.",
@@ -78,8 +76,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from records import cpu_model, this_machine, write_record
+    from benchmarks.records import cpu_model, this_machine, write_record
 
     res = {packing: run(packing, a) for packing in (False, True)}
     base = res[False]["tok_s"]

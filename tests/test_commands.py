@@ -72,8 +72,13 @@ def _parse(segment: str, where: str) -> Command | None:
     note = re.match(r"^(\S+\.py)\s+\((.*)\)\s*$", rest)
     if note:
         return Command(where, note.group(1), remark=True)
+    note = re.match(r"^-m\s+benchmarks\.(\w+)\s+\((.*)\)\s*$", rest)
+    if note:
+        return Command(where, f"benchmarks/{note.group(1)}.py", remark=True)
     tokens = shlex.split(rest)
     if tokens[:1] == ["-m"]:
+        if len(tokens) > 1 and tokens[1].startswith("benchmarks."):  # a benchmark: its script
+            return Command(where, "benchmarks/" + tokens[1].split(".", 1)[1] + ".py", tokens[2:])
         return Command(where, f"-m {tokens[1]}", tokens[2:]) if len(tokens) > 1 else None
     if not tokens or not tokens[0].endswith(".py"):
         return None
@@ -219,10 +224,10 @@ def _script_parser(script: Path) -> argparse.ArgumentParser | str | None:
     argparse.ArgumentParser.parse_args = capture
     argparse.ArgumentParser.parse_known_args = capture
     sys.argv = [str(script)]
-    sys.path.insert(0, str(script.parent))  # benchmarks import their neighbours (records.py)
+    sys.path.insert(0, str(ROOT))  # ``python -m benchmarks.x`` runs from the repository root
     try:
         with warnings.catch_warnings():  # a benchmark's filterwarnings("ignore") stays inside
-            runpy.run_path(str(script), run_name="__main__")
+            runpy.run_module(f"benchmarks.{script.stem}", run_name="__main__", alter_sys=True)
     except _Captured as got:
         return got.parser
     except (ImportError, SystemExit, Exception) as err:  # noqa: B014 - any reason it cannot start
@@ -323,9 +328,9 @@ def test_the_checker_refuses_the_stale_spellings():
 
 def test_commands_are_found_in_blocks_spans_and_continuations():
     text = ("Run `python apps/ppo/train.py -cn\ntiny seed=1` or:\n\n```bash\n"
-            "nohup python benchmarks/gae.py --repeats 3 \\\n    --record   # a comment\n"
+            "nohup python -m benchmarks.gae --repeats 3 \\\n    --record   # a comment\n"
             "tdrl ppo env_id=CartPole-v1\n```\n```python\npython_only = 1\n```\n"
-            "`x.py (a remark; it runs python benchmarks/mcts.py --repeats 3)`\n")
+            "`x.py (a remark; it runs python -m benchmarks.mcts --repeats 3)`\n")
     found = commands_in(text, "doc")
     assert [(c.script, c.args) for c in found] == [
         ("benchmarks/gae.py", ["--repeats", "3", "--record"]),
@@ -336,11 +341,15 @@ def test_commands_are_found_in_blocks_spans_and_continuations():
 
 
 def test_a_benchmark_run_from_its_folder_records_its_path_from_the_root(monkeypatch):
-    """How four RESULTS rows came to print ``python recurrent.py``: the record took sys.argv as typed."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    from records import this_command
+    """How four RESULTS rows came to print ``python recurrent.py``: the record took sys.argv as
+    typed. ``python -m`` puts the module's full path in sys.argv[0]; a script's path as typed
+    (the old spelling) is written as the module too."""
+    from benchmarks.records import this_command
 
     monkeypatch.chdir(ROOT / "benchmarks")
     monkeypatch.setattr(sys, "argv", ["recurrent.py", "--repeats", "3", "--machine", "a box"])
     monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
-    assert this_command() == "python benchmarks/recurrent.py --repeats 3 --machine 'a box'"
+    assert this_command() == "python -m benchmarks.recurrent --repeats 3 --machine 'a box'"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "benchmarks" / "gae.py"), "--repeats", "3"])
+    assert this_command() == "python -m benchmarks.gae --repeats 3"

@@ -84,3 +84,31 @@ def test_tensordict_internals_live_in_one_module():
              if p != home and _INTERNALS.search(re.sub(r"#.*", "", p.read_text()))]
     assert not users, "use tdrl.core.td_access instead of tensordict internals in: " + ", ".join(users)
     assert _INTERNALS.search(home.read_text())
+
+
+def test_benchmarks_are_a_package_that_never_edits_sys_path():
+    """``python -m benchmarks.<name>`` from the root: a benchmark imports its neighbours as
+    ``benchmarks.<module>`` (the shared helpers are ``benchmarks.records``) and never edits
+    ``sys.path`` or imports a neighbour's private names."""
+    bench = ROOT / "benchmarks"
+    assert (bench / "__init__.py").is_file()
+    scripts = sorted(bench.glob("*.py"))
+    assert len(scripts) > 20
+    edits, private, bare = [], [], []
+    neighbours = {p.stem for p in scripts}
+    for path in scripts:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                    and node.value.id == "sys"):
+                edits.append(path.name)
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                if node.module.startswith("benchmarks."):
+                    private += [f"{path.name}: {a.name}" for a in node.names if a.name.startswith("_")]
+                elif node.module in neighbours:
+                    bare.append(f"{path.name}: from {node.module}")
+            if isinstance(node, ast.Import):
+                bare += [f"{path.name}: import {a.name}" for a in node.names if a.name in neighbours]
+    assert not edits, f"sys.path used in {sorted(set(edits))}: import benchmarks.<module> instead"
+    assert not private, f"private names imported between benchmarks: {private}"
+    assert not bare, f"neighbours imported by bare name (works only as a script): {bare}"

@@ -13,18 +13,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "make_results.py"
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 def _check(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "--check", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "benchmarks.make_results", "--check", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
 
 
 def test_results_md_is_up_to_date_with_the_records():
     proc = _check()
-    assert proc.returncode == 0, proc.stderr + "\nrun: python benchmarks/make_results.py"
+    assert proc.returncode == 0, proc.stderr + "\nrun: python -m benchmarks.make_results"
 
 
 def test_every_record_has_its_figures_command_date_and_machine():
@@ -48,28 +47,20 @@ def test_check_fails_when_a_record_changes(tmp_path):
     out = tmp_path / "RESULTS.md"
     shutil.copy(ROOT / "benchmarks" / "RESULTS.md", out)
     assert _check("--results-dir", str(results), "--out", str(out)).returncode == 0
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from records import write_record
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks.records import write_record
     write_record("Replay buffers", "Replay buffer calls, 1M-slot storages", "a new row", {"tdrl us": 1.0},
-                 command="python benchmarks/replay.py", results_dir=results)
+                 command="python -m benchmarks.replay", results_dir=results)
     proc = _check("--results-dir", str(results), "--out", str(out))
     assert proc.returncode == 1 and "out of date" in proc.stderr
-    subprocess.run([sys.executable, str(SCRIPT), "--results-dir", str(results), "--out", str(out)], check=True,
+    subprocess.run([sys.executable, "-m", "benchmarks.make_results", "--results-dir", str(results), "--out", str(out)], check=True,
                    capture_output=True, cwd=ROOT)
     text = out.read_text(encoding="utf-8")
-    assert "| a new row | 1.0 |" in text and "`python benchmarks/replay.py`" in text
+    assert "| a new row | 1.0 |" in text and "`python -m benchmarks.replay`" in text
     assert _check("--results-dir", str(results), "--out", str(out)).returncode == 0
 
 
 def test_write_record_replaces_the_same_row(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from records import read_records, record_path, write_record
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks.records import read_records, record_path, write_record
     write_record("S", "T", "r1", {"ms": 1.0}, command="c", results_dir=tmp_path)
     write_record("S", "T", "r2", {"ms": 2.0}, command="c", results_dir=tmp_path)
     write_record("S", "T", "r1", {"ms": 3.0}, command="c", results_dir=tmp_path)
@@ -78,11 +69,7 @@ def test_write_record_replaces_the_same_row(tmp_path):
 
 
 def test_remove_records_drops_one_table_or_named_rows(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from records import read_records, record_path, remove_records, write_record
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks.records import read_records, record_path, remove_records, write_record
     for table, row in [("T", "r1"), ("T", "r2"), ("U", "r1"), ("T", "r3")]:
         write_record("S", table, row, {"ms": 1.0}, command="c", results_dir=tmp_path)
     assert remove_records("S", "T", ["r2", "absent"], results_dir=tmp_path) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,10 +19,8 @@ TINY = ["--envs", "4", "--frames", "40", "--epochs", "1", "--minibatch", "20", "
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("marl_benchmark", _BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The module read afresh (it reads TDRL_BENCHMARL_PYTHON at import)."""
+    return importlib.reload(importlib.import_module("benchmarks.marl"))
 
 
 def test_tdrl_side_runs_on_the_cpu_device(capsys):
@@ -65,7 +64,8 @@ def test_benchmarl_python_override(monkeypatch):
 
 def test_benchmarl_side_gets_only_its_own_pythonpath(tmp_path, monkeypatch):
     """The BenchMARL subprocess never inherits this process's PYTHONPATH (this tree's tdrl /
-    tensordict); TDRL_BENCHMARL_PYTHONPATH, when set, is its whole PYTHONPATH and is used."""
+    tensordict): its PYTHONPATH is the repository root (for ``-m benchmarks.<name>``; no tdrl
+    package is under it) and TDRL_BENCHMARL_PYTHONPATH, when set, which is used."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "probe_site_module.py").write_text("WHERE = 'override site'\n")
@@ -84,6 +84,7 @@ def test_benchmarl_side_gets_only_its_own_pythonpath(tmp_path, monkeypatch):
                              check=True)
         return json.loads(out.stdout)
 
-    assert probe_run() == {"PYTHONPATH": None, "where": None, "threads": "1"}
+    root = str(_BENCH.parents[1])
+    assert probe_run() == {"PYTHONPATH": root, "where": None, "threads": "1"}
     monkeypatch.setenv("TDRL_BENCHMARL_PYTHONPATH", str(site))
-    assert probe_run() == {"PYTHONPATH": str(site), "where": "override site", "threads": "1"}
+    assert probe_run() == {"PYTHONPATH": os.pathsep.join([root, str(site)]), "where": "override site", "threads": "1"}

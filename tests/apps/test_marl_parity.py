@@ -5,7 +5,6 @@ and QMixerLoss + TD0 (BenchMARL's losses) on the same weights and batch. Needs .
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,7 @@ pytestmark = [pytest.mark.skipif(not _VENV_PY.exists(), reason="no .venv-benchma
 
 
 def _load():
-    sys.path.insert(0, str(_ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("marl_parity", _ROOT / "benchmarks" / "marl_parity.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("benchmarks.marl_parity")
 
 
 def test_mappo_update_equals_torchrls():

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,11 +17,7 @@ _BUDGET = dict(envs=60, frames_per_batch=6000, iters=10, epochs=4, minibatch=100
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("marl_table", _BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("benchmarks.marl_table")
 
 
 bench = _load()
@@ -107,7 +102,7 @@ def test_tdrl_parts_carry_the_matched_config():
     from tdrl.marl.algorithms import make_mappo, make_qmix
     from tdrl.marl.envs import VmasEnv
 
-    t = bench._task("navigation")
+    t = bench.benchmarl_task("navigation")
     budget = bench.Budget(**_BUDGET)
     q = bench.tdrl_configs("qmix", budget, t["max_steps"])
     env = VmasEnv(t["scenario"], num_envs=2, continuous_actions=False, max_steps=t["max_steps"], seed=0, **t["kwargs"])

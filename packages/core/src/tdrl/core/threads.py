@@ -2,10 +2,9 @@
 
 ``torch.set_num_threads`` sets OpenMP's thread count for the calling thread only: a thread
 started afterwards runs its torch ops with OpenMP's default team (one thread per core). On
-small tensors that team's start-up and barriers cost far more than the op: an element-wise op
-on ``[8, 64]`` took ~1 us on the main thread and 14-225 us on a fresh thread of the same
-process here (2 cores, 225 us with the other core busy), which made the inference server's
-policy forward 6 ms (benchmarks/inference_server.py). Every thread tdrl starts that may run
+small tensors that team's start-up and barriers cost far more than the op (ten to a hundred
+times an element-wise op on a small tensor; the inference server's forward is where it
+showed, see benchmarks/RESULTS.md, "Collectors"). Every thread tdrl starts that may run
 torch ops carries the count over with :func:`carry_num_threads`.
 """
 

@@ -10,10 +10,10 @@ Rules, checked on every call (they are cheap):
   CUDA and without the interpreter it raises, since the kernel cannot run.
 * ``TDRL_KERNELS=compile`` (or :func:`use_backend("compile")`) is ``auto`` with the
   references of the ops where it pays on the CPU run through ``torch.compile`` (see
-  :func:`call_reference`): today the policy-gradient token loss (1.6-2.0x on one CPU thread at
-  B=64, T=2048, after a ~12 s compile). The GAE scan is already vectorised (compiled it
-  was 1.6x *slower*, after an 80 s compile) and the log-prob ops are bound by their chunked
-  matmuls / softmax, so they keep their eager reference.
+  :func:`call_reference`): today the policy-gradient token loss (figures in
+  benchmarks/RESULTS.md, "Kernels"). The GAE scan is already vectorised (compiling it
+  lost) and the log-prob ops are bound by their chunked matmuls / softmax, so they keep
+  their eager reference.
 """
 
 from __future__ import annotations

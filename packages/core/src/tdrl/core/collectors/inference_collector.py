@@ -22,11 +22,9 @@ workers each with its own copy of the policy and no server: the baseline of the 
 (its weights are fixed).
 
 When it pays: the server saves each worker its policy forward, and costs each worker a
-block and a wake-up per step. With 8 Pendulum workers on a 2-core box
-(``benchmarks/inference_server.py``, medians of 3 rounds, 2026-12-06) the process transport
-ran at 0.74x the same workers with their own policy copies for a 64x64 MLP, 0.90x for
-512x512 and 1.23x for 1024x1024: use it for a policy on a GPU, a forward that dominates the
-env step, or a box with a core per worker; with a small CPU policy on few cores, own copies
+block and a wake-up per step (the measured trade-off by policy size is in
+benchmarks/RESULTS.md, "Collectors"): use it for a policy on a GPU, a forward that dominates
+the env step, or a box with a core per worker; with a small CPU policy on few cores, own copies
 (:class:`MultiSyncCollector`) are faster.
 
 Faults: a worker that raises sends its traceback, a dead process is seen through its

@@ -45,9 +45,8 @@ from .inference_server import InferenceServer
 
 __all__ = ["SlabLayout", "SlabPolicy", "SlabHub", "QueueConn", "DEFAULT_SPIN_S"]
 
-# measured (benchmarks/inference_server.py, 8 workers on 2 cores): forked processes 14.2k
-# frames/s with no spin, 18.7k-22k with 1 ms (spawned: 10.1k, 14.1k); threads 8.4k with none,
-# 4.7k with 1 ms
+# a short spin before blocking pays for processes (a wake-up costs more than 1 ms of polling)
+# and not for threads (the spin holds the GIL): python -m benchmarks.inference_server
 DEFAULT_SPIN_S = {"process": 0.001, "thread": 0.0}
 _POLL_S = 0.05
 _GO, _STOP = b"\x01", b"\x00"

@@ -18,7 +18,7 @@ Speed. ``step`` and the partial reset call EnvPool's C++ methods directly where 
 allows (:class:`_Channel`: EnvPool's own Python layer costs ~15-20 us a step, a third of a
 CartPole step at 8 sub-envs), and ``step_and_maybe_reset`` builds the step's ``"next"``,
 the next root and the reset of finished sub-envs in one pass. The numbers are in
-``benchmarks/envpool_step.py`` (tdrl against raw EnvPool's public API and against the same
+``python -m benchmarks.envpool_step`` (tdrl against raw EnvPool's public API and against the same
 loop on its C++ calls).
 
 Seeding: EnvPool seeds sub-env ``i`` with ``seed + i`` when the pool is built, so

@@ -1,8 +1,8 @@
 """``linear_io``: ``x @ w + b`` for a weight stored ``[in, out]``, with a faster CPU path.
 
 On this class of CPU (AVX2, one thread) oneDNN's fp32 GEMM runs the tall-skinny products of
-an MLP over tens of thousands of agent rows about 1.3-1.4x faster than the BLAS that
-``torch.addmm`` calls (see benchmarks/RESULTS.md, "Multi-agent"). The maths is the same
+an MLP over tens of thousands of agent rows faster than the BLAS that ``torch.addmm`` calls
+(see benchmarks/RESULTS.md, "Multi-agent"). The maths is the same
 fp32 product; only the GEMM library differs, so results agree to float rounding.
 
 The fast path is a small autograd function: forward and the input gradient go through
