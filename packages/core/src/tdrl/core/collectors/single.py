@@ -24,6 +24,7 @@ from ..td_access import entries, get_entry, new_td, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
 from .random_frames import PolicyTemplate
 from .utils import split_trajectories
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["Collector", "as_interaction_type"]
 
@@ -146,6 +147,7 @@ def policy_device(policy) -> torch.device | None:
     return None
 
 
+@accept_torchrl_names
 class Collector:
     """Collects ``frames_per_batch`` env steps per iteration, up to ``total_frames``.
 

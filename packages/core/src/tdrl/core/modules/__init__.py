@@ -37,6 +37,9 @@ from tdrl.core.modules.world_model import (
     unimix_logits,
 )
 
+OrnsteinUhlenbeckProcessModule = OrnsteinUhlenbeckModule
+"""TorchRL's name: the same class."""
+
 __all__ = [
     "MLP",
     "ConvNet",
@@ -55,6 +58,7 @@ __all__ = [
     "EGreedyModule",
     "AdditiveGaussianModule",
     "OrnsteinUhlenbeckModule",
+    "OrnsteinUhlenbeckProcessModule",
     "GRUModule",
     "LSTMModule",
     "RSSM",

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from tdrl.core import keys as K
 from tdrl.core.td_access import entries, new_td
 from tdrl.core.values._utils import NestedKey, require
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = [
     "Actor",
@@ -60,6 +61,7 @@ class Actor(TensorDictModule):
         super().__init__(module, in_keys=list(in_keys), out_keys=list(out_keys))
 
 
+@accept_torchrl_names
 class ProbabilisticActor(ProbabilisticTensorDictSequential):
     """Stochastic policy: ``params_module`` writes the distribution parameters, then an
     action is drawn and (by default) its log-prob written to ``"action_log_prob"``.

@@ -11,6 +11,7 @@ import torch
 import torch.distributions as D
 from torch import Tensor
 from torch.nn import functional as F
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["IndependentNormal", "TanhNormal", "MaskedCategorical", "OneHotCategorical"]
 
@@ -42,6 +43,7 @@ def _log1m_tanh_sq(u: Tensor) -> Tensor:
     return 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
 
 
+@accept_torchrl_names
 class TanhNormal(D.Distribution):
     """``a = low + (high - low) * (tanh(u) + 1) / 2`` with ``u ~ Normal(loc, scale)``.
 

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from tdrl.core import keys as K
 from tdrl.core.values._utils import NestedKey, require
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["EGreedyModule", "AdditiveGaussianModule", "OrnsteinUhlenbeckModule"]
 
@@ -50,6 +51,7 @@ class _Annealed(TensorDictModuleBase):
         self.frames += int(frames)
 
 
+@accept_torchrl_names
 class EGreedyModule(_Annealed):
     """Epsilon-greedy over discrete actions, epsilon annealed linearly.
 
@@ -114,6 +116,7 @@ def _bounds(low, high, like: Tensor) -> tuple[Tensor | None, Tensor | None]:
     return conv(low), conv(high)
 
 
+@accept_torchrl_names
 class AdditiveGaussianModule(_Annealed):
     """``action + N(0, sigma^2)``, clamped to ``[low, high]``; sigma annealed linearly.
 
@@ -152,6 +155,7 @@ class AdditiveGaussianModule(_Annealed):
         return td
 
 
+@accept_torchrl_names
 class OrnsteinUhlenbeckModule(_Annealed):
     """Temporally correlated OU noise (as in DDPG, arXiv:1509.02971):
     ``n_{t+1} = n_t + theta (mu - n_t) dt + sigma sqrt(dt) N(0, 1)``.

@@ -6,6 +6,7 @@ from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["MLP", "ConvNet"]
 
@@ -15,6 +16,7 @@ def _layer_init(layer: nn.Linear | nn.Conv2d, gain: float) -> None:
     nn.init.zeros_(layer.bias)
 
 
+@accept_torchrl_names
 class MLP(nn.Sequential):
     """Multi-layer perceptron; several inputs are concatenated along the last dim.
 

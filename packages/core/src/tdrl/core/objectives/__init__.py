@@ -23,11 +23,15 @@ from tdrl.core.objectives.targets import HardUpdate, SoftUpdate
 from tdrl.core.objectives.td3 import TD3Loss
 from tdrl.core.objectives.td3_bc import TD3BCLoss
 
+ClipPPOLoss = PPOLoss
+"""TorchRL's name of the clipped PPO loss: the same class."""
+
 __all__ = [
     "LossModule",
     "total_loss",
     "make_target",
     "PPOLoss",
+    "ClipPPOLoss",
     "PPOKeys",
     "A2CLoss",
     "DQNLoss",

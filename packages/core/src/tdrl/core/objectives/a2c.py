@@ -8,10 +8,12 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl.core.objectives._nets import get_dist, run_module
 from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estimate
 from tdrl.core.objectives.ppo import PPOKeys, align_advantage, critic_loss
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["A2CLoss"]
 
 
+@accept_torchrl_names
 class A2CLoss(LossModule):
     """``-log pi(a|s) * A`` policy gradient, a critic loss and an entropy bonus.
 

@@ -14,10 +14,12 @@ from tdrl.core.objectives._nets import ensemble_values, get_dist, sample_with_lo
 from tdrl.core.objectives.common import LossModule
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.objectives.sac import SACLoss
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["CQLLoss"]
 
 
+@accept_torchrl_names
 class CQLLoss(LossModule):
     """SAC losses plus the CQL(H) penalty
     ``T * logsumexp(Q(s, a') / T) - Q(s, a_data)`` over sampled actions ``a'``

@@ -12,6 +12,7 @@ from tdrl.core import keys as K
 from tdrl.core.objectives._nets import run_module
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.values._utils import NestedKey
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["QKeys", "DDPGLoss"]
 
@@ -32,6 +33,7 @@ class QKeys:
     priority: NestedKey = "td_error"
 
 
+@accept_torchrl_names
 class DDPGLoss(LossModule):
     """DDPG: ``Q(s, a) -> r + gamma (1 - terminated) Q'(s', mu'(s'))`` and
     ``max_mu Q(s, mu(s))``.

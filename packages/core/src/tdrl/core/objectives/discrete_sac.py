@@ -14,6 +14,7 @@ from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.objectives.dqn import gather_action_value
 from tdrl.core.objectives.sac import EntropyTemperature
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["DiscreteSACLoss"]
 
@@ -30,6 +31,7 @@ def _probs_logp(dist) -> tuple[Tensor, Tensor]:
     return logp.exp(), logp.clamp_min(-1e6)
 
 
+@accept_torchrl_names
 class DiscreteSACLoss(LossModule):
     """Discrete SAC with clipped double-Q and automatic entropy tuning.
 

@@ -14,6 +14,7 @@ from tdrl.core import keys as K
 from tdrl.core.objectives._nets import run_module
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.values._utils import NestedKey
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["DQNKeys", "DQNLoss", "gather_action_value"]
 
@@ -57,6 +58,7 @@ def gather_action_value(q: Tensor, action: Tensor) -> Tensor:
     raise ValueError(f"action has dtype {action.dtype} and shape {tuple(action.shape)}; {expected}.")
 
 
+@accept_torchrl_names
 class DQNLoss(LossModule):
     """TD loss of a Q network against a frozen target network.
 

@@ -9,6 +9,7 @@ from torch import Tensor
 from tdrl.core.objectives._nets import ensemble_values, get_dist, make_ensemble, run_module
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.objectives.ddpg import QKeys
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["IQLLoss", "expectile_loss"]
 
@@ -19,6 +20,7 @@ def expectile_loss(diff: Tensor, expectile: float) -> Tensor:
     return weight * diff.pow(2)
 
 
+@accept_torchrl_names
 class IQLLoss(LossModule):
     """IQL: expectile value regression, SARSA-style critic, advantage-weighted actor.
 

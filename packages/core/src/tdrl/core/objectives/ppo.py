@@ -18,6 +18,7 @@ from tdrl.core import keys as K
 from tdrl.core.objectives._nets import get_dist, run_module
 from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estimate, k3_estimate
 from tdrl.core.values._utils import NestedKey
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["PPOKeys", "PPOLoss", "critic_loss", "align_advantage", "clipped_surrogate"]
 
@@ -99,6 +100,7 @@ def critic_loss(
     return torch.maximum(loss, loss_clipped).mean(), frac
 
 
+@accept_torchrl_names
 class PPOLoss(LossModule):
     """PPO loss over a batch of transitions (any batch shape).
 

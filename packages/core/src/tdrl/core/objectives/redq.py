@@ -24,6 +24,7 @@ from tdrl.core.objectives.common import distance_loss, make_target
 from tdrl.core.objectives.sac import SACLoss
 from tdrl.core.train.seeds import SeedStackedModule
 from tdrl.core.values._utils import require
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["CriticEnsemble", "REDQLoss", "redq_target"]
 
@@ -109,6 +110,7 @@ class CriticEnsemble(nn.Module):
         return out.reshape(s, k, r, *out.shape[1:]).transpose(0, 1).reshape(k, *lead, *out.shape[1:])
 
 
+@accept_torchrl_names
 class REDQLoss(SACLoss):
     """REDQ: SAC's actor and temperature, ``num_qvalue_nets`` critics (default 10) with the
     in-target minimisation over a random subset of ``subset_size`` (default 2) of them.

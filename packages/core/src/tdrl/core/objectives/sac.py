@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from tdrl.core.objectives._nets import ensemble_values, get_dist, make_ensemble, sample_with_log_prob
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.objectives.ddpg import QKeys
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["EntropyTemperature", "SACLoss"]
 
@@ -96,6 +97,7 @@ class EntropyTemperature(nn.Module):
         return -(self._rows(self.log_alpha, log_prob) * (log_prob.detach() + self.target_entropy)).mean()
 
 
+@accept_torchrl_names
 class SACLoss(LossModule):
     """SAC (v2, no separate value network).
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["SoftUpdate", "HardUpdate"]
 
@@ -22,6 +23,7 @@ def _pairs(loss: nn.Module) -> list[tuple[list[torch.Tensor], list[torch.Tensor]
     return out
 
 
+@accept_torchrl_names
 class SoftUpdate:
     """Polyak averaging ``target <- (1 - tau) * target + tau * online`` on every ``step()``.
 
@@ -47,6 +49,7 @@ class SoftUpdate:
                     d.copy_(s)
 
 
+@accept_torchrl_names
 class HardUpdate:
     """Copy the online weights into the targets every ``update_interval`` calls of ``step()``.
 

@@ -9,10 +9,12 @@ from torch import Tensor
 from tdrl.core.objectives._nets import ensemble_values, make_ensemble, run_module
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.objectives.ddpg import QKeys
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["TD3Loss"]
 
 
+@accept_torchrl_names
 class TD3Loss(LossModule):
     """TD3: clipped double-Q targets with target policy smoothing.
 

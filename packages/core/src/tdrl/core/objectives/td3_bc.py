@@ -12,6 +12,7 @@ from tdrl.core.objectives.bc import bc_mse
 from tdrl.core.objectives.common import LossModule
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.objectives.td3 import TD3Loss
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["TD3BCLoss", "td3_bc_actor_loss"]
 
@@ -32,6 +33,7 @@ def td3_bc_actor_loss(q: Tensor, policy_action: Tensor, data_action: Tensor,
     return -lmbda * q.mean() + bc_mse(policy_action, data_action), lmbda
 
 
+@accept_torchrl_names
 class TD3BCLoss(LossModule):
     """TD3+BC: the TD3 critic (clipped double-Q, target smoothing) and the actor loss
     ``-lambda * Q_1(s, pi(s)) + (pi(s) - a)^2``, ``lambda = alpha / mean|Q_1(s, pi(s))|``.

@@ -13,9 +13,16 @@ from tdrl.core.values.functional import (
     vtrace,
 )
 
+TD0Estimator = TD0
+"""TorchRL's name: the same class."""
+TDLambdaEstimator = TDLambda
+"""TorchRL's name: the same class."""
+
 __all__ = [
     "GAE",
     "TD0",
+    "TD0Estimator",
+    "TDLambdaEstimator",
     "TDLambda",
     "VTrace",
     "ValueEstimatorBase",

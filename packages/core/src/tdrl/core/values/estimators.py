@@ -20,6 +20,7 @@ from tdrl.core import keys as K
 from tdrl.core.values import functional as F
 from tdrl.core.values._utils import NestedKey, as_time_column, require
 from tdrl.core.keys import next_key
+from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["ValueKeys", "ValueEstimatorBase", "GAE", "TD0", "TDLambda", "VTrace"]
 
@@ -123,6 +124,7 @@ class ValueEstimatorBase(nn.Module):
         return td
 
 
+@accept_torchrl_names
 class GAE(ValueEstimatorBase):
     """Generalized advantage estimation (arXiv:1506.02438) as a module.
 
@@ -142,6 +144,7 @@ class GAE(ValueEstimatorBase):
         )
 
 
+@accept_torchrl_names
 class TD0(ValueEstimatorBase):
     """One-step TD: ``value_target = r + gamma (1 - terminated) V(s')``."""
 
@@ -150,6 +153,7 @@ class TD0(ValueEstimatorBase):
         return target - x["value"], target
 
 
+@accept_torchrl_names
 class TDLambda(ValueEstimatorBase):
     """TD(lambda) return; ``advantage = G^lambda - V``.
 
