@@ -36,14 +36,16 @@ class MLP(nn.Sequential):
 
     def __init__(
         self,
-        in_features: int | None,
-        out_features: int | Sequence[int],
+        in_features: int | None = None,
+        out_features: int | Sequence[int] | None = None,
         num_cells: Sequence[int] = (64, 64),
         activation: Callable[[], nn.Module] = nn.Tanh,
         activate_last: bool = False,
         orthogonal_init: bool = False,
         last_gain: float = 1.0,
     ) -> None:
+        if out_features is None:
+            raise TypeError("MLP needs out_features (an int or an output shape)")
         out_shape = (out_features,) if isinstance(out_features, int) else tuple(out_features)
         out_numel = 1
         for d in out_shape:

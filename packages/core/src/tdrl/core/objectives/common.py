@@ -35,6 +35,9 @@ def total_loss(loss_td: TensorDictBase) -> Tensor:
 
 def make_target(module: nn.Module) -> nn.Module:
     """A frozen deep copy of ``module`` (target network): no gradients, same weights."""
+    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters()):
+        raise ValueError(f"{type(module).__name__} has lazy parameters that are not initialised yet: run it once on a "
+                         "batch (building the Collector with it does) before the loss copies it into a target network")
     target = copy.deepcopy(module)
     for p in target.parameters():
         p.requires_grad_(False)
@@ -161,11 +164,12 @@ class LossModule(nn.Module):
 
     # output -----------------------------------------------------------------------------
     def _output(self, terms: dict[str, Any], batch_size: tuple = ()) -> TensorDict:
-        """Build the output TensorDict: ``loss_*`` kept with grad, the rest detached."""
+        """Build the output TensorDict: ``loss_*`` (and a TorchRL-named ``loss``, which
+        :func:`total_loss` does not add) kept with grad, the rest detached."""
         out = {}
         for name, value in terms.items():
             value = torch.as_tensor(value)
-            if not name.startswith("loss_"):
+            if not name.startswith("loss_") and name != "loss":
                 value = value.detach()
             elif self.check_finite and not bool(torch.isfinite(value).all()):
                 raise FloatingPointError(

@@ -73,7 +73,8 @@ class DQNLoss(LossModule):
 
     Update the target with :class:`~tdrl.core.objectives.HardUpdate` (or ``SoftUpdate``).
     Writes the absolute TD error to ``td["td_error"]`` (``[*B]``) for prioritized replay.
-    Returns ``loss_qvalue`` and the diagnostics ``td_error``, ``q_mean``, ``target_mean``.
+    Returns ``loss_qvalue`` (also as ``loss``, TorchRL's name) and the diagnostics ``td_error``,
+    ``q_mean``, ``target_mean``.
     """
 
     Keys = DQNKeys
@@ -117,6 +118,7 @@ class DQNLoss(LossModule):
         return self._output(
             {
                 "loss_qvalue": loss,
+                "loss": loss,  # TorchRL's DQNLoss output name (not a loss_* key: total_loss counts it once)
                 "td_error": td_error.mean(),
                 "q_mean": q_a.mean(),
                 "target_mean": target.mean(),
