@@ -67,3 +67,51 @@ def test_a_lazy_policy_is_materialised_by_the_collector_before_the_loss_copies_i
     out = loss(td)
     assert out["loss"].requires_grad and torch.equal(out["loss"], out["loss_qvalue"])
     SoftUpdate(loss, eps=0.99).step()
+
+
+def test_the_getting_started_tutorials_run_as_torchrl_spells_them():
+    """Tutorials 0-3 (envs, modules, losses, collection), only the imports changed."""
+    tree = ast.parse((REPO / "apps" / "examples" / "torchrl_getting_started.py").read_text())
+    assert not any(n.module.startswith("torchrl") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
+    out = _example("torchrl_getting_started").main()
+    envs = out["environments"]
+    assert envs["rollout"].shape == (10,) and envs["step_count"].shape == (10, 1)
+    assert envs["step_count"].max() == 10  # StepCounter(max_steps=10) truncated the 100-step rollout
+    assert ("next", "observation") not in envs["data"].keys(True)  # step_mdp moved next to the root
+    mods = out["modules"]
+    assert mods["q"]["action"].shape == (3, 2) and mods["q"]["action"].sum(-1).eq(1).all()  # one-hot actions
+    act = mods["explore"]["action"]
+    assert act.abs().max() <= 2.0 and act.shape == (10, 1)  # epsilon-greedy drew inside Pendulum's bounds
+    loss_vals = out["losses"]["loss_vals"]
+    assert {"loss_actor", "loss_qvalue"} <= set(loss_vals.keys())  # TorchRL names the critic term loss_value
+    assert torch.isfinite(out["losses"]["total_loss"])
+    col = out["collection"]
+    assert col["data"].shape == (200,) and col["sample"].shape == (30,) and len(col["indices"]) == 200
+    ids, done = col["traj_ids"], col["data"]["next", "done"].squeeze(-1)
+    assert torch.equal(ids[1:] - ids[:-1], done[:-1].long())  # a new trajectory id after each episode end
+
+
+def test_egreedy_on_a_continuous_spec_draws_inside_it_as_torchrl_does():
+    from tensordict.nn import InteractionType, set_interaction_type
+
+    from tdrl.core import Bounded
+    from tdrl.core.modules import EGreedyModule
+
+    spec = Bounded(-2.0, 2.0, (1,))
+    g = EGreedyModule(spec, eps_init=1.0, eps_end=0.0, annealing_num_steps=10)
+    td = TensorDict({"action": torch.full((500, 1), 5.0)}, [500])
+    with set_interaction_type(InteractionType.RANDOM):
+        out = g(td.clone())["action"]
+        assert out.abs().max() <= 2.0 and out.std() > 0.5  # every action replaced by a uniform draw
+        g.step(10)
+        assert torch.equal(g(td.clone())["action"], td["action"])  # eps annealed to 0: untouched
+    with pytest.raises(ValueError, match="action mask needs a discrete spec"):
+        EGreedyModule(spec, action_mask_key="action_mask")
+
+
+def test_value_operator_names_its_output_as_torchrl_does():
+    from tdrl.core.modules import ValueOperator
+
+    assert ValueOperator(MLP(5, 1), in_keys=["observation", "action"]).out_keys == ["state_action_value"]
+    assert ValueOperator(MLP(3, 1)).out_keys == ["state_value"]
+    assert ValueOperator(MLP(3, 1), out_keys=["v"]).out_keys == ["v"]

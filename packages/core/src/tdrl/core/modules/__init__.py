@@ -22,7 +22,9 @@ from tdrl.core.modules.distributions import (
 from tdrl.core.modules.exploration import (
     AdditiveGaussianModule,
     EGreedyModule,
+    ExplorationType,
     OrnsteinUhlenbeckModule,
+    set_exploration_type,
 )
 from tdrl.core.modules.models import MLP, ConvNet
 from tdrl.core.modules.recurrent import GRUModule, LSTMModule
@@ -58,6 +60,8 @@ __all__ = [
     "EGreedyModule",
     "AdditiveGaussianModule",
     "OrnsteinUhlenbeckModule",
+    "ExplorationType",
+    "set_exploration_type",
     "OrnsteinUhlenbeckProcessModule",
     "GRUModule",
     "LSTMModule",

@@ -175,18 +175,22 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
 
 
 class ValueOperator(TensorDictModule):
-    """Critic head: ``V(s)`` (``out_keys=["state_value"]``, the default) or ``Q(s, a)``
-    (``in_keys=["observation", "action"], out_keys=["state_action_value"]``). Several
-    in_keys are passed as separate arguments (an :class:`MLP` concatenates them).
+    """Critic head: ``V(s)`` or ``Q(s, a)``. Without ``out_keys`` it writes
+    ``"state_action_value"`` when ``"action"`` is among ``in_keys`` and ``"state_value"``
+    otherwise (TorchRL's rule). Several in_keys are passed as separate arguments (an
+    :class:`MLP` concatenates them).
     """
 
     def __init__(
         self,
         module: nn.Module,
         in_keys: Sequence[NestedKey] = (K.OBSERVATION,),
-        out_keys: Sequence[NestedKey] = (K.STATE_VALUE,),
+        out_keys: Sequence[NestedKey] | None = None,
     ) -> None:
-        super().__init__(module, in_keys=list(in_keys), out_keys=list(out_keys))
+        in_keys = [in_keys] if isinstance(in_keys, str) else list(in_keys)
+        if out_keys is None:
+            out_keys = (K.STATE_ACTION_VALUE,) if K.ACTION in in_keys else (K.STATE_VALUE,)
+        super().__init__(module, in_keys=in_keys, out_keys=list(out_keys))
 
 
 class DuelingHead(nn.Module):

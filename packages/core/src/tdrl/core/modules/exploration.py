@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import InteractionType, TensorDictModuleBase
+from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
 from tensordict.nn.probabilistic import interaction_type
 from torch import Tensor
 
@@ -20,7 +20,12 @@ from tdrl.core import keys as K
 from tdrl.core.values._utils import NestedKey, require
 from tdrl.core.torchrl_names import accept_torchrl_names
 
-__all__ = ["EGreedyModule", "AdditiveGaussianModule", "OrnsteinUhlenbeckModule"]
+ExplorationType = InteractionType
+"""TorchRL's name of tensordict's ``InteractionType`` (``RANDOM``, ``DETERMINISTIC``, ``MODE``, ``MEAN``)."""
+set_exploration_type = set_interaction_type
+"""TorchRL's name of tensordict's ``set_interaction_type`` (a context manager / decorator)."""
+
+__all__ = ["EGreedyModule", "AdditiveGaussianModule", "OrnsteinUhlenbeckModule", "ExplorationType", "set_exploration_type"]
 
 
 def _exploring() -> bool:
@@ -56,7 +61,8 @@ class EGreedyModule(_Annealed):
     """Epsilon-greedy over discrete actions, epsilon annealed linearly.
 
     Args:
-        n_actions: number of actions, or a ``Categorical`` / ``OneHot`` spec (its ``n``).
+        n_actions: number of actions, or a ``Categorical`` / ``OneHot`` spec (its ``n``); a
+            continuous spec (``Bounded``) makes the random actions the spec's uniform draws.
         eps_init, eps_end, annealing_num_steps: schedule.
         action_key: the action to perturb: int64 ``[*B]`` or one-hot ``[*B, n]``.
         action_mask_key: optional ``[*B, n]`` bool; random actions are drawn uniformly
@@ -76,6 +82,13 @@ class EGreedyModule(_Annealed):
         one_hot: bool | None = None,
     ) -> None:
         super().__init__(eps_init, eps_end, annealing_num_steps)
+        # a spec without a count (Bounded, Unbounded): a random action is the spec's own draw
+        self.continuous_spec = n_actions if (hasattr(n_actions, "rand") and not hasattr(n_actions, "n")) else None
+        if self.continuous_spec is not None:
+            if action_mask_key is not None:
+                raise ValueError("EGreedyModule: an action mask needs a discrete spec, got "
+                                 f"{type(n_actions).__name__}")
+            n_actions, one_hot = 0, False
         if one_hot is None:
             from tdrl.core.specs import OneHot
 
@@ -95,6 +108,13 @@ class EGreedyModule(_Annealed):
         if not _exploring():
             return td
         action = require(td, self.action_key, type(self).__name__)
+        if self.continuous_spec is not None:  # as TorchRL: epsilon of the steps act at random in the spec
+            event = len(self.continuous_spec.shape)
+            batch = action.shape[: action.dim() - event]
+            random = self.continuous_spec.rand(batch).to(action.device, action.dtype)
+            explore = (torch.rand(batch, device=action.device) < self.eps).reshape(*batch, *([1] * event))
+            td.set(self.action_key, torch.where(explore, random, action))
+            return td
         batch = action.shape[:-1] if self.one_hot else action.shape
         if self.mask_key is not None:
             mask = require(td, self.mask_key, type(self).__name__).bool()
