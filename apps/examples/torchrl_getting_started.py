@@ -1,5 +1,5 @@
-"""TorchRL's getting-started tutorials 0-3 (environments, modules, losses, data collection and
-storage), the same steps on tdrl, in TorchRL's spelling. Only the import lines differ from a
+"""TorchRL's getting-started tutorials 0-4 (environments, modules, losses, data collection and
+storage, logging and videos), the same steps on tdrl, in TorchRL's spelling. Only the import lines differ from a
 TorchRL script (the tdrl modules below instead of ``torchrl.*``; ``tensordict`` is the same
 package). Tutorial 5, the first training loop, is ``torchrl_first_training_loop.py``.
 
@@ -22,7 +22,8 @@ from tdrl.core.modules import MLP, Actor, EGreedyModule, ProbabilisticActor, QVa
 from tdrl.core.modules import ExplorationType, set_exploration_type
 from tdrl.core.objectives import DDPGLoss, SoftUpdate
 from tdrl.core.replay import LazyMemmapStorage, ReplayBuffer
-from tdrl.core.transforms import StepCounter, TransformedEnv
+from tdrl.core.train import CSVLogger
+from tdrl.core.transforms import StepCounter, TransformedEnv, VideoRecorder
 
 
 def environments() -> dict:
@@ -129,8 +130,22 @@ def collection() -> dict:
     return {"data": data, "traj_ids": traj_ids, "indices": indices, "sample": sample}
 
 
+def logging_and_videos() -> dict:
+    """Tutorial 4: a CSV logger, an env rendering pixels beside its state, a video recorder."""
+    logger = CSVLogger(exp_name="my_exp")
+    logger.log_scalar("my_scalar", 0.4)
+    env = GymEnv("CartPole-v1", from_pixels=True, pixels_only=False)
+    rollout = env.rollout(max_steps=3)
+    recorder = VideoRecorder(logger, tag="my_video")
+    record_env = TransformedEnv(env, recorder)
+    rollout = record_env.rollout(max_steps=3)
+    recorder.dump()
+    return {"logger": logger, "rollout": rollout}
+
+
 def main() -> dict:
-    out = {"environments": environments(), "modules": modules(), "losses": losses(), "collection": collection()}
+    out = {"environments": environments(), "modules": modules(), "losses": losses(), "collection": collection(),
+           "logging": logging_and_videos()}
     for part, results in out.items():
         print(part, ", ".join(results))
     return out

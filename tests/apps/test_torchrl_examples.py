@@ -69,10 +69,11 @@ def test_a_lazy_policy_is_materialised_by_the_collector_before_the_loss_copies_i
     SoftUpdate(loss, eps=0.99).step()
 
 
-def test_the_getting_started_tutorials_run_as_torchrl_spells_them():
-    """Tutorials 0-3 (envs, modules, losses, collection), only the imports changed."""
+def test_the_getting_started_tutorials_run_as_torchrl_spells_them(tmp_path, monkeypatch):
+    """Tutorials 0-4 (envs, modules, losses, collection, logging), only the imports changed."""
     tree = ast.parse((REPO / "apps" / "examples" / "torchrl_getting_started.py").read_text())
     assert not any(n.module.startswith("torchrl") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
+    monkeypatch.chdir(tmp_path)  # CSVLogger's default folder, csv_logs/, lands here
     out = _example("torchrl_getting_started").main()
     envs = out["environments"]
     assert envs["rollout"].shape == (10,) and envs["step_count"].shape == (10, 1)
@@ -89,6 +90,15 @@ def test_the_getting_started_tutorials_run_as_torchrl_spells_them():
     assert col["data"].shape == (200,) and col["sample"].shape == (30,) and len(col["indices"]) == 200
     ids, done = col["traj_ids"], col["data"]["next", "done"].squeeze(-1)
     assert torch.equal(ids[1:] - ids[:-1], done[:-1].long())  # a new trajectory id after each episode end
+    rollout = out["logging"]["rollout"]
+    assert rollout["pixels"].shape == (3, 400, 600, 3) and rollout["pixels"].dtype == torch.uint8
+    assert rollout["observation"].shape == (3, 4)
+    gif = tmp_path / "csv_logs" / "my_exp" / "videos" / "my_video_0.gif"
+    from PIL import Image
+
+    with Image.open(gif) as im:  # a real file any viewer opens: reset + 3 steps, one in two frames kept
+        assert im.size == (600, 400) and getattr(im, "n_frames", 1) >= 1
+    assert (tmp_path / "csv_logs" / "my_exp" / "metrics.csv").read_text().splitlines() == ["step,my_scalar", "0,0.4"]
 
 
 def test_egreedy_on_a_continuous_spec_draws_inside_it_as_torchrl_does():

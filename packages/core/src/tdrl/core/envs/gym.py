@@ -466,6 +466,10 @@ class GymEnv(GymWrapper):
             all modes are handled correctly).
         categorical_action_encoding, device, check_actions, info_keys: see
             :class:`GymWrapper` (e.g. ``info_keys=("x_position",)`` on MuJoCo tasks).
+        from_pixels: add the rendered frame as ``"pixels"`` (``uint8 [H, W, 3]``, Gymnasium's
+            ``AddRenderObservation`` with ``render_mode="rgb_array"``), as TorchRL's ``GymEnv``.
+        pixels_only: with ``from_pixels``: only ``"pixels"`` (default, TorchRL's); ``False``
+            keeps the state as ``"observation"`` beside it.
         **kwargs: passed to ``gymnasium.make`` / ``gymnasium.make_vec``.
     """
 
@@ -480,6 +484,8 @@ class GymEnv(GymWrapper):
         device: torch.device | str = "cpu",
         check_actions: bool = False,
         info_keys: Sequence[str] | Mapping[str, TensorSpec] | None = None,
+        from_pixels: bool = False,
+        pixels_only: bool = True,
         **kwargs,
     ) -> None:
         if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(num_envs, int)
@@ -488,8 +494,21 @@ class GymEnv(GymWrapper):
                              f"single env), got {num_envs!r}.")
         gym = require_gymnasium()
         self.env_id = env_id
+        wrappers = []
+        if from_pixels:  # Gymnasium's own render-as-observation wrapper: "pixels" (H, W, 3) uint8
+            if kwargs.setdefault("render_mode", "rgb_array") != "rgb_array":
+                raise ValueError(f"GymEnv({env_id!r}, from_pixels=True) renders with render_mode='rgb_array', "
+                                 f"got render_mode={kwargs['render_mode']!r}")
+            wrappers.append(lambda e: gym.wrappers.AddRenderObservation(e, render_only=False, obs_key=OBSERVATION))
+            if pixels_only:
+                wrappers.append(lambda e: gym.wrappers.FilterObservation(e, ["pixels"]))
+        elif not pixels_only:
+            raise ValueError(f"GymEnv({env_id!r}): pixels_only=False means pixels beside the state: pass from_pixels=True")
+        self.from_pixels = from_pixels
         if num_envs is None:
             env = _make(gym, env_id, gym.make, **kwargs)
+            for wrap in wrappers:
+                env = wrap(env)
         else:
             env = _make(
                 gym,
@@ -498,6 +517,7 @@ class GymEnv(GymWrapper):
                 num_envs=num_envs,
                 vectorization_mode=vectorization_mode,
                 vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(autoreset_mode)},
+                **({"wrappers": wrappers} if wrappers else {}),
                 **kwargs,
             )
         super().__init__(

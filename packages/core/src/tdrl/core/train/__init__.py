@@ -34,7 +34,7 @@ from tdrl.core.train.distributed import (
 )
 from tdrl.core.train.evaluation import episode_returns, evaluate_episodes, evaluate_per_env
 from tdrl.core.train.history import MetricHistory, truncate_csv
-from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbLogger
+from tdrl.core.train.loggers import CSVLogger, Logger, TensorboardLogger, WandbLogger, generate_exp_name, get_logger
 from tdrl.core.train.plots import plot_curves
 from tdrl.core.train.progress import ProgressBar
 from tdrl.core.train.rl import EnvRunConfig, OffPolicyConfig, OffPolicyLog, UpdateBudget, finish_env_run, mean_metrics
@@ -104,6 +104,8 @@ __all__ = [
     "main_process_first",
     "Logger",
     "CSVLogger",
+    "get_logger",
+    "generate_exp_name",
     "TensorboardLogger",
     "WandbLogger",
     "ProgressBar",

@@ -2,6 +2,8 @@
 
 All share ``log_scalar(name, value, step)``, ``log_metrics(dict, step)``,
 ``log_hparams(dict)`` and ``close()``. Values may be floats, ints or 0-d tensors.
+:class:`CSVLogger` also writes videos (``log_video``, GIF files through Pillow). TorchRL's
+``get_logger`` / ``generate_exp_name`` build one by name.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import json
 import math
 import os
 from pathlib import Path
+import uuid
+from datetime import datetime
 from typing import Any, Mapping
 
 import torch
 
-__all__ = ["Logger", "CSVLogger", "TensorboardLogger", "WandbLogger"]
+__all__ = ["Logger", "CSVLogger", "TensorboardLogger", "WandbLogger", "get_logger", "generate_exp_name", "write_gif"]
 
 
 def _scalar(value: Any) -> float:
@@ -30,11 +34,28 @@ def _scalar(value: Any) -> float:
 class Logger:
     """Base class: subclasses implement ``log_metrics`` (and ``close`` if needed)."""
 
-    def log_scalar(self, name: str, value: Any, step: int) -> None:
+    def log_scalar(self, name: str, value: Any, step: int | None = None) -> None:
+        """Log one value; without ``step``, at one past the last step logged without one (TorchRL's)."""
+        if step is None:
+            step = self.__dict__.get("_auto_step", 0)
+            self._auto_step = step + 1
         self.log_metrics({name: value}, step)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         raise NotImplementedError
+
+    def log_video(self, name: str, video: torch.Tensor, step: int = 0, fps: int | None = None) -> Path:
+        """Write ``video`` (uint8 ``[T, H, W, C]``, or a float ``[T, C, H, W]`` in ``[0, 1]``) to
+        ``<log_dir>/<exp_name>/videos/<name>_<step>.gif`` (or ``.pt``); returns the path."""
+        folder = self.dir / "videos"
+        folder.mkdir(exist_ok=True)
+        frames = _video_frames(video)
+        path = folder / f"{name}_{step}.{self.video_format}"
+        if self.video_format == "pt":
+            torch.save(frames, path)
+        else:
+            write_gif(frames, path, fps or self.video_fps)
+        return path
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         """Record the run's configuration (default: ignored)."""
@@ -56,10 +77,18 @@ class CSVLogger(Logger):
     ``log_hparams`` writes ``hparams.json`` next to it.
 
     Args:
-        log_dir: parent folder. exp_name: run folder name.
+        log_dir: parent folder (default ``csv_logs`` in the working folder, TorchRL's).
+        exp_name: run folder name.
+        video_format: ``"gif"`` (default) or ``"pt"`` for :meth:`log_video`; video_fps: its rate.
     """
 
-    def __init__(self, log_dir: str | os.PathLike, exp_name: str = "run") -> None:
+    def __init__(self, log_dir: str | os.PathLike | None = None, exp_name: str = "run", video_format: str = "gif",
+                 video_fps: int = 30) -> None:
+        log_dir = "csv_logs" if log_dir is None else log_dir  # TorchRL's default folder
+        if video_format not in ("gif", "pt"):
+            raise ValueError(f"CSVLogger(video_format={video_format!r}): 'gif' (a file any viewer opens) or 'pt' "
+                             "(the uint8 frames, torch.save)")
+        self.video_format, self.video_fps = video_format, int(video_fps)
         self.dir = Path(log_dir) / exp_name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "metrics.csv"
@@ -166,3 +195,43 @@ class WandbLogger(Logger):
 
     def close(self) -> None:
         self.run.finish()
+
+
+def _video_frames(video: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[T, H, W, C]`` from uint8 ``[T, H, W, C]`` or float ``[T, C, H, W]`` in ``[0, 1]``."""
+    video = torch.as_tensor(video).detach().cpu()
+    if video.ndim != 4:
+        raise ValueError(f"a video is [T, H, W, C] (uint8) or [T, C, H, W] (float), got shape {tuple(video.shape)}")
+    if video.dtype.is_floating_point:
+        video = (video.clamp(0, 1) * 255).round().to(torch.uint8).movedim(1, -1)
+    if video.shape[-1] not in (1, 3, 4):
+        raise ValueError(f"a uint8 video is [T, H, W, C] with C in (1, 3, 4), got shape {tuple(video.shape)}")
+    return video
+
+
+def write_gif(frames: torch.Tensor, path: str | os.PathLike, fps: int = 30) -> None:
+    """An animated GIF of uint8 ``[T, H, W, C]`` frames (Pillow, which matplotlib installs)."""
+    if importlib.util.find_spec("PIL") is None:
+        raise ModuleNotFoundError("writing a GIF needs Pillow: pip install pillow (or CSVLogger(video_format='pt'))")
+    from PIL import Image
+
+    arr = frames.numpy()
+    images = [Image.fromarray(f[..., 0] if f.shape[-1] == 1 else f) for f in arr]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=max(1, round(1000 / fps)), loop=0)
+
+
+def generate_exp_name(model_name: str, experiment_name: str) -> str:
+    """A unique run name, ``<model>_<experiment>_<short uuid>_<date>`` (TorchRL's helper)."""
+    return "_".join([model_name, experiment_name, str(uuid.uuid4())[:8], datetime.now().strftime("%y_%m_%d-%H_%M_%S")])
+
+
+def get_logger(logger_type: str, logger_name: str, experiment_name: str, **kwargs: Any) -> Logger:
+    """A logger by name, as TorchRL's ``get_logger``: ``"csv"`` (``log_dir=logger_name``),
+    ``"tensorboard"`` or ``"wandb"`` (``project=`` in ``kwargs``)."""
+    if logger_type == "csv":
+        return CSVLogger(log_dir=logger_name, exp_name=experiment_name, **kwargs)
+    if logger_type == "tensorboard":
+        return TensorboardLogger(log_dir=logger_name, exp_name=experiment_name, **kwargs)
+    if logger_type == "wandb":
+        return WandbLogger(exp_name=experiment_name, **kwargs)
+    raise ValueError(f"get_logger: logger_type must be 'csv', 'tensorboard' or 'wandb', got {logger_type!r}")

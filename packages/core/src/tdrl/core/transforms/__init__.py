@@ -19,7 +19,7 @@ from .env import TransformedEnv
 from .episode import InitTracker, RewardSum, StepCounter, TrajCounter
 from .keys import ExcludeTransform, RenameTransform, SelectTransform, TensorDictPrimer
 from .norm import ObservationNorm, RewardScaling, VecNorm
-from .pixels import CenterCrop, GrayScale, Resize, ToTensorImage
+from .pixels import CenterCrop, GrayScale, Resize, ToTensorImage, VideoRecorder
 from .returns import Reward2GoTransform, TargetReturn
 from .steps import ActionMask, FrameSkipTransform, NoopResetEnv
 from .tensors import CatFrames, CatTensors, DoubleToFloat, DTypeCastTransform
@@ -60,6 +60,7 @@ __all__ = [
     "TargetReturn",
     "TensorDictPrimer",
     "ToTensorImage",
+    "VideoRecorder",
     "TrajCounter",
     "Transform",
     "TransformedEnv",

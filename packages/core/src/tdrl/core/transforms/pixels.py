@@ -13,7 +13,7 @@ from ..specs import Bounded, Composite, Unbounded
 from ..specs._base import TensorSpec
 from .base import Transform
 
-__all__ = ["ToTensorImage", "Resize", "GrayScale", "CenterCrop"]
+__all__ = ["ToTensorImage", "Resize", "GrayScale", "CenterCrop", "VideoRecorder"]
 
 PIXELS = "pixels"
 
@@ -151,3 +151,77 @@ class CenterCrop(_Image):
 
     def extra_repr(self) -> str:
         return f"w={self.w}, h={self.h}"
+
+
+class VideoRecorder(Transform):
+    """Records the frames an env returns and writes them as a video through a logger
+    (``logger.log_video``; :class:`~tdrl.core.train.CSVLogger` writes a GIF file).
+
+    Frames are read from ``in_keys[0]`` at every reset and step (uint8 ``(*, H, W, C)`` or
+    float ``(*, C, H, W)`` in ``[0, 1]``); with batch dims, the first sub-env's frame is kept.
+    Every ``skip``-th frame is stored; :meth:`dump` writes the stored frames as one video and
+    empties the store. The data passes through unchanged.
+
+    Args:
+        logger: a logger with ``log_video(name, frames, step, fps=)``.
+        tag: the video's name.
+        in_keys: the frame key (default ``["pixels"]``).
+        skip: keep one frame in ``skip`` (TorchRL's default 2).
+        fps: frames per second of the written video (default: the logger's).
+        max_frames: frames kept before the oldest are dropped (caps memory).
+    """
+
+    def __init__(self, logger, tag: str, in_keys: Sequence | None = None, skip: int = 2, fps: int | None = None,
+                 max_frames: int = 10_000, **torchrl_kwargs) -> None:
+        unknown = set(torchrl_kwargs) - {"make_grid", "center_crop"}
+        if unknown:
+            raise TypeError(f"VideoRecorder: unknown keywords {sorted(unknown)}")
+        if torchrl_kwargs.get("center_crop") is not None:
+            raise ValueError("VideoRecorder(center_crop=...): put a CenterCrop transform before the recorder")
+        if not hasattr(logger, "log_video"):
+            raise TypeError(f"{type(logger).__name__} cannot write videos (no log_video): use CSVLogger")
+        if skip < 1:
+            raise ValueError(f"VideoRecorder: skip must be >= 1, got {skip}")
+        super().__init__(in_keys or [PIXELS], None)
+        self.logger, self.tag, self.skip, self.fps, self.max_frames = logger, tag, int(skip), fps, int(max_frames)
+        self.frames: list[torch.Tensor] = []
+        self.count = 0
+        self.dumps = 0
+
+    def _record(self, td):
+        frame = td.get(self.in_keys[0], None)
+        if frame is None:
+            return td
+        self.count += 1
+        if (self.count - 1) % self.skip:
+            return td
+        channels_last = not frame.dtype.is_floating_point
+        lead = frame.ndim - 3
+        frame = frame.reshape(-1, *frame.shape[lead:])[0] if lead > 0 else frame
+        if not channels_last:
+            frame = (frame.clamp(0, 1) * 255).round().to(torch.uint8).movedim(-3, -1)
+        self.frames.append(frame.detach().to("cpu", copy=True))
+        if len(self.frames) > self.max_frames:
+            self.frames.pop(0)
+        return td
+
+    def _step(self, td, next_td):
+        return self._record(next_td)
+
+    def _reset(self, td, td_reset):
+        return self._record(td_reset)
+
+    def _call(self, td):
+        return self._record(td)
+
+    def dump(self, suffix: str | None = None) -> None:
+        """Write the stored frames as one video (``tag`` or ``tag_suffix``) and empty the store."""
+        if not self.frames:
+            return
+        name = self.tag if suffix is None else f"{self.tag}_{suffix}"
+        kwargs = {} if self.fps is None else {"fps": self.fps}
+        self.logger.log_video(name, torch.stack(self.frames), step=self.dumps, **kwargs)
+        self.frames, self.dumps = [], self.dumps + 1
+
+    def extra_repr(self) -> str:
+        return f"tag={self.tag!r}, in_keys={self.in_keys}, skip={self.skip}"
