@@ -78,6 +78,8 @@ def _parse(segment: str, where: str) -> Command | None:
     tokens = shlex.split(rest)
     if tokens[:1] == ["-m"]:
         if len(tokens) > 1 and tokens[1].startswith("benchmarks."):  # a benchmark: its script
+            if not re.fullmatch(r"benchmarks\.\w+", tokens[1]):
+                return None  # a placeholder (python -m benchmarks.<name>)
             return Command(where, "benchmarks/" + tokens[1].split(".", 1)[1] + ".py", tokens[2:])
         return Command(where, f"-m {tokens[1]}", tokens[2:]) if len(tokens) > 1 else None
     if not tokens or not tokens[0].endswith(".py"):
