@@ -9,7 +9,9 @@ what TorchRL 0.14 pins).
   machine's torch runs the core README's quick start against the checkout's sources. Skipped
   when ``uv`` is missing or the packages cannot be fetched.
 
-The torch floor (``torch>=2.4``) is not run here: its CPU wheel is not on this machine.
+The torch floor is the torch this suite runs on (``torch>=2.13``, the CPU wheel the README
+installs first): the packages declare no older torch than a test has run (an older CPU
+wheel is not on these machines; ``test_the_declared_torch_floor_is_the_tested_torch`` checks it).
 """
 
 from __future__ import annotations
@@ -127,3 +129,19 @@ def _write_manifest() -> None:
 
 if __name__ == "__main__" and sys.argv[1:] == ["write"]:
     _write_manifest()
+
+
+def test_the_declared_torch_floor_is_the_tested_torch():
+    """Every package's ``torch>=X`` is at most the torch running this suite and no lower than
+    the release the suite is run on (2.13): a claimed floor is a tested floor."""
+    import tomllib
+
+    import torch
+
+    running = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())
+    for pyproject in sorted(ROOT.glob("packages/*/pyproject.toml")):
+        deps = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+        floors = [re.match(r"torch>=(\d+)\.(\d+)", d) for d in deps if d.startswith("torch")]
+        assert floors and all(floors), f"{pyproject}: torch needs a >= floor, got {deps}"
+        floor = tuple(int(x) for x in floors[0].groups())
+        assert floor == (2, 13) and floor <= running, f"{pyproject}: torch>={floor} but the suite runs torch {running}"
