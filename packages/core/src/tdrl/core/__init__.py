@@ -17,7 +17,7 @@ from .envs import (
     check_env_specs,
     step_mdp,
 )
-from .specs import Binary, Bounded, Categorical, Composite, MultiCategorical, OneHot, Unbounded
+from .specs import Binary, Bounded, Categorical, Composite, MultiCategorical, MultiOneHot, OneHot, Unbounded
 from .transforms import (
     ActionScaling,
     CatFrames,
@@ -62,7 +62,7 @@ except PackageNotFoundError:  # imported from the source tree without an install
 __all__: list[str] = [
     "__version__",
     # specs
-    "Binary", "Bounded", "Categorical", "Composite", "MultiCategorical", "OneHot", "Unbounded",
+    "Binary", "Bounded", "Categorical", "Composite", "MultiCategorical", "MultiOneHot", "OneHot", "Unbounded",
     # envs
     "EnvBase", "EnvCreator", "GymEnv", "GymWrapper", "ParallelEnv", "PendulumEnv", "SerialEnv", "WorkerError",
     "check_env_specs", "step_mdp",

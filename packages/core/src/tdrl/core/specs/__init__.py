@@ -11,7 +11,7 @@ from __future__ import annotations
 from ._base import TensorSpec
 from .composite import Composite
 from .continuous import Bounded, Unbounded
-from .discrete import Binary, Categorical, MultiCategorical, OneHot
+from .discrete import Binary, Categorical, MultiCategorical, MultiOneHot, OneHot
 
 __all__ = [
     "TensorSpec",
@@ -21,5 +21,6 @@ __all__ = [
     "OneHot",
     "Binary",
     "MultiCategorical",
+    "MultiOneHot",
     "Composite",
 ]

@@ -324,3 +324,86 @@ class MultiCategorical(TensorSpec):
 
     def _repr_extra(self) -> str:
         return f"nvec={self.nvec.tolist() if self.nvec.numel() <= 8 else '...'}"
+
+
+class MultiOneHot(TensorSpec):
+    """Several one-hot vectors side by side in the last dim: segment ``i`` has ``nvec[i]``
+    entries, exactly one of which is set (TorchRL's ``MultiOneHot``, e.g. a Gymnasium
+    ``MultiDiscrete`` space in one-hot form).
+
+    Args:
+        nvec: the size of each one-hot segment.
+        shape: full shape, ending with ``sum(nvec)`` (default ``(sum(nvec),)``).
+        device: device of the tensors.
+        dtype: default ``torch.bool`` (TorchRL's default).
+    """
+
+    def __init__(
+        self,
+        nvec: Sequence[int],
+        shape: int | Sequence[int] | torch.Size | None = None,
+        device: DEVICE_TYPING = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        device, dtype = sort_device_dtype(device, dtype)
+        self.nvec = [int(n) for n in nvec]
+        if not self.nvec or min(self.nvec) < 1:
+            raise ValueError(f"MultiOneHot: nvec must be sizes >= 1, got {list(nvec)}.")
+        total = sum(self.nvec)
+        shape = as_shape((total,) if shape is None else shape)
+        if not shape or shape[-1] != total:
+            raise ValueError(f"MultiOneHot: the last dim of shape must be sum(nvec)={total}, got {tuple(shape)}.")
+        super().__init__(shape, dtype or torch.bool, device)
+
+    def _segments(self, val: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.split(val, self.nvec, dim=-1)
+
+    def rand(self, shape=()) -> torch.Tensor:
+        batch = torch.Size((*as_shape(shape), *self.shape[:-1]))
+        parts = [torch.nn.functional.one_hot(_sample_index(n, batch, None, self.device), n) for n in self.nvec]
+        return torch.cat(parts, -1).to(self.dtype)
+
+    def _values_in(self, val: torch.Tensor) -> bool:
+        v = val.long()
+        return bool(((v == 0) | (v == 1)).all()) and all(bool((s.sum(-1) == 1).all()) for s in self._segments(v))
+
+    def _values_repr(self) -> str:
+        return f"one one-hot per segment of sizes {self.nvec} in the last dim"
+
+    def project(self, val: torch.Tensor) -> torch.Tensor:
+        parts = [torch.nn.functional.one_hot(s.float().argmax(-1), n) for s, n in zip(self._segments(val), self.nvec)]
+        return torch.cat(parts, -1).to(self.dtype)
+
+    def to_categorical(self, val: torch.Tensor) -> torch.Tensor:
+        """``val`` (..., sum(nvec)) -> indices (..., len(nvec)) int64."""
+        return torch.stack([s.long().argmax(-1) for s in self._segments(val)], -1)
+
+    def to_categorical_spec(self) -> MultiCategorical:
+        return MultiCategorical(self.nvec, (*self.shape[:-1], len(self.nvec)), self.device)
+
+    def encode(self, val, ignore_device: bool = False) -> torch.Tensor:
+        """Indices (..., len(nvec)) -> the concatenated one-hots (..., sum(nvec))."""
+        out = val if isinstance(val, torch.Tensor) else torch.as_tensor(val)
+        if out.shape[-1:] != (sum(self.nvec),):
+            if out.shape[-1:] != (len(self.nvec),):
+                raise ValueError(f"MultiOneHot(nvec={self.nvec}).encode: expected indices (..., {len(self.nvec)}) "
+                                 f"or one-hots (..., {sum(self.nvec)}), got shape {tuple(out.shape)}.")
+            bad = [i for i, n in enumerate(self.nvec) if bool(((out[..., i] < 0) | (out[..., i] >= n)).any())]
+            if bad:
+                raise ValueError(f"MultiOneHot(nvec={self.nvec}).encode: index {bad[0]} out of [0, {self.nvec[bad[0]]})")
+            out = torch.cat([torch.nn.functional.one_hot(out[..., i].long(), n) for i, n in enumerate(self.nvec)], -1)
+        return super().encode(out, ignore_device)
+
+    def expand(self, *shape) -> MultiOneHot:
+        shape = expand_shape_args(shape)
+        self._check_expand(shape)
+        return MultiOneHot(self.nvec, shape, self.device, self.dtype)
+
+    def to(self, device: DEVICE_TYPING) -> MultiOneHot:
+        return MultiOneHot(self.nvec, self.shape, device, self.dtype)
+
+    def _extra_eq(self, other) -> bool:
+        return self.nvec == other.nvec
+
+    def _repr_extra(self) -> str:
+        return f"nvec={self.nvec}"
