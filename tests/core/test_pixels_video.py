@@ -28,8 +28,7 @@ def test_pixels_are_the_render_of_the_state():
     assert set(only.observation_spec.keys()) == {"pixels"}  # TorchRL's pixels_only=True default
     with pytest.raises(ValueError, match="render_mode='rgb_array'"):
         GymEnv("CartPole-v1", from_pixels=True, render_mode="human")
-    with pytest.raises(ValueError, match="from_pixels=True"):
-        GymEnv("CartPole-v1", pixels_only=False)
+    assert set(GymEnv("CartPole-v1", pixels_only=False).observation_spec.keys()) == {"observation"}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs mujoco (requirements/test.txt)")

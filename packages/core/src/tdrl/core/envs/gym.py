@@ -30,16 +30,7 @@ from tdrl.core.td_access import get_entry, new_td, plain_td_maker
 
 from .._optional import missing_message
 from ..keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
-from ..specs import (
-    Binary,
-    Bounded,
-    Categorical,
-    Composite,
-    MultiCategorical,
-    OneHot,
-    TensorSpec,
-    Unbounded,
-)
+from ..specs import Composite, OneHot, TensorSpec, unbatched_spec
 from ._fastpath import RowSlab
 from .common import RESET_KEY, EnvBase
 from .gym_info import InfoReader
@@ -113,7 +104,7 @@ class GymWrapper(EnvBase):
         self._obs_conv = obs_converter(obs_spec, len(batch))
         self._single_obs_conv = None  # one sub-env's observation (SAME_STEP final obs)
         if self.is_vector:
-            self._single_obs_conv = obs_converter(self._single_spec(obs_spec), 0)
+            self._single_obs_conv = obs_converter(unbatched_spec(obs_spec), 0)
         self._act_conv = action_converter(self.action_spec if not isinstance(act_spec, Composite)
                                            else act_spec)
         if isinstance(act_space, gym.spaces.Box) and act_space.shape == ():
@@ -189,24 +180,6 @@ class GymWrapper(EnvBase):
     def info_keys(self) -> list[str]:
         """The ``info`` entries written into the TensorDicts (``set_info_keys``)."""
         return [] if self._info_reader is None else list(self._info_reader.specs)
-
-    @staticmethod
-    def _single_spec(spec):
-        """The spec of one sub-env of a vector env (drop the leading batch dim)."""
-        if isinstance(spec, Composite):
-            return Composite({k: GymWrapper._single_spec(v) for k, v in spec.items()},
-                             shape=spec.shape[1:], device=spec.device)
-        if isinstance(spec, Bounded):
-            return Bounded(spec.low[0], spec.high[0], spec.shape[1:], spec.device, spec.dtype)
-        if isinstance(spec, OneHot):
-            return OneHot(spec.n, spec.shape[1:], spec.device, spec.dtype)
-        if isinstance(spec, Categorical):
-            return Categorical(spec.n, spec.shape[1:], spec.device, spec.dtype)
-        if isinstance(spec, MultiCategorical):
-            return MultiCategorical(spec.nvec[0], spec.shape[1:], spec.device, spec.dtype)
-        if isinstance(spec, Binary):
-            return Binary(spec.n, spec.shape[1:], spec.device, spec.dtype)
-        return Unbounded(spec.shape[1:], spec.device, spec.dtype)
 
     @property
     def env(self):
@@ -469,7 +442,7 @@ class GymEnv(GymWrapper):
         from_pixels: add the rendered frame as ``"pixels"`` (``uint8 [H, W, 3]``, Gymnasium's
             ``AddRenderObservation`` with ``render_mode="rgb_array"``), as TorchRL's ``GymEnv``.
         pixels_only: with ``from_pixels``: only ``"pixels"`` (default, TorchRL's); ``False``
-            keeps the state as ``"observation"`` beside it.
+            keeps the state as ``"observation"`` beside it (no effect without ``from_pixels``).
         **kwargs: passed to ``gymnasium.make`` / ``gymnasium.make_vec``.
     """
 
@@ -502,8 +475,6 @@ class GymEnv(GymWrapper):
             wrappers.append(lambda e: gym.wrappers.AddRenderObservation(e, render_only=False, obs_key=OBSERVATION))
             if pixels_only:
                 wrappers.append(lambda e: gym.wrappers.FilterObservation(e, ["pixels"]))
-        elif not pixels_only:
-            raise ValueError(f"GymEnv({env_id!r}): pixels_only=False means pixels beside the state: pass from_pixels=True")
         self.from_pixels = from_pixels
         if num_envs is None:
             env = _make(gym, env_id, gym.make, **kwargs)

@@ -34,6 +34,7 @@ class A2CLoss(LossModule):
         critic=None,
         *,
         entropy_coef: float = 0.01,
+        entropy_bonus: bool = True,
         critic_coef: float = 0.5,
         loss_critic_type: str = "l2",
         normalize_advantage: bool = False,
@@ -42,6 +43,7 @@ class A2CLoss(LossModule):
         super().__init__(check_finite)
         self.actor, self.critic = actor, critic
         self.entropy_coef, self.critic_coef = entropy_coef, critic_coef
+        self.entropy_bonus = entropy_bonus
         self.loss_critic_type, self.normalize_advantage = loss_critic_type, normalize_advantage
         distance_loss(torch.zeros(1), torch.zeros(1), loss_critic_type)
 
@@ -57,6 +59,8 @@ class A2CLoss(LossModule):
             entropy = entropy_estimate(dist).mean()
             terms["entropy"] = entropy
             terms["loss_entropy"] = -self.entropy_coef * entropy
+        elif self.entropy_bonus:  # TorchRL's key contract: the term exists (zero) at coefficient 0
+            terms["loss_entropy"] = torch.zeros((), device=lp.device)
         if self.critic is not None and self.critic_coef:
             value = run_module(self.critic, td, self.tensor_keys.value, type(self).__name__)
             target = self._get(td, "value_target").detach()

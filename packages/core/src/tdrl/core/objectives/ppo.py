@@ -136,6 +136,7 @@ class PPOLoss(LossModule):
         kl_coef: float = 0.0,
         kl_target: float | None = None,
         entropy_coef: float = 0.01,
+        entropy_bonus: bool = True,
         critic_coef: float = 0.5,
         clip_value: float | None = None,
         normalize_advantage: bool = False,
@@ -146,13 +147,19 @@ class PPOLoss(LossModule):
         if clip_epsilon is None and kl_coef == 0.0 and kl_target is None:
             raise ValueError("PPOLoss needs clip_epsilon, kl_coef or kl_target (or all).")
         self.actor, self.critic = actor, critic
-        self.clip_epsilon = clip_epsilon
+        # a buffer, so a schedule anneals it in place (``loss.clip_epsilon.copy_(eps * alpha)``,
+        # as TorchRL's scripts do); None: no clipping
+        if clip_epsilon is None:
+            self.clip_epsilon = None
+        else:
+            self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon)))
         self.register_buffer("kl_coef", torch.tensor(float(kl_coef)))
         self.kl_target = kl_target
         if kl_target is not None and kl_coef == 0.0:
             self.kl_coef.fill_(1.0)
         self._use_kl = kl_target is not None or kl_coef > 0.0  # no device sync per call
         self.entropy_coef, self.critic_coef = entropy_coef, critic_coef
+        self.entropy_bonus = entropy_bonus
         self.clip_value, self.normalize_advantage = clip_value, normalize_advantage
         self.loss_critic_type = loss_critic_type
         distance_loss(torch.zeros(1), torch.zeros(1), loss_critic_type)  # validate early
@@ -191,6 +198,8 @@ class PPOLoss(LossModule):
             entropy = entropy_estimate(dist).mean()
             terms["entropy"] = entropy
             terms["loss_entropy"] = -self.entropy_coef * entropy
+        elif self.entropy_bonus:  # TorchRL's key contract: the term exists (zero) at coefficient 0
+            terms["loss_entropy"] = torch.zeros((), device=lp.device)
 
     @torch.no_grad()
     def _adapt_kl(self, kl: Tensor) -> None:

@@ -9,6 +9,7 @@ Names and semantics follow TorchRL 0.14 (``Unbounded``, ``Bounded``, ``Categoric
 from __future__ import annotations
 
 from ._base import TensorSpec
+from .batching import unbatched_spec
 from .composite import Composite
 from .continuous import Bounded, Unbounded
 from .discrete import Binary, Categorical, MultiCategorical, MultiOneHot, OneHot
@@ -23,4 +24,5 @@ __all__ = [
     "MultiCategorical",
     "MultiOneHot",
     "Composite",
+    "unbatched_spec",
 ]

@@ -60,6 +60,13 @@ class TransformedEnv(EnvBase):
         self.full_action_spec = t.transform_action_spec(base.full_action_spec.clone())
         self.full_state_spec = t.transform_state_spec(base.full_state_spec.clone())
 
+    def apply(self, fn) -> TransformedEnv:
+        """Call ``fn`` on every transform (and their submodules) then on this env, as
+        ``nn.Module.apply`` does in TorchRL's scripts (e.g. dumping a ``VideoRecorder``)."""
+        self.transform.apply(fn)
+        fn(self)
+        return self
+
     def append_transform(self, transform: Transform) -> TransformedEnv:
         """Add ``transform`` after the existing ones; returns self."""
         self.transform.append(transform)

@@ -136,8 +136,11 @@ class VecNorm(_ResizingBuffers, Transform):
     Args:
         in_keys: keys to normalise (default ``["observation"]``); a reward key works too.
         out_keys: where to write (default: in place).
-        eps: added to the variance.
+        eps: added to the variance (TorchRL's ``eps`` is a floor on the standard deviation
+            instead: ``eps=1e-2`` there is ``std >= 0.01``, here ``sqrt(var + 0.01)``).
         clip: clip normalised values to ``[-clip, clip]`` (``None``: no clipping).
+        decay: the weight the statistics so far keep at each update (TorchRL's ``decay``:
+            sums and counts decay geometrically); ``1.0`` (default) keeps exact running statistics.
     """
 
     def __init__(
@@ -146,10 +149,14 @@ class VecNorm(_ResizingBuffers, Transform):
         out_keys: Sequence | str | None = None,
         eps: float = 1e-8,
         clip: float | None = None,
+        decay: float = 1.0,
     ) -> None:
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"VecNorm: decay must be in (0, 1], got {decay}")
         super().__init__(in_keys or [OBSERVATION], out_keys)
         self.eps = eps
         self.clip = clip
+        self.decay = float(decay)
         self.frozen = False
         for i in range(len(self.in_keys)):
             self.register_buffer(f"mean_{i}", torch.empty(0, dtype=torch.float64))
@@ -184,6 +191,7 @@ class VecNorm(_ResizingBuffers, Transform):
         if mean.numel() == 0:
             new_mean, new_var, new_count = b_mean, b_var, torch.tensor(float(m), dtype=torch.float64)
         else:
+            count = count * self.decay  # the old statistics' weight (1.0: exact running statistics)
             tot = count + m
             delta = b_mean - mean
             new_mean = mean + delta * (m / tot)
