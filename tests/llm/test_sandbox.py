@@ -22,7 +22,7 @@ import warnings
 import psutil
 import pytest
 
-from tdrl.llm.rewards import cgroups, run_python_sandboxed, sandbox
+from tdrl.llm.rewards import cgroups, run_python_sandboxed, sandbox, seccomp
 
 # Skipped only where bubblewrap is absent: installed but unable to run, these tests fail (with
 # bubblewrap's error) instead of passing over an unconfined fallback.
@@ -37,9 +37,10 @@ def _load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
     m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m); return m
 _load("tdrl.llm.rewards.cgroups", sys.argv[2])
+_load("tdrl.llm.rewards.seccomp", sys.argv[3])
 m = _load("sbx", sys.argv[1])
 '''
-_PATHS = [sandbox.__file__, cgroups.__file__]
+_PATHS = [sandbox.__file__, cgroups.__file__, seccomp.__file__]
 
 MARGIN_S = 1.5  # the caller returns within timeout + this, whatever the program does
 
@@ -397,6 +398,58 @@ def test_memory_bounds_the_whole_tree_where_a_cgroup_can_be_made():
     )
     res = _run(memfd, memory_mb=128, timeout=20.0)
     assert "wrote 600" not in res.stdout and res.memory_exceeded, res
+
+
+_MEMFD = (
+    "import os\nblock = b'x' * (1 << 20)\nfds, n = [], 0\n"
+    "try:\n"
+    "    for _ in range(40):\n"
+    "        fds.append(os.memfd_create('x'))\n"
+    "        for _ in range(15):\n"
+    "            os.write(fds[-1], block); n += 1\n"
+    "except OSError as e:\n"
+    "    print('refused', e.errno)\n"
+    "print('wrote', n)\n"
+)
+
+
+@isolated
+def test_memfd_is_refused_where_no_memory_cgroup_bounds_the_tree(monkeypatch):
+    """Issue 39: memfd files passed memory_mb=128 (600 MiB). Without a memory cgroup (an
+    unprivileged caller) a seccomp filter refuses memfd_create; ordinary programs still run."""
+    if seccomp.memfd_filter() is None:
+        pytest.skip(f"no memfd filter for {__import__('platform').machine()} (x86_64 and aarch64 only)")
+
+    class NoMemoryCgroup(cgroups.SandboxCgroup):  # what an unprivileged caller gets
+        def __init__(self, max_procs, memory_bytes=None):
+            super().__init__(max_procs, None)
+
+    monkeypatch.setattr(sandbox, "SandboxCgroup", NoMemoryCgroup)
+    res = _run(_MEMFD, memory_mb=128, timeout=20.0)
+    assert res.ok and res.stdout.split() == ["refused", "1", "wrote", "0"], res  # EPERM at the first call
+    res = _run("import os, tempfile\nprint(sum(range(5)), os.getpid() > 0)")
+    assert res.ok and res.stdout.split() == ["10", "True"], res
+    # i386 system calls (another ABI, other numbers) are refused wholesale
+    code = ("import ctypes, mmap\n"
+            "buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+            "buf.write(bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3]))\n"  # eax=20 (i386 getpid); int 0x80; ret
+            "f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))\n"
+            "print(f())\n")
+    if __import__("platform").machine() == "x86_64":
+        res = _run(code)
+        assert res.ok and res.stdout.strip() == "-1", res  # -EPERM, not a pid
+
+
+def test_the_memfd_filter_is_the_program_it_says():
+    """The hand-written BPF: 7 instructions, arch check, x32 refusal, memfd_create -> EPERM."""
+    import struct
+
+    prog = seccomp.memfd_filter("x86_64")
+    insns = [struct.unpack("=HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
+    assert insns == [(0x20, 0, 0, 4), (0x15, 0, 4, 0xC000003E), (0x20, 0, 0, 0), (0x35, 2, 0, 0x40000000),
+                     (0x15, 1, 0, 319), (0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x00050001)]
+    assert seccomp.memfd_filter("aarch64")[8 + 4:8 + 8] == struct.pack("=I", 0xC00000B7)
+    assert seccomp.memfd_filter("riscv64") is None
 
 
 def _dead_pid() -> int:
