@@ -5,6 +5,8 @@ tool's output, held-out accuracy (fixed seed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from _load import load_app, read_rows
@@ -33,6 +35,18 @@ def test_tool_settings_are_checked_before_any_work():
         recipe = "tools_tiny" if "-cn" in bad else None
         with pytest.raises(ValueError, match=match):
             app.main.load(overrides, recipe=recipe)
+
+
+def test_every_recipe_runs_tools_in_the_isolated_sandbox():
+    """Issue 39: the app's default and every recipe that can run on a CPU keep tool_sandbox=bwrap
+    (the unconfined mode only when a user writes tool_sandbox=rlimit)."""
+    app = load_app("grpo")
+    recipes = sorted(p.stem for p in (Path(app.__file__).parent / "recipes").glob("*.yaml"))
+    assert "tools_tiny" in recipes and "smollm2_tools" in recipes
+    for recipe in [None, *(r for r in recipes if not r.endswith("_gpu"))]:
+        cfg = app.main.load(["tool=python"] if recipe in (None, "tiny") else [], recipe=recipe)
+        assert cfg.tool_sandbox == "bwrap", (recipe, cfg.tool_sandbox)
+    assert app.main.load(["tool=python", "tool_sandbox=rlimit"]).tool_sandbox == "rlimit"  # by name only
 
 
 def test_the_real_model_tool_recipe_loads():
