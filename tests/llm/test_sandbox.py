@@ -476,6 +476,12 @@ m.run_python_sandboxed("import time; time.sleep(30)", timeout=30)
 '''
 
 
+_NEXT_START = _LOADER + r'''
+res = m.run_python_sandboxed("pass")
+print(res.mode, res.returncode)
+'''
+
+
 @isolated
 def test_a_caller_killed_mid_run_leaves_nothing_after_the_next_start():
     """Issue 39: a caller killed mid-call leaked its cgroup folder and temp folder."""
@@ -496,7 +502,9 @@ def test_a_caller_killed_mid_run_leaves_nothing_after_the_next_start():
 
     left = [p for pat in pattern for p in glob.glob(pat)]
     assert left, "the killed caller left no temp folder: the test does not reproduce a mid-run kill"
-    cgroups.sweep_leftovers()
+    # the next start: a fresh process's first sandboxed call sweeps what the dead caller left
+    out = subprocess.run([sys.executable, "-c", _NEXT_START, *_PATHS], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["bwrap", "0"], out.stderr
     assert not [p for pat in pattern for p in glob.glob(pat)]
 
 
