@@ -233,7 +233,8 @@ class _MultiCollector(WorkerLifecycle):
             if not ready:
                 self._fail(f"{type(self).__name__}: no answer within timeout={self.timeout} s "
                            f"from {self._waited_on(wanted)}. The env or policy may hang; pass "
-                           "a larger timeout= if a batch legitimately takes longer.", hung=wanted)
+                           "a larger timeout= if a batch legitimately takes longer.",
+                           hung=[i for i in wanted if self._asked[i]])  # an idle one still closes
             # Deaths first: a live worker's messages must not hide a dead one's silence.
             for s in ready:
                 if s in sentinels:
