@@ -26,7 +26,7 @@ user namespaces:
   files together). Without a writable memory cgroup (an unprivileged caller) only the
   per-process bounds hold: ``k`` processes (``k <= max_procs``) may hold ``k * memory_mb``, and
   ``memfd_create`` (memory ``RLIMIT_AS`` does not count) is refused with ``EPERM`` by a seccomp
-  filter (:mod:`tdrl.llm.rewards.seccomp`; x86_64 and aarch64);
+  filter (:mod:`tdrl.llm.rewards.seccomp`; x86_64 and aarch64, bubblewrap with ``--seccomp``);
 * output is read incrementally: at ``max_output`` bytes on a stream the program is killed, so the
   caller never holds more than ``2 * max_output`` bytes; at the deadline the whole sandbox is
   killed (the namespace's init dies, which kills every process in it, ``setsid`` or not) and the
@@ -355,7 +355,8 @@ def _run(code: str, mode: str, timeout: float, memory_mb: int, max_output: int, 
                     f.write(source)
                 os.lseek(fd, 0, os.SEEK_SET)
                 # no memory cgroup: memfd files (memory RLIMIT_AS does not count) are refused instead
-                filter_fd = None if "memory" in cgroup.limits else memfd_filter_fd()
+                filter_fd = (memfd_filter_fd() if "memory" not in cgroup.limits and "--seccomp" in _bwrap_options()
+                             else None)
                 pass_fds = (fd,) if filter_fd is None else (fd, filter_fd)
                 cmd = _bwrap_command(fd, disk, limits, filter_fd)
             else:
