@@ -5,7 +5,10 @@ tool's output, held-out accuracy (fixed seed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from _load import load_app, read_rows
 
@@ -33,6 +36,23 @@ def test_tool_settings_are_checked_before_any_work():
         recipe = "tools_tiny" if "-cn" in bad else None
         with pytest.raises(ValueError, match=match):
             app.main.load(overrides, recipe=recipe)
+
+
+def test_every_recipe_runs_tools_in_the_isolated_sandbox():
+    """Issue 39: the app's default and every recipe that can run on a CPU keep tool_sandbox=bwrap
+    (the unconfined mode only when a user writes tool_sandbox=rlimit)."""
+    app = load_app("grpo")
+    recipes = sorted(p.stem for p in (Path(app.__file__).parent / "recipes").glob("*.yaml"))
+    assert "tools_tiny" in recipes and "smollm2_tools" in recipes
+    assert app.Config.tool_sandbox == "bwrap"
+    for recipe in [None, *recipes]:
+        try:
+            mode = app.main.load(["tool=python"] if recipe in (None, "tiny") else [], recipe=recipe).tool_sandbox
+        except ValueError:  # a model or a GPU this machine lacks: the recipe's own text decides
+            text = yaml.safe_load((Path(app.__file__).parent / "recipes" / f"{recipe}.yaml").read_text()) or {}
+            mode = text.get("tool_sandbox", app.Config.tool_sandbox)
+        assert mode == "bwrap", (recipe, mode)
+    assert app.main.load(["tool=python", "tool_sandbox=rlimit"]).tool_sandbox == "rlimit"  # by name only
 
 
 def test_the_real_model_tool_recipe_loads():

@@ -305,3 +305,37 @@ def test_a_raising_env_in_a_ray_actor_is_reported_with_its_traceback(local_ray):
         col.next_batch()
     with pytest.raises(RuntimeError, match="shut down"):
         col.next_batch()
+
+
+def _make_sleepy_env(flag: str):
+    """CartPole whose step sleeps 60 s once the file ``flag`` exists (a hang a Ray actor
+    can carry; the test creates the file)."""
+    import gymnasium as gym
+
+    from tdrl.core.envs import GymWrapper
+
+    class Sleepy(gym.Wrapper):
+        def step(self, action):
+            if os.path.exists(flag):
+                time.sleep(60)
+            return self.env.step(action)
+
+    return GymWrapper(Sleepy(gym.make("CartPole-v1")), categorical_action_encoding=True)
+
+
+@pytest.mark.slow
+def test_a_hung_ray_actor_is_reported_at_the_timeout(local_ray, tmp_path):
+    """The hung actors are killed at once, not waited on for ``shutdown_timeout`` (5 s)."""
+    import functools
+
+    flag = tmp_path / "hang"
+    col = InferenceCollector(functools.partial(_make_sleepy_env, str(flag)), _policy(),
+                             num_workers=2, frames_per_batch=40, transport="ray", timeout=60)
+    col.next_batch()  # the actors start (Ray takes seconds); then the short timeout applies
+    col.timeout = 2.0
+    flag.touch()
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match=r"no batch within timeout=2.0 s from worker\(s\) \[0, 1\]"):
+        col.next_batch()
+    took = time.monotonic() - t0
+    assert 2.0 <= took < 2.5, took

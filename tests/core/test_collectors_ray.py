@@ -105,7 +105,8 @@ def test_more_actors_than_cpus_times_out_naming_the_actors(caplog):
     t0 = time.monotonic()
     with pytest.raises(WorkerError, match=r"did not collect a batch within timeout=3.0 s") as info:
         col.next_batch()
-    assert time.monotonic() - t0 < 30
+    took = time.monotonic() - t0
+    assert 3.0 <= took < 3.0 + 0.5, took  # at the timeout (issue 39): the actors are killed, not waited on
     assert "3 actors asking {'num_cpus': 1} each, the cluster has 2.0 CPUs" in str(info.value)
     with pytest.raises(RuntimeError, match="shut down"):
         col.next_batch()

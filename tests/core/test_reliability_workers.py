@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import torch
 from tensordict.nn import TensorDictModule
 
-from tdrl.core.collectors import MultiAsyncCollector, MultiSyncCollector, WorkerError
+from tdrl.core.collectors import InferenceCollector, MultiAsyncCollector, MultiSyncCollector, WorkerError
 from tdrl.core.envs import ParallelEnv, PendulumEnv, SerialEnv
 
 SCRIPT = textwrap.dedent(
@@ -155,3 +156,66 @@ def test_zero_workers_are_refused_before_any_process_starts(n):
     with pytest.raises(ValueError, match="needs num_workers >= 1"):
         ParallelEnv(n, PendulumEnv)
     assert {p.pid for p in psutil.Process().children()} <= before
+
+
+# ----------------------------------------------------------------- hang detection timing
+_MARGIN_S = 0.5  # the error comes at the timeout, not after a shutdown wait (it was ~5 s late)
+
+
+def _raise_time(call) -> tuple[float, Exception]:
+    t0 = time.monotonic()
+    with pytest.raises((WorkerError, TimeoutError)) as info:
+        call()
+    return time.monotonic() - t0, info.value
+
+
+@pytest.mark.parametrize("kind", ["sync", "parallel", "thread", "process"])
+def test_hang_is_reported_at_the_timeout_not_later(kind):
+    """The call that waits on a hung env raises ``timeout`` seconds after it asked, within
+    0.5 s, and leaves no worker process behind."""
+    timeout, pids = 1.0, []
+    if kind == "sync":
+        col = MultiSyncCollector([HangingPendulum, PendulumEnv], _policy(), frames_per_batch=8,
+                                 timeout=timeout)
+        pids = [p.pid for p in col.workers]
+        col.next_batch()  # 4 steps each: the next batch hangs in worker 0
+        took, err = _raise_time(col.next_batch)
+    elif kind == "parallel":
+        env = ParallelEnv(2, [PendulumEnv, HangingPendulum], timeout=timeout)
+        pids = env.worker_pids
+        td = env.reset()
+        for _ in range(4):
+            td = env.step(td.set("action", torch.zeros(2, 1)))["next"].clone()
+        took, err = _raise_time(lambda: env.step(td.set("action", torch.zeros(2, 1))))
+    else:
+        col = InferenceCollector(HangingPendulum, _policy(), num_workers=2, frames_per_batch=8,
+                                 timeout=timeout, transport=kind)
+        pids = [p.pid for p in col.workers] if kind == "process" else []
+        col.next_batch()
+        took, err = _raise_time(col.next_batch)
+    assert f"timeout={timeout} s" in str(err)
+    assert timeout <= took < timeout + _MARGIN_S, f"{kind}: raised after {took:.2f} s"
+    assert not _alive(pids)
+
+
+def test_async_hang_counts_from_the_request_and_a_slow_trainer_is_no_hang():
+    """Async: the hung worker's clock starts when it was asked (the other keeps delivering);
+    a trainer slower than ``timeout`` between batches is not taken for a hang (it was)."""
+    col = MultiAsyncCollector([PendulumEnv, PendulumEnv], _policy(), frames_per_batch=8,
+                              timeout=1.0)
+    try:
+        for _ in range(3):
+            col.next_batch()
+            time.sleep(1.5)  # both answers wait in their pipes longer than the timeout
+    finally:
+        col.shutdown()
+    col = MultiAsyncCollector([HangingPendulum, PendulumEnv], _policy(), frames_per_batch=8,
+                              timeout=1.0)
+    pids = [p.pid for p in col.workers]
+    with pytest.raises(WorkerError) as info:
+        for _ in range(10_000):
+            col.next_batch()
+    late = re.search(r"worker 0 \(pid \d+, 'collect' asked ([\d.]+) s ago\)", str(info.value))
+    assert late, str(info.value)
+    assert 1.0 <= float(late.group(1)) < 1.0 + _MARGIN_S
+    assert not _alive(pids)

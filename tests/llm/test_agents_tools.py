@@ -116,3 +116,36 @@ def test_tool_mode_is_reachable_and_fails_closed(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox, "_fallback_warned", True)
     with pytest.warns(RuntimeWarning, match="NOT isolation"):
         assert PythonTool(mode="rlimit")("<python>print(6*7)</python>").text == "<output>42</output>"
+
+
+def test_every_way_in_defaults_to_the_isolated_sandbox(monkeypatch, tmp_path):
+    """Issue 39, done-when: 0 escapes in any mode reachable without naming the unsafe one. Every
+    entry point that runs model-written code defaults to ``bwrap`` and, with bubblewrap unable
+    to start, refuses (nothing runs); only ``mode="rlimit"`` by name runs unconfined."""
+    import inspect
+
+    from tdrl.llm import GRPOConfig, code_execution_reward, run_python_sandboxed
+
+    defaults = {
+        "run_python_sandboxed": inspect.signature(run_python_sandboxed).parameters["mode"].default,
+        "code_execution_reward": inspect.signature(code_execution_reward).parameters["mode"].default,
+        "PythonTool": inspect.signature(PythonTool).parameters["mode"].default,
+        "make_tool": inspect.signature(make_tool).parameters["mode"].default,
+        "GRPOConfig.tool_sandbox": GRPOConfig(tools=("python",)).tool_sandbox,
+    }
+    assert all(v in ("bwrap", "auto") for v in defaults.values()), defaults
+    assert sandbox.SANDBOX_MODES == ("bwrap", "auto", "rlimit")  # no other name reaches a mode
+    monkeypatch.setattr(sandbox, "_bwrap_problem", lambda: "bwrap: setting up uid map: Permission denied")
+    marker = tmp_path / "ran"
+    code = f"open({str(marker)!r}, 'w').write('x')"
+    calls = [lambda: run_python_sandboxed(code),
+             lambda: run_python_sandboxed(code, mode="auto"),
+             lambda: code_execution_reward(timeout=2.0)(None, [code], tests=["pass"]),
+             lambda: PythonTool()(f"<python>{code}</python>"),
+             lambda: make_tool("python")(f"<python>{code}</python>"),
+             lambda: make_tool(GRPOConfig(tools=("python",)).tools, mode=GRPOConfig(tools=("python",)).tool_sandbox)(
+                 f"<python>{code}</python>")]
+    for call in calls:
+        with pytest.raises(sandbox.SandboxUnavailable, match="uid map"):
+            call()
+    assert not marker.exists()

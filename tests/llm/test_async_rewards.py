@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tdrl.llm import code_execution_reward, compute_rewards, math_answer_reward
+from tdrl.llm.rewards import thread_safe_reward
 from tdrl.llm.rewards.compute import RewardFunctionError, is_async_reward, map_bounded
 
 
@@ -92,7 +93,9 @@ def test_async_reward_without_timeout_and_as_a_callable_object():
     assert total.tolist() == [2.0, 3.0]
 
 
-def test_hanging_coroutine_is_cancelled_at_its_timeout_and_scored_per_policy():
+def test_hanging_coroutine_is_killed_at_its_timeout_and_scored_per_policy():
+    """A coroutine reward runs in the killable worker (its loop there): past the timeout the
+    worker is killed; marked ``thread_safe_reward`` it is awaited here and cancelled instead."""
     cancelled = []
 
     async def hangs(prompts, completions, **_):
@@ -107,12 +110,14 @@ def test_hanging_coroutine_is_cancelled_at_its_timeout_and_scored_per_policy():
     t0 = time.perf_counter()
     total, per_fn, stats = compute_rewards([hangs, math_answer_reward], prompts, completions, cols, timeout=0.3)
     assert time.perf_counter() - t0 < 2.0
-    assert cancelled == [True]  # really cancelled, not abandoned
+    assert cancelled == []  # killed in its worker (a cancellation there would not reach this list)
     assert per_fn[:, 0].tolist() == [0.0, 0.0] and per_fn[:, 1].tolist() == [1.0, 0.0]
     assert stats["reward_timeouts"] == 1.0 and stats["reward_errors"] == 2.0
-    with pytest.raises(RewardFunctionError, match="cancelled"):
+    with pytest.raises(RewardFunctionError, match="worker process was killed"):
         compute_rewards([hangs], prompts, completions, cols, timeout=0.3, on_error="raise")
-    assert cancelled == [True, True]
+    with pytest.raises(RewardFunctionError, match="cancelled"):
+        compute_rewards([thread_safe_reward(hangs)], prompts, completions, cols, timeout=0.3, on_error="raise")
+    assert cancelled == [True]  # marked: really cancelled, in this process
 
 
 def test_async_reward_failures_follow_on_reward_error():

@@ -17,7 +17,7 @@ import pytest
 
 from tdrl.llm import code_execution_reward, compute_rewards
 from tdrl.llm.rewards import thread_safe_reward, workers
-from tdrl.llm.rewards.compute import RewardTimeout, call_with_timeout
+from tdrl.llm.rewards.compute import RewardFunctionError, RewardTimeout, call_with_timeout
 
 pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="worker processes need fork (POSIX)")
 
@@ -151,3 +151,52 @@ def test_a_killed_caller_leaves_no_worker():
             break
         time.sleep(0.05)
     assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+
+
+async def blocking_coroutine(prompts, completions, **_):
+    """A coroutine that blocks its event loop with GIL-holding work: no ``await`` ever yields,
+    so ``asyncio.wait_for`` cannot cancel it (the loop never runs the timeout)."""
+    return [1.0 if re.match(r"(a+)+$", "a" * 40 + "b" + c) else 0.0 for c in completions]
+
+
+def test_a_coroutine_that_blocks_its_loop_is_killed_at_its_timeout():
+    """Issue 39: async rewards were cancelled, not killed: one blocking its loop held the
+    trainer for the timeout + 5 s and then left its thread running. It now runs in the worker."""
+    before = _alive()
+    t = time.monotonic()
+    total, per_fn, stats = compute_rewards([blocking_coroutine, lambda completions, **_: [1.0] * len(completions)],
+                                           ["p", "q"], ["x", "y"], timeout=1.0, on_error="zero")
+    wall = time.monotonic() - t
+    assert wall < 1.0 + 2.0, wall  # before: timeout + 5 s, and the thread ran on
+    assert stats["reward_timeouts"] == 1.0 and per_fn[:, 0].tolist() == [0.0, 0.0]
+    assert total.tolist() == [1.0, 1.0]
+    _no_leftovers(before)
+
+
+def test_evaluate_scores_through_the_same_timeout_as_training(tiny, task):
+    """``evaluate`` (and ``GRPOTrainer.evaluate``) called rewards with no limit: a hanging
+    verifier hung evaluation. It now scores through compute_rewards with ``reward_timeout``."""
+    from tdrl.llm import GRPOConfig, GRPOTrainer, evaluate
+
+    _, model, tok = tiny
+    ds = task.splits(8, 4, seed=0)[1]
+
+    def hangs(prompts, completions, **_):
+        while True:
+            pass
+
+    def ones(prompts, completions, **_):
+        return [1.0] * len(completions)
+
+    before = _alive()
+    t = time.monotonic()
+    assert evaluate(model, tok, ds, hangs, max_new_tokens=2, reward_timeout=0.5, on_reward_error="zero") == 0.0
+    assert time.monotonic() - t < 0.5 + 10.0
+    assert evaluate(model, tok, ds, ones, max_new_tokens=2, reward_timeout=0.5) == 1.0
+    with pytest.raises(RewardFunctionError, match="did not return within 0.5 s"):
+        evaluate(model, tok, ds, hangs, max_new_tokens=2, reward_timeout=0.5, on_reward_error="raise")
+    trainer = GRPOTrainer(model, tok, [ones, hangs], ds, GRPOConfig(
+        steps=1, prompts_per_step=2, group_size=2, max_new_tokens=2, reward_timeout=0.5,
+        on_reward_error="zero", progress=False), eval_dataset=ds)
+    assert trainer.evaluate() == {"eval_ones": 1.0, "eval_hangs": 0.0}
+    _no_leftovers(before)

@@ -22,7 +22,7 @@ import warnings
 import psutil
 import pytest
 
-from tdrl.llm.rewards import cgroups, run_python_sandboxed, sandbox
+from tdrl.llm.rewards import cgroups, run_python_sandboxed, sandbox, seccomp
 
 # Skipped only where bubblewrap is absent: installed but unable to run, these tests fail (with
 # bubblewrap's error) instead of passing over an unconfined fallback.
@@ -37,9 +37,10 @@ def _load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
     m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m); return m
 _load("tdrl.llm.rewards.cgroups", sys.argv[2])
+_load("tdrl.llm.rewards.seccomp", sys.argv[3])
 m = _load("sbx", sys.argv[1])
 '''
-_PATHS = [sandbox.__file__, cgroups.__file__]
+_PATHS = [sandbox.__file__, cgroups.__file__, seccomp.__file__]
 
 MARGIN_S = 1.5  # the caller returns within timeout + this, whatever the program does
 
@@ -423,6 +424,12 @@ m.run_python_sandboxed("import time; time.sleep(30)", timeout=30)
 '''
 
 
+_NEXT_START = _LOADER + r'''
+res = m.run_python_sandboxed("pass")
+print(res.mode, res.returncode)
+'''
+
+
 @isolated
 def test_a_caller_killed_mid_run_leaves_nothing_after_the_next_start():
     """Issue 39: a caller killed mid-call leaked its cgroup folder and temp folder."""
@@ -443,5 +450,8 @@ def test_a_caller_killed_mid_run_leaves_nothing_after_the_next_start():
 
     left = [p for pat in pattern for p in glob.glob(pat)]
     assert left, "the killed caller left no temp folder: the test does not reproduce a mid-run kill"
-    cgroups.sweep_leftovers()
+    # the next start: a fresh process's first sandboxed call sweeps what the dead caller left
+    out = subprocess.run([sys.executable, "-c", _NEXT_START, *_PATHS], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["bwrap", "0"], out.stderr
     assert not [p for pat in pattern for p in glob.glob(pat)]
+

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tdrl.llm import SFTConfig, SFTTrainer
+from tdrl.llm import SFTConfig, SFTTrainer, compute_rewards
 from tdrl.llm.rewards import answers_match, latex_value, load_reward, math_answer_reward, weighted_reward
 
 
@@ -40,6 +40,28 @@ def test_rewards_load_by_name_and_combine(tmp_path):
         load_reward(f"{tmp_path / 'user_rw.py'}:VALUE")
     both = weighted_reward([fn, math_answer_reward], [0.5, 2.0])
     assert both(prompts=["p", "q"], completions=["12", "abcd"], answer=["12", "1"]) == [0.5 * 2 + 2.0, 0.5 * 4]
+
+
+
+def test_the_weighted_sum_calls_each_function_as_training_does():
+    """weighted_reward (the GRPO app's held-out score) called its functions with bind_reward
+    alone: chat prompts gave user functions text where training gives TRL's message lists, and
+    an ``async def`` reward returned an unawaited coroutine. It now goes through compute_rewards."""
+    import asyncio
+
+    def reads_messages(completions, **_):
+        return [float(len(c[0]["content"])) for c in completions]
+
+    async def later(completions, **_):
+        await asyncio.sleep(0)
+        return [1.0] * len(completions)
+
+    chat = [[{"role": "user", "content": "2+2?"}], [{"role": "user", "content": "3+3?"}]]
+    both = weighted_reward([reads_messages, later, math_answer_reward], [1.0, 10.0, 100.0])
+    assert both(prompts=chat, completions=["4", "six"], answer=["4", "6"]) == [1.0 + 10 + 100, 3.0 + 10]
+    total, per_fn, _ = compute_rewards([reads_messages, later, math_answer_reward], chat, ["4", "six"],
+                                       {"answer": ["4", "6"]}, [1.0, 10.0, 100.0], timeout=None)
+    assert both(prompts=chat, completions=["4", "six"], answer=["4", "6"]) == total.tolist()  # as training scores
 
 
 def test_a_reused_log_dir_keeps_the_earlier_run(tiny, task, tmp_path):

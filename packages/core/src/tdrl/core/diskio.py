@@ -7,6 +7,10 @@ reserves the blocks up front with ``posix_fallocate``, so ENOSPC is raised here,
 data is written. :func:`write_bytes` does the same for a file whose bytes are known (a
 checkpoint, a dump's state), and :func:`open_new` creates a file without following a
 symlink planted at its path.
+
+Checksums live here too, one home for checkpoints and replay dumps: :func:`sha256_bytes` /
+:func:`sha256_file` compute them and :func:`verify_sha256` refuses a file whose bytes differ
+from the digest recorded for it with a :class:`ChecksumError` naming the file.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import hashlib
 import os
 import shutil
 
-__all__ = ["allocate", "open_new", "write_bytes", "sha256_file", "DiskFullError"]
+__all__ = ["allocate", "open_new", "write_bytes", "sha256_bytes", "sha256_file", "verify_sha256",
+           "ChecksumError", "DiskFullError"]
 
 
 class DiskFullError(OSError):
@@ -94,6 +99,33 @@ def write_bytes(path: str, data: bytes, *, fsync: bool = True) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class ChecksumError(ValueError):
+    """A file's bytes differ from the SHA-256 recorded for them (bit rot, a partial copy,
+    an edit)."""
+
+
+def sha256_bytes(data) -> str:
+    """The hex SHA-256 of ``data`` (bytes or a buffer)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def verify_sha256(path: str, want: str, recorded_in: str, advice: str) -> None:
+    """Raise :class:`ChecksumError` naming ``path`` if its SHA-256 is not ``want``.
+
+    Args:
+        path: the file to check.
+        want: the hex digest recorded when it was written.
+        recorded_in: where ``want`` was read from (named in the error).
+        advice: what the user can do (named in the error).
+    """
+    got = sha256_file(path)
+    if got != want:
+        raise ChecksumError(
+            f"{path} does not match its checksum in {recorded_in} (sha256 {got[:12]}... != "
+            f"{str(want)[:12]}...): the file is corrupt (disk error, partial copy or an edit). "
+            f"{advice}")
 
 
 def sha256_file(path: str) -> str:

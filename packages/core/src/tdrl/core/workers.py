@@ -18,7 +18,7 @@ import weakref
 import torch
 
 __all__ = ["WARN_EVERY_S", "parent_token", "exit_with_parent", "dumps", "send", "stop_workers",
-           "default_start_method", "WorkerLifecycle"]
+           "kill_hung", "default_start_method", "WorkerLifecycle"]
 
 WARN_EVERY_S = 60.0
 """Seconds between the warnings of a wait without a timeout (``timeout=None``)."""
@@ -95,6 +95,18 @@ def stop_workers(procs: list, conns: list, timeout: float) -> None:
             conn.close()
         except OSError:
             pass
+
+
+def kill_hung(procs: list) -> None:
+    """Kill worker processes known not to answer (past their timeout) and reap them.
+
+    A hung worker would not read a ``close`` either: waiting the shutdown timeout for it
+    only delays the error (the hang was reported ``shutdown_timeout`` seconds late)."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(1.0)
 
 
 def default_start_method() -> str:

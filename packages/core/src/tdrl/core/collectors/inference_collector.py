@@ -57,7 +57,8 @@ from ..threads import carry_num_threads
 from .inference_ray import RayEnvWorker, RayHub
 from .inference_server import InferenceServer, versioned, worker_collector
 from .inference_slab import DEFAULT_SPIN_S, QueueConn, SlabHub, SlabLayout, SlabPolicy
-from ..workers import WorkerLifecycle, default_start_method, dumps, exit_with_parent, parent_token, stop_workers
+from ..workers import (WorkerLifecycle, default_start_method, dumps, exit_with_parent, kill_hung, parent_token,
+                       stop_workers)
 from .single import as_interaction_type
 
 __all__ = ["InferenceCollector"]
@@ -315,8 +316,9 @@ class InferenceCollector(WorkerLifecycle):
                 else:
                     self._report(i, kind, payload)
             if time.monotonic() > deadline:
-                self._fail(f"InferenceCollector: worker(s) {sorted(set(range(self.num_workers)) - set(hello))} "
-                           f"did not build their env within timeout={self.timeout} s.")
+                missing = sorted(set(range(self.num_workers)) - set(hello))
+                self._fail(f"InferenceCollector: worker(s) {missing} did not build their env "
+                           f"within timeout={self.timeout} s.", hung=missing)
         if local:
             return
         try:
@@ -360,7 +362,18 @@ class InferenceCollector(WorkerLifecycle):
                             "benchmark baseline); use 'thread', 'process' or 'ray' for live weights.")
         return self.server.update_weights(self._policy if weights is None else weights)
 
-    def _fail(self, msg: str):
+    def _fail(self, msg: str, hung=()):
+        """Shut down and raise. The ``hung`` workers would not answer a ``close``: processes
+        are killed first and threads (which cannot be killed) are not joined, so the error
+        comes at the timeout, not ``shutdown_timeout`` later per worker. A hung thread is
+        left behind as a daemon until its env returns."""
+        if isinstance(self.hub, RayHub):
+            self.hub.kill(hung)
+        elif self._procs:
+            kill_hung([self._procs[i] for i in hung])
+        elif self._threads:
+            stuck = [self._threads[i] for i in hung]
+            self._threads[:] = [t for t in self._threads if t not in stuck]
         self.shutdown()
         raise WorkerError(msg)
 
@@ -386,7 +399,7 @@ class InferenceCollector(WorkerLifecycle):
                                f"worker(s) {sorted(waiting)}"
                                + (f" (pids {[self._procs[j].pid for j in sorted(waiting)]})"
                                   if self._procs else "")
-                               + "; the env may hang." + self._ray_hint)
+                               + "; the env may hang." + self._ray_hint, hung=sorted(waiting))
             for i, kind, payload in events:
                 if kind == "ready":
                     if payload is not None:

@@ -121,6 +121,7 @@ class RayHub:
         self.outbox: queue.Queue = queue.Queue()
         self.active = 0  # actors collecting now (the server stops waiting when all asked)
         self._stop = threading.Event()
+        self._killed: set[int] = set()  # hung actors killed before close (no close to wait for)
         self._thread = threading.Thread(target=carry_num_threads(self._serve),
                                         name="tdrl-inference-server", daemon=True)
 
@@ -221,12 +222,18 @@ class RayHub:
         if cmd == "collect":
             self._submit(i, self.actors[i].begin.remote())
 
+    def kill(self, indices) -> None:
+        """Kill hung actors now: they would not answer ``close`` (its wait is skipped)."""
+        for i in indices:
+            self._ray.kill(self.actors[i])
+            self._killed.add(i)
+
     def close(self, timeout: float) -> None:
         """Close the envs (bounded wait), then kill the actors."""
         ray = self._ray
+        live = [a for i, a in enumerate(self.actors) if i not in self._killed]
         try:
-            ray.wait([a.close.remote() for a in self.actors], num_returns=len(self.actors),
-                     timeout=timeout)
+            ray.wait([a.close.remote() for a in live], num_returns=len(live), timeout=timeout)
         except Exception:  # noqa: BLE001 - the actors are killed below anyway
             pass
         for actor in self.actors:

@@ -34,7 +34,7 @@ from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S
-from ..workers import (WARN_EVERY_S, WorkerLifecycle, default_start_method, dumps, exit_with_parent, parent_token,
+from ..workers import (WARN_EVERY_S, WorkerLifecycle, default_start_method, dumps, exit_with_parent, kill_hung, parent_token,
                        send, stop_workers)
 from .single import Collector
 from .utils import split_trajectories
@@ -183,7 +183,10 @@ class _MultiCollector(WorkerLifecycle):
             self.total_frames = -(-self.total_frames // self.frames_per_batch) * self.frames_per_batch
 
     # ------------------------------------------------------------------ messaging
-    def _fail(self, msg: str):
+    def _fail(self, msg: str, hung=()):
+        """Shut down and raise; the ``hung`` workers are killed first (they would not answer
+        a ``close``), so the error comes at the timeout, not ``shutdown_timeout`` later."""
+        kill_hung([self._procs[i] for i in hung])
         self.shutdown()
         raise WorkerError(msg)
 
@@ -207,17 +210,22 @@ class _MultiCollector(WorkerLifecycle):
             if self._closed:
                 raise RuntimeError("This collector was shut down.")
             now = time.monotonic()
+            if deadline is not None:  # a worker's clock starts when it was asked, not here
+                deadline = min([deadline] + [self._asked[i][1] + self.timeout for i in wanted
+                                             if self._asked[i]])
             left = WARN_EVERY_S if deadline is None else max(0.0, deadline - now)
             ready = mp_wait([self._conns[i] for i in wanted] + [self._procs[i].sentinel for i in wanted],
                             timeout=left)
+            now = time.monotonic()
             if self.timeout is not None:  # async: others answering must not hide a hung one
-                stale = [i for i in wanted
-                         if self._asked[i] and now - self._asked[i][1] > self.timeout]
+                answered = {index[r] for r in ready if r in index}  # read, not yet received
+                stale = [i for i in wanted if i not in answered
+                         and self._asked[i] and now - self._asked[i][1] > self.timeout]
                 if stale:
                     self._fail(f"{type(self).__name__}: no answer within timeout="
                                f"{self.timeout} s from {self._waited_on(stale)}. The env or "
                                "policy may hang; pass a larger timeout= if a batch "
-                               "legitimately takes longer.")
+                               "legitimately takes longer.", hung=stale)
             if not ready and deadline is None:
                 _log.warning("%s: still waiting (timeout=None) for %s.", type(self).__name__,
                              self._waited_on(wanted))
@@ -225,7 +233,8 @@ class _MultiCollector(WorkerLifecycle):
             if not ready:
                 self._fail(f"{type(self).__name__}: no answer within timeout={self.timeout} s "
                            f"from {self._waited_on(wanted)}. The env or policy may hang; pass "
-                           "a larger timeout= if a batch legitimately takes longer.")
+                           "a larger timeout= if a batch legitimately takes longer.",
+                           hung=[i for i in wanted if self._asked[i]])  # an idle one still closes
             # Deaths first: a live worker's messages must not hide a dead one's silence.
             for s in ready:
                 if s in sentinels:

@@ -30,10 +30,11 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.core import keys as K
-from tdrl.core._optional import require
 from tdrl.core.datasets._transitions import (EPISODE, DatasetFormatError, check_transitions,
                                              episode_to_td, fill_storage, obs_keys,
                                              split_episodes)
+from tdrl.core.datasets.hdf5 import (check_stored, dataset, h5py_module, keys, open_file,
+                                     read_rows)
 from tdrl.core.replay.storages import Storage, TensorStorage
 
 __all__ = ["read_d4rl", "load_d4rl", "write_d4rl"]
@@ -43,18 +44,11 @@ _REQUIRED = ("observations", "actions", "rewards", "terminals", "timeouts")
 
 
 def _h5py():
-    return require("h5py", extra="offline", what="D4RL HDF5 datasets")
+    return h5py_module("D4RL HDF5 datasets")
 
 
 def _open(path: str | os.PathLike):
-    h5py = _h5py()
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"No D4RL HDF5 file at {path!r}.")
-    try:
-        return h5py.File(path, "r")
-    except OSError as err:
-        raise DatasetFormatError(f"{path!r} is not an HDF5 file ({err}).") from err
+    return open_file(path, "D4RL HDF5")
 
 
 def _obs_arrays(node, path: str, name: str) -> dict[str, object]:
@@ -63,7 +57,8 @@ def _obs_arrays(node, path: str, name: str) -> dict[str, object]:
     if isinstance(node, h5py.Dataset):
         return {K.OBSERVATION: node}
     out = {}
-    for key, value in node.items():
+    for key in keys(node, path):
+        value = dataset(node, key, path)
         if not isinstance(value, h5py.Dataset):
             raise DatasetFormatError(
                 f"{path}: {name}/{key} is a group; only one level of Dict observations is read."
@@ -76,21 +71,28 @@ class _File:
     """The checked layout of an open D4RL file."""
 
     def __init__(self, f, path: str) -> None:
-        missing = [k for k in _REQUIRED if k not in f]
+        nodes = {k: dataset(f, k, path, required=False)
+                 for k in (*_REQUIRED, "next_observations")}
+        missing = [k for k in _REQUIRED if nodes[k] is None]
         if missing:
             raise DatasetFormatError(
-                f"{path} is not a D4RL dataset: it lacks {missing} (it holds {sorted(f.keys())}); "
+                f"{path} is not a D4RL dataset: it lacks {missing} (it holds {sorted(keys(f, path))}); "
                 f"a D4RL file has {list(_REQUIRED)} and optionally 'next_observations'."
             )
-        self.obs = _obs_arrays(f["observations"], path, "observations")
-        self.next_obs = (_obs_arrays(f["next_observations"], path, "next_observations")
-                         if "next_observations" in f else None)
-        self.actions = f["actions"]
-        self.n = int(self.actions.shape[0])
+        self.path = path
+        self.obs = _obs_arrays(nodes["observations"], path, "observations")
+        self.next_obs = (_obs_arrays(nodes["next_observations"], path, "next_observations")
+                         if nodes["next_observations"] is not None else None)
+        self.actions = nodes["actions"]
+        for name in ("actions", "rewards", "terminals", "timeouts"):
+            if not isinstance(nodes[name], _h5py().Dataset):
+                raise DatasetFormatError(f"{path}: {name} is a group, expected a dataset.")
+        self.n = int(self.actions.shape[0]) if self.actions.shape else 0
         for name in ("rewards", "terminals", "timeouts"):
-            if f[name].shape[:1] != (self.n,) or int(np.prod(f[name].shape)) != self.n:
+            shape = nodes[name].shape
+            if shape[:1] != (self.n,) or int(np.prod(shape)) != self.n:
                 raise DatasetFormatError(
-                    f"{path}: {name} has shape {f[name].shape}, expected ({self.n},) "
+                    f"{path}: {name} has shape {shape}, expected ({self.n},) "
                     f"(one entry per row of actions)."
                 )
         groups = [("observations", self.obs)] + (
@@ -106,9 +108,13 @@ class _File:
                 f"{path}: next_observations has keys {sorted(self.next_obs)}, "
                 f"observations {sorted(self.obs)}."
             )
-        self.rewards = np.asarray(f["rewards"]).reshape(-1)
-        self.terminals = np.asarray(f["terminals"]).reshape(-1).astype(bool)
-        self.timeouts = np.asarray(f["timeouts"]).reshape(-1).astype(bool) & ~self.terminals
+        for ds in (self.actions, *[nodes[k] for k in ("rewards", "terminals", "timeouts")],
+                   *self.obs.values(), *(self.next_obs or {}).values()):
+            check_stored(ds, path)
+        self.rewards = read_rows(nodes["rewards"], 0, self.n, path).reshape(-1)
+        self.terminals = read_rows(nodes["terminals"], 0, self.n, path).reshape(-1).astype(bool)
+        self.timeouts = (read_rows(nodes["timeouts"], 0, self.n, path).reshape(-1).astype(bool)
+                         & ~self.terminals)
         ends = self.terminals | self.timeouts
         self.episode = np.concatenate([[0], np.cumsum(ends)[:-1]]).astype(np.int64)
         if self.next_obs is None:
@@ -127,16 +133,16 @@ class _File:
         for a in range(0, self.n, chunk_size):
             b = min(a + chunk_size, self.n)
             keep = self.keep[a:b]
-            obs = {k: np.asarray(v[a:b]) for k, v in self.obs.items()}
+            obs = {k: read_rows(v, a, b, self.path) for k, v in self.obs.items()}
             term = self.terminals[a:b].copy()
             trunc = self.timeouts[a:b].copy()
             if self.next_obs is not None:
-                nxt = {k: np.asarray(v[a:b]) for k, v in self.next_obs.items()}
+                nxt = {k: read_rows(v, a, b, self.path) for k, v in self.next_obs.items()}
             else:
                 top = min(b + 1, self.n)
                 nxt = {}
                 for k, v in self.obs.items():
-                    shifted = np.asarray(v[a + 1:top])
+                    shifted = read_rows(v, a + 1, top, self.path)
                     if shifted.shape[0] < b - a:  # the file's last row: no successor
                         shifted = np.concatenate([shifted, obs[k][-1:]], 0)
                     shifted[term] = obs[k][term]  # placeholder, never bootstrapped
@@ -149,7 +155,7 @@ class _File:
                 trunc |= keep & ~follow & same & ~term
             td = episode_to_td(
                 {k: v[keep] for k, v in obs.items()}, {k: v[keep] for k, v in nxt.items()},
-                np.asarray(self.actions[a:b])[keep], self.rewards[a:b][keep],
+                read_rows(self.actions, a, b, self.path)[keep], self.rewards[a:b][keep],
                 term[keep], trunc[keep], self.episode[a:b][keep],
             )
             yield td
@@ -170,7 +176,9 @@ def read_d4rl(path: str | os.PathLike, *, chunk_size: int = 100_000) -> TensorDi
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        DatasetFormatError: not HDF5, or a required dataset is missing or misshapen.
+        DatasetFormatError: not HDF5, truncated or damaged (naming the file and the key), a
+            required dataset missing or misshapen, or a header declaring more rows than the
+            file stores (both counts named).
         ModuleNotFoundError: ``h5py`` is not installed (names the extra to install).
     """
     with _open(path) as f:

@@ -27,6 +27,7 @@ from tdrl.core._optional import require
 from tdrl.core.datasets._transitions import (EPISODE, DatasetFormatError, check_transitions,
                                              episode_to_td, fill_storage, obs_keys,
                                              split_episodes)
+from tdrl.core.datasets.hdf5 import H5_ERRORS, check_stored, dataset, keys, open_file
 from tdrl.core.replay.storages import Storage, TensorStorage
 
 __all__ = ["open_minari", "read_minari", "load_minari", "write_minari"]
@@ -72,7 +73,7 @@ def open_minari(dataset: Any):
         path = os.path.join(path, "data")
     try:
         return minari.MinariDataset(path)
-    except (ValueError, KeyError, AssertionError, OSError) as err:
+    except (*H5_ERRORS, AssertionError) as err:
         raise DatasetFormatError(f"{path!r} is not a readable Minari dataset: {err}") from err
 
 
@@ -105,9 +106,64 @@ def _episode_td(ep) -> TensorDict:
                          ep.truncations, int(ep.id))
 
 
+_EPISODE_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
+
+
+def _check_hdf5(ds, where: str) -> None:
+    """Before any data is read, an ``hdf5``-format dataset's headers: every episode's
+    entries readable, no header declaring more rows than stored, each episode's
+    ``total_steps`` attribute and the metadata's ``total_steps`` equal to the rewards held."""
+    steps = 0
+    with open_file(where, "Minari HDF5") as f:
+        for idx in ds.episode_indices:
+            group = dataset(f, f"episode_{int(idx)}", where)
+            entries = {k: dataset(group, k, where) for k in _EPISODE_KEYS}
+            for node in entries.values():
+                leaves = [node] if hasattr(node, "dtype") else [dataset(node, k, where)
+                                                                 for k in keys(node, where)]
+                for leaf in leaves:
+                    if hasattr(leaf, "dtype"):
+                        check_stored(leaf, where)
+            held = int(entries["rewards"].shape[0]) if entries["rewards"].shape else 0
+            declared = group.attrs.get("total_steps")
+            if declared is not None and int(declared) != held:
+                raise DatasetFormatError(
+                    f"{where}: episode_{int(idx)} declares total_steps={int(declared)} but its "
+                    f"rewards hold {held} steps.")
+            steps += held
+    _check_total(ds, steps, where)
+
+
+def _check_total(ds, held: int, where: str) -> None:
+    if held != int(ds.total_steps):
+        raise DatasetFormatError(
+            f"{where}: the dataset's metadata declares total_steps={int(ds.total_steps)} but "
+            f"its episodes hold {held} steps.")
+
+
 def _episodes(ds) -> Iterator[TensorDict]:
-    for ep in ds.iterate_episodes():
-        yield _episode_td(ep)
+    """The episodes as transition TensorDicts; a damaged file or a step count that differs
+    from the metadata's raises :class:`DatasetFormatError` naming the file (and the key)."""
+    data = os.fspath(ds.storage.data_path)
+    hdf5 = ds.storage.metadata.get("data_format") == "hdf5"
+    where = os.path.join(data, "main_data.hdf5") if hdf5 else data
+    if hdf5:
+        _check_hdf5(ds, where)
+    episodes, held = iter(ds.iterate_episodes()), 0
+    for idx in ds.episode_indices:
+        try:
+            ep = next(episodes)
+        except StopIteration:
+            break
+        except (*H5_ERRORS, AssertionError) as err:
+            raise DatasetFormatError(f"{where}: cannot read episode {int(idx)} (the data is "
+                                     f"damaged): {type(err).__name__}: {err}") from err
+        td = _episode_td(ep)
+        held += td.shape[0]
+        if held > int(ds.total_steps):
+            _check_total(ds, held, where)
+        yield td
+    _check_total(ds, held, where)
 
 
 def read_minari(dataset: Any) -> TensorDict:

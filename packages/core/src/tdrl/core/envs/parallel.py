@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tdrl.core.workers import WARN_EVERY_S, dumps, exit_with_parent, parent_token
+from tdrl.core.workers import WARN_EVERY_S, dumps, exit_with_parent, kill_hung, parent_token
 
 from .batched import BatchedEnvBase, env_meta, per_worker_args, WorkerRunner
 from .common import EnvBase
@@ -198,9 +198,9 @@ class ParallelEnv(BatchedEnvBase):
     def _collect(self, workers: Sequence[int]) -> list:
         """Wait for one answer from each worker in ``workers``; raise on error or death."""
         results, first_error = [], None
+        start = warned = time.monotonic()  # one deadline: the workers were all asked at once
         for i in workers:
             conn, proc = self._conns[i], self._procs[i]
-            start = warned = time.monotonic()
             while not conn.poll(0.05):
                 if not proc.is_alive() and not conn.poll(0):
                     self._fail(RuntimeError(
@@ -208,6 +208,7 @@ class ParallelEnv(BatchedEnvBase):
                     ))
                 now = time.monotonic()
                 if self.timeout is not None and now - start > self.timeout:
+                    kill_hung([proc])  # it would not read a "close": no shutdown wait for it
                     self._fail(TimeoutError(
                         f"ParallelEnv worker {i} (pid {proc.pid}) did not answer within "
                         f"timeout={self.timeout} s; its env may hang. Pass a larger timeout= "

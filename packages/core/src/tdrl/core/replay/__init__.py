@@ -23,6 +23,7 @@ from .her import HERTransform, her_relabel_fraction
 from .prioritized import WEIGHT_KEY, PrioritizedSampler
 from .samplers import RandomSampler, Sampler, SamplerWithoutReplacement
 from .slice_sampler import SliceSampler
+from ..diskio import ChecksumError
 from ._files import ReplayFormatError
 from .memmap import LazyMemmapStorage, MemmapStorage
 from .storages import LazyTensorStorage, ListStorage, Storage, TensorStorage
@@ -42,6 +43,7 @@ __all__ = [
     "MemmapStorage",
     "LazyMemmapStorage",
     "ReplayFormatError",
+    "ChecksumError",
     "Sampler",
     "RandomSampler",
     "SamplerWithoutReplacement",

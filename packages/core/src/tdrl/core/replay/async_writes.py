@@ -229,9 +229,9 @@ class AsyncPrioritizedReplayBuffer(PrioritizedReplayBuffer):
         self.flush()
         super().load_state_dict(state)
 
-    def dumps(self, path) -> None:
+    def dumps(self, path, *, checksum: bool = False) -> None:
         self.flush()  # the dump holds every write made before the call
-        super().dumps(path)
+        super().dumps(path, checksum=checksum)
 
     def loads(self, path) -> None:
         self.flush()

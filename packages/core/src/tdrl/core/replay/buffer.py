@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from ..diskio import ChecksumError, sha256_file, verify_sha256
 from ..keys import INDEX
 from ._files import (ReplayFormatError, build_td, create_leaves, fsync_dir, fsync_file,
                      leaf_specs, load_state, open_leaves, read_json, save_state, write_json)
@@ -233,7 +234,7 @@ class ReplayBuffer:
         self.sampler.load_state_dict(state["sampler"])
         self.writer.load_state_dict(state["writer"])
 
-    def dumps(self, path: str | os.PathLike) -> None:
+    def dumps(self, path: str | os.PathLike, *, checksum: bool = False) -> None:
         """Save the buffer's content and state to the directory ``path``, atomically.
 
         Layout: ``path/dump_<n>/state.pt`` (cursor, priorities, writer state, list items;
@@ -243,6 +244,13 @@ class ReplayBuffer:
         previous one, fsync'ed, then the pointer is replaced atomically (``os.replace``) and
         only then are older dumps deleted: a process killed at any point leaves ``path``
         loading either the previous state or the new one, complete.
+
+        Args:
+            path: the dump directory.
+            checksum: also write ``dump_<n>/checksums.json``, the SHA-256 of ``state.pt`` and
+                of every leaf file; :meth:`loads` then verifies them before reading
+                (:class:`~tdrl.core.diskio.ChecksumError` naming the file on a mismatch).
+                Off by default: it reads every byte written once more.
         """
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
@@ -258,6 +266,11 @@ class ReplayBuffer:
                 _write_leaves(os.path.join(folder, "storage"), data)
                 state["storage"] = {**state["storage"], "data": _FILES}
             save_state(os.path.join(folder, "state.pt"), state)
+            if checksum:
+                write_json(os.path.join(folder, _SUMS),
+                           {"format": _SUMS_FORMAT,
+                            "sha256": {f: sha256_file(os.path.join(folder, f))
+                                       for f in _dump_files(folder)}})
         except OSError:  # e.g. a full disk (named by tdrl.core.diskio): the previous dump stays current
             shutil.rmtree(folder, ignore_errors=True)
             raise
@@ -277,6 +290,8 @@ class ReplayBuffer:
         Raises:
             ReplayFormatError: ``path`` holds something else (e.g. a pickle, or a dump of
                 an older tdrl whose loading needed pickle).
+            ChecksumError: the dump was written with ``checksum=True`` and a file's bytes
+                differ from its recorded SHA-256 (the file is named).
             FileNotFoundError: ``path`` holds no dump.
         """
         path = os.fspath(path)
@@ -293,6 +308,7 @@ class ReplayBuffer:
         if not isinstance(name, str) or not _DUMP.fullmatch(name):
             raise ReplayFormatError(f"{pointer}: dump={name!r}, expected 'dump_<n>'.")
         folder = os.path.join(path, name)
+        _verify_dump(folder)
         state = load_state(os.path.join(folder, "state.pt"))
         storage = state.get("storage") if isinstance(state, dict) else None
         if not isinstance(storage, dict):
@@ -304,6 +320,36 @@ class ReplayBuffer:
 
 _DUMP = re.compile(r"dump_(\d+)")
 _POINTER = "CURRENT.json"
+
+
+_SUMS = "checksums.json"
+_SUMS_FORMAT = "tdrl-checksums-1"
+
+
+def _dump_files(folder: str) -> list[str]:
+    """``state.pt`` and the leaf files of a dump folder, relative to it."""
+    storage = os.path.join(folder, "storage")
+    leaves = sorted(f"storage/{n}" for n in (os.listdir(storage) if os.path.isdir(storage) else ())
+                    if n.startswith("leaf_"))
+    return ["state.pt", *leaves]
+
+
+def _verify_dump(folder: str) -> bool:
+    """Check a dump's files against ``checksums.json`` (``False``: the dump has none)."""
+    path = os.path.join(folder, _SUMS)
+    if not os.path.exists(path):
+        return False
+    sums = read_json(path, _SUMS_FORMAT).get("sha256")
+    files = _dump_files(folder)
+    if not isinstance(sums, dict) or sorted(sums) != sorted(files) or not all(
+            isinstance(v, str) for v in sums.values()):
+        listed = sorted(sums) if isinstance(sums, dict) else sums
+        raise ChecksumError(f"{path} lists {listed!r} but the dump holds {files}: the folder "
+                            "was changed after it was written.")
+    for name in files:
+        verify_sha256(os.path.join(folder, name), sums[name], path,
+                      "Load an earlier dump, or delete checksums.json to load it anyway.")
+    return True
 
 
 def _remove_stale_dumps(path: str) -> None:

@@ -22,7 +22,6 @@ verifies it, so a flipped bit is an error naming the file instead of silently wr
 from __future__ import annotations
 
 import glob
-import hashlib
 import io
 import logging
 import os
@@ -37,7 +36,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from tdrl.core.diskio import sha256_file, write_bytes
+from tdrl.core.diskio import ChecksumError, sha256_bytes, verify_sha256, write_bytes
 
 __all__ = [
     "to_plain_data",
@@ -150,7 +149,7 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
     buf = io.BytesIO()
     torch.save(to_plain_data(state), buf)
     data = buf.getbuffer()
-    digest = hashlib.sha256(data).hexdigest()
+    digest = sha256_bytes(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     fd, tmp_sum = tempfile.mkstemp(prefix=f".{path.name}.sum.", suffix=".tmp", dir=path.parent)
@@ -172,11 +171,6 @@ def _sum_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
-class ChecksumError(ValueError):
-    """A checkpoint's bytes differ from the SHA-256 written beside them (bit rot, a partial
-    copy, an edit)."""
-
-
 def verify_checkpoint(path: str | os.PathLike) -> bool:
     """Compare ``path`` with the SHA-256 saved beside it; ``False`` when there is none (a
     checkpoint of an older tdrl, or a copy without it). Raises :class:`ChecksumError` on a
@@ -185,12 +179,9 @@ def verify_checkpoint(path: str | os.PathLike) -> bool:
     sums = _sum_path(path)
     if not sums.exists():
         return False
-    want = sums.read_text().split()[0] if sums.read_text().split() else ""
-    got = sha256_file(str(path))
-    if got != want:
-        raise ChecksumError(f"{path} does not match its checksum {sums.name} (sha256 {got[:12]}... != "
-                            f"{want[:12]}...): the file is corrupt (disk error, partial copy or an edit). "
-                            "Use an earlier checkpoint, or delete the .sha256 file to load it anyway.")
+    words = sums.read_text().split()
+    verify_sha256(str(path), words[0] if words else "", sums.name,
+                  "Use an earlier checkpoint, or delete the .sha256 file to load it anyway.")
     return True
 
 

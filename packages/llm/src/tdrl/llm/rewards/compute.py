@@ -7,9 +7,13 @@ at the deadline (:mod:`tdrl.llm.rewards.workers`): the timeout holds for code th
 (a backtracking regex) and nothing is left running. The fork inherits the function, so lambdas
 and closures work unpickled, but its side effects stay in the worker; a reward marked
 :func:`tdrl.llm.rewards.workers.thread_safe_reward` runs in a thread instead (abandoned, not
-killed, past its timeout). A coroutine function (``async def``) is awaited on an event loop of
-its own with ``asyncio.wait_for`` and *cancelled* at its timeout. Blocking work inside a reward
-(running programs, HTTP calls) can be spread over a bounded pool with :func:`map_bounded`.
+killed, past its timeout). A coroutine function (``async def``) with a timeout runs the same
+way: awaited on an event loop of its own inside the forked worker, which is killed at the
+deadline, so a coroutine that blocks its loop (a regex, ``time.sleep``) cannot hang the trainer
+either; marked ``thread_safe_reward`` it is awaited in a thread of the caller and *cancelled*
+at its timeout (``asyncio.wait_for``; one that blocks its loop is then abandoned). Blocking work
+inside a reward (running programs, HTTP calls) can be spread over a bounded pool with
+:func:`map_bounded`.
 """
 
 from __future__ import annotations
@@ -117,8 +121,9 @@ def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str
     pickle, its side effects stay in the worker). With ``in_thread=True`` (a reward marked
     :func:`tdrl.llm.rewards.workers.thread_safe_reward`), or where ``fork`` does not exist, it
     runs in a daemon thread instead, which is abandoned at the timeout and keeps running (a
-    thread cannot be killed). With ``is_async=True``, ``call()`` returns a coroutine, which is
-    awaited on its own event loop and cancelled at the timeout.
+    thread cannot be killed). With ``is_async=True``, ``call()`` returns a coroutine, awaited on
+    an event loop of its own: inside the killable worker by default, or (``in_thread``, no
+    ``fork``) in a thread of the caller, cancelled at the timeout.
 
     Args:
         call: a no-argument callable (returning a coroutine when ``is_async``).
@@ -133,6 +138,8 @@ def call_with_timeout(call: Callable[[], list], timeout: float | None, name: str
         Exception: whatever ``call`` raised.
     """
     if is_async:
+        if timeout and not in_thread and can_fork():  # the loop runs in the worker: killed at the deadline
+            return call_in_worker(lambda: _await_with_timeout(call, None, name), timeout, name)
         return _await_with_timeout(call, timeout, name)
     if not timeout:
         return call()
@@ -293,9 +300,9 @@ def compute_rewards(
     :class:`tdrl.llm.rewards.sandbox.SandboxUnavailable` (the code sandbox cannot isolate
     programs on this machine) is always raised as is: it is a setup error, not a sample's.
 
-    A function that does not return within ``timeout`` seconds (its worker process is killed; a
-    coroutine is cancelled; a function marked ``thread_safe_reward`` is left running in its
-    thread), returns the wrong number of values, or returns a value
+    A function that does not return within ``timeout`` seconds (its worker process is killed,
+    coroutine functions included; one marked ``thread_safe_reward`` is left running in its
+    thread, or cancelled if it is a coroutine function), returns the wrong number of values, or returns a value
     that is not a finite number, gives 0 for the affected samples and is counted (``"raise"``
     raises instead, but a non-finite value is always scored 0). The first traceback of each
     function is logged once per name in ``logged``. A function whose signature cannot take

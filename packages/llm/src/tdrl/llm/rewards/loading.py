@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from tdrl.llm.rewards.compute import RewardFn, bind_reward
+from tdrl.llm.rewards.compute import RewardFn, compute_rewards
 
 __all__ = ["load_reward", "load_rewards", "weighted_reward"]
 
@@ -85,18 +85,17 @@ def load_rewards(specs: str | Sequence[str]) -> list[RewardFn]:
 
 
 def weighted_reward(fns: Sequence[RewardFn], weights: Sequence[float] | None = None) -> Callable[..., list[float]]:
-    """One reward function: the weighted sum of ``fns`` (each called as the GRPO trainer calls
-    it, with the dataset's columns as keywords), for held-out evaluation
-    (:func:`tdrl.llm.evaluate`)."""
+    """One reward function: the weighted sum of ``fns``, each called as the GRPO trainer calls
+    it (:func:`tdrl.llm.rewards.compute_rewards`: the dataset's columns as keywords, TRL's
+    message lists for chat prompts, coroutine functions awaited), for held-out evaluation
+    (:func:`tdrl.llm.evaluate`, which runs the sum under ``reward_timeout``). A function that
+    raises makes the sum raise (the caller's ``on_reward_error`` decides)."""
     weights = [1.0] * len(fns) if weights is None else list(weights)
     if len(weights) != len(fns):
         raise ValueError(f"weighted_reward: {len(fns)} functions but {len(weights)} weights")
 
     def total(prompts, completions, **columns) -> list[float]:
-        out = [0.0] * len(completions)
-        for fn, w in zip(fns, weights):
-            scores = bind_reward(fn, prompts, completions, columns)()
-            out = [o + w * float(s if s is not None else 0.0) for o, s in zip(out, scores)]
-        return out
+        summed, _, _ = compute_rewards(fns, prompts, completions, columns, weights, timeout=None, on_error="raise")
+        return summed.tolist()
 
     return total

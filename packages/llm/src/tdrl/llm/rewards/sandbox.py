@@ -23,9 +23,10 @@ user namespaces:
   the caller is root and the cgroup hierarchy is writable, one fresh cgroup bounds the *whole
   tree*: ``pids.max = max_procs`` (``RLIMIT_NPROC`` is not enforced for the mapped uid 0) and a
   memory limit of ``memory_mb + disk_mb`` (every process, its private ``/tmp`` and ``memfd``
-  files together). Without a writable cgroup (an unprivileged caller) only the per-process
-  bounds hold: ``k`` processes may hold ``k * memory_mb``, and ``memfd_create`` files are
-  bounded by nothing but ``max_procs`` and the timeout (no seccomp filter is installed);
+  files together). Without a writable memory cgroup (an unprivileged caller) only the
+  per-process bounds hold: ``k`` processes (``k <= max_procs``) may hold ``k * memory_mb``, and
+  ``memfd_create`` (memory ``RLIMIT_AS`` does not count) is refused with ``EPERM`` by a seccomp
+  filter (:mod:`tdrl.llm.rewards.seccomp`; x86_64 and aarch64, bubblewrap with ``--seccomp``);
 * output is read incrementally: at ``max_output`` bytes on a stream the program is killed, so the
   caller never holds more than ``2 * max_output`` bytes; at the deadline the whole sandbox is
   killed (the namespace's init dies, which kills every process in it, ``setsid`` or not) and the
@@ -34,7 +35,8 @@ user namespaces:
 Unconfined mode (``mode="rlimit"``, only when named) is the same process limits and output
 handling without namespaces (network cut with ``unshare -n`` where allowed). It is *not
 isolation* -- the program can read what the caller can read, its environment included, and a
-``setsid`` child can outlive the call -- and it warns loudly. Neither mode filters system calls.
+``setsid`` child can outlive the call -- and it warns loudly. Apart from that ``memfd_create``
+filter, neither mode filters system calls.
 
 Cgroups and temp folders of a caller killed mid-run are swept at the next caller's first run
 (:func:`tdrl.llm.rewards.cgroups.sweep_leftovers`).
@@ -56,6 +58,7 @@ import warnings
 from dataclasses import dataclass
 
 from tdrl.llm.rewards.cgroups import PREFIX, SandboxCgroup, sweep_leftovers
+from tdrl.llm.rewards.seccomp import memfd_filter_fd
 
 __all__ = ["SANDBOX_MODES", "SandboxResult", "SandboxUnavailable", "check_sandbox_mode", "run_python_sandboxed",
            "sandbox_mode", "sandbox_problem"]
@@ -142,12 +145,14 @@ def _bwrap_options() -> frozenset[str]:
     return frozenset(w for w in (r.stdout + r.stderr).split() if w.startswith("--"))
 
 
-def _bwrap_command(code_fd: int, disk_bytes: int, limits: list[str]) -> list[str]:
+def _bwrap_command(code_fd: int, disk_bytes: int, limits: list[str], seccomp_fd: int | None = None) -> list[str]:
     cmd = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
         "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
     ]
+    if seccomp_fd is not None:  # memfd_create refused: no memory cgroup bounds the tree
+        cmd += ["--seccomp", str(seccomp_fd)]
     if "--disable-userns" in _bwrap_options():  # no nested user (hence network) namespaces
         cmd += ["--disable-userns"]
     # The private /tmp first: a prefix bound later under /tmp (a venv there) stays visible on top of it.
@@ -340,32 +345,35 @@ def _run(code: str, mode: str, timeout: float, memory_mb: int, max_output: int, 
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
     source = _encode(code if mode == "bwrap" or _unshare_prefix() else _NO_SOCKET + code)
     with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-") as tmp:
-        pass_fds: tuple[int, ...] = ()
-        if mode == "bwrap":
-            fd = os.memfd_create("tdrl-sandbox-main.py")
-            with open(fd, "wb", closefd=False) as f:
-                f.write(source)
-            os.lseek(fd, 0, os.SEEK_SET)
-            pass_fds = (fd,)
-            cmd = _bwrap_command(fd, disk, limits)
-        else:
-            path = os.path.join(tmp, "main.py")
-            with open(path, "wb") as f:
-                f.write(source)
-            env["HOME"] = tmp
-            cmd = [*_unshare_prefix(), *(limits if shutil.which("prlimit") else []), sys.executable, "-I", "-S", path]
         # the whole tree's processes and memory (the private /tmp included), where a cgroup can be made
         cgroup = SandboxCgroup(max_procs, (memory_mb + disk_mb) * 1024 * 1024)
+        pass_fds: tuple[int, ...] = ()
         try:
-            try:
-                proc = subprocess.Popen(
-                    cgroup.wrap(cmd), cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds,
-                    preexec_fn=None if shutil.which("prlimit") or mode == "bwrap" else _preexec_limits(memory_mb, cpu),
-                )
-            finally:
-                for fd in pass_fds:
-                    os.close(fd)
+            if mode == "bwrap":
+                fd = os.memfd_create("tdrl-sandbox-main.py")
+                with open(fd, "wb", closefd=False) as f:
+                    f.write(source)
+                os.lseek(fd, 0, os.SEEK_SET)
+                # no memory cgroup: memfd files (memory RLIMIT_AS does not count) are refused instead
+                filter_fd = (memfd_filter_fd() if "memory" not in cgroup.limits and "--seccomp" in _bwrap_options()
+                             else None)
+                pass_fds = (fd,) if filter_fd is None else (fd, filter_fd)
+                cmd = _bwrap_command(fd, disk, limits, filter_fd)
+            else:
+                path = os.path.join(tmp, "main.py")
+                with open(path, "wb") as f:
+                    f.write(source)
+                env["HOME"] = tmp
+                cmd = [*_unshare_prefix(), *(limits if shutil.which("prlimit") else []), sys.executable, "-I", "-S",
+                       path]
+            proc = subprocess.Popen(
+                cgroup.wrap(cmd), cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds,
+                preexec_fn=None if shutil.which("prlimit") or mode == "bwrap" else _preexec_limits(memory_mb, cpu),
+            )
+            for fd in pass_fds:
+                os.close(fd)
+            pass_fds = ()
             out, err, timed_out, truncated = _communicate(proc, _encode(stdin), timeout, max_output, cgroup)
             try:
                 rc = proc.wait(timeout=_GRACE_S)
@@ -374,6 +382,8 @@ def _run(code: str, mode: str, timeout: float, memory_mb: int, max_output: int, 
                 rc = -signal.SIGKILL
             oom = cgroup.oom_killed
         finally:
+            for fd in pass_fds:  # Popen failed: the descriptors are still ours
+                os.close(fd)
             cgroup.kill()
             cgroup.remove()
     return SandboxResult(rc, out.decode(errors="replace"), err.decode(errors="replace"), timed_out, mode, truncated,

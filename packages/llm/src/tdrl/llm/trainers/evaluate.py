@@ -6,22 +6,24 @@ import torch
 
 from tdrl.llm.data import completion_texts, render_prompts, tokenize_prompts
 from tdrl.llm.generation import HFGenerator, unwrap_model
-from tdrl.llm.rewards.compute import bind_reward
+from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, compute_rewards
 
 __all__ = ["evaluate"]
 
 
 @torch.no_grad()
 def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, batch_size: int = 128, generator=None,
-             tool=None, max_turns: int = 3, tool_stats=None, tool_workers: int = 4) -> float:
+             tool=None, max_turns: int = 3, tool_stats=None, tool_workers: int = 4,
+             reward_timeout: float | None = DEFAULT_REWARD_TIMEOUT_S, on_reward_error: str = "raise_if_all") -> float:
     """Mean verifier score of greedy completions over a dataset (accuracy for 0/1 verifiers).
 
     Args:
         model: the causal LM.
         tokenizer: its tokenizer.
         dataset: rows with ``"prompt"`` and the columns ``reward_fn`` needs.
-        reward_fn: ``(prompts, completions, **columns) -> list[float]`` (called with keywords
-            when its signature allows it, as :func:`tdrl.llm.compute_rewards` does).
+        reward_fn: ``(prompts, completions, **columns) -> list[float]``, called as training
+            calls it (:func:`tdrl.llm.compute_rewards`: keywords when its signature allows
+            them, TRL's message lists for chat prompts, a killable worker at the timeout).
         max_new_tokens: completion cap.
         batch_size: prompts per generate call.
         generator: a :class:`tdrl.llm.generation.Generator` (default: an HFGenerator on ``model``).
@@ -32,6 +34,10 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
         max_turns, tool_workers: with ``tool``.
         tool_stats: a :class:`tdrl.llm.agents.ToolStats` that receives the calls, the call rate
             and the errors (with ``tool``).
+        reward_timeout: seconds ``reward_fn`` may take per batch (as ``GRPOConfig.reward_timeout``:
+            it runs in a forked worker killed at the limit, and the batch scores 0); ``None``:
+            no limit, called in this thread.
+        on_reward_error: as ``GRPOConfig.on_reward_error`` (:func:`tdrl.llm.compute_rewards`).
 
     Returns:
         The mean score.
@@ -54,7 +60,8 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
             texts, cols["conversation"] = res.final_turns, res.conversations
             if tool_stats is not None:
                 tool_stats.merge(res.stats)
-        scores = bind_reward(reward_fn, rows["prompt"], texts, cols)()
-        total += float(sum(scores))
-        n += len(scores)
+        scores, _, _ = compute_rewards([reward_fn], rows["prompt"], texts, cols, timeout=reward_timeout,
+                                       on_error=on_reward_error)
+        total += float(scores.sum())
+        n += len(texts)
     return total / max(1, n)

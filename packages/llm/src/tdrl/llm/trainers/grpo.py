@@ -75,9 +75,10 @@ class GRPOConfig:
         reward_weights: one weight per reward function (default all 1).
         reward_timeout: seconds each reward function may take per round (default 60); one that
             takes longer scores 0 for the round and is counted in ``reward_errors`` /
-            ``reward_timeouts`` (each call runs in a forked worker process, killed at the limit;
-            a coroutine reward is cancelled; one marked ``thread_safe_reward`` runs in a thread,
-            left running: see :mod:`tdrl.llm.rewards.workers`).
+            ``reward_timeouts`` (each call, coroutine rewards included, runs in a forked worker
+            process killed at the limit; one marked ``thread_safe_reward`` runs in a thread,
+            left running, or cancelled if a coroutine: see :mod:`tdrl.llm.rewards.workers`).
+            ``evaluate`` uses the same limit.
             ``None`` or ``0``: no limit, the function runs in the trainer's thread.
         on_reward_error: what a reward function that raises does
             (:func:`tdrl.llm.rewards.compute_rewards`): ``"raise_if_all"`` (default) stops the run
@@ -520,7 +521,10 @@ class GRPOTrainer(TrainerBase):
         if dataset is None:
             raise ValueError("GRPOTrainer.evaluate: no eval_dataset (pass one here or to GRPOTrainer(eval_dataset=...))")
         n = max_new_tokens or self.config.max_new_tokens
-        return {f"eval_{getattr(fn, '__name__', f'reward_{i}')}": evaluate(self.model, self.tokenizer, dataset, fn, n)
+        cfg = self.config
+        return {f"eval_{getattr(fn, '__name__', f'reward_{i}')}": evaluate(
+                    self.model, self.tokenizer, dataset, fn, n, reward_timeout=cfg.reward_timeout,
+                    on_reward_error=cfg.on_reward_error)
                 for i, fn in enumerate(self.reward_fns)}
 
     def sync_generator(self) -> bool:
