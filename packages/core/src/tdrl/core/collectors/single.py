@@ -23,7 +23,7 @@ from ..envs._fastpath import paused_gc
 from ..td_access import entries, get_entry, new_td, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
 from .random_frames import PolicyTemplate
-from .utils import split_trajectories
+from .utils import compact_batch, split_trajectories
 
 __all__ = ["Collector", "as_interaction_type"]
 
@@ -174,6 +174,11 @@ class Collector:
             ``done`` are set, then the sub-env resets); ``None``: the env decides.
         reset_at_each_iter: reset every sub-env at the start of each batch.
         seed: seed of the env (``env.set_seed``).
+        compact_obs: drop ``("next", <observation keys>)`` (the env's observation spec, listed
+            in ``compact_keys``) from the yielded batches, keeping ``("next", "reward")`` and
+            the done flags: each observation is held once, not twice (TorchRL's spelling).
+            :class:`~tdrl.core.replay.NextStateReconstructor` rebuilds them from the
+            trajectory where a consumer needs them.
     """
 
     # an env with a dict stepper (``EnvBase.dict_stepper``: a GymEnv, also behind the
@@ -200,6 +205,7 @@ class Collector:
         max_frames_per_traj: int | None = None,
         reset_at_each_iter: bool = False,
         seed: int | None = None,
+        compact_obs: bool = False,
     ) -> None:
         self._owns_env = not isinstance(env, EnvBase)
         self.env = env if isinstance(env, EnvBase) else env()
@@ -222,6 +228,9 @@ class Collector:
         self.max_frames_per_traj = max_frames_per_traj
         self.reset_at_each_iter = reset_at_each_iter
         self.storing_device = torch.device(storing_device) if storing_device else self.env.device
+        self.compact_obs = bool(compact_obs)
+        # the observation keys dropped from "next" when compact (the env's observation spec)
+        self.compact_keys = tuple(self.env.observation_keys) if self.compact_obs else ()
         self._set_policy(policy, device)
         if seed is not None:
             self.env.set_seed(seed)
@@ -357,6 +366,8 @@ class Collector:
                 out = _stack_steps(steps, nb)
             del steps
         out.set(TRAJ_ID, torch.stack(ids, nb) * self._traj_stride + self._traj_offset)
+        if self.compact_keys:
+            out = compact_batch(out, self.compact_keys)
         if self.storing_device != out.device:
             out = out.to(self.storing_device)
         self.frames += self.frames_per_batch
