@@ -111,7 +111,10 @@ class NextStateReconstructor:
         """Write ``("next", key)`` for every key and ``("next", "obs_known")``; return ``td``."""
         link = trajectory_links(td, done_key=self.done_key, traj_key=self.traj_key,
                                 index_key=self.index_key)
-        dim = td.batch_dims - 1
+        dim, rows = td.batch_dims - 1, td.batch_size.numel()
+        # the steps whose next observation is unknown, as flat row numbers: a fill of those
+        # rows costs a fraction of a broadcast masked_fill over the whole (pixel) tensor
+        unknown = (~link).reshape(-1).nonzero().squeeze(-1)
         for key in self.keys:
             obs = td.get(key, None)
             if obs is None:
@@ -119,9 +122,9 @@ class NextStateReconstructor:
                                f"{next_key(key)!r} from.")
             fill = float("nan") if obs.is_floating_point() else self.fill_value
             shifted = torch.cat([obs.narrow(dim, 1, obs.shape[dim] - 1),
-                                 obs.narrow(dim, 0, 1)], dim)
-            mask = link.reshape(*link.shape, *([1] * (obs.dim() - link.dim())))
-            td.set(next_key(key), shifted.masked_fill(~mask, fill))
+                                 obs.narrow(dim, 0, 1)], dim)  # contiguous
+            shifted.view(rows, -1).index_fill_(0, unknown, fill)
+            td.set(next_key(key), shifted)
         td.set((NEXT, OBS_KNOWN), link.unsqueeze(-1))
         return td
 
