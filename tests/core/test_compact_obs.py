@@ -266,3 +266,34 @@ def test_estimator_options_are_checked_at_construction():
         GAE(0.99, 0.95, _value_net(3), value_chunk_size=0)
     with pytest.raises(ValueError, match="bootstrap_unknown"):
         TD0(0.99, _value_net(3), bootstrap_unknown="zero")
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_differentiable_targets_on_a_compact_batch_have_the_gradients_of_their_formula(shifted):
+    # unknown next observations are NaN: fed to the network they would make every weight
+    # gradient NaN (0 * NaN through the masked rows); the estimator feeds zeros there instead
+    torch.manual_seed(0)
+    T = 6
+    done = torch.zeros(2, T, 1, dtype=torch.bool)
+    done[0, 2] = True  # terminated inside the batch; both rows are cut at the end
+    td = TensorDict({"observation": torch.randn(2, T, 3), "next": {
+        "reward": torch.randn(2, T, 1), "done": done, "terminated": done.clone()}}, [2, T])
+    compact = NextStateReconstructor()(td.clone())
+    # the same targets written out: next obs = obs[t + 1], and s_t itself where the batch is
+    # cut (what bootstrap_unknown="value" means), no unknown entries left
+    reference = td.clone()
+    nxt = torch.cat([td["observation"][:, 1:], td["observation"][:, -1:]], 1)
+    reference["next", "observation"] = nxt
+    net = _value_net(3)
+
+    def grads(batch, **kw):
+        out = GAE(0.9, 0.9, net, differentiable=True, **kw)(batch)
+        net.zero_grad()
+        (out["value_target"] ** 2 + out["advantage"]).sum().backward()
+        return [p.grad.clone() for p in net.parameters()]
+
+    got = grads(compact, shifted=shifted, bootstrap_unknown="value")
+    want = grads(reference)
+    for g, w in zip(got, want):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from tdrl.core import keys as K
 from tdrl.core.values import functional as F
 from tdrl.core.values._utils import NestedKey, as_time_column, require
-from tdrl.core.values.forward import chunked_values, shifted_values
+from tdrl.core.values.forward import chunked_values, shifted_values, without_nan
 from tdrl.core.keys import NEXT_OBS_KNOWN, next_key
 
 __all__ = ["ValueKeys", "ValueEstimatorBase", "GAE", "TD0", "TDLambda", "VTrace"]
@@ -125,13 +125,18 @@ class ValueEstimatorBase(nn.Module):
         k, net = self.tensor_keys, self.value_network
         if net is not None:
             chunk = self.value_chunk_size
-            with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
+            grad = self.differentiable and torch.is_grad_enabled()
+            # a differentiable run on a compact batch: zeros, not NaNs, into the network
+            clean = grad and td.get(NEXT_OBS_KNOWN, None) is not None
+            with torch.set_grad_enabled(grad):
                 if self.shifted:
                     value, next_value = shifted_values(net, td, self.in_keys, k.value, done,
-                                                       terminated, chunk)
+                                                       terminated, chunk, nan_to_zero=clean)
                 else:
                     value = chunked_values(net, td, k.value, chunk)
-                    next_value = chunked_values(net, td.get(K.NEXT), k.value, chunk)
+                    nxt = td.get(K.NEXT)
+                    next_value = chunked_values(net, without_nan(nxt) if clean else nxt,
+                                                k.value, chunk)
                 td.set(k.value, value)
                 td.set(next_key(k.value), next_value)
         name = type(self).__name__

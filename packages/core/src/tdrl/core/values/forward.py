@@ -20,7 +20,14 @@ from torch import Tensor
 
 from ..keys import NEXT
 
-__all__ = ["chunked_values", "shifted_values"]
+__all__ = ["chunked_values", "shifted_values", "without_nan"]
+
+
+def without_nan(td: TensorDictBase) -> TensorDictBase:
+    """A copy of ``td`` whose float NaNs are 0: the rebuilt next observations of a compact
+    batch are NaN where unknown, and a NaN input poisons the weight gradients of the rows the
+    targets mask out (``0 * NaN``), so a differentiable run feeds the network zeros there."""
+    return td.apply(lambda x: x.masked_fill(torch.isnan(x), 0) if x.is_floating_point() else x)
 
 
 def chunked_values(net: Callable[[TensorDictBase], TensorDictBase], td: TensorDictBase,
@@ -48,7 +55,7 @@ def chunked_values(net: Callable[[TensorDictBase], TensorDictBase], td: TensorDi
 
 def shifted_values(net: Callable[[TensorDictBase], TensorDictBase], td: TensorDictBase,
                    in_keys: list, out_key, done: Tensor, terminated: Tensor,
-                   chunk_size: int | None = None) -> tuple[Tensor, Tensor]:
+                   chunk_size: int | None = None, nan_to_zero: bool = False) -> tuple[Tensor, Tensor]:
     """``(value, next_value)`` of a ``[*B, T]`` rollout from one pass over ``T + 1`` steps.
 
     Args:
@@ -58,6 +65,7 @@ def shifted_values(net: Callable[[TensorDictBase], TensorDictBase], td: TensorDi
         out_key: the key it writes.
         done, terminated: ``[*B, T, 1]`` bool flags of the steps.
         chunk_size: see :func:`chunked_values`.
+        nan_to_zero: feed the network 0 where an input is NaN (:func:`without_nan`).
 
     Returns:
         ``value`` and ``next_value``, each ``[*B, T, ...]`` as the network writes them; the
@@ -66,6 +74,8 @@ def shifted_values(net: Callable[[TensorDictBase], TensorDictBase], td: TensorDi
     nxt = td.get(NEXT)
     # the T observations and the last step's next one, along time
     steps = torch.cat([td.select(*in_keys), nxt[..., -1:].select(*in_keys)], td.batch_dims - 1)
+    if nan_to_zero:
+        steps = without_nan(steps)
     v = chunked_values(net, steps, out_key, chunk_size)
     dim, T = td.batch_dims - 1, td.batch_size[-1]
     value, next_value = v.narrow(dim, 0, T), v.narrow(dim, 1, T)
@@ -78,6 +88,8 @@ def shifted_values(net: Callable[[TensorDictBase], TensorDictBase], td: TensorDi
     trunc[..., -1] = False  # the last step's next observation was in the pass
     if bool(trunc.any()):  # the real next observation of a truncation: its own forward
         fill = torch.zeros_like(next_value)
-        fill[trunc] = chunked_values(net, nxt[trunc].select(*in_keys), out_key, chunk_size)
+        rows = nxt[trunc].select(*in_keys)
+        fill[trunc] = chunked_values(net, without_nan(rows) if nan_to_zero else rows, out_key,
+                                     chunk_size)
         next_value = torch.where(wide(trunc), fill, next_value)
     return value, next_value.masked_fill(wide(term), 0.0)
