@@ -297,3 +297,20 @@ def test_differentiable_targets_on_a_compact_batch_have_the_gradients_of_their_f
     for g, w in zip(got, want):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_reconstructor_on_split_trajectories_never_reads_the_padding():
+    plain, _ = _batch(_cartpole, False, 120, split_trajs=False)
+    compact, _ = _batch(_cartpole, True, 120, split_trajs=False)
+    from tdrl.core.collectors import split_trajectories
+
+    plain, compact = split_trajectories(plain), split_trajectories(compact)
+    out = NextStateReconstructor()(compact)
+    known = out[NEXT_OBS_KNOWN].squeeze(-1)
+    real = out["collector", "mask"]
+    lengths = real.sum(-1)
+    assert (lengths < real.shape[-1]).any()  # some rows are padded
+    expected = real.clone()
+    expected[torch.arange(len(lengths)), lengths - 1] = False  # each trajectory's last step
+    assert torch.equal(known, expected)
+    assert torch.equal(out[NEXT_OBS][known], plain[NEXT_OBS][known])

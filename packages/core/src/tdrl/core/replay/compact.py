@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 
+from ..collectors.utils import MASK_KEY
 from ..keys import DONE, INDEX, NEXT, OBS_KNOWN, OBSERVATION, TRAJ_ID, next_key
 
 __all__ = ["NextStateReconstructor", "trajectory_links"]
@@ -43,17 +44,18 @@ def _flag(td: TensorDictBase, key, name: str) -> torch.Tensor | None:
 
 
 def trajectory_links(td: TensorDictBase, *, done_key=DONE, traj_key=TRAJ_ID,
-                     index_key=INDEX) -> torch.Tensor:
+                     index_key=INDEX, mask_key=MASK_KEY) -> torch.Tensor:
     """Which steps are followed, in the data, by the next step of their own trajectory.
 
     Step ``t`` links to ``t + 1`` (along the last batch dim, time) when ``t + 1`` is inside the
     batch, ``("next", done_key)`` is False at ``t``, and -- where the keys exist -- both steps
     carry the same trajectory id and consecutive replay indices (``"index"``, written by
-    ``ReplayBuffer.sample``: two slices of one episode side by side are not joined).
+    ``ReplayBuffer.sample``: two slices of one episode side by side are not joined), and
+    ``t + 1`` is a real step, not padding (``("collector", "mask")`` of ``split_trajs=True``).
 
     Args:
         td: a ``[*B, T]`` TensorDict with ``("next", done_key)``.
-        done_key, traj_key, index_key: the keys read (the last two are optional).
+        done_key, traj_key, index_key, mask_key: the keys read (the last three are optional).
 
     Returns:
         bool ``[*B, T]``; the last time step is always False.
@@ -72,6 +74,9 @@ def trajectory_links(td: TensorDictBase, *, done_key=DONE, traj_key=TRAJ_ID,
     index = _flag(td, index_key, "replay index")
     if index is not None:
         inner = inner & (index[..., 1:] == index[..., :-1] + 1)
+    real = _flag(td, mask_key, "padding mask")
+    if real is not None:
+        inner = inner & real[..., 1:].bool()
     link[..., :-1] = inner
     return link
 
