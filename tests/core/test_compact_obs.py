@@ -91,12 +91,16 @@ def test_reconstructor_rebuilds_next_obs_of_a_real_rollout_and_marks_the_ends_na
     assert torch.isnan(out[NEXT_OBS][~known]).all()
 
 
-def test_reconstructor_on_a_1d_rollout_and_on_integer_observations():
-    td = TensorDict({"observation": torch.arange(6, dtype=torch.uint8).reshape(6, 1) + 1,
+@pytest.mark.parametrize("frame", [(1,), (64, 64, 3)])  # narrow rows and pixel-wide rows
+def test_reconstructor_on_a_1d_rollout_and_on_integer_observations(frame):
+    obs = (torch.arange(6, dtype=torch.uint8) + 1).reshape(6, *[1] * len(frame)).expand(6, *frame)
+    td = TensorDict({"observation": obs.clone(),
                      "next": {"done": torch.tensor([0, 1, 0, 0, 0, 0], dtype=torch.bool)[:, None]}},
                     batch_size=[6])
     out = NextStateReconstructor(fill_value=255)(td)
-    assert out[NEXT_OBS].squeeze(-1).tolist() == [2, 255, 4, 5, 6, 255]
+    want = torch.tensor([2, 255, 4, 5, 6, 255], dtype=torch.uint8).reshape(obs.shape[:1] + (1,) * len(frame))
+    assert torch.equal(out[NEXT_OBS], want.expand_as(obs))
+    assert torch.equal(out["observation"], obs)  # the observations themselves are untouched
     assert out[NEXT_OBS_KNOWN].squeeze(-1).tolist() == [True, False, True, True, True, False]
     with pytest.raises(KeyError, match="pixels"):
         NextStateReconstructor(["pixels"])(td)
