@@ -30,6 +30,12 @@ def without_nan(td: TensorDictBase) -> TensorDictBase:
     return td.apply(lambda x: x.masked_fill(torch.isnan(x), 0) if x.is_floating_point() else x)
 
 
+def _run(net: Callable, td: TensorDictBase) -> TensorDictBase:
+    """``net(td)``; a network that writes in place and returns ``None`` leaves it in ``td``."""
+    out = net(td)
+    return td if out is None else out
+
+
 def chunked_values(net: Callable[[TensorDictBase], TensorDictBase], td: TensorDictBase,
                    out_key, chunk_size: int | None = None) -> Tensor:
     """``net``'s ``out_key`` over every step of ``td``, shaped ``[*td.batch_size, ...]``.
@@ -46,9 +52,9 @@ def chunked_values(net: Callable[[TensorDictBase], TensorDictBase], td: TensorDi
     """
     n = td.batch_size.numel()
     if chunk_size is None or n <= chunk_size:
-        return net(td).get(out_key)
+        return _run(net, td).get(out_key)
     flat = td.reshape(-1)
-    parts = [net(flat[i:i + chunk_size]).get(out_key) for i in range(0, n, chunk_size)]
+    parts = [_run(net, flat[i:i + chunk_size]).get(out_key) for i in range(0, n, chunk_size)]
     out = torch.cat(parts, 0)
     return out.reshape(*td.batch_size, *out.shape[1:])
 
