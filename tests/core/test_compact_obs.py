@@ -64,6 +64,30 @@ def test_compact_collector_drops_next_observations_and_keeps_rewards_and_flags()
     assert int(plain["next", "done"].sum()) >= 1  # the batch crosses an episode end
 
 
+@pytest.mark.parametrize("dict_loop", [True, False])
+def test_compact_batches_of_both_collector_loops_rebuild_to_the_plain_batch(dict_loop):
+    # a policy module: a GymEnv runs the collector's dict loop (which then never stacks the
+    # next observations), unless forced onto the generic loop
+    torch.manual_seed(0)
+    policy = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["action"])
+    out = {}
+    for compact in (False, True):
+        env = GymEnv("Pendulum-v1", num_envs=2)
+        env.set_seed(0)
+        col = Collector(env, policy, frames_per_batch=60, max_frames_per_traj=None,
+                        compact_obs=compact)
+        col._dict_loop = dict_loop
+        out[compact] = col.rollout()
+        col.shutdown()
+    plain, compact = out[False], out[True]
+    assert NEXT_OBS not in compact.keys(True)
+    assert torch.equal(plain["action"], compact["action"])
+    rebuilt = NextStateReconstructor()(compact)
+    known = rebuilt[NEXT_OBS_KNOWN].squeeze(-1)
+    assert known[:, :-1].all() and not known[:, -1].any()
+    assert torch.equal(rebuilt[NEXT_OBS][known], plain[NEXT_OBS][known])
+
+
 def test_multi_process_collector_passes_compact_obs_to_its_workers():
     col = MultiSyncCollector([lambda: GymEnv("CartPole-v1")] * 2, None, frames_per_batch=40,
                              total_frames=40, compact_obs=True, seed=0)

@@ -523,7 +523,7 @@ class Collector:
             else:
                 root = {k: v for k, v in nxt.items() if k not in rk}
         self._td = make_root(root)
-        return _stack_dicts(roots, nexts, make_root, nb), ids
+        return _stack_dicts(roots, nexts, make_root, nb, skip=self.compact_keys), ids
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         while self.total_frames < 0 or self.frames < self.total_frames:
@@ -566,13 +566,14 @@ class Collector:
                 f"total_frames={self.total_frames}, frames={self.frames})")
 
 
-def _stack_dicts(roots: list, nexts: list, make_root, dim: int) -> TensorDict:
-    """Stack per-step root and ``"next"`` dicts into one TensorDict ``(*env_batch, T)``."""
+def _stack_dicts(roots: list, nexts: list, make_root, dim: int, skip=()) -> TensorDict:
+    """Stack per-step root and ``"next"`` dicts into one TensorDict ``(*env_batch, T)``;
+    ``"next"`` entries named in ``skip`` (``compact_obs``) are not stacked at all."""
     n_root, n_next = len(roots[0]), len(nexts[0])
     try:
         if any(len(r) != n_root for r in roots) or any(len(n) != n_next for n in nexts):
             raise KeyError
-        nxt = {k: torch.stack([n[k] for n in nexts], dim) for k in nexts[0]}
+        nxt = {k: torch.stack([n[k] for n in nexts], dim) for k in nexts[0] if k not in skip}
         source = {k: torch.stack([r[k] for r in roots], dim) for k in roots[0]}
     except (KeyError, RuntimeError, TypeError):
         # keys differ between steps: the generic per-step TensorDicts and their stack
