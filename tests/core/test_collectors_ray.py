@@ -111,3 +111,14 @@ def test_more_actors_than_cpus_times_out_naming_the_actors(caplog):
     with pytest.raises(RuntimeError, match="shut down"):
         col.next_batch()
     assert RayCollector.__init__.__kwdefaults__["timeout"] == 300.0
+
+
+def test_compact_obs_reaches_the_actors():
+    col = RayCollector(_make_env, _policy(0.5), num_collectors=2, frames_per_batch=24,
+                       total_frames=24, timeout=120, compact_obs=True)
+    try:
+        batch = next(iter(col))
+    finally:
+        col.shutdown()
+    assert col.compact_obs and ("next", "observation") not in batch.keys(True)
+    assert ("next", "reward") in batch.keys(True) and batch["observation"].shape[-1] == 3

@@ -30,6 +30,7 @@ EPISODE_REWARD = "episode_reward"
 TRAJ_ID = ("collector", "traj_ids")
 PRIORITY = "priority"
 INDEX = "index"
+OBS_KNOWN = "obs_known"  # under "next": the next observation was rebuilt (compact path)
 GROUP = "agents"
 
 DONE_KEYS = (DONE, TERMINATED, TRUNCATED)
@@ -38,6 +39,7 @@ NEXT_DONE = (NEXT, DONE)
 NEXT_TERMINATED = (NEXT, TERMINATED)
 NEXT_TRUNCATED = (NEXT, TRUNCATED)
 NEXT_OBSERVATION = (NEXT, OBSERVATION)
+NEXT_OBS_KNOWN = (NEXT, OBS_KNOWN)
 
 
 

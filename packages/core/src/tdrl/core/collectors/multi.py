@@ -118,6 +118,7 @@ class _MultiCollector(WorkerLifecycle):
         start_method: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT_S,
         shutdown_timeout: float = 5.0,
+        compact_obs: bool = False,
     ) -> None:
         if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(
                 num_workers, int) or num_workers < 1):
@@ -140,6 +141,7 @@ class _MultiCollector(WorkerLifecycle):
             raise ValueError("Need at least one worker (an empty list of env functions was given).")
         per_worker = -(-frames_per_batch // n) if self._sync else frames_per_batch
         self.split_trajs = split_trajs
+        self.compact_obs = bool(compact_obs)  # each worker's Collector drops ("next", obs)
         self.total_frames = int(total_frames)
         self.timeout = timeout
         self.shutdown_timeout = shutdown_timeout
@@ -156,7 +158,7 @@ class _MultiCollector(WorkerLifecycle):
                       else init_random_frames,
                       exploration_type=exploration_type, device=device,
                       max_frames_per_traj=max_frames_per_traj,
-                      reset_at_each_iter=reset_at_each_iter)
+                      reset_at_each_iter=reset_at_each_iter, compact_obs=compact_obs)
         self._procs, self._conns = [], []
         self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._conns,
                                            shutdown_timeout)

@@ -130,6 +130,7 @@ class RayCollector:
         remote_config: dict | None = None,
         ray_init_config: dict | None = None,
         timeout: float | None = DEFAULT_TIMEOUT_S,
+        compact_obs: bool = False,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}.")
@@ -159,7 +160,8 @@ class RayCollector:
         kwargs = dict(frames_per_batch=per_actor, total_frames=-1,
                       init_random_frames=-(-init_random_frames // n) if sync else init_random_frames,
                       exploration_type=exploration_type, device=device,
-                      max_frames_per_traj=max_frames_per_traj)
+                      max_frames_per_traj=max_frames_per_traj, compact_obs=compact_obs)
+        self.compact_obs = bool(compact_obs)  # each actor's Collector drops ("next", obs)
         self._remote_config = dict(remote_config or {"num_cpus": 1})
         warn_unschedulable(ray, _log, "RayCollector", n, self._remote_config, timeout)
         actor_cls = ray.remote(**self._remote_config)(_CollectorActor)

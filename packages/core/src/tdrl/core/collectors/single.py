@@ -23,7 +23,7 @@ from ..envs._fastpath import paused_gc
 from ..td_access import entries, get_entry, new_td, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
 from .random_frames import PolicyTemplate
-from .utils import split_trajectories
+from .utils import compact_batch, split_trajectories
 from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["Collector", "as_interaction_type"]
@@ -176,6 +176,11 @@ class Collector:
             ``done`` are set, then the sub-env resets); ``None``: the env decides.
         reset_at_each_iter: reset every sub-env at the start of each batch.
         seed: seed of the env (``env.set_seed``).
+        compact_obs: drop ``("next", <observation keys>)`` (the env's observation spec, listed
+            in ``compact_keys``) from the yielded batches, keeping ``("next", "reward")`` and
+            the done flags: each observation is held once, not twice (TorchRL's spelling).
+            :class:`~tdrl.core.replay.NextStateReconstructor` rebuilds them from the
+            trajectory where a consumer needs them.
     """
 
     # an env with a dict stepper (``EnvBase.dict_stepper``: a GymEnv, also behind the
@@ -202,6 +207,7 @@ class Collector:
         max_frames_per_traj: int | None = None,
         reset_at_each_iter: bool = False,
         seed: int | None = None,
+        compact_obs: bool = False,
     ) -> None:
         self._owns_env = not isinstance(env, EnvBase)
         self.env = env if isinstance(env, EnvBase) else env()
@@ -225,6 +231,9 @@ class Collector:
         self.max_frames_per_traj = None if max_frames_per_traj is not None and max_frames_per_traj < 0 else max_frames_per_traj
         self.reset_at_each_iter = reset_at_each_iter
         self.storing_device = torch.device(storing_device) if storing_device else self.env.device
+        self.compact_obs = bool(compact_obs)
+        # the observation keys dropped from "next" when compact (the env's observation spec)
+        self.compact_keys = tuple(self.env.observation_keys) if self.compact_obs else ()
         self._set_policy(policy, device)
         if seed is not None:
             self.env.set_seed(seed)
@@ -373,6 +382,8 @@ class Collector:
                 out = _stack_steps(steps, nb)
             del steps
         out.set(TRAJ_ID, torch.stack(ids, nb) * self._traj_stride + self._traj_offset)
+        if self.compact_keys:
+            out = compact_batch(out, self.compact_keys)
         if self.storing_device != out.device:
             out = out.to(self.storing_device)
         self.frames += self.frames_per_batch
@@ -528,7 +539,7 @@ class Collector:
             else:
                 root = {k: v for k, v in nxt.items() if k not in rk}
         self._td = make_root(root)
-        return _stack_dicts(roots, nexts, make_root, nb), ids
+        return _stack_dicts(roots, nexts, make_root, nb, skip=self.compact_keys), ids
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         while self.total_frames < 0 or self.frames < self.total_frames:
@@ -571,13 +582,14 @@ class Collector:
                 f"total_frames={self.total_frames}, frames={self.frames})")
 
 
-def _stack_dicts(roots: list, nexts: list, make_root, dim: int) -> TensorDict:
-    """Stack per-step root and ``"next"`` dicts into one TensorDict ``(*env_batch, T)``."""
+def _stack_dicts(roots: list, nexts: list, make_root, dim: int, skip=()) -> TensorDict:
+    """Stack per-step root and ``"next"`` dicts into one TensorDict ``(*env_batch, T)``;
+    ``"next"`` entries named in ``skip`` (``compact_obs``) are not stacked at all."""
     n_root, n_next = len(roots[0]), len(nexts[0])
     try:
         if any(len(r) != n_root for r in roots) or any(len(n) != n_next for n in nexts):
             raise KeyError
-        nxt = {k: torch.stack([n[k] for n in nexts], dim) for k in nexts[0]}
+        nxt = {k: torch.stack([n[k] for n in nexts], dim) for k in nexts[0] if k not in skip}
         source = {k: torch.stack([r[k] for r in roots], dim) for k in roots[0]}
     except (KeyError, RuntimeError, TypeError):
         # keys differ between steps: the generic per-step TensorDicts and their stack

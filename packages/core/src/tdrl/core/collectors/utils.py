@@ -1,13 +1,13 @@
-"""Collector helpers: splitting a batch into trajectories."""
+"""Collector helpers: splitting a batch into trajectories, dropping next observations."""
 
 from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
 
-from ..keys import TRAJ_ID
+from ..keys import TRAJ_ID, next_key
 
-__all__ = ["split_trajectories", "MASK_KEY"]
+__all__ = ["split_trajectories", "compact_batch", "MASK_KEY"]
 
 MASK_KEY = ("collector", "mask")
 
@@ -40,6 +40,21 @@ def split_trajectories(batch: TensorDictBase, traj_key=TRAJ_ID) -> TensorDictBas
     out = out.apply(lambda x: x.masked_fill(~_bcast(mask, x), 0))
     out.set(MASK_KEY, mask)
     return out
+
+
+def compact_batch(batch: TensorDictBase, keys) -> TensorDictBase:
+    """``batch`` without ``("next", key)`` for each of ``keys`` (``compact_obs=True``).
+
+    Rewards and done flags stay under ``"next"``; the observations of step ``t + 1`` are the
+    root's observations of the step after, which
+    :class:`~tdrl.core.replay.NextStateReconstructor` puts back. Keys the batch lacks are
+    skipped.
+    """
+    nxt = batch.get("next", None)
+    if nxt is None:
+        return batch
+    drop = [next_key(k) for k in keys if (k if isinstance(k, str) else tuple(k)) in nxt.keys(True)]
+    return batch.exclude(*drop) if drop else batch
 
 
 def _bcast(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

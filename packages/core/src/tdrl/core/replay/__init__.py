@@ -6,7 +6,8 @@ See :class:`ReplayBuffer`. Storages: :class:`ListStorage`, :class:`TensorStorage
 (vectorised :class:`SumMinTree` on the CPU, :class:`DeviceSumTree` on CUDA), :class:`SliceSampler`. Asynchronous
 prioritized writes (a writer thread): :class:`AsyncPrioritizedReplayBuffer`. Writers:
 :class:`RoundRobinWriter`, :class:`MaxValueWriter`. Hindsight goal relabelling on sample:
-:class:`HERTransform`.
+:class:`HERTransform`. The compact-observation path's reconstruction of ``("next", obs)``:
+:class:`NextStateReconstructor`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .buffer import (
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
+from .compact import NextStateReconstructor, trajectory_links
 from .device_tree import DeviceSumTree
 from .her import HERTransform, her_relabel_fraction
 from .prioritized import WEIGHT_KEY, PrioritizedSampler
@@ -50,6 +52,8 @@ __all__ = [
     "PrioritizedSampler",
     "SliceSampler",
     "HERTransform",
+    "NextStateReconstructor",
+    "trajectory_links",
     "her_relabel_fraction",
     "SumMinTree",
     "DeviceSumTree",

@@ -3,7 +3,17 @@
 Each estimator reads ``state_value`` and ``("next", "state_value")`` (computing them with
 ``value_network`` when one is given), ``("next", "reward")``, ``("next", "done")`` and
 ``("next", "terminated")``, and writes ``"advantage"`` and ``"value_target"``. Time is the
-last batch dim of the TensorDict; the maths lives in :mod:`tdrl.core.values.functional`.
+last batch dim of the TensorDict; the maths lives in :mod:`tdrl.core.values.functional`, how
+the value network is run (chunked, shifted) in :mod:`tdrl.core.values.forward`.
+
+Compact batches (``compact_obs=True`` rebuilt by
+:class:`~tdrl.core.replay.NextStateReconstructor`) are read as they are: where
+``("next", "obs_known")`` is False (or, without that key, where the next value is NaN) the
+next value is unknown. After a terminated step it is never needed and is masked with
+``torch.where``; after a step that did not terminate (a truncation, or the cut at the end of
+the batch / slice) a target needs ``V(s_{t+1})``, which the data does not hold: refused by
+default (``bootstrap_unknown="raise"``), or bootstrapped from ``V(s_t)`` with
+``bootstrap_unknown="value"`` (an approximation, chosen explicitly).
 """
 
 from __future__ import annotations
@@ -19,7 +29,8 @@ from torch import Tensor, nn
 from tdrl.core import keys as K
 from tdrl.core.values import functional as F
 from tdrl.core.values._utils import NestedKey, as_time_column, require
-from tdrl.core.keys import next_key
+from tdrl.core.values.forward import chunked_values, shifted_values, without_nan
+from tdrl.core.keys import NEXT_OBS_KNOWN, next_key
 from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["ValueKeys", "ValueEstimatorBase", "GAE", "TD0", "TDLambda", "VTrace"]
@@ -51,7 +62,19 @@ class ValueEstimatorBase(nn.Module):
             rollout and to its ``"next"`` sub-TensorDict.
         differentiable: keep the graph through the value network (default: no grad).
         average_advantage: standardise the advantage (zero mean, unit std) after computing it.
+        shifted: run ``value_network`` once over each trajectory's ``T + 1`` observations
+            (the rollout's and the last step's next one) instead of over the observations and
+            the next observations (``2 T``); needs a network with ``in_keys``. The same
+            targets; ``("next", value)`` of a terminated step is then 0 (never read).
+        value_chunk_size: run ``value_network`` on at most this many steps per call (caps the
+            activations' memory; ``None``: one call).
+        bootstrap_unknown: what a target does where the next observation is unknown and the
+            step did not terminate (compact batches: a truncation, or the end of the batch or
+            slice): ``"raise"`` (default) refuses, naming the fixes; ``"value"`` bootstraps
+            from ``V(s_t)`` in place of ``V(s_{t+1})`` (an approximation).
     """
+
+    _BOOTSTRAP_UNKNOWN = ("raise", "value")
 
     def __init__(
         self,
@@ -60,14 +83,34 @@ class ValueEstimatorBase(nn.Module):
         *,
         differentiable: bool = False,
         average_advantage: bool = False,
+        shifted: bool = False,
+        value_chunk_size: int | None = None,
+        bootstrap_unknown: str = "raise",
     ) -> None:
         super().__init__()
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
+        if value_chunk_size is not None and (isinstance(value_chunk_size, bool)
+                                             or not isinstance(value_chunk_size, int)
+                                             or value_chunk_size < 1):
+            raise ValueError(f"value_chunk_size must be an int >= 1 or None, got {value_chunk_size!r}.")
+        if bootstrap_unknown not in self._BOOTSTRAP_UNKNOWN:
+            raise ValueError(f"bootstrap_unknown must be one of {self._BOOTSTRAP_UNKNOWN}, "
+                             f"got {bootstrap_unknown!r}.")
+        self.in_keys = None
+        if shifted:
+            self.in_keys = list(getattr(value_network, "in_keys", None) or [])
+            if value_network is None or not self.in_keys:
+                raise ValueError(f"{type(self).__name__}(shifted=True) runs the value network "
+                                 "itself over T + 1 observations: pass a value_network with "
+                                 "in_keys (a TensorDictModule).")
         self.gamma = float(gamma)
         self.value_network = value_network
         self.differentiable = differentiable
         self.average_advantage = average_advantage
+        self.shifted = bool(shifted)
+        self.value_chunk_size = value_chunk_size
+        self.bootstrap_unknown = bootstrap_unknown
         self.tensor_keys = ValueKeys()
 
     def set_keys(self, **kwargs: NestedKey) -> "ValueEstimatorBase":
@@ -79,12 +122,24 @@ class ValueEstimatorBase(nn.Module):
         self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
         return self
 
-    def _values(self, td: TensorDictBase) -> tuple[Tensor, Tensor]:
-        k = self.tensor_keys
-        if self.value_network is not None:
-            with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
-                self.value_network(td)
-                self.value_network(td.get(K.NEXT))
+    def _values(self, td: TensorDictBase, done: Tensor, terminated: Tensor) -> tuple[Tensor, Tensor]:
+        k, net = self.tensor_keys, self.value_network
+        if net is not None:
+            chunk = self.value_chunk_size
+            grad = self.differentiable and torch.is_grad_enabled()
+            # a differentiable run on a compact batch: zeros, not NaNs, into the network
+            clean = grad and td.get(NEXT_OBS_KNOWN, None) is not None
+            with torch.set_grad_enabled(grad):
+                if self.shifted:
+                    value, next_value = shifted_values(net, td, self.in_keys, k.value, done,
+                                                       terminated, chunk, nan_to_zero=clean)
+                else:
+                    value = chunked_values(net, td, k.value, chunk)
+                    nxt = td.get(K.NEXT)
+                    next_value = chunked_values(net, without_nan(nxt) if clean else nxt,
+                                                k.value, chunk)
+                td.set(k.value, value)
+                td.set(next_key(k.value), next_value)
         name = type(self).__name__
         value = as_time_column(require(td, k.value, name), td.shape, str(k.value))
         next_value = as_time_column(
@@ -94,6 +149,32 @@ class ValueEstimatorBase(nn.Module):
             value, next_value = value.detach(), next_value.detach()
         return value, next_value
 
+    def _mask_unknown(self, td: TensorDictBase, value: Tensor, next_value: Tensor,
+                      terminated: Tensor) -> Tensor:
+        """``next_value`` with its unknown entries (compact batches) masked or refused."""
+        known = td.get(NEXT_OBS_KNOWN, None)
+        if known is not None:
+            unknown = ~as_time_column(known, td.shape, str(NEXT_OBS_KNOWN)).bool()
+        elif next_value.is_floating_point():
+            unknown = torch.isnan(next_value)
+        else:
+            return next_value
+        if not bool(unknown.any()):
+            return next_value
+        open_end = unknown & ~terminated
+        if bool(open_end.any()):
+            if self.bootstrap_unknown == "raise":
+                raise ValueError(
+                    f"{type(self).__name__}: the next observation is unknown after "
+                    f"{int(open_end.sum())} step(s) that did not terminate (a truncation, or the "
+                    "cut at the end of the batch / slice of a compact batch): a target there "
+                    "needs V(s_{t+1}), and a multi-step target (GAE, TD(lambda)) would carry the "
+                    "gap back through its trajectory. Fix: collect with compact_obs=False (keep "
+                    "(\"next\", obs)), or pass bootstrap_unknown=\"value\" to bootstrap those "
+                    "steps from V(s_t) (an approximation), or leave them out of the batch.")
+            next_value = torch.where(open_end, value, next_value)
+        return torch.where(unknown & terminated, torch.zeros_like(next_value), next_value)
+
     def _inputs(self, td: TensorDictBase) -> dict[str, Tensor]:
         if td.batch_dims < 1:
             raise ValueError(
@@ -101,13 +182,15 @@ class ValueEstimatorBase(nn.Module):
                 f"got a TensorDict with batch_size {tuple(td.batch_size)}."
             )
         k, name = self.tensor_keys, type(self).__name__
-        value, next_value = self._values(td)
-        out = {"value": value, "next_value": next_value}
+        out = {}
         for field in ("reward", "done", "terminated"):
             key = next_key(getattr(k, field))
             out[field] = as_time_column(require(td, key, name), td.shape, str(key))
         out["done"] = out["done"].bool()
         out["terminated"] = out["terminated"].bool()
+        value, next_value = self._values(td, out["done"], out["terminated"])
+        out["value"] = value
+        out["next_value"] = self._mask_unknown(td, value, next_value, out["terminated"])
         return out
 
     def _estimate(self, td: TensorDictBase, x: dict[str, Tensor]) -> tuple[Tensor, Tensor]:

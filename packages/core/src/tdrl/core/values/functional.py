@@ -155,8 +155,9 @@ def td0_return(
     _check_time_shape("reward", reward)
     _check_time_shape("next_value", next_value, reward)
     _check_time_shape("terminated", terminated, reward)
-    not_term = (~terminated.bool()).to(reward.dtype)
-    return reward + gamma * not_term * next_value
+    # where, not a product with 0: a NaN next value after a terminal step (compact batches)
+    # must not reach the target
+    return reward + gamma * torch.where(terminated.bool(), torch.zeros_like(next_value), next_value)
 
 
 def td0_advantage(
