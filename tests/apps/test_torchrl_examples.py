@@ -157,3 +157,26 @@ def test_clip_epsilon_is_a_buffer_a_schedule_anneals():
     loss = PPOLoss(torch.nn.Linear(1, 1), ValueOperator(MLP(3, 1)), clip_epsilon=0.2)
     loss.clip_epsilon.copy_(0.2 * 0.5)
     assert float(loss.clip_epsilon) == pytest.approx(0.1) and "clip_epsilon" in dict(loss.named_buffers())
+
+
+@pytest.mark.slow
+def test_the_sota_ppo_mujoco_script_learns_inverted_pendulum(tmp_path):
+    """TorchRL's own settings (2048 frames per batch, 10 epochs of 64-sample minibatches, lr 3e-4
+    annealed) on InvertedPendulum-v5 for 40,960 frames, torch seeded 0: the deterministic
+    evaluation return climbs from a random policy's ~5 past 50 (measured here: 24 after the
+    first batch, 127 at 34,816 frames, ~55 s on one core)."""
+    import subprocess
+
+    script = REPO / "apps" / "examples" / "torchrl_ppo_mujoco" / "ppo_mujoco.py"
+    runner = ("import runpy, sys, torch; torch.manual_seed(0); sys.argv = sys.argv[1:]; "
+              "sys.path.insert(0, sys.argv[0].rsplit('/', 1)[0]); "  # the script's folder, as python script.py does
+              "runpy.run_path(sys.argv[0], run_name='__main__')")
+    cmd = [sys.executable, "-c", runner, str(script), "env.env_name=InvertedPendulum-v5", "collector.total_frames=40960",
+           "logger.test_interval=8192", "logger.num_test_episodes=3", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (csv,) = list(tmp_path.rglob("metrics.csv"))
+    lines = csv.read_text().splitlines()
+    col = lines[0].split(",").index("eval/reward")
+    evals = [float(v) for line in lines[1:] if (v := line.split(",")[col])]
+    assert len(evals) >= 4 and max(evals[-2:]) > 50, evals
