@@ -19,15 +19,18 @@ from .env import TransformedEnv
 from .episode import InitTracker, RewardSum, StepCounter, TrajCounter
 from .keys import ExcludeTransform, RenameTransform, SelectTransform, TensorDictPrimer
 from .norm import ObservationNorm, RewardScaling, VecNorm
-from .pixels import CenterCrop, GrayScale, Resize, ToTensorImage, VideoRecorder
+from .pixels import CenterCrop, Crop, GrayScale, Resize, ToTensorImage, VideoRecorder
 from .returns import Reward2GoTransform, TargetReturn
 from .steps import ActionMask, FrameSkipTransform, NoopResetEnv
 from .tensors import CatFrames, CatTensors, DoubleToFloat, DTypeCastTransform
 from .values import (
+    BinarizeReward,
     ClipTransform,
     FlattenObservation,
+    PermuteTransform,
     RewardClipping,
     SignTransform,
+    SqueezeTransform,
     UnsqueezeTransform,
 )
 
@@ -61,9 +64,13 @@ __all__ = [
     "TensorDictPrimer",
     "ToTensorImage",
     "VideoRecorder",
+    "Crop",
     "TrajCounter",
     "Transform",
     "TransformedEnv",
     "UnsqueezeTransform",
+    "SqueezeTransform",
+    "PermuteTransform",
+    "BinarizeReward",
     "VecNorm",
 ]

@@ -13,7 +13,7 @@ from ..specs import Bounded, Composite, Unbounded
 from ..specs._base import TensorSpec
 from .base import Transform
 
-__all__ = ["ToTensorImage", "Resize", "GrayScale", "CenterCrop", "VideoRecorder"]
+__all__ = ["ToTensorImage", "Resize", "GrayScale", "CenterCrop", "Crop", "VideoRecorder"]
 
 PIXELS = "pixels"
 
@@ -151,6 +151,34 @@ class CenterCrop(_Image):
 
     def extra_repr(self) -> str:
         return f"w={self.w}, h={self.h}"
+
+
+class Crop(_Image):
+    """Crop ``(w, h)`` of images ``(*, C, H, W)`` starting at row ``top`` and column ``left``
+    (TorchRL's ``Crop``; dims -2, -1).
+
+    Args:
+        w, h: the crop sizes of dims -2 and -1 (``h`` defaults to ``w``).
+        top, left: the first row and column kept (default 0).
+        in_keys, out_keys: keys (default ``["pixels"]``).
+    """
+
+    def __init__(self, w: int, h: int | None = None, top: int = 0, left: int = 0,
+                 in_keys: Sequence | None = None, out_keys: Sequence | None = None) -> None:
+        super().__init__(in_keys, out_keys)
+        self.w, self.h = int(w), int(h if h is not None else w)
+        self.top, self.left = int(top), int(left)
+        if min(self.top, self.left) < 0:
+            raise ValueError(f"Crop: top and left must be >= 0, got {self.top}, {self.left}")
+
+    def _apply_transform(self, x):
+        H, W = x.shape[-2:]
+        if self.top + self.w > H or self.left + self.h > W:
+            raise ValueError(f"Crop({self.w}, {self.h}, top={self.top}, left={self.left}) leaves the image {H}x{W}.")
+        return x[..., self.top:self.top + self.w, self.left:self.left + self.h]
+
+    def extra_repr(self) -> str:
+        return f"w={self.w}, h={self.h}, top={self.top}, left={self.left}"
 
 
 class VideoRecorder(Transform):

@@ -1,5 +1,6 @@
 """Element-wise and shape rewrites of entries: ``ClipTransform``, ``RewardClipping``,
-``SignTransform``, ``UnsqueezeTransform``, ``FlattenObservation``."""
+``SignTransform``, ``UnsqueezeTransform``, ``SqueezeTransform``, ``PermuteTransform``,
+``FlattenObservation``, ``BinarizeReward``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from ..specs import Bounded, Composite, Unbounded
 from ..specs._base import TensorSpec
 from .base import Transform
 
-__all__ = ["ClipTransform", "RewardClipping", "SignTransform", "UnsqueezeTransform",
+__all__ = ["ClipTransform", "RewardClipping", "SignTransform", "UnsqueezeTransform", "SqueezeTransform",
+           "PermuteTransform", "BinarizeReward",
            "FlattenObservation"]
 
 
@@ -185,3 +187,76 @@ class FlattenObservation(_Reshape):
 
     def extra_repr(self) -> str:
         return f"first_dim={self.first_dim}, last_dim={self.last_dim}, in_keys={self.in_keys}"
+
+
+class SqueezeTransform(_Reshape):
+    """Remove a dim of size 1 at ``dim`` (negative, from the end of each entry): the inverse of
+    :class:`UnsqueezeTransform` (TorchRL's name).
+
+    Args:
+        dim: a negative dim whose size is 1.
+        in_keys, out_keys: keys (default ``["observation"]``).
+    """
+
+    def __init__(self, dim: int, in_keys: Sequence | str | None = None,
+                 out_keys: Sequence | str | None = None) -> None:
+        if dim >= 0:
+            raise ValueError(f"SqueezeTransform needs a negative dim (from the end), got {dim}.")
+        super().__init__(in_keys or [OBSERVATION], out_keys)
+        self.dim = dim
+
+    def _apply_transform(self, x):
+        if x.shape[self.dim] != 1:
+            raise ValueError(f"SqueezeTransform(dim={self.dim}): that dim has size {x.shape[self.dim]}, not 1 "
+                             f"(entry of shape {tuple(x.shape)})")
+        return x.squeeze(self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, in_keys={self.in_keys}"
+
+
+class PermuteTransform(_Reshape):
+    """Reorder the last ``len(dims)`` dims of each entry: ``dims`` is a permutation of
+    ``-len(dims) .. -1`` (TorchRL's convention, so batch dims never move), e.g. ``(-1, -3, -2)``
+    turns ``H, W, C`` into ``C, H, W``.
+
+    Args:
+        dims: negative dims, a permutation of ``range(-len(dims), 0)``.
+        in_keys, out_keys: keys (default ``["observation"]``).
+    """
+
+    def __init__(self, dims: Sequence[int], in_keys: Sequence | str | None = None,
+                 out_keys: Sequence | str | None = None) -> None:
+        dims = tuple(int(d) for d in dims)
+        if sorted(dims) != list(range(-len(dims), 0)):
+            raise ValueError(f"PermuteTransform needs a permutation of the last dims, -{len(dims)}..-1, got {dims}.")
+        super().__init__(in_keys or [OBSERVATION], out_keys)
+        self.dims = dims
+
+    def _apply_transform(self, x):
+        lead = list(range(x.ndim - len(self.dims)))
+        return x.permute(*lead, *(x.ndim + d for d in self.dims))
+
+    def extra_repr(self) -> str:
+        return f"dims={self.dims}, in_keys={self.in_keys}"
+
+
+class BinarizeReward(Transform):
+    """Rewards become 1 where positive and 0 elsewhere (TorchRL's ``BinarizeReward``).
+
+    Args:
+        in_keys, out_keys: the keys (default ``["reward"]``).
+    """
+
+    def __init__(self, in_keys: Sequence | str | None = None, out_keys: Sequence | str | None = None) -> None:
+        super().__init__(in_keys or [REWARD], out_keys)
+
+    def _apply_transform(self, x):
+        return (x > 0).to(x.dtype)
+
+    def transform_reward_spec(self, spec: Composite) -> Composite:
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            if k_in in spec:
+                leaf = spec[k_in]
+                spec[k_out] = Bounded(0, 1, leaf.shape, leaf.device, leaf.dtype)
+        return spec
