@@ -41,7 +41,7 @@ from tdrl.core import InitTracker, TransformedEnv
 
 from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
-from .tasks import TASK_NAMES, make_task_env, resolve_task, task_spec
+from .tasks import TASK_NAMES, check_task_actions, make_task_env, resolve_task, task_spec
 from .loops import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_groups
 
@@ -147,12 +147,16 @@ class BenchConfig:
         if bad:
             raise ValueError(f"Unknown algorithms {bad}; valid algorithms: {', '.join(sorted(ALGORITHMS))}.")
         self.tasks = tuple(t if t in TASKS else resolve_task(t) for t in self.tasks)  # names the bad one
+        for algo in self.algorithms:  # every pair's action kind, before any training
+            for task in self.tasks:
+                check_task_actions(TASKS[task], ALGORITHMS[algo].continuous, algo)
         if not self.seeds:
             raise ValueError("BenchConfig.seeds needs at least one seed.")
         if not self.share_param_critic:
-            off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
+            off = [a for a in self.algorithms if not _has_field(ALGORITHMS[a].config_class, "share_param_critic")]
             if off:
-                raise ValueError(f"share_param_critic=False sets the critics of mappo / ippo; {off} have no "
+                raise ValueError(f"share_param_critic=False sets the critics of mappo / ippo / maddpg / iddpg / "
+                                 f"masac / isac; {off} have no "
                                  "critic: remove them from algorithms or leave share_param_critic at True.")
         if self.recurrent:
             off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
@@ -182,6 +186,10 @@ class BenchConfig:
         )
 
 
+def _has_field(cls: type, name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(cls))
+
+
 def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu",
          recurrent: bool = False):
     """The task's env (:func:`~tdrl.marl.tasks.make_task_env`); with ``recurrent``, behind an
@@ -193,8 +201,15 @@ def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, 
 def _algo_config(cfg: BenchConfig, algo: str):
     conf_cls = ALGORITHMS[algo].config_class
     kwargs = {"gamma": cfg.gamma}
-    if ALGORITHMS[algo].on_policy:
+    fields = {f.name for f in dataclasses.fields(conf_cls)}
+    if "share_param_critic" in fields:
         kwargs["share_param_critic"] = cfg.share_param_critic
+    # BenchMARL's exploration_anneal_frames: null -> a third of the frames of the run (MADDPG /
+    # IDDPG's noise, IQL's epsilon; QMIX / VDN keep their own eps_anneal_frames default)
+    third = max(1, cfg.n_iters * cfg.off_policy_frames_per_batch // 3)
+    for name in ("sigma_anneal_frames", "eps_anneal_frames"):
+        if name in fields and not ALGORITHMS[algo].vectorisable:
+            kwargs[name] = third
     if cfg.recurrent:
         kwargs.update(recurrent=True, rnn_hidden=cfg.rnn_hidden)
     return conf_cls(**kwargs)
@@ -229,7 +244,8 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
 
     ``on_rows`` receives each iteration's evaluation rows (one per seed) as soon as they exist.
     """
-    on_policy = ALGORITHMS[algo].on_policy
+    on_policy, continuous = ALGORITHMS[algo].on_policy, ALGORITHMS[algo].continuous
+    vectorised = vectorised and ALGORITHMS[algo].vectorisable
     max_steps = cfg.max_steps or TASKS[task]["max_steps"]
     tcfg = cfg.train_config(on_policy, max_steps)
     conf = _algo_config(cfg, algo)
@@ -243,8 +259,8 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
     t0 = time.perf_counter()
     if vectorised and len(cfg.seeds) > 1:
         s = len(cfg.seeds)
-        env = _env(task, s * cfg.num_envs, on_policy, cfg.seeds[0], max_steps, cfg.device)
-        eval_env = _env(task, s * cfg.eval_envs, on_policy, 10_000 + cfg.seeds[0], max_steps, cfg.device)
+        env = _env(task, s * cfg.num_envs, continuous, cfg.seeds[0], max_steps, cfg.device)
+        eval_env = _env(task, s * cfg.eval_envs, continuous, 10_000 + cfg.seeds[0], max_steps, cfg.device)
         parts = make_vectorised_groups(algo, env, cfg.seeds, conf, num_cells=cfg.num_cells)  # every group
         train = train_on_policy if on_policy else train_off_policy
         hist = train(env, parts, tcfg, eval_env=eval_env, n_seeds=s, log=lambda rec: emit(
@@ -253,8 +269,8 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
     else:
         for seed in cfg.seeds:
             torch.manual_seed(seed)
-            env = _env(task, cfg.num_envs, on_policy, seed, max_steps, cfg.device, cfg.recurrent)
-            eval_env = _env(task, cfg.eval_envs, on_policy, 10_000 + seed, max_steps, cfg.device, cfg.recurrent)
+            env = _env(task, cfg.num_envs, continuous, seed, max_steps, cfg.device, cfg.recurrent)
+            eval_env = _env(task, cfg.eval_envs, continuous, 10_000 + seed, max_steps, cfg.device, cfg.recurrent)
             parts = make_groups(algo, env, conf, num_cells=cfg.num_cells)  # every agent group
             train = train_on_policy if on_policy else train_off_policy
             hist = train(env, parts, tcfg, eval_env=eval_env,
@@ -271,7 +287,7 @@ def _summary(cfg: BenchConfig, algo: str, task: str, rows: list[dict], wall: flo
         "final_return_mean": statistics.fmean(finals) if finals else float("nan"),
         "final_return_std": statistics.pstdev(finals) if len(finals) > 1 else 0.0,
         "frames_per_s": frames / wall, "wall_s": wall,
-        "vectorised": bool(cfg.vectorise_seeds and len(cfg.seeds) > 1),
+        "vectorised": bool(cfg.vectorise_seeds and len(cfg.seeds) > 1 and ALGORITHMS[algo].vectorisable),
     }
 
 
