@@ -28,7 +28,8 @@ def disc_env():
 
 def _batch(env, policy, steps=4):
     torch.manual_seed(1)
-    return env.rollout(steps, policy).reshape(-1)
+    with torch.no_grad():  # as the collector: no graph in the stored transitions
+        return env.rollout(steps, policy).reshape(-1)
 
 
 def test_agent_view_expands_the_shared_terminated_flag_without_touching_the_batch():
