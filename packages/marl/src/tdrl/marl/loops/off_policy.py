@@ -21,11 +21,13 @@ from tensordict import TensorDictBase
 
 from tdrl.core.objectives import SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
+from tdrl.core.train import Checkpointer
 from tdrl.core.train.seeds import clip_grad_norm_per_seed, from_seed_items, to_seed_items
 
 from ..algorithms import OffPolicyParts
 from ..checks import TeamRewardCheck
 from ..keys import GROUP, NEXT, REWARD
+from .restore import resume_training, save_training, training_objects
 from .common import (TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
                      seed_returns, start_collection)
 
@@ -79,7 +81,9 @@ def off_policy_update(sample: TensorDictBase, groups: Mapping[str, OffPolicyPart
 
 
 def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], cfg: TrainConfig, eval_env=None,
-                     group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1) -> list[dict]:
+                     group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1,
+                     checkpoint: Checkpointer | None = None, checkpoint_every: int = 1,
+                     resume: bool = False) -> list[dict]:
     """Off-policy training: collect with the exploring policy (epsilon-greedy, Gaussian noise, or
     SAC's sampling), store, ``n_optimizer_steps`` sampled TD updates with a soft target update
     after each (QMIX / VDN, MADDPG / IDDPG, MASAC / ISAC, IQL).
@@ -101,6 +105,11 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
         evaluated, ``eval_episode_returns``; with several groups also ``train_return/<group>``
         and ``eval_return/<group>``; with ``n_seeds > 1``, ``train_return_seeds`` and (when
         evaluated) ``eval_return_seeds``: one entry per seed.
+
+    With ``checkpoint`` (core's ``Checkpointer``), every ``checkpoint_every`` iterations (and
+    after the last) the losses, policies, optimiser, replay buffer and RNG states are saved
+    (:mod:`tdrl.marl.loops.restore`); ``resume=True`` continues from the newest one, with the
+    envs reset (the simulator state is not saved) and everything the learner holds restored.
 
     Raises:
         ZeroTeamRewardError: with ``cfg.check_team_reward``, when a group's team reward
@@ -128,10 +137,11 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     checks = {g: TeamRewardCheck(type(p.loss).__name__.removesuffix("Loss"), g, env)  # the mixers' team reward
               for g, p in groups.items() if cfg.check_team_reward and hasattr(p.loss, "team_reward")}
     explorers = list({id(p.explore): p.explore for p in groups.values() if p.explore is not None}.values())
+    objects = training_objects(groups, opt, buffer)
+    start, frames, history = resume_training(checkpoint, resume, objects)
     collector, trackers = start_collection(env, groups, policy, n_steps)
-    history, frames = [], 0
     t0 = time.perf_counter()
-    for it in range(cfg.n_iters):
+    for it in range(start, cfg.n_iters):
         batch = collector.rollout()
         new = batch.numel() // n_seeds  # frames of one seed
         frames += new
@@ -157,4 +167,6 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
         history.append(rec)
         if log is not None:
             log(rec)
+        if checkpoint is not None and ((it + 1) % checkpoint_every == 0 or it == cfg.n_iters - 1):
+            save_training(checkpoint, it, frames, history, objects)
     return history
