@@ -49,7 +49,7 @@ class Config(RunConfig, BenchConfig):
     eval_every: int = dataclasses.field(default=0, metadata={
         NOT_A_SETTING: "use eval_interval=N (iterations between evaluations)"})
     checkpoint_every: int = dataclasses.field(default=0, metadata={
-        NOT_A_SETTING: "the benchmark checkpoints after every finished (algorithm, task) pair"})
+        NOT_A_SETTING: "use checkpoint_iters=N (each run's learner every N iterations, resumed inside its pair)"})
     time_limit_s: float = dataclasses.field(default=0.0, metadata={
         NOT_A_SETTING: "the benchmark has no time limit; its budget is n_iters"})
 
@@ -74,7 +74,7 @@ def bench_config(cfg: Config, out: Path) -> BenchConfig:
 
 
 _MAY_CHANGE_ON_RESUME = ("resume", "out", "out_dir", "progress", "threads", "tensorboard", "wandb",
-                         "time_limit_s", "checkpoint_every", "algorithm", "task", "algorithms", "tasks")
+                         "time_limit_s", "checkpoint_every", "checkpoint_iters", "algorithm", "task", "algorithms", "tasks")
 """Keys a resume may change: run-folder and display settings, and which pairs to run (finished
 pairs are read back, new ones trained); any other change would mix settings in one table."""
 

@@ -102,3 +102,59 @@ def test_render_an_evaluation_episode_to_a_video_file(tmp_path):
     assert len(frames) == 6  # the reset frame and one per step of the 5-step episode
     assert frames[0].shape[-1] in (3, 4) and frames[0].shape[0] > 100
     assert any((f[..., :3] != frames[0][..., :3]).any() for f in frames[1:])  # the agents move
+
+
+def test_the_runner_resumes_a_killed_pair_from_its_checkpoint(tmp_path):
+    """SIGKILL inside a pair after its second checkpoint; resume=True continues from it: the
+    iterations before it are read back (same evaluations), the rest trained once."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    from tdrl.marl.runner import BenchConfig, run_benchmark
+
+    tiny = dict(num_envs=2, n_iters=5, off_policy_frames_per_batch=8, off_policy_batch_size=8, n_optimizer_steps=1,
+                eval_envs=1, eval_interval=1, max_steps=4, num_cells=(8,), seeds=(0,), checkpoint_iters=1)
+    script = textwrap.dedent(f"""
+        import time, torch
+        import tdrl.marl.runner as runner
+        from tdrl.marl.runner import BenchConfig, run_benchmark
+        torch.set_num_threads(1)
+        real = runner._rows
+        def slow(*args, **kwargs):  # one second per iteration: time to kill it inside the pair
+            time.sleep(1.0)
+            return real(*args, **kwargs)
+        runner._rows = slow
+        run_benchmark(BenchConfig(algorithms=("iql",), tasks=("balance",), out_dir={str(tmp_path)!r}, **{tiny!r}))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    folder = tmp_path / "checkpoints" / "iql_balance_seed0"
+    deadline = time.monotonic() + 120
+    try:
+        while not (folder / "step_16.pt").exists():
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "no second checkpoint in time"
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert proc.poll() is None, "the pair finished before it could be killed"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = [json.loads(x) for x in (tmp_path / "evaluations.jsonl").read_text().splitlines()]
+    assert not (tmp_path / "checkpoints" / "iql_balance_seed0" / "step_40.pt").exists()
+    newest = max(int(p.stem.split("_")[1]) for p in folder.glob("step_*.pt"))
+    done = newest // 8  # iterations in the newest checkpoint
+    result = run_benchmark(BenchConfig(algorithms=("iql",), tasks=("balance",), out_dir=str(tmp_path), resume=True,
+                                       **tiny))
+    rows = sorted(result["evaluations"], key=lambda r: r["iter"])
+    assert [r["iter"] for r in rows] == [0, 1, 2, 3, 4] and rows[-1]["frames"] == 40
+    old = {r["iter"]: (r["eval_return"], r["time_s"]) for r in before}
+    assert done >= 2
+    # read back, not retrained: the same returns and the killed run's clock (its 1 s sleeps)
+    assert all((rows[i]["eval_return"], rows[i]["time_s"]) == old[i] for i in range(done))
+    assert rows[1]["time_s"] > 1.0
+    assert (folder / "step_40.pt").exists()

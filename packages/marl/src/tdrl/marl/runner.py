@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from tdrl.core import InitTracker, TransformedEnv
+from tdrl.core.train import Checkpointer
 
 from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
@@ -104,7 +105,14 @@ class BenchConfig:
         device: where the VMAS worlds, the networks and the training run (``"cpu"``, ``"cuda"``).
         resume: continue a run into ``out_dir``: the (algorithm, task) pairs it finished
             (``pairs.jsonl``) are read back with their evaluations and not trained again; a
-            pair that was running when it stopped is trained again from its start.
+            pair that was running when it stopped continues from its newest checkpoint with
+            ``checkpoint_iters`` (else it is trained again from its start).
+        checkpoint_iters: every this many iterations (and after the last) save each run's
+            learner (networks, targets, exploration schedule, optimiser, replay buffer, RNG
+            states; :mod:`tdrl.marl.loops.restore`) to ``<out_dir>/checkpoints/<algo>_<task>_seed<k>/``
+            (``..._seeds`` for vectorised seeds); 0: none. The envs are not saved: a resumed run
+            resets them. The checkpoints stay after the pair, for evaluation and rendering
+            (:func:`~tdrl.marl.loops.load_parts`, :func:`~tdrl.marl.loops.render_episode`).
         recurrent: GRU actors and critics for MAPPO / IPPO (``MAPPOConfig.recurrent``; the
             envs get core's ``InitTracker``); QMIX / VDN and vectorised seeds are refused.
         rnn_hidden: the GRUs' hidden size (BenchMARL's ``layers/gru.yaml``: 128).
@@ -138,6 +146,7 @@ class BenchConfig:
     tiny: bool = False
     device: str = "cpu"
     resume: bool = False
+    checkpoint_iters: int = 0
     recurrent: bool = False
     rnn_hidden: int = 128
     share_param_critic: bool = True
@@ -256,6 +265,18 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
         if on_rows is not None and new:
             on_rows(new)
 
+    def checkpoint(name: str) -> dict:
+        """The loops' checkpoint arguments for one run of this pair."""
+        if not cfg.checkpoint_iters:
+            return {}
+        folder = Path(cfg.out_dir) / "checkpoints" / f"{algo}_{task.replace('/', '_')}_{name}"
+        return {"checkpoint": Checkpointer(folder, keep=2), "checkpoint_every": cfg.checkpoint_iters,
+                "resume": cfg.resume}
+
+    def restored(hist: list[dict], logged: set) -> list[dict]:
+        """The records a resumed run read back from its checkpoint (not passed to ``log``)."""
+        return [r for r in hist if r["iter"] not in logged]
+
     t0 = time.perf_counter()
     if vectorised and len(cfg.seeds) > 1:
         s = len(cfg.seeds)
@@ -263,8 +284,15 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
         eval_env = _env(task, s * cfg.eval_envs, continuous, 10_000 + cfg.seeds[0], max_steps, cfg.device)
         parts = make_vectorised_groups(algo, env, cfg.seeds, conf, num_cells=cfg.num_cells)  # every group
         train = train_on_policy if on_policy else train_off_policy
-        hist = train(env, parts, tcfg, eval_env=eval_env, n_seeds=s, log=lambda rec: emit(
-            [r for i, seed in enumerate(cfg.seeds) for r in _rows(algo, task, seed, [rec], i)]))
+        logged: set = set()
+
+        def log_seeds(recs: list[dict]) -> None:
+            logged.update(r["iter"] for r in recs)
+            emit([r for rec in recs for i, seed in enumerate(cfg.seeds) for r in _rows(algo, task, seed, [rec], i)])
+
+        hist = train(env, parts, tcfg, eval_env=eval_env, n_seeds=s, log=lambda rec: log_seeds([rec]),
+                     **checkpoint("seeds"))
+        log_seeds(restored(hist, logged))
         frames = hist[-1]["frames"] * s
     else:
         for seed in cfg.seeds:
@@ -273,8 +301,15 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
             eval_env = _env(task, cfg.eval_envs, continuous, 10_000 + seed, max_steps, cfg.device, cfg.recurrent)
             parts = make_groups(algo, env, conf, num_cells=cfg.num_cells)  # every agent group
             train = train_on_policy if on_policy else train_off_policy
-            hist = train(env, parts, tcfg, eval_env=eval_env,
-                         log=lambda rec, seed=seed: emit(_rows(algo, task, seed, [rec])))
+            logged: set = set()
+
+            def log_seed(recs: list[dict], seed: int = seed, logged: set = logged) -> None:
+                logged.update(r["iter"] for r in recs)
+                emit(_rows(algo, task, seed, recs))
+
+            hist = train(env, parts, tcfg, eval_env=eval_env, log=lambda rec, f=log_seed: f([rec]),
+                         **checkpoint(f"seed{seed}"))
+            log_seed(restored(hist, logged))
             frames += hist[-1]["frames"]
     return rows, time.perf_counter() - t0, frames
 
