@@ -46,7 +46,7 @@ from .tasks import TASK_NAMES, check_task_actions, make_task_env, resolve_task, 
 from .loops import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_groups
 
-__all__ = ["TASKS", "TINY", "BenchConfig", "BenchmarkFailed", "marl_eval_json", "run_benchmark", "write_results"]
+__all__ = ["TASKS", "TINY", "BenchConfig", "algorithm_config", "task_env", "BenchmarkFailed", "marl_eval_json", "run_benchmark", "write_results"]
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def _has_field(cls: type, name: str) -> bool:
     return any(f.name == name for f in dataclasses.fields(cls))
 
 
-def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu",
+def task_env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu",
          recurrent: bool = False):
     """The task's env (:func:`~tdrl.marl.tasks.make_task_env`); with ``recurrent``, behind an
     ``InitTracker`` (``is_init``)."""
@@ -207,7 +207,8 @@ def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, 
     return TransformedEnv(env, InitTracker()) if recurrent else env
 
 
-def _algo_config(cfg: BenchConfig, algo: str):
+def algorithm_config(cfg: BenchConfig, algo: str):
+    """The config dataclass ``algo`` trains with under ``cfg`` (gamma, critic sharing, GRU, exploration)."""
     conf_cls = ALGORITHMS[algo].config_class
     kwargs = {"gamma": cfg.gamma}
     fields = {f.name for f in dataclasses.fields(conf_cls)}
@@ -257,7 +258,7 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
     vectorised = vectorised and ALGORITHMS[algo].vectorisable
     max_steps = cfg.max_steps or TASKS[task]["max_steps"]
     tcfg = cfg.train_config(on_policy, max_steps)
-    conf = _algo_config(cfg, algo)
+    conf = algorithm_config(cfg, algo)
     rows, frames = [], 0
 
     def emit(new: list[dict]) -> None:
@@ -280,8 +281,8 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
     t0 = time.perf_counter()
     if vectorised and len(cfg.seeds) > 1:
         s = len(cfg.seeds)
-        env = _env(task, s * cfg.num_envs, continuous, cfg.seeds[0], max_steps, cfg.device)
-        eval_env = _env(task, s * cfg.eval_envs, continuous, 10_000 + cfg.seeds[0], max_steps, cfg.device)
+        env = task_env(task, s * cfg.num_envs, continuous, cfg.seeds[0], max_steps, cfg.device)
+        eval_env = task_env(task, s * cfg.eval_envs, continuous, 10_000 + cfg.seeds[0], max_steps, cfg.device)
         parts = make_vectorised_groups(algo, env, cfg.seeds, conf, num_cells=cfg.num_cells)  # every group
         train = train_on_policy if on_policy else train_off_policy
         logged: set = set()
@@ -297,8 +298,8 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
     else:
         for seed in cfg.seeds:
             torch.manual_seed(seed)
-            env = _env(task, cfg.num_envs, continuous, seed, max_steps, cfg.device, cfg.recurrent)
-            eval_env = _env(task, cfg.eval_envs, continuous, 10_000 + seed, max_steps, cfg.device, cfg.recurrent)
+            env = task_env(task, cfg.num_envs, continuous, seed, max_steps, cfg.device, cfg.recurrent)
+            eval_env = task_env(task, cfg.eval_envs, continuous, 10_000 + seed, max_steps, cfg.device, cfg.recurrent)
             parts = make_groups(algo, env, conf, num_cells=cfg.num_cells)  # every agent group
             train = train_on_policy if on_policy else train_off_policy
             logged: set = set()
