@@ -18,7 +18,8 @@ policy every ``eval_interval`` iterations and writes, under ``out_dir``:
 that fails is recorded and the others run, and :class:`BenchmarkFailed` is raised at the end.
 
 Tasks are BenchMARL's VMAS task configs (:mod:`tdrl.marl.tasks`: every scenario parameter and
-the episode length of its YAML); QMIX and VDN run their discrete-action variants.
+the episode length of its YAML); QMIX, VDN and IQL run their discrete-action variants, the
+other algorithms the continuous ones (``ALGORITHMS[name].continuous``).
 """
 
 from __future__ import annotations
@@ -91,13 +92,13 @@ class BenchConfig:
         frames_per_batch, n_iters, num_epochs, minibatch_size, lr, max_grad_norm: on-policy
             budget (frames per iteration, iterations, PPO epochs, minibatch, Adam).
         off_policy_frames_per_batch, n_optimizer_steps, off_policy_batch_size, buffer_size:
-            QMIX/VDN budget per iteration.
+            off-policy budget per iteration (QMIX / VDN, MADDPG / IDDPG, MASAC / ISAC, IQL).
         num_cells: hidden sizes of every network.
         gamma: discount.
         eval_envs: evaluation episodes (one per eval sub-env); eval_interval: iterations.
         max_steps: override every task's episode length (None: the task's).
-        vectorise_seeds: train the seeds of every algorithm (MAPPO/IPPO, QMIX/VDN) as one
-            vmap-ed model.
+        vectorise_seeds: train the seeds of MAPPO/IPPO and QMIX/VDN as one vmap-ed model (the
+            other algorithms train their seeds one after another).
         compare_sequential: also run those seeds one after another and report the speed-up.
         out_dir: where results go.
         tiny: a CI-sized budget (tens of seconds): :data:`TINY`'s sizes for every field left
