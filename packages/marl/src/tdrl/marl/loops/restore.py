@@ -83,9 +83,10 @@ def render_episode(env, policy, path: str | os.PathLike, max_steps: int, env_ind
     Returns:
         The path written.
     """
-    import imageio.v2 as imageio
-
+    from .._optional import require
     from ..keys import DONE, NEXT
+
+    imageio = require("imageio.v2", extra="apps", what="render_episode (writing a video file)", pip_name="imageio")
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
