@@ -106,6 +106,10 @@ _CASES = {
         from tdrl.llm import apply_lora
         apply_lora(None)
         """, 'pip install "packages/llm[peft]"'),
+    "imageio": (["imageio"], """
+        from tdrl.marl.loops import render_episode
+        render_episode(None, None, "never.gif", 1)
+        """, 'pip install "packages/marl[apps]"'),
     "vllm": (["vllm"], """
         from tdrl.llm import VLLMGenerator
         VLLMGenerator("some/model", None)

@@ -129,6 +129,32 @@ def test_ddpg_target_golden():
     torch.testing.assert_close(out["target_mean"], target.mean())
 
 
+def test_ddpg_without_delayed_actor_bootstraps_from_the_online_actor():
+    """``delay_actor=False`` (TorchRL's default, BenchMARL's MADDPG): no target actor; the next
+    action comes from the online actor, so moving it moves the target."""
+    q = ValueOperator(lambda o, a: o + a, in_keys=["observation", "action"], out_keys=["state_action_value"])
+    net = nn.Linear(1, 1, bias=False)
+    nn.init.constant_(net.weight, 2.0)
+    loss = DDPGLoss(Actor(net), q, gamma=0.5, delay_actor=False)
+    assert not hasattr(loss, "target_actor") and len(list(loss.target_pairs())) == 1
+    td = continuous_bandit(2)
+    td["next", "terminated"] = torch.tensor([[False], [False]])
+    td["next", "observation"] = torch.tensor([[1.0], [3.0]])
+    r = td["next", "reward"]
+    torch.testing.assert_close(loss.qvalue_loss(td)["target_mean"], (r + 0.5 * torch.tensor([[3.0], [9.0]])).mean())
+    with torch.no_grad():
+        net.weight.fill_(1.0)  # online actor a = o: the target follows at once
+    torch.testing.assert_close(loss.qvalue_loss(td)["target_mean"], (r + 0.5 * torch.tensor([[2.0], [6.0]])).mean())
+
+
+def test_sac_min_max_alpha_clamp_the_temperature():
+    loss = SACLoss(tanh_actor(), qnet(), alpha_init=1.0, min_alpha=0.1, max_alpha=0.5)
+    assert float(loss.temperature.alpha) == pytest.approx(0.5)
+    with torch.no_grad():
+        loss.temperature.log_alpha.fill_(math.log(0.01))
+    assert float(loss.temperature.alpha) == pytest.approx(0.1)
+
+
 def test_td3_uses_the_min_of_two_critics_and_smoothing():
     torch.manual_seed(0)
     loss = TD3Loss(det_actor(), qnet(), action_low=-1.0, action_high=1.0, num_qvalue_nets=2)

@@ -1,4 +1,4 @@
-"""tdrl.marl: multi-agent RL on VMAS and PettingZoo (MAPPO, IPPO, QMIX, VDN)."""
+"""tdrl.marl: multi-agent RL on VMAS and PettingZoo (MAPPO, IPPO, QMIX, VDN, MADDPG, IDDPG, MASAC, ISAC, IQL)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from importlib.metadata import version as _dist_version
 from tdrl.marl.envs import VmasEnv, group_agents, vmas_scenarios
 from tdrl.marl.modules import MultiAgentGRU, MultiAgentMLP, QMixer, VDNMixer
 from tdrl.marl.objectives import (
-    IPPOConfig, IPPOLoss, MAPPOConfig, MAPPOLoss, MultiAgentGAE, PopArt, QMIXConfig, QMIXLoss,
+    AgentLoss, IDDPGConfig, IQLConfig, ISACConfig, MADDPGConfig, MASACConfig, IPPOConfig, IPPOLoss, MAPPOConfig, MAPPOLoss, MultiAgentGAE, PopArt, QMIXConfig, QMIXLoss,
     ValueNorm, VDNConfig, VDNLoss, multi_agent_gae,
 )
-from tdrl.marl.algorithms import ALGORITHMS, make_groups, make_ippo, make_mappo, make_qmix, make_vdn
+from tdrl.marl.algorithms import (
+    ALGORITHMS, make_groups, make_iddpg, make_ippo, make_iql, make_isac, make_maddpg, make_mappo, make_masac, make_qmix,
+    make_vdn,
+)
 from tdrl.marl.loops import GroupPolicies, TrainConfig, evaluate, train_off_policy, train_on_policy
 from tdrl.marl.vectorised import SeedStackedModule, make_vectorised_groups, make_vectorised_on_policy
 from tdrl.marl.envs import PettingZooEnv, pettingzoo_tasks
@@ -51,6 +54,17 @@ __all__: list[str] = [
     "make_qmix",
     "make_vdn",
     "make_groups",
+    "make_maddpg",
+    "make_iddpg",
+    "make_masac",
+    "make_isac",
+    "make_iql",
+    "MADDPGConfig",
+    "IDDPGConfig",
+    "MASACConfig",
+    "ISACConfig",
+    "IQLConfig",
+    "AgentLoss",
     "GroupPolicies",
     "TrainConfig",
     "train_on_policy",

@@ -20,18 +20,23 @@ from dataclasses import dataclass
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
 
-from tdrl.core.modules import EGreedyModule, MaskedCategorical, ProbabilisticActor, QValueModule, TanhNormal
+import torch
+from tdrl.core.modules import (
+    AdditiveGaussianModule, EGreedyModule, MaskedCategorical, ProbabilisticActor, QValueModule, TanhNormal,
+)
+from tdrl.core.objectives import DDPGLoss, DQNLoss, SACLoss
 from tdrl.core.specs import Bounded, Categorical, Composite
 
-from .keys import ACTION, ACTION_MASK, ACTION_VALUE, GROUP, OBSERVATION, STATE_VALUE
+from .keys import ACTION, ACTION_MASK, ACTION_VALUE, GROUP, OBSERVATION, REWARD, STATE_VALUE, TERMINATED
 from .modules import MultiAgentGRU, MultiAgentMLP, QMixer
 from .objectives import (
-    IPPOConfig, IPPOLoss, MAPPOConfig, MAPPOLoss, MultiAgentGAE, QMIXConfig, QMIXLoss, VDNConfig,
-    VDNLoss,
+    AgentLoss, DDPGConfig, IDDPGConfig, IPPOConfig, IPPOLoss, IQLConfig, ISACConfig, MADDPGConfig, MAPPOConfig,
+    MAPPOLoss, MASACConfig, MultiAgentGAE, QMIXConfig, QMIXLoss, SACConfig, VDNConfig, VDNLoss,
 )
 
-__all__ = ["OnPolicyParts", "OffPolicyParts", "make_mappo", "make_ippo", "make_qmix", "make_vdn",
-           "make_groups", "env_groups", "group_dims", "Algorithm", "ALGORITHMS"]
+__all__ = ["OnPolicyParts", "OffPolicyParts", "make_mappo", "make_ippo", "make_qmix", "make_vdn", "make_maddpg",
+           "make_iddpg", "make_masac", "make_isac", "make_iql", "make_groups", "env_groups", "group_dims",
+           "require_actions", "Algorithm", "ALGORITHMS"]
 
 
 @dataclass
@@ -51,13 +56,14 @@ class OnPolicyParts:
 
 @dataclass
 class OffPolicyParts:
-    """What an off-policy trainer needs: the exploring ``policy`` (with an
-    ``EGreedyModule`` as ``explore``), the ``loss`` with target networks, and its config."""
+    """What an off-policy trainer needs: the exploring ``policy``, its annealed exploration
+    module ``explore`` (an ``EGreedyModule`` or ``AdditiveGaussianModule``; None for SAC, whose
+    policy samples), the ``loss`` with target networks, and its config (``config.tau``)."""
 
     policy: nn.Module
-    explore: EGreedyModule
+    explore: EGreedyModule | AdditiveGaussianModule | None
     loss: nn.Module
-    config: QMIXConfig
+    config: QMIXConfig | DDPGConfig | SACConfig | IQLConfig
 
 
 def env_groups(env) -> list[str]:
@@ -227,13 +233,25 @@ def make_ippo(env, config: IPPOConfig | None = None, group: str = GROUP,
     return _ppo(env, config or IPPOConfig(), IPPOLoss, group, num_cells, value_norm)
 
 
-def _q_parts(env, config: QMIXConfig, group: str, num_cells: Sequence[int]):
+def require_actions(env, group: str, algorithm: str, continuous: bool):
+    """The group's action spec, if it is of the kind ``algorithm`` needs (the one home of this check).
+
+    Raises:
+        TypeError: continuous (``Bounded``) actions wanted and the group's are discrete, or the
+            other way round; the message says how to build the env.
+    """
+    spec = group_dims(env, group)[2]
+    want = Bounded if continuous else Categorical
+    if not isinstance(spec, want):
+        kind, flag = ("continuous", "True") if continuous else ("discrete", "False")
+        raise TypeError(f"{algorithm} needs {kind} actions; group {group!r} has {type(spec).__name__}. "
+                        f"Build the env with continuous_actions={flag}.")
+    return spec
+
+
+def _q_parts(env, config: QMIXConfig | IQLConfig, group: str, num_cells: Sequence[int], algorithm: str = "QMIX/VDN"):
     n, d, spec = group_dims(env, group)
-    if not isinstance(spec, Categorical):
-        raise TypeError(
-            f"QMIX/VDN need discrete actions; group {group!r} has {type(spec).__name__}. "
-            "Build the env with continuous_actions=False."
-        )
+    require_actions(env, group, algorithm, continuous=False)
     qnet = TensorDictModule(_agent_net(env, group, MultiAgentMLP(d, spec.n, n, False, config.share_params, num_cells)),
                             in_keys=[(group, OBSERVATION)], out_keys=[(group, ACTION_VALUE)])
     mask = _mask_key(env, group)
@@ -267,6 +285,122 @@ def make_vdn(env, config: VDNConfig | None = None, group: str = GROUP,
     return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
 
 
+class _TanhBounds(nn.Module):
+    """``low + (tanh(x) + 1) / 2 * (high - low)``: a deterministic action inside the spec's bounds
+    (BenchMARL's ``TanhDelta``, ``use_tanh_mapping: True``)."""
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("low", low.clone())
+        self.register_buffer("high", high.clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.low + (torch.tanh(x) + 1.0) * 0.5 * (self.high - self.low)
+
+
+class _ObsAction(nn.Module):
+    """A critic ``net`` on each agent's flattened observation joined with its action."""
+
+    def __init__(self, net: nn.Module, obs_dims: int) -> None:
+        super().__init__()
+        self.net, self.obs_dims = net, obs_dims
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        if self.obs_dims > 1:
+            obs = obs.flatten(-self.obs_dims)
+        return self.net(torch.cat([obs, action.to(obs.dtype)], -1))
+
+
+def _bounds(spec: Bounded) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-agent ``(low, high)`` ``[n_agents, action_dim]`` of a group's ``Bounded`` spec."""
+    return (spec.low.reshape(-1, *spec.shape[-2:])[0], spec.high.reshape(-1, *spec.shape[-2:])[0])
+
+
+def _qvalue(env, group: str, config: DDPGConfig | SACConfig, num_cells: Sequence[int]) -> TensorDictModule:
+    """The critic ``Q_i``: centralised (every agent's observation and action) or local."""
+    n, d, spec = group_dims(env, group)
+    mlp = MultiAgentMLP(d + spec.shape[-1], 1, n, config.centralised_critic, config.share_param_critic, num_cells)
+    return TensorDictModule(_ObsAction(mlp, len(_obs_shape(env, group)[1])),
+                            in_keys=[(group, OBSERVATION), (group, ACTION)], out_keys=[(group, "state_action_value")])
+
+
+def _group_keys(group: str, **extra) -> dict:
+    """Core loss keys rebound under ``group`` (read on :func:`~tdrl.marl.objectives.agent_view`)."""
+    return {"action": (group, ACTION), "reward": (group, REWARD), "terminated": (group, TERMINATED),
+            "priority": (group, "td_error"), **extra}
+
+
+def _ddpg(env, config: DDPGConfig, group: str, num_cells: Sequence[int], name: str) -> OffPolicyParts:
+    n, d, spec = group_dims(env, group)
+    require_actions(env, group, name, continuous=True)
+    low, high = _bounds(spec)
+    net = nn.Sequential(_agent_net(env, group, MultiAgentMLP(d, spec.shape[-1], n, False, config.share_param_actor,
+                                                             num_cells)), _TanhBounds(low, high))
+    actor = TensorDictModule(net, in_keys=[(group, OBSERVATION)], out_keys=[(group, ACTION)])
+    core = DDPGLoss(actor, _qvalue(env, group, config, num_cells), gamma=config.gamma,
+                    loss_function=config.loss_function, delay_actor=config.delay_actor)
+    core.set_keys(**_group_keys(group, state_action_value=(group, "state_action_value")))
+    explore = AdditiveGaussianModule(config.sigma_init, config.sigma_end, config.sigma_anneal_frames, low=low,
+                                     high=high, action_key=(group, ACTION))
+    loss = AgentLoss(core, group)
+    _on_env_device(env, loss, explore)
+    return OffPolicyParts(TensorDictSequential(actor, explore), explore, loss, config)
+
+
+def make_maddpg(env, config: DDPGConfig | None = None, group: str = GROUP,
+                num_cells: Sequence[int] = (256, 256)) -> OffPolicyParts:
+    """MADDPG: a deterministic tanh-bounded actor per agent, Gaussian exploration noise and a
+    centralised critic on every agent's observation and action (core's ``DDPGLoss``)."""
+    return _ddpg(env, config or MADDPGConfig(), group, num_cells, "MADDPG")
+
+
+def make_iddpg(env, config: DDPGConfig | None = None, group: str = GROUP,
+               num_cells: Sequence[int] = (256, 256)) -> OffPolicyParts:
+    """IDDPG: :func:`make_maddpg` with a local critic ``Q_i(o_i, a_i)``."""
+    return _ddpg(env, config or IDDPGConfig(), group, num_cells, "IDDPG")
+
+
+def _sac(env, config: SACConfig, group: str, num_cells: Sequence[int], name: str) -> OffPolicyParts:
+    require_actions(env, group, name, continuous=True)
+    actor = _actor(env, group, config.share_param_actor, num_cells)
+    core = SACLoss(actor, _qvalue(env, group, config, num_cells), gamma=config.gamma,
+                   num_qvalue_nets=config.num_qvalue_nets, alpha_init=config.alpha_init,
+                   fixed_alpha=config.fixed_alpha, target_entropy=config.target_entropy,
+                   loss_function=config.loss_function, min_alpha=config.min_alpha, max_alpha=config.max_alpha)
+    core.set_keys(**_group_keys(group, state_action_value=(group, "state_action_value")))
+    loss = AgentLoss(core, group)
+    _on_env_device(env, loss)
+    return OffPolicyParts(actor, None, loss, config)
+
+
+def make_masac(env, config: SACConfig | None = None, group: str = GROUP,
+               num_cells: Sequence[int] = (256, 256)) -> OffPolicyParts:
+    """MASAC: a TanhNormal actor per agent and centralised twin critics (core's ``SACLoss``,
+    the temperature tuned towards minus one agent's action dim)."""
+    return _sac(env, config or MASACConfig(), group, num_cells, "MASAC")
+
+
+def make_isac(env, config: SACConfig | None = None, group: str = GROUP,
+              num_cells: Sequence[int] = (256, 256)) -> OffPolicyParts:
+    """ISAC: :func:`make_masac` with local critics ``Q_i(o_i, a_i)``."""
+    return _sac(env, config or ISACConfig(), group, num_cells, "ISAC")
+
+
+def make_iql(env, config: IQLConfig | None = None, group: str = GROUP,
+             num_cells: Sequence[int] = (256, 256)) -> OffPolicyParts:
+    """IQL: independent per-agent DQN (core's ``DQNLoss``) with epsilon-greedy exploration;
+    illegal next actions are masked where the group has an ``action_mask``."""
+    config = config or IQLConfig()
+    _, _, qnet, greedy, explore = _q_parts(env, config, group, num_cells, "IQL")
+    mask = _mask_key(env, group)
+    core = DQNLoss(qnet, gamma=config.gamma, double_dqn=config.double_dqn, loss_function=config.loss_function,
+                   use_action_mask=mask is not None)
+    core.set_keys(**_group_keys(group, action_value=(group, ACTION_VALUE), action_mask=(group, ACTION_MASK)))
+    loss = AgentLoss(core, group)
+    _on_env_device(env, loss, explore)
+    return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
+
+
 class Algorithm(NamedTuple):
     """What the runner needs to know of an algorithm."""
 
@@ -276,15 +410,26 @@ class Algorithm(NamedTuple):
     """Its config dataclass (``MAPPOConfig``, ...)."""
     on_policy: bool
     """Trained by ``train_on_policy`` (else ``train_off_policy``)."""
+    continuous: bool = True
+    """The action kind the runner builds the tasks with (continuous, else discrete);
+    :func:`require_actions` refuses the other kind."""
+    vectorisable: bool = True
+    """Its seeds can train as one stacked model (:func:`~tdrl.marl.vectorised.make_vectorised_groups`);
+    otherwise the runner trains them one after another."""
 
 
 ALGORITHMS: dict[str, Algorithm] = {
     "mappo": Algorithm(make_mappo, MAPPOConfig, on_policy=True),
     "ippo": Algorithm(make_ippo, IPPOConfig, on_policy=True),
-    "qmix": Algorithm(make_qmix, QMIXConfig, on_policy=False),
-    "vdn": Algorithm(make_vdn, VDNConfig, on_policy=False),
+    "qmix": Algorithm(make_qmix, QMIXConfig, on_policy=False, continuous=False),
+    "vdn": Algorithm(make_vdn, VDNConfig, on_policy=False, continuous=False),
+    "maddpg": Algorithm(make_maddpg, MADDPGConfig, on_policy=False, vectorisable=False),
+    "iddpg": Algorithm(make_iddpg, IDDPGConfig, on_policy=False, vectorisable=False),
+    "masac": Algorithm(make_masac, MASACConfig, on_policy=False, vectorisable=False),
+    "isac": Algorithm(make_isac, ISACConfig, on_policy=False, vectorisable=False),
+    "iql": Algorithm(make_iql, IQLConfig, on_policy=False, continuous=False, vectorisable=False),
 }
-"""``name -> Algorithm(build, config_class, on_policy)``."""
+"""``name -> Algorithm(build, config_class, on_policy, continuous, vectorisable)``."""
 
 
 def make_groups(algorithm: str | Callable, env, config=None, groups: Sequence[str] | None = None,

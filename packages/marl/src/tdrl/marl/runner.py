@@ -18,7 +18,8 @@ policy every ``eval_interval`` iterations and writes, under ``out_dir``:
 that fails is recorded and the others run, and :class:`BenchmarkFailed` is raised at the end.
 
 Tasks are BenchMARL's VMAS task configs (:mod:`tdrl.marl.tasks`: every scenario parameter and
-the episode length of its YAML); QMIX and VDN run their discrete-action variants.
+the episode length of its YAML); QMIX, VDN and IQL run their discrete-action variants, the
+other algorithms the continuous ones (``ALGORITHMS[name].continuous``).
 """
 
 from __future__ import annotations
@@ -38,14 +39,15 @@ from pathlib import Path
 import torch
 
 from tdrl.core import InitTracker, TransformedEnv
+from tdrl.core.train import Checkpointer
 
 from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
-from .tasks import TASK_NAMES, make_task_env, resolve_task, task_spec
+from .tasks import TASK_NAMES, check_task_actions, make_task_env, resolve_task, task_spec
 from .loops import TrainConfig, train_off_policy, train_on_policy
 from .vectorised import make_vectorised_groups
 
-__all__ = ["TASKS", "TINY", "BenchConfig", "BenchmarkFailed", "marl_eval_json", "run_benchmark", "write_results"]
+__all__ = ["TASKS", "TINY", "BenchConfig", "algorithm_config", "task_env", "BenchmarkFailed", "marl_eval_json", "run_benchmark", "write_results"]
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +92,13 @@ class BenchConfig:
         frames_per_batch, n_iters, num_epochs, minibatch_size, lr, max_grad_norm: on-policy
             budget (frames per iteration, iterations, PPO epochs, minibatch, Adam).
         off_policy_frames_per_batch, n_optimizer_steps, off_policy_batch_size, buffer_size:
-            QMIX/VDN budget per iteration.
+            off-policy budget per iteration (QMIX / VDN, MADDPG / IDDPG, MASAC / ISAC, IQL).
         num_cells: hidden sizes of every network.
         gamma: discount.
         eval_envs: evaluation episodes (one per eval sub-env); eval_interval: iterations.
         max_steps: override every task's episode length (None: the task's).
-        vectorise_seeds: train the seeds of every algorithm (MAPPO/IPPO, QMIX/VDN) as one
-            vmap-ed model.
+        vectorise_seeds: train the seeds of MAPPO/IPPO and QMIX/VDN as one vmap-ed model (the
+            other algorithms train their seeds one after another).
         compare_sequential: also run those seeds one after another and report the speed-up.
         out_dir: where results go.
         tiny: a CI-sized budget (tens of seconds): :data:`TINY`'s sizes for every field left
@@ -104,7 +106,14 @@ class BenchConfig:
         device: where the VMAS worlds, the networks and the training run (``"cpu"``, ``"cuda"``).
         resume: continue a run into ``out_dir``: the (algorithm, task) pairs it finished
             (``pairs.jsonl``) are read back with their evaluations and not trained again; a
-            pair that was running when it stopped is trained again from its start.
+            pair that was running when it stopped continues from its newest checkpoint with
+            ``checkpoint_iters`` (else it is trained again from its start).
+        checkpoint_iters: every this many iterations (and after the last) save each run's
+            learner (networks, targets, exploration schedule, optimiser, replay buffer, RNG
+            states; :mod:`tdrl.marl.loops.restore`) to ``<out_dir>/checkpoints/<algo>_<task>_seed<k>/``
+            (``..._seeds`` for vectorised seeds); 0: none. The envs are not saved: a resumed run
+            resets them. The checkpoints stay after the pair, for evaluation and rendering
+            (:func:`~tdrl.marl.loops.load_parts`, :func:`~tdrl.marl.loops.render_episode`).
         recurrent: GRU actors and critics for MAPPO / IPPO (``MAPPOConfig.recurrent``; the
             envs get core's ``InitTracker``); QMIX / VDN and vectorised seeds are refused.
         rnn_hidden: the GRUs' hidden size (BenchMARL's ``layers/gru.yaml``: 128).
@@ -138,6 +147,7 @@ class BenchConfig:
     tiny: bool = False
     device: str = "cpu"
     resume: bool = False
+    checkpoint_iters: int = 0
     recurrent: bool = False
     rnn_hidden: int = 128
     share_param_critic: bool = True
@@ -147,12 +157,16 @@ class BenchConfig:
         if bad:
             raise ValueError(f"Unknown algorithms {bad}; valid algorithms: {', '.join(sorted(ALGORITHMS))}.")
         self.tasks = tuple(t if t in TASKS else resolve_task(t) for t in self.tasks)  # names the bad one
+        for algo in self.algorithms:  # every pair's action kind, before any training
+            for task in self.tasks:
+                check_task_actions(TASKS[task], ALGORITHMS[algo].continuous, algo)
         if not self.seeds:
             raise ValueError("BenchConfig.seeds needs at least one seed.")
         if not self.share_param_critic:
-            off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
+            off = [a for a in self.algorithms if not _has_field(ALGORITHMS[a].config_class, "share_param_critic")]
             if off:
-                raise ValueError(f"share_param_critic=False sets the critics of mappo / ippo; {off} have no "
+                raise ValueError(f"share_param_critic=False sets the critics of mappo / ippo / maddpg / iddpg / "
+                                 f"masac / isac; {off} have no "
                                  "critic: remove them from algorithms or leave share_param_critic at True.")
         if self.recurrent:
             off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
@@ -182,7 +196,11 @@ class BenchConfig:
         )
 
 
-def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu",
+def _has_field(cls: type, name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(cls))
+
+
+def task_env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, device: str = "cpu",
          recurrent: bool = False):
     """The task's env (:func:`~tdrl.marl.tasks.make_task_env`); with ``recurrent``, behind an
     ``InitTracker`` (``is_init``)."""
@@ -190,11 +208,19 @@ def _env(task: str, num_envs: int, continuous: bool, seed: int, max_steps: int, 
     return TransformedEnv(env, InitTracker()) if recurrent else env
 
 
-def _algo_config(cfg: BenchConfig, algo: str):
+def algorithm_config(cfg: BenchConfig, algo: str):
+    """The config dataclass ``algo`` trains with under ``cfg`` (gamma, critic sharing, GRU, exploration)."""
     conf_cls = ALGORITHMS[algo].config_class
     kwargs = {"gamma": cfg.gamma}
-    if ALGORITHMS[algo].on_policy:
+    fields = {f.name for f in dataclasses.fields(conf_cls)}
+    if "share_param_critic" in fields:
         kwargs["share_param_critic"] = cfg.share_param_critic
+    # BenchMARL's exploration_anneal_frames: null -> a third of the frames of the run (MADDPG /
+    # IDDPG's noise, IQL's epsilon; QMIX / VDN keep their own eps_anneal_frames default)
+    third = max(1, cfg.n_iters * cfg.off_policy_frames_per_batch // 3)
+    for name in ("sigma_anneal_frames", "eps_anneal_frames"):
+        if name in fields and not ALGORITHMS[algo].vectorisable:
+            kwargs[name] = third
     if cfg.recurrent:
         kwargs.update(recurrent=True, rnn_hidden=cfg.rnn_hidden)
     return conf_cls(**kwargs)
@@ -229,10 +255,11 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
 
     ``on_rows`` receives each iteration's evaluation rows (one per seed) as soon as they exist.
     """
-    on_policy = ALGORITHMS[algo].on_policy
+    on_policy, continuous = ALGORITHMS[algo].on_policy, ALGORITHMS[algo].continuous
+    vectorised = vectorised and ALGORITHMS[algo].vectorisable
     max_steps = cfg.max_steps or TASKS[task]["max_steps"]
     tcfg = cfg.train_config(on_policy, max_steps)
-    conf = _algo_config(cfg, algo)
+    conf = algorithm_config(cfg, algo)
     rows, frames = [], 0
 
     def emit(new: list[dict]) -> None:
@@ -240,25 +267,51 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
         if on_rows is not None and new:
             on_rows(new)
 
+    def checkpoint(name: str) -> dict:
+        """The loops' checkpoint arguments for one run of this pair."""
+        if not cfg.checkpoint_iters:
+            return {}
+        folder = Path(cfg.out_dir) / "checkpoints" / f"{algo}_{task.replace('/', '_')}_{name}"
+        return {"checkpoint": Checkpointer(folder, keep=2), "checkpoint_every": cfg.checkpoint_iters,
+                "resume": cfg.resume}
+
+    def restored(hist: list[dict], logged: set) -> list[dict]:
+        """The records a resumed run read back from its checkpoint (not passed to ``log``)."""
+        return [r for r in hist if r["iter"] not in logged]
+
     t0 = time.perf_counter()
     if vectorised and len(cfg.seeds) > 1:
         s = len(cfg.seeds)
-        env = _env(task, s * cfg.num_envs, on_policy, cfg.seeds[0], max_steps, cfg.device)
-        eval_env = _env(task, s * cfg.eval_envs, on_policy, 10_000 + cfg.seeds[0], max_steps, cfg.device)
+        env = task_env(task, s * cfg.num_envs, continuous, cfg.seeds[0], max_steps, cfg.device)
+        eval_env = task_env(task, s * cfg.eval_envs, continuous, 10_000 + cfg.seeds[0], max_steps, cfg.device)
         parts = make_vectorised_groups(algo, env, cfg.seeds, conf, num_cells=cfg.num_cells)  # every group
         train = train_on_policy if on_policy else train_off_policy
-        hist = train(env, parts, tcfg, eval_env=eval_env, n_seeds=s, log=lambda rec: emit(
-            [r for i, seed in enumerate(cfg.seeds) for r in _rows(algo, task, seed, [rec], i)]))
+        logged: set = set()
+
+        def log_seeds(recs: list[dict]) -> None:
+            logged.update(r["iter"] for r in recs)
+            emit([r for rec in recs for i, seed in enumerate(cfg.seeds) for r in _rows(algo, task, seed, [rec], i)])
+
+        hist = train(env, parts, tcfg, eval_env=eval_env, n_seeds=s, log=lambda rec: log_seeds([rec]),
+                     **checkpoint("seeds"))
+        log_seeds(restored(hist, logged))
         frames = hist[-1]["frames"] * s
     else:
         for seed in cfg.seeds:
             torch.manual_seed(seed)
-            env = _env(task, cfg.num_envs, on_policy, seed, max_steps, cfg.device, cfg.recurrent)
-            eval_env = _env(task, cfg.eval_envs, on_policy, 10_000 + seed, max_steps, cfg.device, cfg.recurrent)
+            env = task_env(task, cfg.num_envs, continuous, seed, max_steps, cfg.device, cfg.recurrent)
+            eval_env = task_env(task, cfg.eval_envs, continuous, 10_000 + seed, max_steps, cfg.device, cfg.recurrent)
             parts = make_groups(algo, env, conf, num_cells=cfg.num_cells)  # every agent group
             train = train_on_policy if on_policy else train_off_policy
-            hist = train(env, parts, tcfg, eval_env=eval_env,
-                         log=lambda rec, seed=seed: emit(_rows(algo, task, seed, [rec])))
+            logged: set = set()
+
+            def log_seed(recs: list[dict], seed: int = seed, logged: set = logged) -> None:
+                logged.update(r["iter"] for r in recs)
+                emit(_rows(algo, task, seed, recs))
+
+            hist = train(env, parts, tcfg, eval_env=eval_env, log=lambda rec, f=log_seed: f([rec]),
+                         **checkpoint(f"seed{seed}"))
+            log_seed(restored(hist, logged))
             frames += hist[-1]["frames"]
     return rows, time.perf_counter() - t0, frames
 
@@ -271,7 +324,7 @@ def _summary(cfg: BenchConfig, algo: str, task: str, rows: list[dict], wall: flo
         "final_return_mean": statistics.fmean(finals) if finals else float("nan"),
         "final_return_std": statistics.pstdev(finals) if len(finals) > 1 else 0.0,
         "frames_per_s": frames / wall, "wall_s": wall,
-        "vectorised": bool(cfg.vectorise_seeds and len(cfg.seeds) > 1),
+        "vectorised": bool(cfg.vectorise_seeds and len(cfg.seeds) > 1 and ALGORITHMS[algo].vectorisable),
     }
 
 

@@ -233,11 +233,9 @@ def make_task_env(name: str | dict, num_envs: int, continuous: bool, seed: int, 
     from tdrl.core.envs import SerialEnv
 
     kwargs = {**t["kwargs"], "max_cycles": max_steps}
+    check_task_actions(t, continuous)
     if t["name"] in _CONTINUOUS_ONLY:
         _require_sisl(t["name"], t["scenario"])
-        if not continuous:
-            raise ValueError(f"pettingzoo/{t['name']} has continuous actions only (as in BenchMARL); use an "
-                             "algorithm for continuous actions (mappo, ippo), not a discrete one (qmix, vdn).")
     else:
         kwargs["continuous_actions"] = continuous
     return SerialEnv(num_envs, PettingZooEnv, [
@@ -247,6 +245,24 @@ def make_task_env(name: str | dict, num_envs: int, continuous: bool, seed: int, 
 
 _CONTINUOUS_ONLY = {"multiwalker", "waterworld"}
 """PettingZoo tasks without discrete actions (BenchMARL's ``PettingZooClass.supports_discrete_actions``)."""
+
+
+def check_task_actions(name: str | dict, continuous: bool, algorithm: str | None = None) -> None:
+    """Refuse a task that has no actions of the kind asked for (the one home of this check:
+    :func:`make_task_env` calls it, and the runner calls it for every pair before any training).
+
+    Every VMAS task and every PettingZoo MPE task offers both kinds; multiwalker and waterworld
+    are continuous only (as in BenchMARL).
+
+    Raises:
+        ValueError: ``continuous=False`` on a continuous-only task; names the algorithm.
+    """
+    t = task_spec(name) if isinstance(name, str) else name
+    if not continuous and t["env"] == "pettingzoo" and t["name"] in _CONTINUOUS_ONLY:
+        who = f"{algorithm} needs discrete actions, but " if algorithm else ""
+        raise ValueError(f"{who}pettingzoo/{t['name']} has continuous actions only (as in BenchMARL); use an "
+                         "algorithm for continuous actions (mappo, ippo, maddpg, iddpg, masac, isac), not a "
+                         "discrete one (qmix, vdn, iql).")
 
 
 def _require_sisl(name: str, module: str) -> None:

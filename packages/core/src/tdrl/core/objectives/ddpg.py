@@ -42,9 +42,12 @@ class DDPGLoss(LossModule):
         actor: deterministic actor writing ``action``.
         qvalue: critic writing ``state_action_value`` ``[*B, 1]`` from (observation, action).
         gamma: discount. loss_function: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
+        delay_actor: the target's next action comes from a frozen target actor (the paper's
+            DDPG); False: from the online actor, without gradient (TorchRL's ``DDPGLoss``
+            default, which BenchMARL's MADDPG / IDDPG keep).
         check_finite: raise on a NaN/inf loss term.
 
-    Target actor and critic are frozen copies (update with ``SoftUpdate``). The actor loss
+    Target critic (and actor, with ``delay_actor``) are frozen copies (update with ``SoftUpdate``). The actor loss
     flows through the critic with its parameters detached, so one optimiser over all
     parameters is correct. Returns ``loss_actor``, ``loss_qvalue`` and diagnostics.
     """
@@ -58,12 +61,15 @@ class DDPGLoss(LossModule):
         *,
         gamma: float = 0.99,
         loss_function: str = "l2",
+        delay_actor: bool = True,
         check_finite: bool = False,
     ) -> None:
         super().__init__(check_finite)
         self.actor, self.qvalue = actor, qvalue
-        self._add_target("actor", actor)
+        if delay_actor:
+            self._add_target("actor", actor)
         self._add_target("qvalue", qvalue)
+        self.delay_actor = delay_actor
         self.gamma, self.loss_function = float(gamma), loss_function
         distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
 
@@ -82,7 +88,7 @@ class DDPGLoss(LossModule):
         q = self._q(self.qvalue, td)
         next_td = self._next_td(td)
         with torch.no_grad():
-            next_action = self._action(self.target_actor, next_td)
+            next_action = self._action(self.target_actor if self.delay_actor else self.actor, next_td)
             target = self._bootstrap(td, self._q(self.target_qvalue, next_td, next_action), self.gamma)
         td_error = (q - target).detach().abs()
         td.set(self.tensor_keys.priority, td_error.reshape(td.shape))

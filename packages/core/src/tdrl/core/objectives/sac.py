@@ -107,6 +107,7 @@ class SACLoss(LossModule):
             copies are made (the first is ``qvalue``, the others re-initialised).
         gamma: discount. num_qvalue_nets: critics (min over them in targets).
         alpha_init: initial temperature. fixed_alpha: no temperature tuning.
+        min_alpha, max_alpha: optional clamp of the temperature (None: unclamped).
         target_entropy: ``"auto"`` (``-action_dim``, read from the first sampled action)
             or a float.
         loss_function: critic distance. check_finite: raise on a NaN/inf loss term.
@@ -129,6 +130,8 @@ class SACLoss(LossModule):
         fixed_alpha: bool = False,
         target_entropy: float | str = "auto",
         loss_function: str = "l2",
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
         check_finite: bool = False,
     ) -> None:
         super().__init__(check_finite)
@@ -138,7 +141,7 @@ class SACLoss(LossModule):
         self.gamma, self.loss_function = float(gamma), loss_function
         self._auto_entropy = target_entropy == "auto"
         self.temperature = EntropyTemperature(
-            alpha_init, 0.0 if self._auto_entropy else float(target_entropy), fixed_alpha
+            alpha_init, 0.0 if self._auto_entropy else float(target_entropy), fixed_alpha, min_alpha, max_alpha
         )
         distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
 

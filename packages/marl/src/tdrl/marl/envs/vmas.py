@@ -306,6 +306,11 @@ class VmasEnv(EnvBase):
             self._env.seed(seed)
         return seed + 1
 
+    def render(self, env_index: int = 0):
+        """An RGB frame ``[H, W, 3]`` (uint8 numpy) of sub-env ``env_index``, drawn by VMAS on
+        the CPU (no display needed)."""
+        return self._env.render(mode="rgb_array", env_index=env_index)
+
     def __repr__(self) -> str:
         return (
             f"VmasEnv(scenario={self.scenario_name!r}, num_envs={self.num_envs}, "

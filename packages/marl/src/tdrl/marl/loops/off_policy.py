@@ -1,4 +1,5 @@
-"""The off-policy loop for QMIX / VDN: collect with epsilon-greedy -> store -> sampled TD updates.
+"""The off-policy loop (QMIX / VDN, MADDPG / IDDPG, MASAC / ISAC, IQL): collect with the
+exploring policy -> store -> sampled TD updates, each followed by the soft target updates.
 
 With ``n_seeds > 1`` the seeds train as one vectorised model (:mod:`tdrl.core.train.seeds`,
 parts from :func:`~tdrl.marl.vectorised.make_vectorised_groups`): the env holds ``n_seeds``
@@ -20,11 +21,13 @@ from tensordict import TensorDictBase
 
 from tdrl.core.objectives import SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
+from tdrl.core.train import Checkpointer
 from tdrl.core.train.seeds import clip_grad_norm_per_seed, from_seed_items, to_seed_items
 
 from ..algorithms import OffPolicyParts
 from ..checks import TeamRewardCheck
 from ..keys import GROUP, NEXT, REWARD
+from .restore import resume_training, save_training, training_objects
 from .common import (TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
                      seed_returns, start_collection)
 
@@ -33,9 +36,14 @@ __all__ = ["off_policy_optimizer", "off_policy_update", "train_off_policy"]
 
 def off_policy_optimizer(groups: Mapping[str, OffPolicyParts], cfg: TrainConfig
                          ) -> tuple[torch.optim.Adam, list[list[torch.Tensor]]]:
-    """Adam over every group's trainable loss parameters (Q networks and mixer; the targets are
-    frozen), and the per-group parameter lists whose gradient norms are clipped separately."""
-    clip_groups = [[q for q in p.loss.parameters() if q.requires_grad] for p in groups.values()]
+    """Adam over every group's trainable loss parameters (Q networks and mixer, actors, critics,
+    temperatures; the targets are frozen), and the parameter lists whose gradient norms are
+    clipped separately: per group, and per part of a loss that has ``clip_groups()`` (actor,
+    critics, temperature: BenchMARL steps one optimiser per loss term, each clipped)."""
+    clip_groups = []
+    for p in groups.values():
+        parts = getattr(p.loss, "clip_groups", None)
+        clip_groups += parts() if parts is not None else [[q for q in p.loss.parameters() if q.requires_grad]]
     return torch.optim.Adam([q for ps in clip_groups for q in ps], lr=cfg.lr, eps=cfg.adam_eps), clip_groups
 
 
@@ -73,9 +81,12 @@ def off_policy_update(sample: TensorDictBase, groups: Mapping[str, OffPolicyPart
 
 
 def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], cfg: TrainConfig, eval_env=None,
-                     group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1) -> list[dict]:
-    """QMIX / VDN: collect with epsilon-greedy, store, ``n_optimizer_steps`` sampled TD updates
-    with a soft target update after each.
+                     group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1,
+                     checkpoint: Checkpointer | None = None, checkpoint_every: int = 1,
+                     resume: bool = False) -> list[dict]:
+    """Off-policy training: collect with the exploring policy (epsilon-greedy, Gaussian noise, or
+    SAC's sampling), store, ``n_optimizer_steps`` sampled TD updates with a soft target update
+    after each (QMIX / VDN, MADDPG / IDDPG, MASAC / ISAC, IQL).
 
     ``parts`` is one group's bundle or ``{group: bundle}`` (one mixer per group, the sum of
     the groups' losses on the same sampled transitions, gradients clipped per group).
@@ -94,6 +105,11 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
         evaluated, ``eval_episode_returns``; with several groups also ``train_return/<group>``
         and ``eval_return/<group>``; with ``n_seeds > 1``, ``train_return_seeds`` and (when
         evaluated) ``eval_return_seeds``: one entry per seed.
+
+    With ``checkpoint`` (core's ``Checkpointer``), every ``checkpoint_every`` iterations (and
+    after the last) the losses, policies, optimiser, replay buffer and RNG states are saved
+    (:mod:`tdrl.marl.loops.restore`); ``resume=True`` continues from the newest one, with the
+    envs reset (the simulator state is not saved) and everything the learner holds restored.
 
     Raises:
         ZeroTeamRewardError: with ``cfg.check_team_reward``, when a group's team reward
@@ -118,12 +134,14 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     # with several seeds an item holds every seed's transition, so the capacity is per seed
     capacity = min(cfg.buffer_size, cfg.n_iters * n_steps * n_envs)
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
-    checks = {g: TeamRewardCheck(type(p.loss).__name__.removesuffix("Loss"), g, env)
-              for g, p in groups.items() if cfg.check_team_reward}
+    checks = {g: TeamRewardCheck(type(p.loss).__name__.removesuffix("Loss"), g, env)  # the mixers' team reward
+              for g, p in groups.items() if cfg.check_team_reward and hasattr(p.loss, "team_reward")}
+    explorers = list({id(p.explore): p.explore for p in groups.values() if p.explore is not None}.values())
+    objects = training_objects(groups, opt, buffer)
+    start, frames, history = resume_training(checkpoint, resume, objects)
     collector, trackers = start_collection(env, groups, policy, n_steps)
-    history, frames = [], 0
     t0 = time.perf_counter()
-    for it in range(cfg.n_iters):
+    for it in range(start, cfg.n_iters):
         batch = collector.rollout()
         new = batch.numel() // n_seeds  # frames of one seed
         frames += new
@@ -131,7 +149,7 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
             agent_reward = batch.get((NEXT, g, REWARD), None)
             if agent_reward is not None and check.active:
                 check.update(agent_reward, groups[g].loss.team_reward(batch))
-        for p in {id(p.explore): p.explore for p in groups.values()}.values():
+        for p in explorers:
             p.step(new)  # the same schedule for every seed: epsilon after this many frames of one run
         returns, extra = group_returns(trackers, batch)
         if n_seeds > 1:
@@ -144,9 +162,11 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
             sample = sample if n_seeds == 1 else from_seed_items(sample, n_seeds)
             losses.append(off_policy_update(sample, groups, opt, clip_groups, targets, cfg.max_grad_norm, n_seeds))
         extra.update({"loss": float(torch.stack(losses).mean()),
-                      "eps": next(iter(groups.values())).explore.eps})
+                      "eps": explorers[0].level if explorers else float("nan")})  # epsilon or sigma
         rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
         history.append(rec)
         if log is not None:
             log(rec)
+        if checkpoint is not None and ((it + 1) % checkpoint_every == 0 or it == cfg.n_iters - 1):
+            save_training(checkpoint, it, frames, history, objects)
     return history

@@ -9,11 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from tensordict import TensorDictBase
 
+from tdrl.core.train import Checkpointer
 from tdrl.core.objectives import total_loss
 from tdrl.core.train.seeds import clip_grad_norm_per_seed, per_seed
 
 from ..algorithms import OnPolicyParts
 from ..keys import GROUP, IS_INIT, NEXT, VALUE_TARGET
+from .restore import resume_training, save_training, training_objects
 from .common import (TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
                      seed_returns, start_collection)
 
@@ -124,7 +126,9 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
 
 
 def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg: TrainConfig, eval_env=None,
-                    group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1) -> list[dict]:
+                    group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1,
+                    checkpoint: Checkpointer | None = None, checkpoint_every: int = 1,
+                    resume: bool = False) -> list[dict]:
     """MAPPO / IPPO: collect ``frames_per_batch``, GAE, ``num_epochs`` x minibatches of PPO.
 
     ``parts`` is one group's bundle (trained on ``group``) or ``{group: bundle}`` from
@@ -141,6 +145,9 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     mean-loss gradient, and gradients are clipped per seed. ``frames_per_batch`` is per seed.
     Value normalisation, ``normalize_advantage`` and agent masks with False entries are
     refused there (their statistics would mix the seeds).
+
+    ``checkpoint`` / ``checkpoint_every`` / ``resume``: as :func:`~tdrl.marl.loops.train_off_policy`
+    (losses with actors, critics and value norms, policies, the optimiser, RNG states).
 
     Returns:
         One record per iteration: ``iter``, ``frames``, ``time_s``, ``train_return``,
@@ -162,10 +169,11 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = joint_policy(groups)
     opt, clip_groups = on_policy_optimizer(groups, cfg)
+    objects = training_objects(groups, opt)
+    start, frames, history = resume_training(checkpoint, resume, objects)
     collector, trackers = start_collection(env, groups, policy, n_steps)
-    history, frames = [], 0
     t0 = time.perf_counter()
-    for it in range(cfg.n_iters):
+    for it in range(start, cfg.n_iters):
         batch = collector.rollout()
         frames += batch.numel() // n_seeds
         returns, extra = group_returns(trackers, batch)
@@ -176,4 +184,6 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
         history.append(rec)
         if log is not None:
             log(rec)
+        if checkpoint is not None and ((it + 1) % checkpoint_every == 0 or it == cfg.n_iters - 1):
+            save_training(checkpoint, it, frames, history, objects)
     return history
