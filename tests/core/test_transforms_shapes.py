@@ -64,3 +64,42 @@ def test_crop_keeps_the_window_it_names():
     torch.testing.assert_close(out, ref[50:150, 10:210].permute(2, 0, 1).float() / 255)
     with pytest.raises(ValueError, match="leaves the image"):
         TransformedEnv(GymEnv("CartPole-v1", from_pixels=True), Compose(ToTensorImage(), Crop(500))).reset()
+
+
+def test_action_discretizer_maps_indices_onto_the_box():
+    from tdrl.core import Categorical, MultiCategorical, MultiOneHot
+    from tdrl.core.transforms import ActionDiscretizer
+
+    env = TransformedEnv(GymEnv("Pendulum-v1"), ActionDiscretizer(5))  # torque in [-2, 2]
+    assert isinstance(env.action_spec, Categorical) and env.action_spec.n == 5
+    env.set_seed(0)
+    td = env.reset()
+    td["action"] = torch.tensor(4)
+    out = env.step(td)
+    assert torch.equal(out["action"], torch.tensor(4))  # the caller's data keeps the index
+    raw = GymEnv("Pendulum-v1")
+    raw.set_seed(0)
+    ref = raw.reset()
+    ref["action"] = torch.tensor([2.0])  # index 4 of 5 evenly spaced values in [-2, 2]
+    torch.testing.assert_close(out["next", "observation"], raw.step(ref)["next", "observation"])
+    rollout = env.rollout(5)  # random actions drawn from the discrete spec
+    assert rollout["action"].dtype == torch.int64 and rollout["action"].max() < 5
+    env2 = TransformedEnv(GymEnv("HalfCheetah-v5"), ActionDiscretizer(3))
+    assert isinstance(env2.action_spec, MultiCategorical) and env2.action_spec.shape == (6,)
+    env3 = TransformedEnv(GymEnv("HalfCheetah-v5"), ActionDiscretizer(3, categorical=False))
+    assert isinstance(env3.action_spec, MultiOneHot) and env3.action_spec.shape == (18,)
+    assert env3.rollout(3)["next", "reward"].shape == (3, 1)
+    with pytest.raises(TypeError, match="Bounded action spec"):
+        TransformedEnv(GymEnv("CartPole-v1"), ActionDiscretizer(3))
+
+
+def test_linearise_rewards_weights_a_reward_vector():
+    from tensordict import TensorDict
+
+    from tdrl.core.transforms import LineariseRewards
+
+    t = LineariseRewards(weights=[1.0, -2.0, 0.5])
+    td = TensorDict({"reward": torch.tensor([[1.0, 1.0, 2.0], [0.0, 3.0, 4.0]])}, [2])
+    assert t(td)["reward"].tolist() == [[0.0], [-4.0]]
+    with pytest.raises(ValueError, match="2 weights for a reward of 3"):
+        LineariseRewards(weights=[1.0, 2.0])(TensorDict({"reward": torch.ones(3)}, []))

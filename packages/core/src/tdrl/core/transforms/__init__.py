@@ -13,7 +13,7 @@ in ``episode``.
 
 from __future__ import annotations
 
-from .action import ActionScaling
+from .action import ActionDiscretizer, ActionScaling
 from .base import Compose, Transform
 from .env import TransformedEnv
 from .episode import InitTracker, RewardSum, StepCounter, TrajCounter
@@ -25,6 +25,7 @@ from .steps import ActionMask, FrameSkipTransform, NoopResetEnv
 from .tensors import CatFrames, CatTensors, DoubleToFloat, DTypeCastTransform
 from .values import (
     BinarizeReward,
+    LineariseRewards,
     ClipTransform,
     FlattenObservation,
     PermuteTransform,
@@ -72,5 +73,7 @@ __all__ = [
     "SqueezeTransform",
     "PermuteTransform",
     "BinarizeReward",
+    "LineariseRewards",
+    "ActionDiscretizer",
     "VecNorm",
 ]

@@ -1,5 +1,6 @@
-"""``ActionScaling``: the policy acts in ``[low, high]`` (default ``[-1, 1]``), the env gets
-actions rescaled to its own bounds."""
+"""Action rewrites: ``ActionScaling`` (the policy acts in ``[low, high]``, default ``[-1, 1]``,
+the env gets actions rescaled to its own bounds) and ``ActionDiscretizer`` (a discrete grid
+over a continuous action box)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from collections.abc import Sequence
 import torch
 
 from ..keys import ACTION
-from ..specs import Bounded, Composite
+from ..specs import Bounded, Categorical, Composite, MultiCategorical, MultiOneHot, OneHot
 from .base import Transform
 
-__all__ = ["ActionScaling"]
+__all__ = ["ActionScaling", "ActionDiscretizer"]
 
 
 class ActionScaling(Transform):
@@ -76,3 +77,75 @@ class ActionScaling(Transform):
 
     def extra_repr(self) -> str:
         return f"low={self.low}, high={self.high}, keys={self.in_keys_inv}"
+
+
+class ActionDiscretizer(Transform):
+    """A continuous action space as a discrete one (TorchRL's ``ActionDiscretizer``): each of
+    the ``d`` action dims takes ``num_intervals`` evenly spaced values from ``low`` to
+    ``high`` (both included), so a DQN-style policy acts in a box.
+
+    With one action dim the transformed spec is ``Categorical(num_intervals)`` (an index) or,
+    with ``categorical=False``, ``OneHot(num_intervals)``; with ``d > 1`` it is
+    ``MultiCategorical([num_intervals] * d)`` (or ``MultiOneHot``). ``step`` maps the chosen
+    values back to the base env's continuous action.
+
+    Args:
+        num_intervals: values per action dim (>= 2).
+        action_key: the action key (default ``"action"``).
+        categorical: indices (default) or one-hot actions.
+
+    Raises:
+        TypeError: the base action spec is not ``Bounded`` with finite bounds.
+    """
+
+    def __init__(self, num_intervals: int, action_key: str = ACTION, categorical: bool = True) -> None:
+        if int(num_intervals) < 2:
+            raise ValueError(f"ActionDiscretizer needs num_intervals >= 2, got {num_intervals}.")
+        super().__init__([], [], [action_key])
+        self.num_intervals, self.categorical = int(num_intervals), bool(categorical)
+        self._grid: torch.Tensor | None = None  # [d, num_intervals]: the values of each dim
+
+    def inv(self, td):
+        key = self.in_keys_inv[0]
+        a = td.get(key, None)
+        if a is None:
+            return td
+        if self._grid is None:
+            raise RuntimeError("ActionDiscretizer: attach it to an env first (its grid comes from the action spec).")
+        d = self._grid.shape[0]
+        if self.categorical:
+            idx = a.long() if d > 1 else a.long().unsqueeze(-1)
+        else:
+            parts = a.split(self.num_intervals, -1) if d > 1 else (a,)
+            idx = torch.stack([p.long().argmax(-1) for p in parts], -1)
+        if idx.shape[-1] != d or bool(((idx < 0) | (idx >= self.num_intervals)).any()):
+            raise ValueError(f"ActionDiscretizer: expected {d} index(es) in [0, {self.num_intervals}) per step, "
+                             f"got {a.dtype} of shape {tuple(a.shape)}")
+        grid = self._grid.to(idx.device)
+        values = grid.gather(1, idx.reshape(-1, d).T).T.reshape(idx.shape)
+        td.set(key, values.to(self._dtype))
+        return td
+
+    def transform_action_spec(self, spec: Composite) -> Composite:
+        key = self.in_keys_inv[0]
+        if key not in spec:
+            return spec
+        leaf = spec[key]
+        if not isinstance(leaf, Bounded) or not (torch.isfinite(leaf.low).all() and torch.isfinite(leaf.high).all()):
+            raise TypeError(f"ActionDiscretizer needs a Bounded action spec with finite bounds at {key!r}, got {leaf!r}.")
+        low, high = leaf.low.reshape(-1, leaf.shape[-1])[0], leaf.high.reshape(-1, leaf.shape[-1])[0]
+        steps = torch.linspace(0.0, 1.0, self.num_intervals, dtype=torch.float64)
+        self._grid = (low.double()[:, None] + steps[None] * (high.double() - low.double())[:, None]).to(leaf.dtype)
+        self._dtype = leaf.dtype
+        d, batch = leaf.shape[-1], leaf.shape[:-1]
+        n = self.num_intervals
+        if d == 1:
+            spec[key] = (Categorical(n, batch, leaf.device) if self.categorical
+                         else OneHot(n, (*batch, n), leaf.device))
+        else:
+            spec[key] = (MultiCategorical([n] * d, (*batch, d), leaf.device) if self.categorical
+                         else MultiOneHot([n] * d, (*batch, n * d), leaf.device))
+        return spec
+
+    def extra_repr(self) -> str:
+        return f"num_intervals={self.num_intervals}, categorical={self.categorical}"

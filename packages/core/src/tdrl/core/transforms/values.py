@@ -14,7 +14,7 @@ from ..specs._base import TensorSpec
 from .base import Transform
 
 __all__ = ["ClipTransform", "RewardClipping", "SignTransform", "UnsqueezeTransform", "SqueezeTransform",
-           "PermuteTransform", "BinarizeReward",
+           "PermuteTransform", "BinarizeReward", "LineariseRewards",
            "FlattenObservation"]
 
 
@@ -259,4 +259,32 @@ class BinarizeReward(Transform):
             if k_in in spec:
                 leaf = spec[k_in]
                 spec[k_out] = Bounded(0, 1, leaf.shape, leaf.device, leaf.dtype)
+        return spec
+
+
+class LineariseRewards(Transform):
+    """A vector of rewards (multi-objective, ``[..., k]``) as one scalar reward ``[..., 1]``: the
+    weighted sum with ``weights`` (default all ones; TorchRL's ``LineariseRewards``).
+
+    Args:
+        in_keys, out_keys: the reward keys (default ``["reward"]``, in place).
+        weights: ``k`` weights (a sequence or tensor).
+    """
+
+    def __init__(self, in_keys: Sequence | str | None = None, out_keys: Sequence | str | None = None,
+                 weights: Sequence[float] | torch.Tensor | None = None) -> None:
+        super().__init__(in_keys or [REWARD], out_keys)
+        self.weights = None if weights is None else torch.as_tensor(weights, dtype=torch.float32).flatten()
+
+    def _apply_transform(self, x):
+        w = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device) if self.weights is None else self.weights
+        if w.numel() != x.shape[-1]:
+            raise ValueError(f"LineariseRewards: {w.numel()} weights for a reward of {x.shape[-1]} entries")
+        return (x * w.to(x.device, x.dtype)).sum(-1, keepdim=True)
+
+    def transform_reward_spec(self, spec: Composite) -> Composite:
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            if k_in in spec:
+                leaf = spec[k_in]
+                spec[k_out] = Unbounded((*leaf.shape[:-1], 1), leaf.device, leaf.dtype)
         return spec
