@@ -103,3 +103,40 @@ def test_linearise_rewards_weights_a_reward_vector():
     assert t(td)["reward"].tolist() == [[0.0], [-4.0]]
     with pytest.raises(ValueError, match="2 weights for a reward of 3"):
         LineariseRewards(weights=[1.0, 2.0])(TensorDict({"reward": torch.ones(3)}, []))
+
+
+
+def _grid_arm_env():
+    import gymnasium as gym
+    import numpy as np
+
+    class GridArm(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
+        action_space = gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32)
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            return np.zeros(6, np.float32), {}
+
+        def step(self, action):
+            assert action.shape == (2, 3), action.shape
+            return action.reshape(6).astype(np.float32), 0.0, False, False, {}
+
+    from tdrl.core.envs import GymWrapper
+
+    return GymWrapper(GridArm())
+
+
+def test_flatten_action_restores_the_base_shape_before_the_env_reads_it():
+    from tdrl.core.transforms import FlattenAction
+
+    env = TransformedEnv(_grid_arm_env(), FlattenAction(-2, -1))
+    assert env.action_spec.shape == (6,) and float(env.action_spec.high.min()) == 1.0
+    td = env.reset()
+    td["action"] = torch.arange(6, dtype=torch.float32) / 10
+    out = env.step(td)
+    torch.testing.assert_close(out["next", "observation"], torch.arange(6, dtype=torch.float32) / 10)
+    assert out["action"].shape == (6,)  # the policy's data keeps its flat action
+    assert env.rollout(4)["action"].shape == (4, 6)
+    with pytest.raises(ValueError, match="negative first_dim"):
+        FlattenAction(0, -1)

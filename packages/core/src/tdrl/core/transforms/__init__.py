@@ -13,7 +13,7 @@ in ``episode``.
 
 from __future__ import annotations
 
-from .action import ActionDiscretizer, ActionScaling
+from .action import ActionDiscretizer, ActionScaling, FlattenAction
 from .base import Compose, Transform
 from .env import TransformedEnv
 from .episode import InitTracker, RewardSum, StepCounter, TrajCounter
@@ -75,5 +75,6 @@ __all__ = [
     "BinarizeReward",
     "LineariseRewards",
     "ActionDiscretizer",
+    "FlattenAction",
     "VecNorm",
 ]

@@ -1,6 +1,6 @@
 """Action rewrites: ``ActionScaling`` (the policy acts in ``[low, high]``, default ``[-1, 1]``,
 the env gets actions rescaled to its own bounds) and ``ActionDiscretizer`` (a discrete grid
-over a continuous action box)."""
+over a continuous action box) and ``FlattenAction`` (the policy sees flattened action dims)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Sequence
 import torch
 
 from ..keys import ACTION
-from ..specs import Bounded, Categorical, Composite, MultiCategorical, MultiOneHot, OneHot
+from ..specs import Bounded, Categorical, Composite, MultiCategorical, MultiOneHot, OneHot, Unbounded
 from .base import Transform
 
-__all__ = ["ActionScaling", "ActionDiscretizer"]
+__all__ = ["ActionScaling", "ActionDiscretizer", "FlattenAction"]
 
 
 class ActionScaling(Transform):
@@ -149,3 +149,51 @@ class ActionDiscretizer(Transform):
 
     def extra_repr(self) -> str:
         return f"num_intervals={self.num_intervals}, categorical={self.categorical}"
+
+
+class FlattenAction(Transform):
+    """The policy acts in a flattened action space (TorchRL's ``FlattenAction``): the action
+    dims ``first_dim .. last_dim`` (negative, from the end) of the base env's action are one
+    dim for the policy, and ``step`` restores the base shape before the base env reads it.
+
+    Args:
+        first_dim, last_dim: negative dims of the action to flatten (default ``-2, -1``).
+        in_keys_inv: action keys (default ``["action"]``).
+    """
+
+    def __init__(self, first_dim: int = -2, last_dim: int = -1, in_keys_inv: Sequence | str | None = None) -> None:
+        if first_dim >= 0 or last_dim >= 0 or first_dim > last_dim:
+            raise ValueError(f"FlattenAction needs negative first_dim <= last_dim, got {first_dim}, {last_dim}.")
+        super().__init__([], [], in_keys_inv or [ACTION])
+        self.first_dim, self.last_dim = int(first_dim), int(last_dim)
+        self._span: dict = {}  # action key -> the base shape of the flattened dims
+
+    def inv(self, td):
+        for k_in, k_out in zip(self.in_keys_inv, self.out_keys_inv, strict=True):
+            a = td.get(k_out, None)
+            if a is None:
+                continue
+            span = self._span[k_in]
+            after = -self.last_dim - 1  # dims after the span
+            lead = a.shape[: a.ndim - 1 - after]
+            td.set(k_in, a.reshape(*lead, *span, *a.shape[a.ndim - after:]))
+        return td
+
+    def transform_action_spec(self, spec: Composite) -> Composite:
+        for k_in, k_out in zip(self.in_keys_inv, self.out_keys_inv, strict=True):
+            if k_in not in spec:
+                continue
+            leaf = spec[k_in]
+            if -self.first_dim > len(leaf.shape):
+                raise ValueError(f"FlattenAction({self.first_dim}, {self.last_dim}) on an action of shape {tuple(leaf.shape)}")
+            self._span[k_in] = tuple(leaf.shape[self.first_dim:len(leaf.shape) + self.last_dim + 1])
+            flat = lambda x: x.flatten(self.first_dim, self.last_dim)  # noqa: E731
+            shape = flat(torch.empty(leaf.shape, device="meta")).shape
+            if isinstance(leaf, Bounded):
+                spec[k_out] = Bounded(flat(leaf.low), flat(leaf.high), shape, leaf.device, leaf.dtype)
+            else:
+                spec[k_out] = Unbounded(shape, leaf.device, leaf.dtype)
+        return spec
+
+    def extra_repr(self) -> str:
+        return f"first_dim={self.first_dim}, last_dim={self.last_dim}"
