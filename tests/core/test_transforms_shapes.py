@@ -140,3 +140,21 @@ def test_flatten_action_restores_the_base_shape_before_the_env_reads_it():
     assert env.rollout(4)["action"].shape == (4, 6)
     with pytest.raises(ValueError, match="negative first_dim"):
         FlattenAction(0, -1)
+
+
+def test_time_max_pool_is_the_max_over_the_last_t_observations():
+    from tdrl.core.transforms import TimeMaxPool
+
+    env = TransformedEnv(GymEnv("Pendulum-v1"), TimeMaxPool(T=3, out_keys=["pooled"]))
+    env.set_seed(0)
+    r = env.rollout(6, break_when_any_done=False)
+    obs = torch.cat([r["observation"][:1], r["next", "observation"]])  # o_0 .. o_6
+    for t in range(6):  # after step t the window is o_{t-1}, o_t, o_{t+1} (o_0 repeated at the start)
+        window = obs[max(0, t - 1): t + 2]
+        torch.testing.assert_close(r["next", "pooled"][t], window.max(0).values)
+    torch.testing.assert_close(r["pooled"][0], obs[0])  # a reset's output is its own value
+    vec = TransformedEnv(GymEnv("Pendulum-v1", num_envs=2), TimeMaxPool(T=2))
+    batch = next(iter(Collector(vec, None, frames_per_batch=8, total_frames=8)))  # on the fast path
+    assert batch["next", "observation"].shape == (2, 4, 3)
+    with pytest.raises(ValueError, match="T >= 1"):
+        TimeMaxPool(T=0)

@@ -22,7 +22,7 @@ from .norm import ObservationNorm, RewardScaling, VecNorm
 from .pixels import CenterCrop, Crop, GrayScale, Resize, ToTensorImage, VideoRecorder
 from .returns import Reward2GoTransform, TargetReturn
 from .steps import ActionMask, FrameSkipTransform, NoopResetEnv
-from .tensors import CatFrames, CatTensors, DoubleToFloat, DTypeCastTransform
+from .tensors import CatFrames, CatTensors, DoubleToFloat, DTypeCastTransform, TimeMaxPool
 from .values import (
     BinarizeReward,
     LineariseRewards,
@@ -76,5 +76,6 @@ __all__ = [
     "LineariseRewards",
     "ActionDiscretizer",
     "FlattenAction",
+    "TimeMaxPool",
     "VecNorm",
 ]

@@ -1,5 +1,6 @@
 """Tensor-shaping transforms: dtype casting (``DTypeCastTransform``, ``DoubleToFloat``),
-key concatenation (``CatTensors``) and frame stacking (``CatFrames``)."""
+key concatenation (``CatTensors``), frame stacking (``CatFrames``) and the max over recent
+values (``TimeMaxPool``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..specs import Bounded, Composite, Unbounded
 from ..specs._base import TensorSpec
 from .base import DictReset, DictStep, Transform, overrides, str_keys
 
-__all__ = ["DTypeCastTransform", "DoubleToFloat", "CatTensors", "CatFrames"]
+__all__ = ["DTypeCastTransform", "DoubleToFloat", "CatTensors", "CatFrames", "TimeMaxPool"]
 
 
 def _with_dtype(leaf: TensorSpec, dtype: torch.dtype) -> TensorSpec:
@@ -275,3 +276,60 @@ class CatFrames(Transform):
 
     def extra_repr(self) -> str:
         return f"N={self.N}, dim={self.dim}, in_keys={self.in_keys}, padding={self.padding!r}"
+
+
+class TimeMaxPool(Transform):
+    """The element-wise maximum of each key over its last ``T`` values (TorchRL's
+    ``TimeMaxPool``; Atari's max over the last two frames against flicker).
+
+    The last ``T`` raw values are held per sub-env; a (partial) reset fills the reset rows'
+    history with their first value, so the first output is that value itself.
+
+    Args:
+        in_keys, out_keys: keys (default ``["observation"]``; out: in place).
+        T: the window (>= 1).
+    """
+
+    def __init__(self, in_keys: Sequence | str | None = None, out_keys: Sequence | str | None = None,
+                 T: int = 1) -> None:
+        if int(T) < 1:
+            raise ValueError(f"TimeMaxPool needs T >= 1, got {T}.")
+        super().__init__(in_keys or [OBSERVATION], out_keys)
+        self.T = int(T)
+        self._history: dict = {}  # key -> [T, *batch, *value]
+
+    def _pool(self, key, x, rows):
+        hist = self._history.get(key)
+        if hist is None or hist.shape[1:] != x.shape or rows is None:
+            hist = x.unsqueeze(0).repeat(self.T, *([1] * x.ndim))
+        elif rows is not False:  # a partial reset: the reset rows restart their history
+            hist[:, rows] = x[rows].unsqueeze(0)
+        else:
+            hist = torch.cat([hist[1:], x.unsqueeze(0)], 0)
+        self._history[key] = hist
+        return hist.max(0).values
+
+    def _reset(self, td, td_reset):
+        mask = td.get("_reset", None) if td is not None else None
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            x = td_reset.get(k_in, None)
+            if x is None:
+                continue
+            rows = None  # a full reset
+            if mask is not None and self.parent is not None and len(self.parent.batch_size):
+                rows = mask.reshape(mask.shape[:len(self.parent.batch_size)]).bool()
+            td_reset.set(k_out, self._pool(k_in, x, rows))
+        return td_reset
+
+    def _step(self, td, next_td):
+        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
+            x = next_td.get(k_in, None)
+            if x is not None:
+                next_td.set(k_out, self._pool(k_in, x, False))
+        return next_td
+
+    def _call(self, td):
+        return td
+
+    def extra_repr(self) -> str:
+        return f"T={self.T}, in_keys={self.in_keys}"
