@@ -231,7 +231,8 @@ def _install_and_run(pkg: str, tmp_path: Path) -> None:
     constraints = tmp_path / "constraints.txt"
     constraints.write_text(f"{TORCH}\n")
     # uv runs from this interpreter but installs into (and resolves against) the venv only
-    proc = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "--python", python, *args[2:], "-q",
+    # --no-config: the root pyproject's [tool.uv] settings are the workspace lock's, not pip's
+    proc = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "--no-config", "--python", python, *args[2:], "-q",
                            "-c", str(constraints), *_pip_sources()], cwd=ROOT, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, f"`{line}` failed in a fresh venv:\n{proc.stderr[-3000:]}"
