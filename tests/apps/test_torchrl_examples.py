@@ -6,7 +6,6 @@ and ``DQNLoss``'s ``loss`` output."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import sys
 
 import pytest
@@ -14,7 +13,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 
-from _load import REPO
+from _load import REPO, load_example as _example
 
 from tdrl.core.collectors import Collector
 from tdrl.core.envs import GymEnv
@@ -22,13 +21,6 @@ from tdrl.core.modules import MLP, QValueModule
 from tdrl.core.objectives import DQNLoss, SoftUpdate
 
 
-def _example(name: str):
-    path = REPO / "apps" / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_tdrl_example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_port_imports_tdrl_where_torchrl_was_imported():

@@ -4,23 +4,14 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
 
 import pytest
 
 import torch
 
-from _load import REPO, read_rows
+from _load import REPO, load_example as _example, read_rows
 
 
-def _example(name: str):
-    path = REPO / "apps" / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_tdrl_example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _calls(name: str) -> dict[str, list[str]]:

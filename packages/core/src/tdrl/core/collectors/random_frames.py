@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["PolicyTemplate"]
+__all__ = ["PolicyTemplate", "materialize_lazy"]
 
 
 class PolicyTemplate:
@@ -76,3 +76,15 @@ class PolicyTemplate:
 
 def _tensors(td: TensorDictBase) -> list[torch.Tensor]:
     return [v for v in td.values(True, True) if isinstance(v, torch.Tensor)]
+
+
+def materialize_lazy(policy, observation_spec) -> None:
+    """A policy with lazy layers (``MLP(in_features=None)``, ``nn.LazyLinear``) runs once on a
+    zero observation of ``observation_spec``, under a forked RNG and no grad, so its parameters
+    exist before a loss copies them into target networks (TorchRL's collector does the same
+    when it is built). Any other policy is left alone."""
+    if not isinstance(policy, torch.nn.Module) or not any(
+            isinstance(p, torch.nn.parameter.UninitializedParameter) for p in policy.parameters()):
+        return
+    with torch.random.fork_rng(), torch.no_grad():
+        policy(observation_spec.zero())

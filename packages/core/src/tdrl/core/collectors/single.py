@@ -22,7 +22,7 @@ from ..envs import EnvBase
 from ..envs._fastpath import paused_gc
 from ..td_access import entries, get_entry, new_td, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
-from .random_frames import PolicyTemplate
+from .random_frames import PolicyTemplate, materialize_lazy
 from .utils import compact_batch, split_trajectories
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -257,23 +257,11 @@ class Collector:
                 and current != self.policy_device):
             policy = copy.deepcopy(policy).to(self.policy_device)
         self.policy = policy
-        self._materialize_lazy(policy)
+        materialize_lazy(policy, self.env.observation_spec)
         self._call = _fast_call(policy) if policy is not None else None
         self._template: PolicyTemplate | None = None  # what random steps are padded with
         if self.policy_device is None:
             self.policy_device = current or self.env.device
-
-    def _materialize_lazy(self, policy) -> None:
-        """A policy with lazy layers (``MLP(in_features=None)``, ``nn.LazyLinear``) runs once on a
-        zero observation of the env's spec, under a forked RNG and no grad, so its parameters
-        exist before a loss copies them into target networks (TorchRL's collector does the same
-        when it is built)."""
-        if not isinstance(policy, torch.nn.Module) or not any(
-                isinstance(p, torch.nn.parameter.UninitializedParameter) for p in policy.parameters()):
-            return
-        probe = self.env.observation_spec.zero()
-        with torch.random.fork_rng(), torch.no_grad():
-            policy(probe)
 
     def update_policy_weights_(self, weights=None) -> None:
         """Copy new weights into the collector's policy, in place.

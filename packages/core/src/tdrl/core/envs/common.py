@@ -152,18 +152,10 @@ class EnvBase:
     def action_spec(self, spec) -> None:
         self.full_action_spec = spec
 
-    @property
-    def action_spec_unbatched(self) -> TensorSpec:
-        """One sub-env's action spec (TorchRL's name): ``action_spec`` without the batch dims."""
-        return unbatched_spec(self.action_spec, len(self.batch_size))
-
-    @property
-    def full_action_spec_unbatched(self) -> Composite:
-        return unbatched_spec(self.full_action_spec, len(self.batch_size))
-
-    @property
-    def observation_spec_unbatched(self) -> Composite:
-        return unbatched_spec(self.observation_spec, len(self.batch_size))
+    # one sub-env's specs (TorchRL's names): the specs without the batch dims
+    action_spec_unbatched = property(lambda self: unbatched_spec(self.action_spec, len(self.batch_size)))
+    full_action_spec_unbatched = property(lambda self: unbatched_spec(self.full_action_spec, len(self.batch_size)))
+    observation_spec_unbatched = property(lambda self: unbatched_spec(self.observation_spec, len(self.batch_size)))
 
     @property
     def full_reward_spec(self) -> Composite:

@@ -15,6 +15,13 @@ from .base import Transform
 __all__ = ["ActionScaling", "ActionDiscretizer", "FlattenAction"]
 
 
+def _finite_box(leaf, key, who: str) -> Bounded:
+    """``leaf`` if it is a ``Bounded`` spec with finite bounds, else a ``TypeError`` naming ``who``."""
+    if not isinstance(leaf, Bounded) or not (torch.isfinite(leaf.low).all() and torch.isfinite(leaf.high).all()):
+        raise TypeError(f"{who} needs a Bounded action spec with finite bounds at {key!r}, got {leaf!r}.")
+    return leaf
+
+
 class ActionScaling(Transform):
     """Affinely map actions from ``[low, high]`` to the base env's action bounds.
 
@@ -63,14 +70,7 @@ class ActionScaling(Transform):
         for k_in, k_out in zip(self.in_keys_inv, self.out_keys_inv, strict=True):
             if k_in not in spec:
                 continue
-            leaf = spec[k_in]
-            if not isinstance(leaf, Bounded) or not (
-                torch.isfinite(leaf.low).all() and torch.isfinite(leaf.high).all()
-            ):
-                raise TypeError(
-                    f"ActionScaling needs a Bounded action spec with finite bounds at {k_in!r}, "
-                    f"got {leaf!r}."
-                )
+            leaf = _finite_box(spec[k_in], k_in, "ActionScaling")
             self._base[k_in] = (leaf.low.clone(), leaf.high.clone())
             spec[k_out] = Bounded(self.low, self.high, leaf.shape, leaf.device, leaf.dtype)
         return spec
@@ -130,9 +130,7 @@ class ActionDiscretizer(Transform):
         key = self.in_keys_inv[0]
         if key not in spec:
             return spec
-        leaf = spec[key]
-        if not isinstance(leaf, Bounded) or not (torch.isfinite(leaf.low).all() and torch.isfinite(leaf.high).all()):
-            raise TypeError(f"ActionDiscretizer needs a Bounded action spec with finite bounds at {key!r}, got {leaf!r}.")
+        leaf = _finite_box(spec[key], key, "ActionDiscretizer")
         low, high = leaf.low.reshape(-1, leaf.shape[-1])[0], leaf.high.reshape(-1, leaf.shape[-1])[0]
         steps = torch.linspace(0.0, 1.0, self.num_intervals, dtype=torch.float64)
         self._grid = (low.double()[:, None] + steps[None] * (high.double() - low.double())[:, None]).to(leaf.dtype)
