@@ -280,7 +280,10 @@ def check(command: Command) -> str | None:
         module = command.script[3:]
         if module != "pytest":
             return None
-        missing = [a for a in command.args if not a.startswith("-") and not (ROOT / a.split("::")[0]).exists()]
+        takes_value = {"-m", "-k", "-p", "--durations", "--timeout"}  # options whose next word is not a path
+        paths = [a for i, a in enumerate(command.args)
+                 if not a.startswith("-") and not (i and command.args[i - 1] in takes_value)]
+        missing = [a for a in paths if not (ROOT / a.split("::")[0]).exists()]
         return f"pytest paths not found: {missing}" if missing else None
     script = ROOT / command.script
     if not script.is_file():

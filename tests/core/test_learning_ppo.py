@@ -13,7 +13,6 @@ import pytest
 from tdrl.core.cli import load_app
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1800)  # about a minute of CPU; allow for a loaded shared machine
 def test_ppo_solves_cartpole(tmp_path):
     ppo = load_app("ppo")

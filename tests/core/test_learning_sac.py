@@ -12,7 +12,6 @@ import pytest
 from tdrl.core.cli import load_app
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1800)  # minutes of CPU; allow for a loaded shared machine
 def test_sac_solves_pendulum(tmp_path):
     sac = load_app("sac")
