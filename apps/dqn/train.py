@@ -32,10 +32,10 @@ import torch
 from tensordict.nn import TensorDictSequential
 from torch import nn
 
-from tdrl.core import RewardSum
+from tdrl.core import RewardSum, ToTensorImage
 from tdrl.core.collectors import Collector
 from tdrl.core.envs import env_rng_state, make_env
-from tdrl.core.modules import MLP, DuelingHead, EGreedyModule, QValueActor
+from tdrl.core.modules import MLP, ConvNet, DuelingHead, EGreedyModule, QValueActor
 from tdrl.core.objectives import DQNLoss, HardUpdate, SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
 from tdrl.core.train import (
@@ -80,6 +80,12 @@ class Config(OffPolicyConfig):
     dueling: bool = False
     """Dueling value/advantage head."""
     hidden: tuple[int, ...] = (128, 128)
+    pixels: bool = False
+    """Image observations ``[H, W, C]`` (MinAtar's grids, Gymnasium renders): a channel-first
+    :class:`ToTensorImage` on the env and :class:`ConvNet` (``conv`` channels, 3x3 kernels,
+    stride 1, as MinAtar's DQN) before the ``hidden`` layers."""
+    conv: tuple[int, ...] = (16,)
+    """With pixels: channels of each 3x3 convolution."""
     max_grad_norm: float = 10.0
     """Gradient-norm clip."""
     log_every: int = 2_000
@@ -98,20 +104,34 @@ class Config(OffPolicyConfig):
 
 
 def make_qnet(env, cfg: Config) -> QValueActor:
-    """``observation -> action_value -> greedy action``; dueling head if ``cfg.dueling``."""
-    obs_dim = env.observation_spec["observation"].shape[-1]
+    """``observation -> action_value -> greedy action``; dueling head if ``cfg.dueling``, a
+    convolutional torso if ``cfg.pixels``."""
+    obs_shape = env.observation_spec["observation"].shape[len(env.batch_size):]  # checked by env_for
+    torso: list[nn.Module] = []
+    obs_dim = obs_shape[-1]
+    if cfg.pixels:
+        conv = ConvNet(obs_shape[0], cfg.conv, (3,) * len(cfg.conv), (1,) * len(cfg.conv))
+        obs_dim = conv(torch.zeros(1, *obs_shape)).shape[-1]
+        torso = [conv]
     n = env.action_spec.n
     if cfg.dueling:
         body = MLP(obs_dim, cfg.hidden[-1], cfg.hidden[:-1], nn.ReLU, activate_last=True)
-        net = nn.Sequential(body, DuelingHead(cfg.hidden[-1], n, (cfg.hidden[-1],)))
+        net = nn.Sequential(*torso, body, DuelingHead(cfg.hidden[-1], n, (cfg.hidden[-1],)))
     else:
-        net = MLP(obs_dim, n, cfg.hidden, nn.ReLU)
+        net = nn.Sequential(*torso, MLP(obs_dim, n, cfg.hidden, nn.ReLU))
     return QValueActor(net)
 
 
 def env_for(cfg: Config, num_envs: int):
-    """The task with integer actions and episode-return tracking."""
-    return make_env(cfg.env_id, num_envs, (RewardSum(),), categorical_action_encoding=True)
+    """The task with integer actions and episode-return tracking (images channel-first)."""
+    env = make_env(cfg.env_id, num_envs, (RewardSum(),), categorical_action_encoding=True)
+    shape = tuple(env.observation_spec["observation"].shape[len(env.batch_size):])
+    if cfg.pixels != (len(shape) == 3):
+        env.close()
+        raise ConfigError(f"Config.pixels={str(cfg.pixels).lower()} but {cfg.env_id} gives observations of shape "
+                          f"{shape}: set pixels={str(len(shape) == 3).lower()} (images [H, W, C] take the conv "
+                          "torso; other shapes: flatten them with FlattenObservation).")
+    return env.insert_transform(0, ToTensorImage(in_keys=["observation"])) if cfg.pixels else env
 
 
 def train(cfg: Config) -> dict:

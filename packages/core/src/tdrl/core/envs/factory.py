@@ -16,7 +16,7 @@ from typing import Any
 from tdrl.core.train.state import GeneratorState
 
 from .common import EnvBase
-from .gym import GymEnv
+from .gym import GymEnv, make_gym
 from .pendulum import PendulumEnv
 
 __all__ = ["make_env", "TORCH_ENVS", "env_rng_state", "action_kind", "EnvCreator"]
@@ -82,7 +82,7 @@ def action_kind(env_id: str) -> str:
     import gymnasium as gym
 
     try:
-        env = _gym_make(gym, env_id)
+        env = make_gym(env_id)
     except Exception as err:  # noqa: BLE001 - gymnasium raises several types for a bad id
         hint = "" if importlib.util.find_spec("gymnasium_robotics") else (
             " (goal tasks such as PointMaze and Fetch need the goal extra: pip install \"packages/core[goal]\")")
@@ -94,20 +94,6 @@ def action_kind(env_id: str) -> str:
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         return "discrete"
     return "continuous" if isinstance(space, gym.spaces.Box) else type(space).__name__
-
-
-def _gym_make(gym, env_id: str):
-    """``gym.make(env_id)``, registering Gymnasium-Robotics' tasks first when the id is not
-    known yet and that package is installed (the HER app registers them the same way)."""
-    try:
-        return gym.make(env_id)
-    except gym.error.NameNotFound:
-        if not importlib.util.find_spec("gymnasium_robotics"):
-            raise
-        import gymnasium_robotics
-
-        gym.register_envs(gymnasium_robotics)
-        return gym.make(env_id)
 
 
 def env_rng_state(env: EnvBase) -> GeneratorState | None:

@@ -20,6 +20,7 @@ Vector-env autoreset (Gymnasium 1.x) is handled so that no transition is lost or
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -36,13 +37,28 @@ from .common import RESET_KEY, EnvBase
 from .gym_info import InfoReader
 from .gym_spaces import action_converter, obs_converter, require_gymnasium, gym_space_to_spec
 
-__all__ = ["GymWrapper", "GymEnv", "gym_space_to_spec"]
+__all__ = ["GymWrapper", "GymEnv", "gym_space_to_spec", "make_gym"]
 
 
-def _make(gym, env_id: str, make: Callable, **kwargs):
-    """``gym.make`` / ``gym.make_vec``; a simulator Gymnasium lacks (MuJoCo) names the extra."""
+def make_gym(env_id: str, make: Callable | None = None, **kwargs):
+    """``gymnasium.make(env_id, **kwargs)`` (or ``make``, e.g. ``gym.make_vec``), as a user of
+    any Gymnasium package expects it to find the id:
+
+    * an id in an unknown namespace (``MinAtar/Breakout-v1``) registers the plugins that
+      packages declare under the ``gymnasium.envs`` entry point for that namespace (Gymnasium
+      before 1.0 loaded them on import; MinAtar, ALE and others still declare them), then
+      Gymnasium-Robotics' tasks when that package is installed, and tries again;
+    * a simulator Gymnasium lacks (MuJoCo) names the extra to install.
+    """
+    gym = require_gymnasium()
+    make = make or gym.make
     try:
-        return make(env_id, **kwargs)
+        try:
+            return make(env_id, **kwargs)
+        except (gym.error.NamespaceNotFound, gym.error.NameNotFound):
+            if not register_plugins(gym, env_id):
+                raise
+            return make(env_id, **kwargs)
     except gym.error.DependencyNotInstalled as exc:
         if "mujoco" not in str(exc).lower():
             raise
@@ -51,6 +67,26 @@ def _make(gym, env_id: str, make: Callable, **kwargs):
                             pip_name='"gymnasium[mujoco]"'),
             name="mujoco",
         ) from exc
+
+
+def register_plugins(gym, env_id: str) -> bool:
+    """Register the environments that installed packages offer for ``env_id``'s namespace
+    (their ``gymnasium.envs`` entry points), or else Gymnasium-Robotics' tasks; ``True`` if
+    any registration ran."""
+    from importlib.metadata import entry_points
+
+    namespace = env_id.split("/", 1)[0] if "/" in env_id else None
+    ran = False
+    for point in entry_points(group="gymnasium.envs"):
+        if namespace is not None and point.name == namespace:
+            point.load()()
+            ran = True
+    if not ran and importlib.util.find_spec("gymnasium_robotics"):
+        import gymnasium_robotics
+
+        gym.register_envs(gymnasium_robotics)
+        ran = True
+    return ran
 
 
 class GymWrapper(EnvBase):
@@ -231,6 +267,7 @@ class GymWrapper(EnvBase):
                 self._stash["mask"] = self._stash["mask"] & ~mask_np
             return self._with_info(self._convert_obs(obs), info)
         seed, self._pending_seed = self._pending_seed, None
+        seed = kwargs.pop("seed", seed)  # reset(seed=s), as Gymnasium's reset takes it, is set_seed(s) + reset()
         obs, info = self._env.reset(seed=seed, **kwargs)
         self._stash = None
         return self._with_info(self._convert_obs(obs), info)
@@ -477,12 +514,11 @@ class GymEnv(GymWrapper):
                 wrappers.append(lambda e: gym.wrappers.FilterObservation(e, ["pixels"]))
         self.from_pixels = from_pixels
         if num_envs is None:
-            env = _make(gym, env_id, gym.make, **kwargs)
+            env = make_gym(env_id, **kwargs)
             for wrap in wrappers:
                 env = wrap(env)
         else:
-            env = _make(
-                gym,
+            env = make_gym(
                 env_id,
                 gym.make_vec,
                 num_envs=num_envs,

@@ -47,7 +47,8 @@ class ToTensorImage(_Image):
     """uint8 images ``(*, H, W, C)`` in ``[0, 255]`` to float ``(*, C, H, W)`` in ``[0, 1]``.
 
     Args:
-        from_int: divide by 255 (default: when the input is an integer dtype).
+        from_int: divide by 255 (default: when the input is an integer dtype; a bool image, such
+            as MinAtar's grids, is already 0 / 1 and is not scaled).
         unsqueeze: add a leading dim to a single ``H, W, C`` image (kept for TorchRL's keyword).
         dtype: the output dtype (default float32).
         in_keys, out_keys: keys (default ``["pixels"]``).
@@ -60,7 +61,7 @@ class ToTensorImage(_Image):
         self.from_int, self.unsqueeze, self.dtype = from_int, unsqueeze, dtype
 
     def _apply_transform(self, x):
-        scale = self.from_int if self.from_int is not None else not x.dtype.is_floating_point
+        scale = self.from_int if self.from_int is not None else not (x.dtype.is_floating_point or x.dtype == torch.bool)
         x = x.movedim(-1, -3).to(self.dtype)
         if scale:
             x = x / 255.0
