@@ -12,6 +12,7 @@ collected frame.
     python apps/dqn/train.py                          # CartPole-v1
     python apps/dqn/train.py dueling=true total_frames=100000
     python apps/dqn/train.py --config-name tiny       # a seconds-long smoke run (CI)
+    python apps/dqn/train.py -cn minatar              # from pixels: MinAtar Breakout (core[minatar])
     python apps/dqn/train.py resume=true              # continue from the last checkpoint
 
 Outputs in ``out``: ``config.yaml``, ``metrics.csv`` (``step`` = frames),
