@@ -189,6 +189,11 @@ TABLES: dict[str, tuple[TorchRLName, ...]] = {
 DIFFERENCES: tuple[tuple[str, str], ...] = (
     ("`ClipPPOLoss` / `A2CLoss` default `loss_critic_type='smooth_l1'`",
      "`PPOLoss` / `A2CLoss` default `'l2'` (`0.5 * (v - target)**2`): pass `loss_critic_type='smooth_l1'` for TorchRL's"),
+    ("`loss_function='l2'` / `loss_critic_type='l2'`: `(x - y)**2`",
+     "`'l2'` is `0.5 * (x - y)**2` in every loss (the gradient is the TD error): the same Adam update, half the logged "
+     "loss and gradient norm; pass `'mse'` for TorchRL's scale (e.g. under a grad-norm clip)"),
+    ("`DQNLoss` default `loss_function='l2'`",
+     "`DQNLoss` default `'smooth_l1'` (Huber: Nature DQN's clipped error); pass `loss_function='mse'` for TorchRL's default"),
     ("`REDQLoss`: the critic loss averaged over the N critics",
      "`REDQLoss`: `loss_qvalue` sums the N critics' mean losses (each critic's gradient as in SAC)"),
     ("`SoftUpdate(loss, eps=0.995)`", "`SoftUpdate(loss, tau=0.005)`; `eps=` is accepted and converted"),

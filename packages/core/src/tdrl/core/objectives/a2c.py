@@ -19,7 +19,7 @@ class A2CLoss(LossModule):
 
     Args:
         actor: probabilistic actor with ``get_dist(td)``. critic: value module or ``None``.
-        entropy_coef, critic_coef: weights. loss_critic_type: ``"l2"``/``"l1"``/``"smooth_l1"``.
+        entropy_coef, critic_coef: weights. loss_critic_type: ``"l2"``/``"mse"``/``"l1"``/``"smooth_l1"`` (:func:`distance_loss`).
         normalize_advantage: standardise the advantage. check_finite: raise on NaN/inf terms.
 
     Reads ``action``, ``advantage``, ``value_target`` (same keys as :class:`PPOLoss`).

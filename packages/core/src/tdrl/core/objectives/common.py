@@ -20,7 +20,7 @@ from tdrl.core.values._utils import NestedKey, require
 from tdrl.core.keys import next_key
 
 __all__ = [
-    "LossModule", "next_key", "total_loss", "make_target", "distance_loss", "entropy_estimate",
+    "LossModule", "next_key", "total_loss", "make_target", "DISTANCE_KINDS", "distance_loss", "entropy_estimate",
     "k3_estimate", "masked_mean",
 ]  # fmt: skip
 
@@ -44,16 +44,29 @@ def make_target(module: nn.Module) -> nn.Module:
     return target
 
 
+DISTANCE_KINDS = ("l2", "mse", "l1", "smooth_l1")
+"""The critic distances :func:`distance_loss` knows (the ``loss_function`` / ``loss_critic_type``
+values every loss accepts)."""
+
+
 def distance_loss(pred: Tensor, target: Tensor, kind: str = "l2") -> Tensor:
-    """Element-wise critic distance: ``"l2"`` (0.5 * squared error, as TorchRL), ``"l1"``
-    or ``"smooth_l1"`` (Huber with delta 1). No reduction."""
+    """Element-wise critic distance, no reduction:
+
+    * ``"l2"``: ``0.5 * (pred - target)**2`` (tdrl's convention: the gradient is the TD error;
+      half of TorchRL's ``"l2"``);
+    * ``"mse"``: ``(pred - target)**2`` (TorchRL's ``"l2"``: the same update under Adam, twice the
+      logged loss and gradient, which matters where gradients are clipped by norm);
+    * ``"l1"``; ``"smooth_l1"`` (Huber with delta 1).
+    """
     if kind == "l2":
         return 0.5 * (pred - target).pow(2)
+    if kind == "mse":
+        return (pred - target).pow(2)
     if kind == "l1":
         return (pred - target).abs()
     if kind == "smooth_l1":
         return nn.functional.smooth_l1_loss(pred, target, reduction="none")
-    raise ValueError(f"loss kind must be 'l2', 'l1' or 'smooth_l1', got {kind!r}.")
+    raise ValueError(f"loss kind must be one of {', '.join(map(repr, DISTANCE_KINDS))}, got {kind!r}.")
 
 
 def k3_estimate(log_ratio: Tensor, ratio: Tensor | None = None) -> Tensor:

@@ -41,7 +41,7 @@ class DDPGLoss(LossModule):
     Args:
         actor: deterministic actor writing ``action``.
         qvalue: critic writing ``state_action_value`` ``[*B, 1]`` from (observation, action).
-        gamma: discount. loss_function: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
+        gamma: discount. loss_function: ``"l2"`` (0.5 x squared error), ``"mse"`` (TorchRL's ``"l2"``), ``"l1"`` or ``"smooth_l1"``.
         delay_actor: the target's next action comes from a frozen target actor (the paper's
             DDPG); False: from the online actor, without gradient (TorchRL's ``DDPGLoss``
             default, which BenchMARL's MADDPG / IDDPG keep).

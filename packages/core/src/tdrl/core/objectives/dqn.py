@@ -67,7 +67,7 @@ class DQNLoss(LossModule):
             :class:`~tdrl.core.modules.QValueActor`).
         gamma: discount.
         double_dqn: choose the next action with the online net, evaluate with the target.
-        loss_function: ``"l2"``, ``"l1"`` or ``"smooth_l1"`` (Huber, the default).
+        loss_function: ``"l2"`` (0.5 x squared error), ``"mse"`` (TorchRL's ``"l2"``), ``"l1"`` or ``"smooth_l1"`` (Huber, the default).
         use_action_mask: mask disallowed next actions (``action_mask`` under ``"next"``).
         check_finite: raise on a NaN/inf loss term, naming it.
 

@@ -116,7 +116,7 @@ class PPOLoss(LossModule):
         critic_coef: weight of the critic loss.
         clip_value: PPO2 value clipping around the stored value; ``None`` disables it.
         normalize_advantage: standardise the advantage over the batch.
-        loss_critic_type: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
+        loss_critic_type: ``"l2"`` (0.5 x squared error), ``"mse"`` (TorchRL's ``"l2"``), ``"l1"`` or ``"smooth_l1"``.
         check_finite: raise if a loss term is NaN or infinite, naming it.
 
     Reads ``action``, ``action_log_prob``, ``advantage``, ``value_target`` (and

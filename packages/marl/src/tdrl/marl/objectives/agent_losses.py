@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from tdrl.core.objectives import LossModule
+from tdrl.core.objectives import DISTANCE_KINDS, LossModule
 
 from ..keys import NEXT, OBSERVATION, TERMINATED
 
@@ -36,8 +36,8 @@ def _check_common(c) -> None:
         raise ValueError(f"gamma must be in [0, 1], got {c.gamma}.")
     if not 0.0 < c.tau <= 1.0:
         raise ValueError(f"tau must be in (0, 1], got {c.tau}.")
-    if c.loss_function not in ("l2", "l1", "smooth_l1"):
-        raise ValueError(f"loss_function must be 'l2', 'l1' or 'smooth_l1', got {c.loss_function!r}.")
+    if c.loss_function not in DISTANCE_KINDS:
+        raise ValueError(f"loss_function must be one of {', '.join(map(repr, DISTANCE_KINDS))}, got {c.loss_function!r}.")
 
 
 @dataclass

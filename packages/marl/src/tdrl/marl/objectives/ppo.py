@@ -39,7 +39,7 @@ class MAPPOConfig:
         clip_epsilon: ratio clipping of the surrogate.
         entropy_coef: weight of the entropy bonus.
         critic_coef: weight of the critic loss.
-        loss_critic_type: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
+        loss_critic_type: ``"l2"`` (0.5 x squared error), ``"mse"`` (TorchRL's ``"l2"``), ``"l1"`` or ``"smooth_l1"``.
         clip_value: PPO2 clipping of the critic around the stored value (None: off).
         normalize_advantage: standardise advantages per minibatch.
         gamma: discount. lmbda: GAE trace decay.

@@ -33,7 +33,7 @@ class QMIXConfig:
 
     Args:
         gamma: discount.
-        loss_function: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
+        loss_function: ``"l2"`` (0.5 x squared error), ``"mse"`` (TorchRL's ``"l2"``), ``"l1"`` or ``"smooth_l1"``.
         double_q: choose the next actions with the online Q nets, evaluate with the targets.
         mixing_embed_dim: width of QMIX's mixing layer.
         hypernet_hidden: hidden size of the mixer's two-layer hypernetworks (PyMARL's);
