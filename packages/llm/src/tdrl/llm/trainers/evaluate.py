@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from tdrl.llm.agents.callables import tools_prompt_text
 from tdrl.llm.data import completion_texts, render_prompts, tokenize_prompts
 from tdrl.llm.generation import HFGenerator, unwrap_model
 from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, compute_rewards
@@ -47,14 +48,15 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
     total, n = 0.0, 0
     for start in range(0, len(dataset), batch_size):
         rows = dataset[start : start + batch_size]
-        prompts = render_prompts(tokenizer, rows["prompt"])
+        schemas = getattr(tool, "schemas", None)  # function tools: shown to the model as training shows them
+        prompts = render_prompts(tokenizer, rows["prompt"], tools=schemas, tools_text=tools_prompt_text(schemas) if schemas else "")
         ids, mask = tokenize_prompts(tokenizer, prompts, device)
         cols = {k: v for k, v in rows.items() if k != "prompt"}
         if tool is None:
             out = gen.generate(ids, mask, greedy=True)
             texts = completion_texts(tokenizer, out["completion_ids"], out["completion_mask"])
         else:
-            from tdrl.llm.agents import tool_rollout
+            from tdrl.llm.agents.rollout import tool_rollout
 
             res = tool_rollout(gen, tokenizer, ids, mask, tool, max_turns, workers=tool_workers, greedy=True)
             texts, cols["conversation"] = res.final_turns, res.conversations
