@@ -123,6 +123,9 @@ class Config(LMRunConfig):
     """Tools the policy may call in multi-turn rollouts: python (the sandboxed code tool) and / or your
     functions as module:function or path/file.py:function (their signature and docstring are the schema
     shown; called with <tool_call> JSON); a list for several; empty: single-turn."""
+    show_tool_schemas: bool = True
+    """With function tools: show their schemas before each prompt (the chat template's tools=, or one line per
+    tool); false for the tiny model, which learns the call from its SFT warm-up."""
     tools_in_sandbox: bool = False
     """With function tools: run their source in the code sandbox (default: a killable worker process)."""
     max_turns: int = 2
@@ -236,7 +239,8 @@ class Config(LMRunConfig):
         schema = tool_schema(next(t for t in self.tools() if callable(t)))
         return FunctionToolArithmeticTask(
             min_value=self.min_value, max_value=self.max_value, ops=self.ops, tool_name=schema["function"]["name"],
-            arg_names=tuple(schema["function"]["parameters"]["properties"])[:2], preamble=tools_prompt_text([schema]))
+            arg_names=tuple(schema["function"]["parameters"]["properties"])[:2],
+            preamble=tools_prompt_text([schema]) if self.show_tool_schemas else "")
 
     def reward_functions(self) -> list:
         """The reward functions: the named ones, or the built-in answer checker."""
@@ -251,7 +255,8 @@ class Config(LMRunConfig):
             seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
             async_generation=self.async_generation, gradient_checkpointing=self.gradient_checkpointing, fsdp=self.fsdp,
             tools=self.tools(), max_turns=self.max_turns, tool_timeout=self.tool_timeout,
-            tool_sandbox=self.tool_sandbox, tools_in_sandbox=self.tools_in_sandbox, reward_weights=self.reward_weights or None,
+            tool_sandbox=self.tool_sandbox, tools_in_sandbox=self.tools_in_sandbox,
+            show_tool_schemas=self.show_tool_schemas, reward_weights=self.reward_weights or None,
         )
 
     def sft_config(self) -> SFTConfig:
@@ -295,7 +300,7 @@ def main_job(cfg: Config) -> dict:
             return float("nan")
         stats = ToolStats()
         acc = evaluate(model, tokenizer, test_ds, score, max_new_tokens=cfg.max_new_tokens, tool=tool,
-                       max_turns=cfg.max_turns, tool_stats=stats)
+                       max_turns=cfg.max_turns, tool_stats=stats, show_tool_schemas=cfg.show_tool_schemas)
         tool_rates.append(stats.call_rate)
         return acc
 

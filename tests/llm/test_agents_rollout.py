@@ -13,6 +13,7 @@ from tdrl.llm import GRPOConfig, GRPOLoss, GRPOLossConfig, ToolArithmeticTask, c
 from tdrl.llm import keys as K
 from tdrl.llm.agents import PythonTool, make_tool, tool_rollout
 from tdrl.llm.data import tokenize_prompts
+from tdrl.llm.generation import Generator
 
 from _scripted import ScriptedGenerator
 

@@ -15,7 +15,8 @@ __all__ = ["evaluate"]
 @torch.no_grad()
 def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, batch_size: int = 128, generator=None,
              tool=None, max_turns: int = 3, tool_stats=None, tool_workers: int = 4,
-             reward_timeout: float | None = DEFAULT_REWARD_TIMEOUT_S, on_reward_error: str = "raise_if_all") -> float:
+             reward_timeout: float | None = DEFAULT_REWARD_TIMEOUT_S, on_reward_error: str = "raise_if_all",
+             show_tool_schemas: bool = True) -> float:
     """Mean verifier score of greedy completions over a dataset (accuracy for 0/1 verifiers).
 
     Args:
@@ -39,6 +40,7 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
             it runs in a forked worker killed at the limit, and the batch scores 0); ``None``:
             no limit, called in this thread.
         on_reward_error: as ``GRPOConfig.on_reward_error`` (:func:`tdrl.llm.compute_rewards`).
+        show_tool_schemas: as ``GRPOConfig.show_tool_schemas``.
 
     Returns:
         The mean score.
@@ -48,7 +50,7 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
     total, n = 0.0, 0
     for start in range(0, len(dataset), batch_size):
         rows = dataset[start : start + batch_size]
-        schemas = getattr(tool, "schemas", None)  # function tools: shown to the model as training shows them
+        schemas = getattr(tool, "schemas", None) if show_tool_schemas else None  # function tools: shown to the model as training shows them
         prompts = render_prompts(tokenizer, rows["prompt"], tools=schemas, tools_text=tools_prompt_text(schemas) if schemas else "")
         ids, mask = tokenize_prompts(tokenizer, prompts, device)
         cols = {k: v for k, v in rows.items() if k != "prompt"}

@@ -257,7 +257,7 @@ class GRPOTrainer(TrainerBase):
 
     def _render(self, prompts, tool) -> list[str]:
         """Prompts as text, showing the function tools' schemas (:func:`tdrl.llm.data.render_prompts`)."""
-        schemas = getattr(tool, "schemas", None)
+        schemas = getattr(tool, "schemas", None) if self.config.show_tool_schemas else None
         return render_prompts(self.tokenizer, prompts, tools=schemas, tools_text=tools_prompt_text(schemas) if schemas else "")
 
     @torch.no_grad()

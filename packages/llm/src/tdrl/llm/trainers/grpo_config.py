@@ -81,6 +81,9 @@ class GRPOConfig:
             caps each turn.
         tool_timeout: seconds per tool call (the sandbox is killed after it; an error text).
         tool_workers: tool calls run at once.
+        show_tool_schemas: show the function tools' schemas in each prompt (the chat template's
+            ``tools=``, or :func:`tdrl.llm.agents.tools_prompt_text`); ``False`` for a model taught
+            the calls otherwise (the tiny recipe's SFT warm-up).
         tools_in_sandbox: run the function tools' source in the code sandbox (self-contained
             functions, JSON arguments and results) instead of a killable worker process.
         tool_sandbox: the code sandbox's mode for tool calls: ``"bwrap"`` (default) isolated, or
@@ -130,6 +133,7 @@ class GRPOConfig:
     tool_timeout: float = 2.0
     tool_workers: int = 4
     tool_sandbox: str = "bwrap"
+    show_tool_schemas: bool = True
     tools_in_sandbox: bool = False
     gradient_checkpointing: bool = False
     fsdp: bool = False
