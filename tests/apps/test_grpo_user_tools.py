@@ -19,10 +19,8 @@ def test_grpo_user_tool_tiny_learns_to_call_it(tmp_path, monkeypatch):
     assert {"tool_calls", "tool_call_rate", "tool_errors/unknown", "tool_errors/arguments", "tool_errors/raised"} <= set(rows[0])
     assert s["train_tool_call_rate_last10"] >= s["train_tool_call_rate_first"] + 0.3, s
     assert s["tool_call_rate_after_sft"] <= 0.2 and s["tool_call_rate_after_grpo"] >= 0.8, s
-    assert s["accuracy_after_sft"] <= 0.1 and s["accuracy_after_grpo"] >= THRESHOLD, s
-
-
-THRESHOLD = 0.5
+    # measured 0.0 -> 0.875 (benchmarks/RESULTS.md); the threshold leaves room for another CPU's arithmetic
+    assert s["accuracy_after_sft"] <= 0.1 and s["accuracy_after_grpo"] >= 0.5, s
 
 
 def test_function_tools_are_checked_before_any_work(monkeypatch):
