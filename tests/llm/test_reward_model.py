@@ -76,3 +76,20 @@ def test_grpo_trainer_scores_with_a_reward_model_folder(tiny, task, rm_folder):
     r = trainer.last_round
     texts = [p + c for p, c in zip(r["prompt"], r["completion"])]
     assert r["reward"] == pytest.approx(_own_logits(rm_folder, texts), abs=1e-5)
+
+
+def test_the_apps_reward_names_a_reward_model_folder(rm_folder, tmp_path):
+    """``apps/grpo/train.py data=... reward=<folder>``: the folder is a reward model, checked
+    before any work (a folder that is not one is refused there)."""
+    import json
+
+    from _load import load_app
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Q: {i}+1=", "answer": str(i + 1)}) + "\n" for i in range(4)))
+    app = load_app("grpo")
+    cfg = app.main.load([f"data={data}", f"reward={rm_folder}"])
+    (rm,) = cfg.reward_functions()
+    assert isinstance(rm, RewardModel) and rm(["Q: 1+2="], ["3"]) == pytest.approx(_own_logits(rm_folder, ["Q: 1+2=3"]), abs=1e-5)
+    with pytest.raises(ValueError, match="no config.json"):
+        app.main.load([f"data={data}", f"reward={tmp_path}"])
