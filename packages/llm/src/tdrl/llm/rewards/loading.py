@@ -31,6 +31,9 @@ def _module(name: str, spec: str, what: str = "reward"):
         if not os.path.isfile(path):
             raise ValueError(f"{what}={spec!r}: no file {path}; {_HOW}")
         mod_name = f"tdrl_user_{what}_" + os.path.splitext(os.path.basename(path))[0]
+        loaded = sys.modules.get(mod_name)
+        if loaded is not None and getattr(loaded, "__file__", None) == path:
+            return loaded  # named again (the app checks its config, then builds): one module, one function
         loader = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(loader)
         sys.modules[mod_name] = module  # a module defining dataclasses or pickled functions needs itself there
