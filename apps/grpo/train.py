@@ -10,6 +10,7 @@ GRPO. ``model=PATH`` starts from any local Hugging Face causal LM instead.
     python apps/grpo/train.py loss=dapo beta=0.02 lora=true
     python apps/grpo/train.py resume=true             # continue GRPO from the last checkpoint
     python apps/grpo/train.py -cn tools_tiny          # multi-turn: products with the Python tool
+    python apps/grpo/train.py -cn user_tools_tiny     # multi-turn: products with your function tool (multiply)
     python apps/grpo/train.py -cn smollm2_chat        # the real SmolLM2-135M-Instruct, chat prompts (~5 min)
     python apps/grpo/train.py data=train.jsonl reward=my_rewards:correct eval_data=test.jsonl   # your data and rewards
     python apps/grpo/train.py data=train.csv prompt_column=question reward=[my_rewards:correct,my_rewards:short] reward_weights=[1,0.2]
@@ -24,7 +25,10 @@ under data parallelism), ``sft/`` (the warm-up's own run folder), the tiny model
 final model (``final/``). ``task=tool_arithmetic tool=python`` trains multi-turn rollouts
 where the policy may call the sandboxed Python tool (``GRPOConfig.tools``): the SFT warm-up
 shows tool use on a fraction ``sft_tool_fraction`` of its problems, and the held-out check
-reports the tool-call rate beside the accuracy. ``resume=true`` continues GRPO without redoing the SFT; a rerun
+reports the tool-call rate beside the accuracy. ``tool=module:function`` (or ``path/file.py:function``, a
+list for several) gives your functions as tools (TRL's ``tools=[fn]``), and
+``task=function_tool_arithmetic`` trains the products task with one of them (``-cn user_tools_tiny``);
+``reward=<folder>`` scores with a reward model (a sequence-classification model saved there). ``resume=true`` continues GRPO without redoing the SFT; a rerun
 without it goes to a new numbered folder and never touches the earlier one.
 
 Your own data and rewards (TRL's ``trl grpo --dataset_name ... --reward_funcs ...``): ``data=`` a local
@@ -53,6 +57,7 @@ from typing import Any
 from tdrl.core.train import ConfigError, Run, crossed, hydra_app, init_from_env, plot_curves
 from tdrl.llm import (
     ArithmeticTask,
+    FunctionToolArithmeticTask,
     GRPOConfig,
     GRPOLossConfig,
     GRPOTrainer,
@@ -63,11 +68,12 @@ from tdrl.llm import (
     load_prompt_dataset,
     math_answer_reward,
 )
-from tdrl.llm.rewards import load_rewards, weighted_reward
-from tdrl.llm.agents import ToolStats, make_tool
+from tdrl.llm.rewards import load_function, load_rewards, weighted_reward
+from tdrl.llm.agents import TOOLS, ToolStats, make_tool, tool_schema, tools_prompt_text
 from tdrl.llm.run_config import LMRunConfig
 
-TASKS = {"arithmetic": ArithmeticTask, "tool_arithmetic": ToolArithmeticTask}
+TASKS = {"arithmetic": ArithmeticTask, "tool_arithmetic": ToolArithmeticTask,
+         "function_tool_arithmetic": FunctionToolArithmeticTask}
 
 LOSS_PRESETS = {
     "grpo": GRPOLossConfig.grpo,
@@ -82,7 +88,8 @@ class Config(LMRunConfig):
     """GRPO of a causal LM on the arithmetic task, after a short SFT warm-up."""
 
     task: str = "arithmetic"
-    """Task: arithmetic (answer in one turn) or tool_arithmetic (products with the Python tool)."""
+    """Task: arithmetic (answer in one turn), tool_arithmetic (products with the Python tool) or
+    function_tool_arithmetic (products with your function tool, e.g. tool=apps/grpo/example_tools.py:multiply)."""
     min_value: int = 0
     """Task: smallest operand."""
     max_value: int = 19
@@ -98,8 +105,9 @@ class Config(LMRunConfig):
     eval_data: str = ""
     """With data: a held-out file like data, scored greedily with the rewards every eval_every rounds."""
     reward: Any = ()
-    """Reward functions by name: module:function or path/file.py:function, or a list [a:f,b:g];
-    empty: the built-in answer checker (numbers and LaTeX against an 'answer' column)."""
+    """Reward functions by name: module:function or path/file.py:function, or a local folder holding a
+    reward model (AutoModelForSequenceClassification), or a list [a:f,b:g]; empty: the built-in answer
+    checker (numbers and LaTeX against an 'answer' column)."""
     reward_weights: Any = ()
     """One weight per reward function (a list); empty: all 1."""
     log_completions: bool = True
@@ -111,8 +119,15 @@ class Config(LMRunConfig):
     """Task: training problems."""
     n_test: int = 200
     """Task: held-out problems."""
-    tool: str = ""
-    """Tool the policy may call in multi-turn rollouts (python); empty: single-turn."""
+    tool: Any = ""
+    """Tools the policy may call in multi-turn rollouts: python (the sandboxed code tool) and / or your
+    functions as module:function or path/file.py:function (their signature and docstring are the schema
+    shown; called with <tool_call> JSON); a list for several; empty: single-turn."""
+    show_tool_schemas: bool = True
+    """With function tools: show their schemas before each prompt (the chat template's tools=, or one line per
+    tool); false for the tiny model, which learns the call from its SFT warm-up."""
+    tools_in_sandbox: bool = False
+    """With function tools: run their source in the code sandbox (default: a killable worker process)."""
     max_turns: int = 2
     """With tool: policy turns at most per conversation (max_new_tokens caps each)."""
     tool_timeout: float = 2.0
@@ -168,8 +183,16 @@ class Config(LMRunConfig):
         super().__post_init__()
         if self.task not in TASKS:
             raise ConfigError(f"Config.task={self.task!r} is not allowed: expected one of {sorted(TASKS)}.")
-        if self.task == "tool_arithmetic" and not self.tool:
+        self.tool = (self.tool,) if isinstance(self.tool, str) and self.tool else tuple(self.tool or ())
+        try:
+            tools = self.tools()  # a function that does not import or has no schema is refused now
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        if self.task == "tool_arithmetic" and "python" not in tools:
             raise ConfigError("Config.task='tool_arithmetic' needs tool=python (the task is built around the tool).")
+        if self.task == "function_tool_arithmetic" and sum(callable(t) for t in tools) != 1:
+            raise ConfigError("Config.task='function_tool_arithmetic' needs one function tool of two arguments "
+                              "(tool=apps/grpo/example_tools.py:multiply).")
         if not 0.0 <= self.sft_tool_fraction <= 1.0:
             raise ConfigError(f"Config.sft_tool_fraction={self.sft_tool_fraction!r} is not allowed: expected a number in [0, 1].")
         if self.loss not in LOSS_PRESETS:
@@ -201,6 +224,24 @@ class Config(LMRunConfig):
         self.grpo_config()  # every GRPO and SFT setting is checked now, before any work
         self.sft_config()
 
+    def tools(self) -> list:
+        """The tools: ``python`` by name, functions loaded from their ``module:function`` names."""
+        for t in self.tool:
+            if t not in TOOLS and ":" not in t:
+                raise ValueError(f"Config.tool={t!r}: unknown tool; expected one of {sorted(TOOLS)} or a function as "
+                                 "module:function / path/file.py:function")
+        return [t if t in TOOLS else load_function(t, "tool") for t in self.tool]
+
+    def make_task(self):
+        """The task; with a function tool, its call and the tools text shown before each prompt."""
+        if self.task != "function_tool_arithmetic":
+            return TASKS[self.task](min_value=self.min_value, max_value=self.max_value, ops=self.ops, chat=self.chat)
+        schema = tool_schema(next(t for t in self.tools() if callable(t)))
+        return FunctionToolArithmeticTask(
+            min_value=self.min_value, max_value=self.max_value, ops=self.ops, tool_name=schema["function"]["name"],
+            arg_names=tuple(schema["function"]["parameters"]["properties"])[:2],
+            preamble=tools_prompt_text([schema]) if self.show_tool_schemas else "")
+
     def reward_functions(self) -> list:
         """The reward functions: the named ones, or the built-in answer checker."""
         return load_rewards(self.reward) if self.reward else [math_answer_reward]
@@ -213,8 +254,9 @@ class Config(LMRunConfig):
             minibatch_size=self.minibatch_size or None, grad_accum=self.grad_accum, loss=loss,
             seed=self.seed, warmup_steps=self.warmup, progress=self.progress,
             async_generation=self.async_generation, gradient_checkpointing=self.gradient_checkpointing, fsdp=self.fsdp,
-            tools=(self.tool,) if self.tool else (), max_turns=self.max_turns, tool_timeout=self.tool_timeout,
-            tool_sandbox=self.tool_sandbox, reward_weights=self.reward_weights or None,
+            tools=self.tools(), max_turns=self.max_turns, tool_timeout=self.tool_timeout,
+            tool_sandbox=self.tool_sandbox, tools_in_sandbox=self.tools_in_sandbox,
+            show_tool_schemas=self.show_tool_schemas, reward_weights=self.reward_weights or None,
         )
 
     def sft_config(self) -> SFTConfig:
@@ -227,7 +269,7 @@ def main_job(cfg: Config) -> dict:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     init_from_env()  # torchrun: one job, rank 0 writes
     run = Run(cfg, "grpo", total=cfg.steps, unit="round", per_rank=True)
-    task = TASKS[cfg.task](min_value=cfg.min_value, max_value=cfg.max_value, ops=cfg.ops, chat=cfg.chat)
+    task = cfg.make_task()
     reward_fns = cfg.reward_functions()
     corpus = list(task.corpus())
     if cfg.data:  # the user's data, read and checked before the model is loaded
@@ -249,7 +291,7 @@ def main_job(cfg: Config) -> dict:
 
         sft_ds = datasets.Dataset.from_list(task.demonstrations(cfg.n_train, cfg.seed, cfg.sft_tool_fraction,
                                                                 tokenizer.eos_token))
-    tool = make_tool((cfg.tool,) if cfg.tool else (), cfg.tool_timeout, cfg.tool_sandbox)
+    tool = make_tool(cfg.tools(), cfg.tool_timeout, cfg.tool_sandbox, sandbox=cfg.tools_in_sandbox)
     tool_rates: list[float] = []  # held-out tool-call rate at each accuracy check (with a tool)
 
     def accuracy() -> float:
@@ -258,7 +300,7 @@ def main_job(cfg: Config) -> dict:
             return float("nan")
         stats = ToolStats()
         acc = evaluate(model, tokenizer, test_ds, score, max_new_tokens=cfg.max_new_tokens, tool=tool,
-                       max_turns=cfg.max_turns, tool_stats=stats)
+                       max_turns=cfg.max_turns, tool_stats=stats, show_tool_schemas=cfg.show_tool_schemas)
         tool_rates.append(stats.call_rate)
         return acc
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from _load import load_app, read_rows
+from tdrl.llm.agents import ERROR_KINDS
 
 
 @pytest.mark.slow
@@ -23,7 +24,7 @@ def test_grpo_tools_tiny_learns_to_call_the_tool(tmp_path):
     assert s["train_tool_call_rate_last10"] >= s["train_tool_call_rate_first"] + 0.3, s
     assert s["tool_call_rate_after_sft"] <= 0.2 and s["tool_call_rate_after_grpo"] >= 0.8, s
     assert s["accuracy_after_sft"] <= 0.1 and s["accuracy_after_grpo"] >= 0.5, s
-    assert set(s["tool_errors"]) == {"malformed", "timeout", "killed", "failed", "sandbox"}
+    assert set(s["tool_errors"]) == set(ERROR_KINDS)
 
 
 def test_tool_settings_are_checked_before_any_work():

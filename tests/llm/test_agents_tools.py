@@ -49,7 +49,8 @@ def test_python_tool_answers_and_every_fault_is_an_error_text():
         assert res.text.startswith("<output>") and len(res.text) <= tool.max_chars + len("<output>...</output>")
     assert time.perf_counter() - t0 < 10.0
     assert tool("no call here") is None
-    assert stats.calls == 6 and stats.errors == {"malformed": 1, "timeout": 1, "killed": 2, "failed": 1, "sandbox": 0}
+    assert stats.calls == 6 and stats.errors == {"malformed": 1, "timeout": 1, "killed": 2, "failed": 1, "sandbox": 0,
+                                                 "unknown": 0, "arguments": 0, "raised": 0}
     assert stats.as_metrics()["tool_errors/killed"] == 2.0
     with pytest.raises(ValueError, match="timeout=0"):
         PythonTool(timeout=0)

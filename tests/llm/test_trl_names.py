@@ -132,7 +132,7 @@ def test_trainers_take_trls_keywords(tiny, task):
     with pytest.raises(TypeError, match="callback="):
         GRPOTrainer(model=model, reward_funcs=reward, args=GRPOConfig(), train_dataset=train, processing_class=tok,
                     callbacks=[])
-    with pytest.raises(ValueError, match="reward models by name"):
+    with pytest.raises(ValueError, match="not a local folder"):
         GRPOTrainer(model=model, reward_funcs="some/reward-model", train_dataset=train, processing_class=tok)
     with pytest.raises(TypeError, match="second positional argument is the tokenizer"):
         GRPOTrainer(model, reward, GRPOConfig(), train)  # TRL's positional order (model, reward_funcs, args, ...)

@@ -49,7 +49,7 @@ from tdrl.llm.rewards import (
     thread_safe_reward,
 )
 from tdrl.llm.rewards.compute import ON_REWARD_ERROR, RewardFunctionError
-from tdrl.llm.tasks import ArithmeticTask, ToolArithmeticTask
+from tdrl.llm.tasks import ArithmeticTask, FunctionToolArithmeticTask, ToolArithmeticTask
 from tdrl.llm.tiny import build_tiny_model, make_tiny_lm, train_tokenizer
 from tdrl.llm.trainers import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer, evaluate
 from tdrl.llm.vllm_generator import VLLMGenerator
@@ -63,6 +63,7 @@ __all__ = [
     "__version__",
     "ArithmeticTask",
     "ToolArithmeticTask",
+    "FunctionToolArithmeticTask",
     "GRPOConfig",
     "MODELS",
     "ON_REWARD_ERROR",

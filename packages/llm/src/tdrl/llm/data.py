@@ -88,29 +88,42 @@ def load_prompt_dataset(source: Any, split: str = "train", prompt_column: str = 
     return ds
 
 
-def render_prompts(tokenizer, prompts: Sequence[Any]) -> list[str]:
+def render_prompts(tokenizer, prompts: Sequence[Any], tools: Sequence[dict] | None = None, tools_text: str = "") -> list[str]:
     """Turn prompts into strings: chat-message lists go through the chat template.
 
     Args:
         tokenizer: a Hugging Face tokenizer.
         prompts: strings, or lists of ``{"role", "content"}`` messages.
+        tools: JSON schemas of the function tools (:func:`tdrl.llm.agents.tool_schema`), given to a
+            chat template that takes ``tools`` (its text mentions them).
+        tools_text: the same tools as text (:func:`tdrl.llm.agents.tools_prompt_text`), shown
+            otherwise: appended to the first system message (one is added when there is none)
+            of a chat prompt, written before a plain-string prompt.
 
     Returns:
         One string per prompt, ready for tokenisation.
     """
+    template = getattr(tokenizer, "chat_template", None)
+    template_tools = bool(tools) and isinstance(template, str) and "tools" in template
     out = []
     for p in prompts:
         if isinstance(p, str):
-            out.append(p)
+            out.append(tools_text + p if tools and not template_tools else p)
         elif isinstance(p, Sequence):
-            if getattr(tokenizer, "chat_template", None) is None:
+            if template is None:
                 raise ValueError(
                     "render_prompts: got chat messages but the tokenizer has no chat_template; "
                     "set tokenizer.chat_template or pass plain-string prompts"
                 )
-            out.append(
-                tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True)
-            )
+            messages, extra = list(p), {}
+            if template_tools:
+                extra["tools"] = list(tools)
+            elif tools and tools_text:
+                if messages and messages[0].get("role") == "system":
+                    messages[0] = {**messages[0], "content": messages[0]["content"] + "\n" + tools_text}
+                else:
+                    messages.insert(0, {"role": "system", "content": tools_text})
+            out.append(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra))
         else:
             raise TypeError(f"render_prompts: a prompt must be a str or a message list, got {type(p)}")
     return out

@@ -30,6 +30,8 @@ class LMRunConfig(RunConfig):
     """Tiny model hidden size."""
     num_layers: int = 2
     """Tiny model layers."""
+    vocab_size: int = 64
+    """Tiny model: the tokenizer's vocabulary (special tokens included), trained on the task's texts."""
     lora: bool = False
     """Train LoRA adapters instead of all weights."""
     lora_rank: int = 8
@@ -50,7 +52,7 @@ class LMRunConfig(RunConfig):
         check_device(self)
         if self.arch not in ("qwen2", "llama"):
             raise ConfigError(f"{type(self).__name__}.arch={self.arch!r} is not allowed: expected 'qwen2' or 'llama'.")
-        for name in ("hidden_size", "num_layers", "lora_rank"):
+        for name in ("hidden_size", "num_layers", "lora_rank", "vocab_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{type(self).__name__}.{name}={getattr(self, name)} is not allowed: "
                                   "expected an integer >= 1.")
@@ -76,7 +78,7 @@ class LMRunConfig(RunConfig):
             folder = os.path.join(self.out, "tiny_model")
             with main_process_first() as first:
                 model, tokenizer = make_tiny_lm(
-                    folder, corpus, arch=self.arch, seed=self.seed, hidden_size=self.hidden_size,
+                    folder, corpus, arch=self.arch, vocab_size=self.vocab_size, seed=self.seed, hidden_size=self.hidden_size,
                     num_layers=self.num_layers, intermediate_size=3 * self.hidden_size,
                 ) if first else load_model_and_tokenizer(folder)
         if self.lora:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["ArithmeticTask", "ToolArithmeticTask"]
+__all__ = ["ArithmeticTask", "FunctionToolArithmeticTask", "ToolArithmeticTask"]
 
 
 @dataclass
@@ -108,9 +108,9 @@ class ToolArithmeticTask(ArithmeticTask):
     min_value: int = 10
     max_value: int = 99
     ops: str = "*"
+    call_tag = "<python>"  # what opens a call (the demonstrations' second row starts after it)
 
-    @staticmethod
-    def call(a: int, op: str, b: int) -> str:
+    def call(self, a: int, op: str, b: int) -> str:
         return f"<python>print({a}{op}{b})</python>"
 
     @staticmethod
@@ -140,7 +140,7 @@ class ToolArithmeticTask(ArithmeticTask):
             p, ans = self.prompt(a, op, b), str(self.solve(a, op, b))
             first = self.call(a, op, b) if rng.random() < tool_fraction else ans
             out.append({"prompt": p, "completion": first, "answer": ans})
-            tag = "<python>"
+            tag = self.call_tag
             out.append({"prompt": p + tag, "completion": self.call(a, op, b)[len(tag):], "answer": ans})
             out.append({"prompt": p + self.call(a, op, b) + eos + self.tool_output(ans), "completion": ans, "answer": ans})
         return out
@@ -153,3 +153,33 @@ class ToolArithmeticTask(ArithmeticTask):
                     texts += [self.prompt(a, op, b), self.call(a, op, b), self.tool_output(self.solve(a, op, b))]
         texts.append("<output>error: </output>")
         return texts
+
+
+@dataclass
+class FunctionToolArithmeticTask(ToolArithmeticTask):
+    """:class:`ToolArithmeticTask` with a user's Python function as the tool (``multiply(a, b)``),
+    called as ``<tool_call>{"name": "multiply", "arguments": {"a": 37, "b": 86}}</tool_call>``
+    (:class:`tdrl.llm.agents.CallableTools`), which answers ``<output>3182</output>``.
+
+    Args:
+        tool_name: the function's name.
+        arg_names: its two arguments' names, in order.
+        preamble: the tools text the trainer shows before each plain prompt
+            (:func:`tdrl.llm.agents.tools_prompt_text`); the demonstrations and the corpus hold it too.
+    """
+
+    tool_name: str = "multiply"
+    arg_names: tuple[str, str] = ("a", "b")
+    preamble: str = ""
+    call_tag = "<tool_call>"
+
+    def call(self, a: int, op: str, b: int) -> str:
+        x, y = self.arg_names
+        return f'<tool_call>{{"name": "{self.tool_name}", "arguments": {{"{x}": {a}, "{y}": {b}}}}}</tool_call>'
+
+    def demonstrations(self, n: int, seed: int, tool_fraction: float, eos: str) -> list[dict]:
+        """As :meth:`ToolArithmeticTask.demonstrations`, each prompt after the tools ``preamble``."""
+        return [dict(r, prompt=self.preamble + r["prompt"]) for r in super().demonstrations(n, seed, tool_fraction, eos)]
+
+    def corpus(self) -> list[str]:
+        return super().corpus() + ([self.preamble] if self.preamble else [])

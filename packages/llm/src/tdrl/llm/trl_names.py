@@ -317,10 +317,17 @@ _TRAINER_COMMON = (
     TRLName("data_collator", "refuse", "nothing", note="the trainer tokenises and pads its own batches"),
 )
 GRPO_TRAINER_NAMES = TRLTable("GRPOTrainer", (
-    TRLName("reward_funcs", "map", "reward_fns",
-            convert=lambda v: _no_reward_model(v), note="callables; a reward model named by a string is refused"),
+    TRLName("reward_funcs", "map", "reward_fns", convert=lambda v: _reward_funcs(v),
+            note="callables, and reward models: a local folder or an `AutoModelForSequenceClassification` "
+                 "(`RewardModel`; a hub id is not downloaded: save it to a folder)"),
     *_TRAINER_COMMON,
-    TRLName("reward_processing_classes", "refuse", "nothing", note="reward models are not supported"),
+    TRLName("reward_processing_classes", "same", "reward_processing_classes", note="one tokenizer per reward model"),
+    TRLName("tools", "same", "tools", note="Python functions (and `\"python\"`), as `GRPOConfig.tools`; called with "
+                                           "`<tool_call>` JSON"),
+    TRLName("environment_factory", "same", "environment_factory",
+            note="`reset(**row)` and public methods as tools (TRL's kind), or tdrl's `step` / `reward` protocol"),
+    TRLName("rollout_func", "refuse", "`environment_factory=` (or `generator=`)",
+            note="the trainer drives every rollout through one loop; an environment sets what happens each turn"),
 ))
 SFT_TRAINER_NAMES = TRLTable("SFTTrainer", (
     *_TRAINER_COMMON,
@@ -328,12 +335,14 @@ SFT_TRAINER_NAMES = TRLTable("SFTTrainer", (
 ))
 
 
-def _no_reward_model(value):
+def _reward_funcs(value):
+    import os
+
     items = value if isinstance(value, (list, tuple)) else [value]
     for v in items:
-        if isinstance(v, str) or not callable(v):
-            raise ValueError(f"reward_funcs: {v!r} is not a callable; tdrl takes reward functions "
-                             "(completions, **kwargs) -> list[float], not reward models by name")
+        if isinstance(v, (str, os.PathLike)) and not os.path.isdir(v):
+            raise ValueError(f"reward_funcs: {v!r} is not a local folder; tdrl takes reward functions "
+                             "(completions, **kwargs) -> list[float] and reward models saved to a folder (no hub download)")
     return value
 
 

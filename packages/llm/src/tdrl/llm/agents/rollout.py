@@ -82,7 +82,9 @@ def tool_rollout(generator, tokenizer, prompt_ids: torch.Tensor, prompt_mask: to
         tokenizer: tokenises the tool's outputs and decodes the turns.
         prompt_ids, prompt_mask: ``[N, P]`` left-padded prompts.
         tool: ``turn text -> ToolResult | None`` (``None``: no call, the turn is the answer);
-            it must never raise (:class:`tdrl.llm.agents.PythonTool` answers errors as text).
+            it must never raise (:class:`tdrl.llm.agents.PythonTool` answers errors as text). Or
+            one such callable per row (a list of ``N``): e.g. one
+            :class:`tdrl.llm.agents.EnvironmentTool` per conversation.
         max_turns: policy turns at most (``>= 1``; 1 is the single-turn rollout).
         workers: tool calls run at once.
         greedy: decode greedily (evaluation).
@@ -97,6 +99,9 @@ def tool_rollout(generator, tokenizer, prompt_ids: torch.Tensor, prompt_mask: to
     if prompt_ids.shape != prompt_mask.shape or prompt_ids.ndim != 2:
         raise ValueError(f"tool_rollout: prompt_ids {tuple(prompt_ids.shape)} and prompt_mask "
                          f"{tuple(prompt_mask.shape)} must be the same [N, P]")
+    per_row = isinstance(tool, (list, tuple))
+    if per_row and len(tool) != prompt_ids.shape[0]:
+        raise ValueError(f"tool_rollout: {len(tool)} tools for {prompt_ids.shape[0]} rows; give one tool or one per row")
     device = prompt_ids.device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     n = prompt_ids.shape[0]
@@ -122,7 +127,8 @@ def tool_rollout(generator, tokenizer, prompt_ids: torch.Tensor, prompt_mask: to
             turns[i].append(Turn(texts[-1], True))
         if k == max_turns - 1:
             break
-        results = map_bounded(tool, texts, workers)
+        calls = [(tool[i] if per_row else tool, t) for i, t in zip(active, texts)]
+        results = map_bounded(lambda c: c[0](c[1]), calls, workers)
         still = []
         for i, res in zip(active, results, strict=True):
             if res is None:

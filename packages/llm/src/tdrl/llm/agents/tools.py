@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 
 from tdrl.llm.rewards.sandbox import SandboxUnavailable, check_sandbox_mode, run_python_sandboxed
 
-__all__ = ["TOOLS", "PythonTool", "ToolResult", "ToolStats", "escape_output", "make_tool", "parse_tool_call"]
+__all__ = ["ERROR_KINDS", "TOOLS", "PythonTool", "ToolResult", "ToolStats", "escape_output", "parse_tool_call"]
 
-ERROR_KINDS = ("malformed", "timeout", "killed", "failed", "sandbox")
+ERROR_KINDS = ("malformed", "timeout", "killed", "failed", "sandbox", "unknown", "arguments", "raised")
+"""Tool error kinds counted in :class:`ToolStats`: the first five from the code sandbox; ``unknown`` (a call
+naming no tool given), ``arguments`` (arguments that do not bind to the callable's signature) and
+``raised`` (the callable raised) from :class:`tdrl.llm.agents.CallableTools`."""
 
 
 def parse_tool_call(text: str, tag: str = "python") -> tuple[str | None, str | None]:
@@ -42,12 +45,13 @@ def parse_tool_call(text: str, tag: str = "python") -> tuple[str | None, str | N
     return code, None
 
 
-_OUTPUT_TAG = re.compile(r"<(?=/?\s*output)", re.IGNORECASE)
+_OUTPUT_TAG = re.compile(r"<(?=/?\s*(?:output|tool_call|tool_response))", re.IGNORECASE)
 
 
 def escape_output(text: str) -> str:
-    """``text`` with the ``<`` of every ``<output`` / ``</output`` (any case, spaces allowed)
-    written ``&lt;``, so that a program's output cannot close or open the tool's envelope."""
+    """``text`` with the ``<`` of every ``<output`` / ``</output`` (and ``<tool_call`` /
+    ``<tool_response``; any case, spaces allowed) written ``&lt;``, so that a tool's output can
+    neither close or open its envelope nor write a call that looks like the policy's."""
     return _OUTPUT_TAG.sub("&lt;", text)
 
 
@@ -61,8 +65,10 @@ class ToolResult:
 
 @dataclass
 class ToolStats:
-    """Counts of tool calls and of their errors by kind (``malformed``, ``timeout``, ``killed``,
-    ``failed``: a non-zero exit, ``sandbox``: the sandbox itself could not run)."""
+    """Counts of tool calls and of their errors by kind (:data:`ERROR_KINDS`: ``malformed``,
+    ``timeout``, ``killed``, ``failed``: a non-zero exit, ``sandbox``: the sandbox itself could not
+    run; ``unknown``, ``arguments``, ``raised``: a callable tool's call named no tool, did not bind,
+    or raised)."""
 
     calls: int = 0
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
@@ -161,25 +167,3 @@ class PythonTool:
 
 TOOLS = {"python": PythonTool}
 """Tools by the name a config gives them (``GRPOConfig.tools``)."""
-
-
-def make_tool(names, timeout: float = 2.0, mode: str = "bwrap"):
-    """The tool a config names (``("python",)``), or ``None`` for no tool.
-
-    Args:
-        names: tool names (keys of :data:`TOOLS`), or one name.
-        timeout: seconds per call.
-        mode: the code sandbox's mode (``"bwrap"``: isolated, the default; ``"rlimit"``: NOT
-            isolation, asked for by name).
-
-    Raises:
-        ValueError: an unknown name or mode, or more than one tool (one call syntax per rollout for now).
-    """
-    check_sandbox_mode(mode, "make_tool")
-    names = [names] if isinstance(names, str) else list(names or ())
-    unknown = [n for n in names if n not in TOOLS]
-    if unknown:
-        raise ValueError(f"tools={names!r}: unknown tool(s) {unknown}; expected names among {sorted(TOOLS)}")
-    if len(names) > 1:
-        raise ValueError(f"tools={names!r}: one tool per rollout is supported for now; give one of {sorted(TOOLS)}")
-    return TOOLS[names[0]](timeout=timeout, mode=mode) if names else None

@@ -7,7 +7,8 @@ from tdrl.llm.rewards.compute import RewardFn, compute_rewards
 from tdrl.llm.rewards.format import number_only_format_reward, regex_format_reward, think_answer_format_reward
 from tdrl.llm.rewards.sandbox import SandboxResult, SandboxUnavailable, run_python_sandboxed, sandbox_mode
 from tdrl.llm.rewards.workers import thread_safe_reward
-from tdrl.llm.rewards.loading import load_reward, load_rewards, weighted_reward
+from tdrl.llm.rewards.loading import load_function, load_reward, load_rewards, weighted_reward
+from tdrl.llm.rewards.reward_model import RewardModel, reward_functions
 from tdrl.llm.rewards.math import (
     answers_match,
     boxed_answer_reward,
@@ -20,6 +21,9 @@ from tdrl.llm.rewards.math import (
 
 __all__ = [
     "RewardFn",
+    "RewardModel",
+    "load_function",
+    "reward_functions",
     "answers_match",
     "latex_value",
     "load_reward",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from tdrl.llm.agents.callables import tools_prompt_text
 from tdrl.llm.data import completion_texts, render_prompts, tokenize_prompts
 from tdrl.llm.generation import HFGenerator, unwrap_model
 from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, compute_rewards
@@ -14,7 +15,8 @@ __all__ = ["evaluate"]
 @torch.no_grad()
 def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, batch_size: int = 128, generator=None,
              tool=None, max_turns: int = 3, tool_stats=None, tool_workers: int = 4,
-             reward_timeout: float | None = DEFAULT_REWARD_TIMEOUT_S, on_reward_error: str = "raise_if_all") -> float:
+             reward_timeout: float | None = DEFAULT_REWARD_TIMEOUT_S, on_reward_error: str = "raise_if_all",
+             show_tool_schemas: bool = True) -> float:
     """Mean verifier score of greedy completions over a dataset (accuracy for 0/1 verifiers).
 
     Args:
@@ -38,6 +40,7 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
             it runs in a forked worker killed at the limit, and the batch scores 0); ``None``:
             no limit, called in this thread.
         on_reward_error: as ``GRPOConfig.on_reward_error`` (:func:`tdrl.llm.compute_rewards`).
+        show_tool_schemas: as ``GRPOConfig.show_tool_schemas``.
 
     Returns:
         The mean score.
@@ -47,14 +50,15 @@ def evaluate(model, tokenizer, dataset, reward_fn, max_new_tokens: int = 32, bat
     total, n = 0.0, 0
     for start in range(0, len(dataset), batch_size):
         rows = dataset[start : start + batch_size]
-        prompts = render_prompts(tokenizer, rows["prompt"])
+        schemas = getattr(tool, "schemas", None) if show_tool_schemas else None  # function tools: shown to the model as training shows them
+        prompts = render_prompts(tokenizer, rows["prompt"], tools=schemas, tools_text=tools_prompt_text(schemas) if schemas else "")
         ids, mask = tokenize_prompts(tokenizer, prompts, device)
         cols = {k: v for k, v in rows.items() if k != "prompt"}
         if tool is None:
             out = gen.generate(ids, mask, greedy=True)
             texts = completion_texts(tokenizer, out["completion_ids"], out["completion_mask"])
         else:
-            from tdrl.llm.agents import tool_rollout
+            from tdrl.llm.agents.rollout import tool_rollout
 
             res = tool_rollout(gen, tokenizer, ids, mask, tool, max_turns, workers=tool_workers, greedy=True)
             texts, cols["conversation"] = res.final_turns, res.conversations
