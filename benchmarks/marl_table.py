@@ -1,4 +1,5 @@
-"""MARL: tdrl vs BenchMARL 1.5.2 on BenchMARL's five VMAS tasks x MAPPO, IPPO, QMIX, in one run.
+"""MARL: tdrl vs BenchMARL 1.5.2 on BenchMARL's five VMAS tasks x its algorithms (MAPPO, IPPO, QMIX,
+MADDPG, IDDPG, MASAC, ISAC, IQL), in one run.
 
 For every (task, algorithm, seed) both sides train with one matched config (below: BenchMARL's
 conf values, cited by file, set explicitly on both sides) and the same budget, then evaluate
@@ -60,10 +61,12 @@ import torch
 from benchmarks.records import module_command
 from benchmarks.marl import BENCHMARL_PY, MISSING_BENCHMARL, check_device, sync_device, benchmarl_task, benchmarl_env
 
-ALGORITHMS = ("mappo", "ippo", "qmix")
+ALGORITHMS = ("mappo", "ippo", "qmix", "maddpg", "iddpg", "masac", "isac", "iql")
+ON_POLICY = ("mappo", "ippo")
+CONTINUOUS = ("mappo", "ippo", "maddpg", "iddpg", "masac", "isac")  # the others act on VMAS's discrete actions
 TASKS = ("balance", "navigation", "transport", "wheel", "sampling")
 PEER = "BenchMARL 1.5.2"
-SECTION, TABLE = "Multi-agent", "MARL: tdrl vs BenchMARL, 5 tasks x 3 algorithms"
+SECTION, TABLE = "Multi-agent", "MARL: tdrl vs BenchMARL on its VMAS tasks and algorithms"
 
 # BenchMARL 1.5.2's configuration values (benchmarl/conf/..., the files BenchMARL's
 # ``get_from_yaml`` reads); both sides get them explicitly.
@@ -80,6 +83,13 @@ PPO = {  # algorithm/mappo.yaml (ippo.yaml holds the same values)
     "use_tanh_normal": True, "minibatch_advantage": False,
 }
 QMIX = {"mixing_embed_dim": 32, "delay_value": True, "loss_function": "l2"}  # algorithm/qmix.yaml
+DDPG = {"share_param_critic": True, "loss_function": "l2", "delay_value": True,  # algorithm/maddpg.yaml, iddpg.yaml
+        "use_tanh_mapping": True}
+SAC = {"share_param_critic": True, "num_qvalue_nets": 2, "loss_function": "l2",  # algorithm/masac.yaml, isac.yaml
+       "delay_qvalue": True, "target_entropy": "auto", "alpha_init": 1.0, "min_alpha": None, "max_alpha": None,
+       "fixed_alpha": False, "scale_mapping": "biased_softplus_1.0", "use_tanh_normal": True}
+IQL = {"delay_value": True, "loss_function": "l2"}  # algorithm/iql.yaml
+OFF_POLICY_CONF = {"qmix": QMIX, "maddpg": DDPG, "iddpg": DDPG, "masac": SAC, "isac": SAC, "iql": IQL}
 MLP = {"num_cells": (256, 256)}  # model/layers/mlp.yaml (activation Tanh on both sides: tdrl's default)
 
 
@@ -141,36 +151,37 @@ def benchmarl_overrides(algorithm: str, budget: Budget) -> dict[str, dict]:
         IppoConfig / QmixConfig field: value}, "model": {MlpConfig field: value}}``.
     """
     _check_algorithm(algorithm)
-    on = algorithm != "qmix"
+    on = algorithm in ON_POLICY
     p = "on_policy" if on else "off_policy"
     exp = {**EXPERIMENT, f"{p}_collected_frames_per_batch": budget.frames_per_batch,
            f"{p}_n_envs_per_worker": budget.envs, "max_n_iters": budget.iters, "max_n_frames": None,
-           "evaluation_episodes": budget.eval_episodes, "prefer_continuous_actions": on,
+           "evaluation_episodes": budget.eval_episodes, "prefer_continuous_actions": algorithm in CONTINUOUS,
            "exploration_anneal_frames": budget.anneal_frames}
     if on:
         exp.update(on_policy_n_minibatch_iters=budget.epochs, on_policy_minibatch_size=budget.minibatch)
     else:
         exp.update(off_policy_n_optimizer_steps=budget.optimizer_steps,
                    off_policy_train_batch_size=budget.train_batch)
-    return {"experiment": exp, "algorithm": dict(PPO if on else QMIX), "model": {"num_cells": list(MLP["num_cells"])}}
+    return {"experiment": exp, "algorithm": dict(PPO if on else OFF_POLICY_CONF[algorithm]),
+            "model": {"num_cells": list(MLP["num_cells"])}}
 
 
 def tdrl_configs(algorithm: str, budget: Budget, max_steps: int) -> dict:
     """The tdrl side's configs for the same run.
 
     Returns:
-        ``{"algorithm": MAPPOConfig | IPPOConfig | QMIXConfig, "train": TrainConfig,
-        "num_cells": tuple, "continuous": bool}``.
+        ``{"algorithm": the algorithm's config, "train": TrainConfig, "num_cells": tuple,
+        "continuous": bool, "on_policy": bool}``.
     """
     from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
     from tdrl.marl.loops import TrainConfig
 
     _check_algorithm(algorithm)
-    on = algorithm != "qmix"
+    on = algorithm in ON_POLICY
     e = EXPERIMENT
     clip = e["clip_grad_val"] if e["clip_grad_norm"] else None
     if on:
-        algo = BUILDERS[algorithm][1](
+        algo = BUILDERS[algorithm].config_class(
             gamma=e["gamma"], lmbda=PPO["lmbda"], clip_epsilon=PPO["clip_epsilon"],
             entropy_coef=PPO["entropy_coef"], critic_coef=2 * PPO["critic_coef"],  # 0.5 (x-y)^2 vs TorchRL's (x-y)^2
             loss_critic_type=PPO["loss_critic_type"], normalize_advantage=False,
@@ -179,17 +190,40 @@ def tdrl_configs(algorithm: str, budget: Budget, max_steps: int) -> dict:
                             num_epochs=budget.epochs, minibatch_size=budget.minibatch, lr=e["lr"],
                             adam_eps=e["adam_eps"], max_grad_norm=clip, eval_interval=0, max_steps=max_steps)
     else:
-        algo = BUILDERS[algorithm][1](
-            gamma=e["gamma"], loss_function=QMIX["loss_function"], double_q=False,
-            mixing_embed_dim=QMIX["mixing_embed_dim"], hypernet_hidden=None,  # TorchRL's QMixer
-            share_params=e["share_policy_params"], tau=e["polyak_tau"], eps_init=e["exploration_eps_init"],
-            eps_end=e["exploration_eps_end"], eps_anneal_frames=budget.anneal_frames)
+        algo = off_policy_config(algorithm, budget)
         train = TrainConfig(frames_per_batch=budget.frames_per_batch, n_iters=budget.iters,
                             minibatch_size=budget.train_batch, n_optimizer_steps=budget.optimizer_steps,
                             buffer_size=e["off_policy_memory_size"], lr=e["lr"], adam_eps=e["adam_eps"],
-                            max_grad_norm=None if clip is None else clip / 2,  # the loss is half TorchRL's
+                            # QMIX's l2 is half TorchRL's: half the clip; the others take TorchRL's "mse"
+                            max_grad_norm=None if clip is None else clip / 2 if algorithm == "qmix" else clip,
                             eval_interval=0, max_steps=max_steps)
-    return {"algorithm": algo, "train": train, "num_cells": tuple(MLP["num_cells"]), "continuous": on}
+    return {"algorithm": algo, "train": train, "num_cells": tuple(MLP["num_cells"]),
+            "continuous": algorithm in CONTINUOUS, "on_policy": on}
+
+
+def off_policy_config(algorithm: str, budget: Budget):
+    """tdrl's config of an off-policy algorithm with BenchMARL's values (OFF_POLICY_CONF, EXPERIMENT)."""
+    from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
+
+    e, conf = EXPERIMENT, BUILDERS[algorithm].config_class
+    if algorithm == "qmix":
+        return conf(gamma=e["gamma"], loss_function=QMIX["loss_function"], double_q=False,
+                    mixing_embed_dim=QMIX["mixing_embed_dim"], hypernet_hidden=None,  # TorchRL's QMixer
+                    share_params=e["share_policy_params"], tau=e["polyak_tau"], eps_init=e["exploration_eps_init"],
+                    eps_end=e["exploration_eps_end"], eps_anneal_frames=budget.anneal_frames)
+    mse = "mse" if OFF_POLICY_CONF[algorithm]["loss_function"] == "l2" else OFF_POLICY_CONF[algorithm]["loss_function"]
+    if algorithm == "iql":
+        return conf(gamma=e["gamma"], loss_function=mse, double_dqn=False, share_params=e["share_policy_params"],
+                    tau=e["polyak_tau"], eps_init=e["exploration_eps_init"], eps_end=e["exploration_eps_end"],
+                    eps_anneal_frames=budget.anneal_frames)
+    common = {"gamma": e["gamma"], "loss_function": mse, "share_param_actor": e["share_policy_params"],
+              "share_param_critic": OFF_POLICY_CONF[algorithm]["share_param_critic"], "tau": e["polyak_tau"]}
+    if algorithm in ("maddpg", "iddpg"):  # BenchMARL's additive Gaussian noise anneals like epsilon
+        return conf(**common, sigma_init=e["exploration_eps_init"], sigma_end=e["exploration_eps_end"],
+                    sigma_anneal_frames=budget.anneal_frames)
+    return conf(**common, num_qvalue_nets=SAC["num_qvalue_nets"], alpha_init=SAC["alpha_init"],
+                min_alpha=SAC["min_alpha"], max_alpha=SAC["max_alpha"], fixed_alpha=SAC["fixed_alpha"],
+                target_entropy=SAC["target_entropy"])
 
 
 def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str = "cpu",
@@ -213,7 +247,7 @@ def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str =
 
     train_env, eval_env = env(budget.envs), env(budget.eval_episodes)
     parts = BUILDERS[algorithm][0](train_env, conf["algorithm"], num_cells=conf["num_cells"])
-    loop = train_on_policy if conf["continuous"] else train_off_policy
+    loop = train_on_policy if conf["on_policy"] else train_off_policy
     t0, c0 = time.perf_counter(), time.process_time()
     hist = loop(train_env, parts, conf["train"])
     sync_device(device)
@@ -245,7 +279,8 @@ class _EvalReturns(Callback):
 
 def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: str = "cpu") -> dict:
     """Runs inside .venv-benchmarl: BenchMARL's Experiment with :func:`benchmarl_overrides`."""
-    from benchmarl.algorithms import IppoConfig, MappoConfig, QmixConfig
+    from benchmarl.algorithms import (IddpgConfig, IppoConfig, IqlConfig, IsacConfig, MaddpgConfig, MappoConfig,
+                                      MasacConfig, QmixConfig)
     from benchmarl.environments import VmasTask
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models.mlp import MlpConfig
@@ -260,7 +295,8 @@ def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: 
     cfg.evaluation, cfg.render, cfg.loggers, cfg.create_json = False, False, [], False
     cfg.checkpoint_interval, cfg.checkpoint_at_end = 0, False
     cfg.save_folder = tempfile.mkdtemp(prefix="benchmarl_")
-    algo = {"mappo": MappoConfig, "ippo": IppoConfig, "qmix": QmixConfig}[algorithm].get_from_yaml()
+    algo = {"mappo": MappoConfig, "ippo": IppoConfig, "qmix": QmixConfig, "maddpg": MaddpgConfig, "iddpg": IddpgConfig,
+            "masac": MasacConfig, "isac": IsacConfig, "iql": IqlConfig}[algorithm].get_from_yaml()
     model, critic = MlpConfig.get_from_yaml(), MlpConfig.get_from_yaml()
     for obj, values in ((algo, over["algorithm"]), (model, over["model"]), (critic, over["model"])):
         for k, v in values.items():
@@ -357,7 +393,10 @@ def _note(budget: Budget, time_limit_terminates: bool = False) -> str:
             f"{budget.minibatch:,}; QMIX {budget.optimizer_steps} gradient steps x {budget.train_batch} "
             f"sampled per iteration, epsilon 0.8 -> 0.01 over {budget.anneal_frames:,} frames, soft target "
             f"tau 0.005, mixer 32 with one-layer hypernetworks (TorchRL's QMixer), discrete VMAS actions "
-            f"on both sides. BenchMARL's conf values on both sides (base_experiment / mappo / ippo / qmix / "
+            f"on both sides; MADDPG/IDDPG Gaussian noise 0.8 -> 0.01 over the same frames, tanh-mapped actions; "
+            f"MASAC/ISAC 2 critics, automatic entropy from alpha 1; IQL epsilon as QMIX; their critic loss is "
+            f"TorchRL's (x-y)^2 on both sides (tdrl's loss_function='mse'), so the clip acts alike. "
+            f"BenchMARL's conf values on both sides (base_experiment / algorithm / "
             f"mlp YAML: gamma 0.99, Adam 5e-5 eps 1e-6, grad-norm clip 5, MLP 256x256 Tanh, shared "
             f"parameters) and its task YAMLs (tdrl.marl.tasks). Return: final deterministic evaluation "
             f"on {budget.eval_episodes} episodes, mean ± std over seeds; frames/s: training loop only, mean "

@@ -32,22 +32,44 @@ def _disagreements(algorithm: str, budget) -> list[str]:
     pairs = [("gamma", a.gamma, exp["gamma"]), ("lr", t.lr, exp["lr"]), ("adam_eps", t.adam_eps, exp["adam_eps"]),
              ("n_iters", t.n_iters, exp["max_n_iters"]), ("num_cells", list(conf["num_cells"]), model["num_cells"]),
              ("continuous", conf["continuous"], exp["prefer_continuous_actions"])]
-    if algorithm == "qmix":
+    if algorithm not in bench.ON_POLICY:
         pairs += [
             ("frames", t.frames_per_batch, exp["off_policy_collected_frames_per_batch"]),
             ("envs", budget.envs, exp["off_policy_n_envs_per_worker"]),
             ("steps", t.n_optimizer_steps, exp["off_policy_n_optimizer_steps"]),
             ("batch", t.minibatch_size, exp["off_policy_train_batch_size"]),
             ("buffer", t.buffer_size, exp["off_policy_memory_size"]),
-            ("clip (tdrl's loss is 0.5x TorchRL's)", 2 * t.max_grad_norm, exp["clip_grad_val"]),
             ("tau", a.tau if exp["soft_target_update"] else None, exp["polyak_tau"]),
+        ]
+    if algorithm in ("maddpg", "iddpg", "masac", "isac", "iql"):  # TorchRL's (x-y)^2 as "mse": the same clip
+        pairs += [("clip", t.max_grad_norm, exp["clip_grad_val"]),
+                  ("loss (TorchRL's l2 is tdrl's mse)", a.loss_function, {"l2": "mse"}[alg["loss_function"]]),
+                  ("target net", True, alg.get("delay_value", alg.get("delay_qvalue")))]
+    if algorithm == "iql":
+        pairs += [("eps_init", a.eps_init, exp["exploration_eps_init"]), ("eps_end", a.eps_end, exp["exploration_eps_end"]),
+                  ("eps_anneal", a.eps_anneal_frames, exp["exploration_anneal_frames"]),
+                  ("shared", a.share_params, exp["share_policy_params"])]
+    if algorithm in ("maddpg", "iddpg", "masac", "isac"):
+        pairs += [("shared actor", a.share_param_actor, exp["share_policy_params"]),
+                  ("shared critic", a.share_param_critic, alg["share_param_critic"]),
+                  ("centralised critic", a.centralised_critic, algorithm in ("maddpg", "masac"))]
+    if algorithm in ("maddpg", "iddpg"):
+        pairs += [("sigma_init", a.sigma_init, exp["exploration_eps_init"]), ("sigma_end", a.sigma_end, exp["exploration_eps_end"]),
+                  ("sigma_anneal", a.sigma_anneal_frames, exp["exploration_anneal_frames"])]
+    if algorithm in ("masac", "isac"):
+        pairs += [("critics", a.num_qvalue_nets, alg["num_qvalue_nets"]), ("alpha_init", a.alpha_init, alg["alpha_init"]),
+                  ("min_alpha", a.min_alpha, alg["min_alpha"]), ("max_alpha", a.max_alpha, alg["max_alpha"]),
+                  ("fixed_alpha", a.fixed_alpha, alg["fixed_alpha"]), ("target_entropy", a.target_entropy, alg["target_entropy"])]
+    if algorithm == "qmix":
+        pairs += [
+            ("clip (tdrl's loss is 0.5x TorchRL's)", 2 * t.max_grad_norm, exp["clip_grad_val"]),
             ("eps_init", a.eps_init, exp["exploration_eps_init"]), ("eps_end", a.eps_end, exp["exploration_eps_end"]),
             ("eps_anneal", a.eps_anneal_frames, exp["exploration_anneal_frames"]),
             ("mixer", a.mixing_embed_dim, alg["mixing_embed_dim"]), ("loss", a.loss_function, alg["loss_function"]),
             ("target net", True, alg["delay_value"]), ("shared", a.share_params, exp["share_policy_params"]),
             ("hypernets (TorchRL's one layer)", a.hypernet_hidden, None),
         ]
-    else:
+    if algorithm in bench.ON_POLICY:
         pairs += [
             ("frames", t.frames_per_batch, exp["on_policy_collected_frames_per_batch"]),
             ("envs", budget.envs, exp["on_policy_n_envs_per_worker"]),
@@ -66,7 +88,7 @@ def _disagreements(algorithm: str, budget) -> list[str]:
     return [f"{name}: tdrl {x!r} vs BenchMARL {y!r}" for name, x, y in pairs if x != y]
 
 
-@pytest.mark.parametrize("algorithm", ["mappo", "ippo", "qmix"])
+@pytest.mark.parametrize("algorithm", ["mappo", "ippo", "qmix", "maddpg", "iddpg", "masac", "isac", "iql"])
 def test_both_sides_get_the_same_config(algorithm):
     budget = bench.Budget(**_BUDGET)
     assert _disagreements(algorithm, budget) == []
@@ -130,8 +152,9 @@ def test_benchmarl_values_are_benchmarls_yaml():
     for name in ("mappo", "ippo"):
         yml = read(f"algorithm/{name}.yaml")
         assert {k: yml[k] for k in bench.PPO} == bench.PPO
-    yml = read("algorithm/qmix.yaml")
-    assert {k: yml[k] for k in bench.QMIX} == bench.QMIX
+    for name, values in bench.OFF_POLICY_CONF.items():
+        yml = read(f"algorithm/{name}.yaml")
+        assert {k: yml[k] for k in values} == values, name
     mlp = read("model/layers/mlp.yaml")
     assert tuple(mlp["num_cells"]) == bench.MLP["num_cells"] and mlp["activation_class"] == "torch.nn.Tanh"
 
