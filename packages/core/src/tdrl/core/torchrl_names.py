@@ -195,6 +195,10 @@ DIFFERENCES: tuple[tuple[str, str], ...] = (
     ("`KLPENPPOLoss(actor, critic, dtarg=..., beta=...)`", "`PPOLoss(actor, critic, clip_epsilon=None, kl_coef=..., kl_target=...)`"),
     ("`SACLoss(..., value_network=...)` (SAC v1)", "SAC v2 only; a state-value network is `IQLLoss`'s"),
     ("target networks made by `delay_*=True`", "always made; `delay_*=True` is accepted, `False` refused"),
+    ("`MultiStepTransform`: `(\"next\", done / terminated / truncated)` stay step t's, so a window "
+     "that reaches a terminal step bootstraps from the terminal observation",
+     "the done flags of the window's last step (`t + steps_to_next_obs - 1`), shifted with the "
+     "observation: no bootstrap past a termination; `mask_key` accepted, unused (no padding here)"),
 )
 
 

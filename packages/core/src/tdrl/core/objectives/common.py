@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from tdrl.core.values._utils import NestedKey, require
+from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import next_key
 
 __all__ = [
@@ -141,13 +142,15 @@ class LossModule(nn.Module):
     def _bootstrap(
         self, td: TensorDictBase, next_value: Tensor, gamma: float
     ) -> Tensor:
-        """One-step target ``r + gamma * (1 - terminated) * next_value``, ``[*B, 1]``."""
+        """One-step target ``r + gamma * (1 - terminated) * next_value``, ``[*B, 1]``; on n-step
+        data (``"steps_to_next_obs"``, :class:`~tdrl.core.transforms.MultiStepTransform`) the
+        discount is ``gamma ** steps_to_next_obs``."""
         reward = self._get_next(td, "reward")
         terminated = self._get_next(td, "terminated")
         if reward.shape != next_value.shape:
             reward = reward.reshape(next_value.shape)
         not_term = (~terminated.bool()).reshape(next_value.shape).to(next_value.dtype)
-        return reward + gamma * not_term * next_value
+        return reward + step_discount(td, gamma, next_value) * not_term * next_value
 
     # targets ----------------------------------------------------------------------------
     def _add_target(self, name: str, module: nn.Module) -> nn.Module:

@@ -53,7 +53,8 @@ class ReplayBuffer:
         writer: where new items go (default :class:`RoundRobinWriter`).
         batch_size: default size of :meth:`sample`.
         transform: callable applied to every sampled batch (e.g. a tdrl transform or any
-            ``td -> td`` function).
+            ``td -> td`` function); a tdrl transform with an inverse also rewrites what
+            :meth:`extend` stores (TorchRL's order: ``MultiStepTransform``).
         collate_fn: turns the list a :class:`ListStorage` returns into a batch (default:
             stack TensorDicts/tensors, else keep the list).
         priority_key: key :meth:`update_priority` reads from a TensorDict (TorchRL's
@@ -106,6 +107,12 @@ class ReplayBuffer:
         Returns:
             int64 tensor ``[N]`` of the slots written (``-1`` for items not kept).
         """
+        if isinstance(data, TensorDictBase) and getattr(self.transform, "has_inv", False):
+            # TorchRL's order: the transform's inverse on write (e.g. MultiStepTransform, which
+            # may hold the steps back until their successors arrive), its forward on sample
+            data = self.transform.inv(data.copy())
+            if data is None:
+                return torch.empty(0, dtype=torch.long)
         if isinstance(data, TensorDictBase) and data.batch_dims > 1:
             data = data.reshape(-1)
         index = self.writer.extend(self.storage, data)
