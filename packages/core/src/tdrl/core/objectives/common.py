@@ -152,6 +152,29 @@ class LossModule(nn.Module):
         not_term = (~terminated.bool()).reshape(next_value.shape).to(next_value.dtype)
         return reward + step_discount(td, gamma, next_value) * not_term * next_value
 
+    def make_value_estimator(self, value_type=None, **hyperparams: Any) -> "LossModule":
+        """TorchRL's call that sets a loss's discount: ``loss.make_value_estimator(gamma=0.99)``.
+
+        tdrl's bootstrapping losses have one estimator, the one-step TD target (n-step with
+        ``"steps_to_next_obs"``); ``value_type`` may name it (``"TD0"``, TorchRL's
+        ``ValueEstimators.TD0``). ``gamma`` sets the discount, ``device`` is accepted (the target
+        is computed where the batch lives); any other setting is refused. Returns ``self``."""
+        name = getattr(value_type, "name", value_type)
+        if not hasattr(self, "gamma"):
+            raise ValueError(f"{type(self).__name__} reads advantages computed beforehand: build the "
+                             "estimator yourself (tdrl.core.values.GAE / TDLambda / TD0) and call it on the batch.")
+        if name is not None and str(name).upper() != "TD0":
+            raise ValueError(f"{type(self).__name__}.make_value_estimator({value_type!r}): tdrl's "
+                             "bootstrapping losses use the one-step (TD0) target; for n-step targets, "
+                             "put MultiStepTransform on the replay buffer.")
+        unknown = set(hyperparams) - {"gamma", "device"}
+        if unknown:
+            raise ValueError(f"{type(self).__name__}.make_value_estimator: {sorted(unknown)} not "
+                             "supported (gamma= and device= are).")
+        if "gamma" in hyperparams:
+            self.gamma = float(hyperparams["gamma"])
+        return self
+
     # targets ----------------------------------------------------------------------------
     def _add_target(self, name: str, module: nn.Module) -> nn.Module:
         """Register ``target_<name>`` as a frozen copy of ``module`` and return it."""

@@ -59,6 +59,8 @@ class ReplayBuffer:
             stack TensorDicts/tensors, else keep the list).
         priority_key: key :meth:`update_priority` reads from a TensorDict (TorchRL's
             default ``"td_error"``).
+        pin_memory: sampled TensorDicts are put in pinned memory (TorchRL's keyword; only
+            where CUDA is available, for fast non-blocking copies to the GPU).
 
     Sampled TensorDicts carry the storage slots under ``"index"`` (shape = batch shape) and
     the sampler's extra entries (``"_weight"`` for a prioritized sampler).
@@ -67,7 +69,7 @@ class ReplayBuffer:
     def __init__(self, storage: Storage | None = None, sampler: Sampler | None = None,
                  writer: Writer | None = None, batch_size: int | None = None,
                  transform: Callable | None = None, collate_fn: Callable | None = None,
-                 priority_key: str | tuple = "td_error") -> None:
+                 priority_key: str | tuple = "td_error", pin_memory: bool = False) -> None:
         self.storage = storage if storage is not None else ListStorage(1000)
         self.sampler = sampler if sampler is not None else RandomSampler()
         self.writer = writer if writer is not None else RoundRobinWriter()
@@ -75,6 +77,7 @@ class ReplayBuffer:
         self.transform = transform
         self.collate_fn = collate_fn or _default_collate
         self.priority_key = priority_key
+        self.pin_memory = bool(pin_memory)
         if len(self.storage):  # e.g. a reopened MemmapStorage: the sampler learns its items
             self.sampler.mark_update(torch.arange(len(self.storage)), self.storage)
 
@@ -145,6 +148,8 @@ class ReplayBuffer:
                 data.set(key, value.to(data.device) if data.device is not None else value)
         if self.transform is not None:
             data = self.transform(data)
+        if self.pin_memory and isinstance(data, TensorDictBase) and torch.cuda.is_available():
+            data = data.pin_memory()
         if return_info:
             return data, {INDEX: index, **info}
         return data
