@@ -80,3 +80,65 @@ def test_timeit_table_and_device(caplog):
             timeit.printevery(2, 4, erase=True)
     assert "block" in caplog.text and timeit.table == {}
     assert get_available_device().type == ("cuda" if torch.cuda.is_available() else get_available_device().type)
+
+
+# ---------------------------------------------------------------- the SAC script's seams
+
+
+def sac_loss(**kw):
+    from tensordict.nn import NormalParamExtractor, TensorDictModule
+
+    from tdrl.core.modules import ProbabilisticActor, TanhNormal, ValueOperator
+    from tdrl.core.objectives import SACLoss
+
+    net = torch.nn.Sequential(MLP(in_features=3, out_features=2, num_cells=[8]), NormalParamExtractor())
+    actor = ProbabilisticActor(TensorDictModule(net, in_keys=["observation"], out_keys=["loc", "scale"]),
+                               in_keys=["loc", "scale"], distribution_class=TanhNormal,
+                               distribution_kwargs={"low": -2.0, "high": 2.0})
+    qvalue = ValueOperator(MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["action", "observation"])
+    return SACLoss(actor_network=actor, qvalue_network=qvalue, num_qvalue_nets=2, **kw)
+
+
+def test_sac_loss_parameter_views_and_delay_actor_false():
+    loss = sac_loss(delay_actor=False, delay_qvalue=True)
+    actor_params = list(loss.actor_network_params.flatten_keys().values())
+    critic_params = list(loss.qvalue_network_params.flatten_keys().values())
+    assert {id(p) for p in actor_params} == {id(p) for p in loss.actor.parameters()}
+    assert {id(p) for p in critic_params} == {id(p) for p in loss.qvalue.parameters()}
+    assert loss.log_alpha is loss.temperature.log_alpha
+    with pytest.raises(ValueError, match="delay_actor=True"):
+        sac_loss(delay_actor=True)  # tdrl's SAC has no target actor: TorchRL's True is not what it does
+
+
+def test_group_optimizers_steps_every_group_with_its_settings():
+    from tdrl.core.objectives import group_optimizers
+
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    opt = group_optimizers(torch.optim.SGD([a], lr=0.1), torch.optim.SGD([b], lr=1.0))
+    (a.sum() + b.sum()).backward()
+    opt.step()
+    assert torch.allclose(a, torch.full((2,), 0.9)) and torch.allclose(b, torch.zeros(2))
+    with pytest.raises(ValueError, match="one class"):
+        group_optimizers(torch.optim.SGD([a], lr=0.1), torch.optim.Adam([b]))
+
+
+def test_set_gym_backend_and_parallel_env_serial_for_single():
+    from tdrl.core.envs import EnvCreator, ParallelEnv, SerialEnv, set_gym_backend
+
+    with set_gym_backend("gymnasium"):
+        env = GymEnv("Pendulum-v1")
+    assert env.observation_spec["observation"].shape == (3,)
+    with pytest.raises(ValueError, match="Gymnasium only"):
+        set_gym_backend("gym")
+    single = ParallelEnv(1, EnvCreator(lambda: GymEnv("Pendulum-v1")), serial_for_single=True)
+    assert isinstance(single, SerialEnv) and single.batch_size == (1,)
+    assert single.rollout(3).shape == (1, 3)
+
+
+def test_replay_buffer_takes_prefetch_and_refuses_shared():
+    rb = TensorDictReplayBuffer(pin_memory=False, prefetch=3, shared=False,
+                                storage=LazyTensorStorage(8), batch_size=2)
+    rb.extend(TensorDict(x=torch.arange(4.0), batch_size=[4]))
+    assert rb.sample().batch_size == (2,)
+    with pytest.raises(ValueError, match="shared"):
+        TensorDictReplayBuffer(shared=True, storage=LazyTensorStorage(8))

@@ -22,8 +22,25 @@ from tdrl.core.keys import next_key
 
 __all__ = [
     "LossModule", "next_key", "total_loss", "make_target", "distance_loss", "entropy_estimate",
-    "k3_estimate", "masked_mean",
+    "k3_estimate", "masked_mean", "group_optimizers",
 ]  # fmt: skip
+
+
+def group_optimizers(*optimizers: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """One optimizer over the parameter groups of several of one class (TorchRL's helper: one
+    ``step()`` / ``zero_grad()`` for the actor's, critic's and temperature's optimizers). Each
+    group keeps its own settings (lr, eps, weight decay); call it before any step (the
+    optimizers' state is not carried over)."""
+    if not optimizers:
+        raise ValueError("group_optimizers needs at least one optimizer.")
+    cls = type(optimizers[0])
+    if any(type(o) is not cls for o in optimizers):
+        raise ValueError("group_optimizers: the optimizers must be of one class, got "
+                         f"{sorted({type(o).__name__ for o in optimizers})}.")
+    if any(o.state for o in optimizers):
+        raise ValueError("group_optimizers: an optimizer has already stepped; group them before training.")
+    groups = [dict(g) for o in optimizers for g in o.param_groups]
+    return cls(groups, **{k: v for k, v in optimizers[0].defaults.items() if k not in ("params",)})
 
 
 def total_loss(loss_td: TensorDictBase) -> Tensor:

@@ -25,6 +25,7 @@ from tensordict import TensorDictBase
 
 from ..diskio import ChecksumError, sha256_file, verify_sha256
 from ..keys import INDEX
+from ..torchrl_names import accept_torchrl_names
 from ._files import (ReplayFormatError, build_td, create_leaves, fsync_dir, fsync_file,
                      leaf_specs, load_state, open_leaves, read_json, save_state, write_json)
 from .prioritized import PrioritizedSampler
@@ -44,6 +45,7 @@ def _default_collate(items: list) -> Any:
     return items
 
 
+@accept_torchrl_names
 class ReplayBuffer:
     """A replay buffer = storage + sampler + writer (+ transform applied on sample).
 

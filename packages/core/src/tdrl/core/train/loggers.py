@@ -24,10 +24,12 @@ __all__ = ["Logger", "CSVLogger", "TensorboardLogger", "WandbLogger", "get_logge
 
 
 def _scalar(value: Any) -> float:
+    """A logged value as a float; a tensor of several values is logged as its mean (TorchRL's
+    SAC script logs each finished episode's return: one number per column here)."""
     if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"Only scalars can be logged, got a tensor of shape {tuple(value.shape)}.")
-        return float(value.detach().cpu().item())
+        if value.numel() == 0:
+            raise ValueError(f"Only scalars can be logged, got an empty tensor of shape {tuple(value.shape)}.")
+        return float(value.detach().float().mean().cpu().item())
     return float(value)
 
 
