@@ -210,6 +210,11 @@ DIFFERENCES: tuple[tuple[str, str], ...] = (
     ("target networks made by `delay_*=True`", "always made; `delay_*=True` is accepted, `False` refused"),
     ("`Logger.log_metrics` with a tensor of several values writes them as a list",
      "their mean (a CSV column of numbers; TorchRL's SAC script logs each finished episode's return)"),
+    ("`TimeMaxPool`: the window starts as zeros after a reset (a negative observation reads 0 "
+     "until T steps are seen)", "the max over the observations seen since the reset; equal once the window is full"),
+    ("`ActionDiscretizer` on one action dim: a `MultiCategorical` spec of shape `(1,)`",
+     "a `Categorical` of shape `()` (the index a `QValueModule` writes); the values are TorchRL's "
+     "(`sampling=` MEDIAN by default, LOW, HIGH; tdrl adds `'endpoints'`)"),
     ("`MultiStepTransform`: `(\"next\", done / terminated / truncated)` stay step t's, so a window "
      "that reaches a terminal step bootstraps from the terminal observation",
      "the done flags of the window's last step (`t + steps_to_next_obs - 1`), shifted with the "
