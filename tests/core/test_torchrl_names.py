@@ -74,7 +74,7 @@ def test_the_readme_holds_the_generated_table():
 
 def test_every_table_is_applied_to_its_class():
     """Each table's class (exported under that name somewhere in tdrl.core) takes its keywords."""
-    homes = ["tdrl.core.objectives", "tdrl.core.collectors", "tdrl.core.modules", "tdrl.core.values"]
+    homes = ["tdrl.core.objectives", "tdrl.core.collectors", "tdrl.core.modules", "tdrl.core.values", "tdrl.core.replay"]
     found = {}
     for home in homes:
         mod = importlib.import_module(home)
@@ -90,7 +90,7 @@ def test_sac_with_torchrl_keywords_equals_tdrls_spelling():
     td = _batch()
     ours = SACLoss(*_sac_parts(), num_qvalue_nets=2)
     actor, q = _sac_parts()
-    theirs = SACLoss(actor_network=actor, qvalue_network=q, delay_actor=True,
+    theirs = SACLoss(actor_network=actor, qvalue_network=q, delay_actor=False,
                      delay_qvalue=True, action_spec=Bounded(-2.0, 2.0, (1,)), num_qvalue_nets=2)
     torch.manual_seed(5)
     a = ours(td.clone())

@@ -42,9 +42,12 @@ def test_csv_logger_widens_and_resumes(tmp_path):
     assert (tmp_path / "exp" / "hparams.json").exists()
 
 
-def test_csv_logger_rejects_non_scalars(tmp_path):
-    with CSVLogger(tmp_path) as log, pytest.raises(ValueError, match="Only scalars"):
-        log.log_metrics({"x": torch.ones(3)}, step=0)
+def test_csv_logger_logs_a_tensors_mean_and_rejects_empty_ones(tmp_path):
+    with CSVLogger(tmp_path, "exp") as log:
+        log.log_metrics({"x": torch.tensor([1.0, 2.0, 6.0])}, step=0)  # TorchRL's SAC: episode returns
+        with pytest.raises(ValueError, match="Only scalars"):
+            log.log_metrics({"x": torch.ones(0)}, step=1)
+    assert CSVLogger(tmp_path, "exp").read()["x"] == [3.0]
 
 
 def test_tensorboard_logger_writes_events(tmp_path):

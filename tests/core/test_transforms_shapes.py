@@ -80,7 +80,7 @@ def test_action_discretizer_maps_indices_onto_the_box():
     raw = GymEnv("Pendulum-v1")
     raw.set_seed(0)
     ref = raw.reset()
-    ref["action"] = torch.tensor([2.0])  # index 4 of 5 evenly spaced values in [-2, 2]
+    ref["action"] = torch.tensor([1.6])  # the centre of interval 4 of 5 in [-2, 2] (TorchRL's MEDIAN)
     torch.testing.assert_close(out["next", "observation"], raw.step(ref)["next", "observation"])
     rollout = env.rollout(5)  # random actions drawn from the discrete spec
     assert rollout["action"].dtype == torch.int64 and rollout["action"].max() < 5

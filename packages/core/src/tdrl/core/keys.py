@@ -31,6 +31,8 @@ TRAJ_ID = ("collector", "traj_ids")
 PRIORITY = "priority"
 INDEX = "index"
 OBS_KNOWN = "obs_known"  # under "next": the next observation was rebuilt (compact path)
+STEPS_TO_NEXT_OBS = "steps_to_next_obs"  # n-step data: the steps to the bootstrap observation
+ORIGINAL_REWARD = "original_reward"  # n-step data, under "next": the one-step reward
 GROUP = "agents"
 
 DONE_KEYS = (DONE, TERMINATED, TRUNCATED)

@@ -99,6 +99,8 @@ _QVALUE = TorchRLName("qvalue_network", "map", "qvalue")
 _DELAY = "tdrl's losses always keep target networks: update them with SoftUpdate / HardUpdate"
 _DELAYS = tuple(TorchRLName(k, "noop", "(always)", accepts=_is(True), note=_DELAY)
                 for k in ("delay_actor", "delay_qvalue", "delay_value"))
+_SAC_DELAY_ACTOR = TorchRLName("delay_actor", "noop", "(False: no target actor)", accepts=_is(False),
+                               note="SAC's next action comes from the online actor (TorchRL's default)")
 _FUNCTIONAL = TorchRLName("functional", "noop", "(always)", accepts=_is(True),
                           note="tdrl's losses call the networks as given (no functional copy)")
 _REDUCTION = TorchRLName("reduction", "noop", "(mean)", accepts=_is("mean"),
@@ -131,7 +133,7 @@ TABLES: dict[str, tuple[TorchRLName, ...]] = {
                 TorchRLName("bounds", "map", "action_low, action_high",
                             convert=lambda b: {"action_low": b[0], "action_high": b[1]}),
                 *_DELAYS[:2], _FUNCTIONAL, _REDUCTION, TorchRLName("num_qvalue_nets", "same", "num_qvalue_nets")),
-    "SACLoss": (_ACTOR, _QVALUE, _SPEC_NOOP, *_DELAYS[:2], _FUNCTIONAL, _REDUCTION,
+    "SACLoss": (_ACTOR, _QVALUE, _SPEC_NOOP, _SAC_DELAY_ACTOR, _DELAYS[1], _FUNCTIONAL, _REDUCTION,
                 TorchRLName("value_network", "noop", "(SAC v2: no value net)", accepts=_is(None),
                             note="tdrl's SACLoss is SAC v2; a state-value network is IQLLoss's"),
                 TorchRLName("delay_value", "noop", "(always)", accepts=_is(True), note=_DELAY),
@@ -153,7 +155,16 @@ TABLES: dict[str, tuple[TorchRLName, ...]] = {
                   TorchRLName("policy_device", "refuse", "device", note="one device for the policy and its outputs"),
                   TorchRLName("env_device", "refuse", "device", note="the env steps where it was built"),
                   TorchRLName("frames_per_batch", "same", "frames_per_batch"),
-                  TorchRLName("total_frames", "same", "total_frames")),
+                  TorchRLName("total_frames", "same", "total_frames"),
+                  TorchRLName("compile_policy", "noop", "(not compiled)", accepts=lambda v: not v,
+                              note="False accepted; compile the policy yourself: torch.compile(policy)"),
+                  TorchRLName("cudagraph_policy", "noop", "(no CUDA graph)", accepts=lambda v: not v,
+                              note="False accepted; no CUDA-graph capture of the policy")),
+    "ReplayBuffer": (TorchRLName("prefetch", "noop", "(sampled when asked)", accepts=lambda v: True,
+                                 note="no background prefetch threads; sample() draws on call"),
+                     TorchRLName("shared", "noop", "(one process)", accepts=_is(False),
+                                 note="a buffer shared between processes: use MultiSyncCollector's batches"),
+                     TorchRLName("pin_memory", "same", "pin_memory")),
     "MLP": (TorchRLName("activation_class", "map", "activation"),
             TorchRLName("activate_last_layer", "map", "activate_last"),
             TorchRLName("depth", "map", "num_cells", note="with an int num_cells: num_cells=(n,) * depth"),
@@ -174,7 +185,9 @@ TABLES: dict[str, tuple[TorchRLName, ...]] = {
                                TorchRLName("mean", "noop", "(0)", accepts=_is(0.0)),
                                TorchRLName("std", "noop", "(1: scaled by sigma)", accepts=_is(1.0))),
     "OrnsteinUhlenbeckModule": (TorchRLName("spec", "map", "low, high", convert=_noise_bounds),),
-    "EGreedyModule": (TorchRLName("spec", "map", "n_actions", note="an action spec or a count"),),
+    "EGreedyModule": (TorchRLName("spec", "map", "n_actions", note="an action spec (a Composite: its action entry) or a count"),
+                      TorchRLName("device", "noop", "(the data's device)", accepts=lambda v: True,
+                                  note="random actions are drawn where the action lives")),
     "ProbabilisticActor": (TorchRLName("module", "map", "params_module"),
                            TorchRLName("spec", "noop", "(the env checks actions)", accepts=lambda v: True,
                                        note="the env's action spec refuses out-of-spec actions"),
@@ -200,6 +213,17 @@ DIFFERENCES: tuple[tuple[str, str], ...] = (
     ("`KLPENPPOLoss(actor, critic, dtarg=..., beta=...)`", "`PPOLoss(actor, critic, clip_epsilon=None, kl_coef=..., kl_target=...)`"),
     ("`SACLoss(..., value_network=...)` (SAC v1)", "SAC v2 only; a state-value network is `IQLLoss`'s"),
     ("target networks made by `delay_*=True`", "always made; `delay_*=True` is accepted, `False` refused"),
+    ("`Logger.log_metrics` with a tensor of several values writes them as a list",
+     "their mean (a CSV column of numbers; TorchRL's SAC script logs each finished episode's return)"),
+    ("`TimeMaxPool`: the window starts as zeros after a reset (a negative observation reads 0 "
+     "until T steps are seen)", "the max over the observations seen since the reset; equal once the window is full"),
+    ("`ActionDiscretizer` on one action dim: a `MultiCategorical` spec of shape `(1,)`",
+     "a `Categorical` of shape `()` (the index a `QValueModule` writes); the values are TorchRL's "
+     "(`sampling=` MEDIAN by default, LOW, HIGH; tdrl adds `'endpoints'`)"),
+    ("`MultiStepTransform`: `(\"next\", done / terminated / truncated)` stay step t's, so a window "
+     "that reaches a terminal step bootstraps from the terminal observation",
+     "the done flags of the window's last step (`t + steps_to_next_obs - 1`), shifted with the "
+     "observation: no bootstrap past a termination; `mask_key` accepted, unused (no padding here)"),
 )
 
 

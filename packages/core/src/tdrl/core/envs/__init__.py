@@ -6,6 +6,7 @@ from __future__ import annotations
 from .check import check_env_specs
 from .common import EnvBase, make_done_spec, step_mdp
 from .gym import GymEnv, GymWrapper, gym_space_to_spec
+from .gym_backend import set_gym_backend
 from .batched import SerialEnv
 from .parallel import ParallelEnv, WorkerError
 from .pendulum import PendulumEnv
@@ -15,6 +16,7 @@ from .envpool import EnvPoolEnv
 
 __all__ = [
     "make_env",
+    "set_gym_backend",
     "EnvCreator",
     "action_kind",
     "env_rng_state",

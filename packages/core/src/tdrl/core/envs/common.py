@@ -20,6 +20,7 @@ from tdrl.core.td_access import entries, get_entry, is_flat_plain, new_td, plain
 
 from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from ..specs import Categorical, Composite, TensorSpec, Unbounded, unbatched_spec
+from ..specs.env_views import input_spec_of, output_spec_of, specs_of
 from ._fastpath import paused_gc
 
 __all__ = ["EnvBase", "make_done_spec", "step_mdp", "RESET_KEY"]
@@ -156,6 +157,7 @@ class EnvBase:
     action_spec_unbatched = property(lambda self: unbatched_spec(self.action_spec, len(self.batch_size)))
     full_action_spec_unbatched = property(lambda self: unbatched_spec(self.full_action_spec, len(self.batch_size)))
     observation_spec_unbatched = property(lambda self: unbatched_spec(self.observation_spec, len(self.batch_size)))
+    input_spec, output_spec, specs = property(input_spec_of), property(output_spec_of), property(specs_of)  # TorchRL's views
 
     @property
     def full_reward_spec(self) -> Composite:

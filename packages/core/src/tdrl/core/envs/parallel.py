@@ -24,7 +24,7 @@ import torch
 
 from tdrl.core.workers import WARN_EVERY_S, dumps, exit_with_parent, kill_hung, parent_token
 
-from .batched import BatchedEnvBase, env_meta, per_worker_args, WorkerRunner
+from .batched import BatchedEnvBase, SerialEnv, env_meta, per_worker_args, WorkerRunner
 from .common import EnvBase
 
 __all__ = ["ParallelEnv", "WorkerError", "DEFAULT_TIMEOUT_S"]
@@ -135,11 +135,19 @@ class ParallelEnv(BatchedEnvBase):
             with a warning every minute naming the worker. Workers exit by themselves
             within about a second when this process dies (even by ``kill -9``).
         check_actions: check actions against the batched spec at every step.
+        serial_for_single: TorchRL's: with ``num_workers == 1``, build a
+            :class:`~tdrl.core.envs.SerialEnv` in this process instead (no worker).
 
     Raises:
         WorkerError: a worker raised; the message holds the worker's traceback.
         RuntimeError: a worker died or did not answer within ``timeout``.
     """
+
+    def __new__(cls, num_workers: int = 1, *args, serial_for_single: bool = False, **kwargs):
+        if serial_for_single and num_workers == 1:
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("start_method", "timeout")}
+            return SerialEnv(num_workers, *args[:2], **kwargs)  # not a ParallelEnv: no __init__ below
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -150,6 +158,7 @@ class ParallelEnv(BatchedEnvBase):
         start_method: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT_S,
         check_actions: bool = False,
+        serial_for_single: bool = False,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}.")

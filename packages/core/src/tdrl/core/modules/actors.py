@@ -227,6 +227,15 @@ _ACTION_SPACES = {"one_hot": "one_hot", "one-hot": "one_hot", "onehot": "one_hot
                   "categorical": "categorical"}
 
 
+def _as_action_composite(spec):
+    """``spec`` as TorchRL's ``actor.spec``: a ``Composite`` holding ``"action"`` (or ``None``)."""
+    from tdrl.core.specs import Composite
+
+    if spec is None or isinstance(spec, Composite):
+        return spec
+    return Composite({K.ACTION: spec}, shape=spec.shape[:0])
+
+
 def _action_form(action_space, spec, one_hot: bool, where: str) -> tuple[bool, torch.dtype | None]:
     """``(writes one-hot, dtype or None)`` from TorchRL's ``action_space=`` / ``spec=`` and
     tdrl's ``one_hot=``; a spec decides both the form and the dtype (the env's own)."""
@@ -345,6 +354,8 @@ class QValueActor(TensorDictSequential):
         net = TensorDictModule(module, in_keys=list(in_keys), out_keys=[K.ACTION_VALUE])
         super().__init__(net, QValueModule(action_mask_key=action_mask_key, one_hot=one_hot,
                                            action_space=action_space, spec=spec))
+        # TorchRL's actor.spec: the action spec as a Composite (EGreedyModule(spec=actor.spec))
+        self.spec = _as_action_composite(spec)
 
 
 class RandomPolicy:

@@ -82,6 +82,10 @@ class EGreedyModule(_Annealed):
         one_hot: bool | None = None,
     ) -> None:
         super().__init__(eps_init, eps_end, annealing_num_steps)
+        from tdrl.core.specs import Composite, OneHot
+
+        if isinstance(n_actions, Composite):  # TorchRL's EGreedyModule(spec=actor.spec)
+            n_actions = n_actions[action_key]
         # a spec without a count (Bounded, Unbounded): a random action is the spec's own draw
         self.continuous_spec = n_actions if (hasattr(n_actions, "rand") and not hasattr(n_actions, "n")) else None
         if self.continuous_spec is not None:
@@ -90,8 +94,6 @@ class EGreedyModule(_Annealed):
                                  f"{type(n_actions).__name__}")
             n_actions, one_hot = 0, False
         if one_hot is None:
-            from tdrl.core.specs import OneHot
-
             one_hot = isinstance(n_actions, OneHot)
         if not isinstance(n_actions, int):
             n_actions = getattr(n_actions, "n", n_actions)

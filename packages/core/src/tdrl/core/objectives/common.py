@@ -17,12 +17,30 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from tdrl.core.values._utils import NestedKey, require
+from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import next_key
 
 __all__ = [
     "LossModule", "next_key", "total_loss", "make_target", "DISTANCE_KINDS", "distance_loss", "entropy_estimate",
-    "k3_estimate", "masked_mean",
+    "k3_estimate", "masked_mean", "group_optimizers",
 ]  # fmt: skip
+
+
+def group_optimizers(*optimizers: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """One optimizer over the parameter groups of several of one class (TorchRL's helper: one
+    ``step()`` / ``zero_grad()`` for the actor's, critic's and temperature's optimizers). Each
+    group keeps its own settings (lr, eps, weight decay); call it before any step (the
+    optimizers' state is not carried over)."""
+    if not optimizers:
+        raise ValueError("group_optimizers needs at least one optimizer.")
+    cls = type(optimizers[0])
+    if any(type(o) is not cls for o in optimizers):
+        raise ValueError("group_optimizers: the optimizers must be of one class, got "
+                         f"{sorted({type(o).__name__ for o in optimizers})}.")
+    if any(o.state for o in optimizers):
+        raise ValueError("group_optimizers: an optimizer has already stepped; group them before training.")
+    groups = [dict(g) for o in optimizers for g in o.param_groups]
+    return cls(groups, **{k: v for k, v in optimizers[0].defaults.items() if k not in ("params",)})
 
 
 def total_loss(loss_td: TensorDictBase) -> Tensor:
@@ -154,13 +172,38 @@ class LossModule(nn.Module):
     def _bootstrap(
         self, td: TensorDictBase, next_value: Tensor, gamma: float
     ) -> Tensor:
-        """One-step target ``r + gamma * (1 - terminated) * next_value``, ``[*B, 1]``."""
+        """One-step target ``r + gamma * (1 - terminated) * next_value``, ``[*B, 1]``; on n-step
+        data (``"steps_to_next_obs"``, :class:`~tdrl.core.transforms.MultiStepTransform`) the
+        discount is ``gamma ** steps_to_next_obs``."""
         reward = self._get_next(td, "reward")
         terminated = self._get_next(td, "terminated")
         if reward.shape != next_value.shape:
             reward = reward.reshape(next_value.shape)
         not_term = (~terminated.bool()).reshape(next_value.shape).to(next_value.dtype)
-        return reward + gamma * not_term * next_value
+        return reward + step_discount(td, gamma, next_value) * not_term * next_value
+
+    def make_value_estimator(self, value_type=None, **hyperparams: Any) -> "LossModule":
+        """TorchRL's call that sets a loss's discount: ``loss.make_value_estimator(gamma=0.99)``.
+
+        tdrl's bootstrapping losses have one estimator, the one-step TD target (n-step with
+        ``"steps_to_next_obs"``); ``value_type`` may name it (``"TD0"``, TorchRL's
+        ``ValueEstimators.TD0``). ``gamma`` sets the discount, ``device`` is accepted (the target
+        is computed where the batch lives); any other setting is refused. Returns ``self``."""
+        name = getattr(value_type, "name", value_type)
+        if not hasattr(self, "gamma"):
+            raise ValueError(f"{type(self).__name__} reads advantages computed beforehand: build the "
+                             "estimator yourself (tdrl.core.values.GAE / TDLambda / TD0) and call it on the batch.")
+        if name is not None and str(name).upper() != "TD0":
+            raise ValueError(f"{type(self).__name__}.make_value_estimator({value_type!r}): tdrl's "
+                             "bootstrapping losses use the one-step (TD0) target; for n-step targets, "
+                             "put MultiStepTransform on the replay buffer.")
+        unknown = set(hyperparams) - {"gamma", "device"}
+        if unknown:
+            raise ValueError(f"{type(self).__name__}.make_value_estimator: {sorted(unknown)} not "
+                             "supported (gamma= and device= are).")
+        if "gamma" in hyperparams:
+            self.gamma = float(hyperparams["gamma"])
+        return self
 
     # targets ----------------------------------------------------------------------------
     def _add_target(self, name: str, module: nn.Module) -> nn.Module:

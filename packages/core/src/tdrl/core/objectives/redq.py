@@ -24,13 +24,14 @@ from tdrl.core.objectives.common import distance_loss, make_target
 from tdrl.core.objectives.sac import SACLoss
 from tdrl.core.train.seeds import SeedStackedModule
 from tdrl.core.values._utils import require
+from tdrl.core.values.nstep import step_discount
 from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["CriticEnsemble", "REDQLoss", "redq_target"]
 
 
 def redq_target(next_qs: Tensor, subset: Tensor, next_log_prob: Tensor, alpha: Tensor | float,
-                reward: Tensor, not_terminated: Tensor, gamma: float) -> Tensor:
+                reward: Tensor, not_terminated: Tensor, gamma: float | Tensor) -> Tensor:
     """``r + gamma * (1 - terminated) * (min_{i in subset} Q'_i(s', a') - alpha log pi(a'|s'))``
     (eq. 1 of the paper with SAC's entropy term).
 
@@ -38,7 +39,7 @@ def redq_target(next_qs: Tensor, subset: Tensor, next_log_prob: Tensor, alpha: T
         next_qs: target critics' values at ``(s', a')``, ``[N, *B, 1]``.
         subset: indices of the ``M`` critics the minimum is taken over, ``[M]``.
         next_log_prob: ``log pi(a'|s')`` ``[*B, 1]``. alpha: entropy temperature.
-        reward, not_terminated: ``[*B, 1]``. gamma: discount.
+        reward, not_terminated: ``[*B, 1]``. gamma: discount (``[*B, 1]`` on n-step data).
 
     Returns:
         The target ``[*B, 1]``, shared by all ``N`` critics.
@@ -166,7 +167,7 @@ class REDQLoss(SACLoss):
             not_term = (~self._get_next(td, "terminated").bool()).reshape(reward.shape)
             next_lp = self._align(next_lp, next_qs[0])
             target = redq_target(next_qs, every, next_lp, self.temperature.alpha_for(next_lp), reward,
-                                 not_term.to(reward.dtype), self.gamma)
+                                 not_term.to(reward.dtype), step_discount(td, self.gamma, reward))
         loss = distance_loss(qs, target.expand_as(qs), self.loss_function)
         td_error = (qs - target).detach().abs().max(0).values
         td.set(k.priority, td_error.reshape(td.shape))

@@ -145,6 +145,12 @@ class SACLoss(LossModule):
         )
         distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
 
+    # TorchRL's views of the parameters, for per-network optimisers: TensorDicts whose leaves
+    # are the modules' own Parameters (list(loss.qvalue_network_params.flatten_keys().values()))
+    actor_network_params = property(lambda self: TensorDict.from_module(self.actor))
+    qvalue_network_params = property(lambda self: TensorDict.from_module(self.qvalue))
+    log_alpha = property(lambda self: self.temperature.log_alpha, doc="TorchRL's loss.log_alpha (the temperature's)")
+
     def _qs(self, nets, td, action, detach_params=False) -> Tensor:
         k = self.tensor_keys
         return ensemble_values(

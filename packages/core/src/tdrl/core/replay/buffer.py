@@ -25,6 +25,7 @@ from tensordict import TensorDictBase
 
 from ..diskio import ChecksumError, sha256_file, verify_sha256
 from ..keys import INDEX
+from ..torchrl_names import accept_torchrl_names
 from ._files import (ReplayFormatError, build_td, create_leaves, fsync_dir, fsync_file,
                      leaf_specs, load_state, open_leaves, read_json, save_state, write_json)
 from .prioritized import PrioritizedSampler
@@ -44,6 +45,7 @@ def _default_collate(items: list) -> Any:
     return items
 
 
+@accept_torchrl_names
 class ReplayBuffer:
     """A replay buffer = storage + sampler + writer (+ transform applied on sample).
 
@@ -53,11 +55,14 @@ class ReplayBuffer:
         writer: where new items go (default :class:`RoundRobinWriter`).
         batch_size: default size of :meth:`sample`.
         transform: callable applied to every sampled batch (e.g. a tdrl transform or any
-            ``td -> td`` function).
+            ``td -> td`` function); a tdrl transform with an inverse also rewrites what
+            :meth:`extend` stores (TorchRL's order: ``MultiStepTransform``).
         collate_fn: turns the list a :class:`ListStorage` returns into a batch (default:
             stack TensorDicts/tensors, else keep the list).
         priority_key: key :meth:`update_priority` reads from a TensorDict (TorchRL's
             default ``"td_error"``).
+        pin_memory: sampled TensorDicts are put in pinned memory (TorchRL's keyword; only
+            where CUDA is available, for fast non-blocking copies to the GPU).
 
     Sampled TensorDicts carry the storage slots under ``"index"`` (shape = batch shape) and
     the sampler's extra entries (``"_weight"`` for a prioritized sampler).
@@ -66,7 +71,7 @@ class ReplayBuffer:
     def __init__(self, storage: Storage | None = None, sampler: Sampler | None = None,
                  writer: Writer | None = None, batch_size: int | None = None,
                  transform: Callable | None = None, collate_fn: Callable | None = None,
-                 priority_key: str | tuple = "td_error") -> None:
+                 priority_key: str | tuple = "td_error", pin_memory: bool = False) -> None:
         self.storage = storage if storage is not None else ListStorage(1000)
         self.sampler = sampler if sampler is not None else RandomSampler()
         self.writer = writer if writer is not None else RoundRobinWriter()
@@ -74,6 +79,7 @@ class ReplayBuffer:
         self.transform = transform
         self.collate_fn = collate_fn or _default_collate
         self.priority_key = priority_key
+        self.pin_memory = bool(pin_memory)
         if len(self.storage):  # e.g. a reopened MemmapStorage: the sampler learns its items
             self.sampler.mark_update(torch.arange(len(self.storage)), self.storage)
 
@@ -106,6 +112,12 @@ class ReplayBuffer:
         Returns:
             int64 tensor ``[N]`` of the slots written (``-1`` for items not kept).
         """
+        if isinstance(data, TensorDictBase) and getattr(self.transform, "has_inv", False):
+            # TorchRL's order: the transform's inverse on write (e.g. MultiStepTransform, which
+            # may hold the steps back until their successors arrive), its forward on sample
+            data = self.transform.inv(data.copy())
+            if data is None:
+                return torch.empty(0, dtype=torch.long)
         if isinstance(data, TensorDictBase) and data.batch_dims > 1:
             data = data.reshape(-1)
         index = self.writer.extend(self.storage, data)
@@ -138,6 +150,8 @@ class ReplayBuffer:
                 data.set(key, value.to(data.device) if data.device is not None else value)
         if self.transform is not None:
             data = self.transform(data)
+        if self.pin_memory and isinstance(data, TensorDictBase) and torch.cuda.is_available():
+            data = data.pin_memory()
         if return_info:
             return data, {INDEX: index, **info}
         return data

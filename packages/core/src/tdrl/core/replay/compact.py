@@ -25,7 +25,7 @@ import torch
 from tensordict import TensorDictBase
 
 from ..collectors.utils import MASK_KEY
-from ..keys import DONE, INDEX, NEXT, OBS_KNOWN, OBSERVATION, TRAJ_ID, next_key
+from ..keys import DONE, INDEX, NEXT, OBS_KNOWN, OBSERVATION, STEPS_TO_NEXT_OBS, TRAJ_ID, next_key
 
 __all__ = ["NextStateReconstructor", "trajectory_links"]
 
@@ -125,6 +125,12 @@ class NextStateReconstructor:
 
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
         """Write ``("next", key)`` for every key and ``("next", "obs_known")``; return ``td``."""
+        if STEPS_TO_NEXT_OBS in td.keys():
+            raise ValueError(
+                "NextStateReconstructor: this batch holds n-step transitions ('steps_to_next_obs', "
+                "MultiStepTransform): their next observation is n steps ahead, not obs[t + 1], so "
+                "it cannot be rebuilt from the trajectory. Fix: collect with compact_obs=False "
+                "for multi-step targets.")
         link = trajectory_links(td, done_key=self.done_key, traj_key=self.traj_key,
                                 index_key=self.index_key)
         dim, rows = td.batch_dims - 1, td.batch_size.numel()

@@ -55,9 +55,12 @@ from tdrl.core.train.seeds import (
     to_seed_items,
 )
 from tdrl.core.train.state import GeneratorState, StateBox
+from tdrl.core.train.timing import get_available_device, timeit
 
 __all__ = [
     "Run",
+    "get_available_device",
+    "timeit",
     "OffPolicyLog",
     "RunConfig",
     "EnvRunConfig",

@@ -24,10 +24,12 @@ __all__ = ["Logger", "CSVLogger", "TensorboardLogger", "WandbLogger", "get_logge
 
 
 def _scalar(value: Any) -> float:
+    """A logged value as a float; a tensor of several values is logged as its mean (TorchRL's
+    SAC script logs each finished episode's return: one number per column here)."""
     if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"Only scalars can be logged, got a tensor of shape {tuple(value.shape)}.")
-        return float(value.detach().cpu().item())
+        if value.numel() == 0:
+            raise ValueError(f"Only scalars can be logged, got an empty tensor of shape {tuple(value.shape)}.")
+        return float(value.detach().float().mean().cpu().item())
     return float(value)
 
 
@@ -227,7 +229,17 @@ def generate_exp_name(model_name: str, experiment_name: str) -> str:
 
 def get_logger(logger_type: str, logger_name: str, experiment_name: str, **kwargs: Any) -> Logger:
     """A logger by name, as TorchRL's ``get_logger``: ``"csv"`` (``log_dir=logger_name``),
-    ``"tensorboard"`` or ``"wandb"`` (``project=`` in ``kwargs``)."""
+    ``"tensorboard"`` or ``"wandb"`` (``project=`` in ``kwargs``). TorchRL's per-backend
+    settings are taken the same way: ``wandb_kwargs=`` reaches the wandb logger only (the SOTA
+    scripts always pass it), ``mlflow_kwargs=`` / ``trackio_kwargs=`` name backends tdrl lacks
+    and are refused when not empty."""
+    wandb_kwargs = kwargs.pop("wandb_kwargs", None) or {}
+    for other in ("mlflow_kwargs", "trackio_kwargs"):
+        if kwargs.pop(other, None):
+            raise ValueError(f"get_logger({other}=...): that backend is not in tdrl; use 'csv', "
+                             "'tensorboard' or 'wandb'")
+    if logger_type == "wandb":
+        kwargs = {**wandb_kwargs, **kwargs}
     if logger_type == "csv":
         return CSVLogger(log_dir=logger_name, exp_name=experiment_name, **kwargs)
     if logger_type == "tensorboard":

@@ -7,7 +7,7 @@ RewardScaling), ``episode`` (RewardSum, StepCounter, InitTracker), ``tensors``
 (RenameTransform, ExcludeTransform, SelectTransform, TensorDictPrimer), ``values``
 (ClipTransform, RewardClipping, SignTransform, UnsqueezeTransform, FlattenObservation),
 ``returns`` (TargetReturn, Reward2GoTransform), ``steps`` (FrameSkipTransform, NoopResetEnv,
-ActionMask), ``pixels`` (ToTensorImage, Resize, GrayScale, CenterCrop); ``TrajCounter`` is
+ActionMask), ``multistep`` (MultiStepTransform, a replay buffer's), ``pixels`` (ToTensorImage, Resize, GrayScale, CenterCrop); ``TrajCounter`` is
 in ``episode``.
 """
 
@@ -17,6 +17,7 @@ from .action import ActionDiscretizer, ActionScaling, FlattenAction
 from .base import Compose, Transform
 from .env import TransformedEnv
 from .episode import InitTracker, RewardSum, StepCounter, TrajCounter
+from .multistep import MultiStepTransform
 from .keys import ExcludeTransform, RenameTransform, SelectTransform, TensorDictPrimer
 from .norm import ObservationNorm, RewardScaling, VecNorm
 from .pixels import CenterCrop, Crop, GrayScale, Resize, ToTensorImage, VideoRecorder
@@ -77,5 +78,6 @@ __all__ = [
     "ActionDiscretizer",
     "FlattenAction",
     "TimeMaxPool",
+    "MultiStepTransform",
     "VecNorm",
 ]

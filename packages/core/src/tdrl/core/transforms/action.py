@@ -79,10 +79,15 @@ class ActionScaling(Transform):
         return f"low={self.low}, high={self.high}, keys={self.in_keys_inv}"
 
 
+# where in interval i of n the value sits, as a fraction of the interval (endpoints: linspace)
+_OFFSETS = {"median": 0.5, "low": 0.0, "high": 1.0, "endpoints": None}
+
+
 class ActionDiscretizer(Transform):
     """A continuous action space as a discrete one (TorchRL's ``ActionDiscretizer``): each of
-    the ``d`` action dims takes ``num_intervals`` evenly spaced values from ``low`` to
-    ``high`` (both included), so a DQN-style policy acts in a box.
+    the ``d`` action dims is cut into ``num_intervals`` equal intervals of ``[low, high]`` and
+    index ``i`` takes a value of interval ``i`` -- its centre by default (TorchRL's ``MEDIAN``),
+    so a DQN-style policy acts in a box.
 
     With one action dim the transformed spec is ``Categorical(num_intervals)`` (an index) or,
     with ``categorical=False``, ``OneHot(num_intervals)``; with ``d > 1`` it is
@@ -93,14 +98,24 @@ class ActionDiscretizer(Transform):
         num_intervals: values per action dim (>= 2).
         action_key: the action key (default ``"action"``).
         categorical: indices (default) or one-hot actions.
+        sampling: which value of interval ``i``: ``"median"`` (its centre, TorchRL's default),
+            ``"low"`` / ``"high"`` (its edges), or ``"endpoints"`` (tdrl's: ``num_intervals``
+            evenly spaced values from ``low`` to ``high``, both included); TorchRL's
+            ``ActionDiscretizer.SamplingStrategy`` members are read by name (``RANDOM`` is refused).
 
     Raises:
         TypeError: the base action spec is not ``Bounded`` with finite bounds.
     """
 
-    def __init__(self, num_intervals: int, action_key: str = ACTION, categorical: bool = True) -> None:
+    def __init__(self, num_intervals: int, action_key: str = ACTION, categorical: bool = True,
+                 sampling: str | None = None) -> None:
         if int(num_intervals) < 2:
             raise ValueError(f"ActionDiscretizer needs num_intervals >= 2, got {num_intervals}.")
+        sampling = str(getattr(sampling, "name", sampling or "median")).lower()
+        if sampling not in _OFFSETS:
+            raise ValueError(f"ActionDiscretizer(sampling={sampling!r}): expected one of {sorted(_OFFSETS)} "
+                             "(a random value inside the interval is not supported).")
+        self.sampling = sampling
         super().__init__([], [], [action_key])
         self.num_intervals, self.categorical = int(num_intervals), bool(categorical)
         self._grid: torch.Tensor | None = None  # [d, num_intervals]: the values of each dim
@@ -132,11 +147,12 @@ class ActionDiscretizer(Transform):
             return spec
         leaf = _finite_box(spec[key], key, "ActionDiscretizer")
         low, high = leaf.low.reshape(-1, leaf.shape[-1])[0], leaf.high.reshape(-1, leaf.shape[-1])[0]
-        steps = torch.linspace(0.0, 1.0, self.num_intervals, dtype=torch.float64)
+        n = self.num_intervals
+        steps = (torch.linspace(0.0, 1.0, n, dtype=torch.float64) if self.sampling == "endpoints"
+                 else (torch.arange(n, dtype=torch.float64) + _OFFSETS[self.sampling]) / n)
         self._grid = (low.double()[:, None] + steps[None] * (high.double() - low.double())[:, None]).to(leaf.dtype)
         self._dtype = leaf.dtype
         d, batch = leaf.shape[-1], leaf.shape[:-1]
-        n = self.num_intervals
         if d == 1:
             spec[key] = (Categorical(n, batch, leaf.device) if self.categorical
                          else OneHot(n, (*batch, n), leaf.device))
@@ -146,7 +162,7 @@ class ActionDiscretizer(Transform):
         return spec
 
     def extra_repr(self) -> str:
-        return f"num_intervals={self.num_intervals}, categorical={self.categorical}"
+        return f"num_intervals={self.num_intervals}, categorical={self.categorical}, sampling={self.sampling!r}"
 
 
 class FlattenAction(Transform):

@@ -30,6 +30,7 @@ from tdrl.core import keys as K
 from tdrl.core.values import functional as F
 from tdrl.core.values._utils import NestedKey, as_time_column, require
 from tdrl.core.values.forward import chunked_values, shifted_values, without_nan
+from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import NEXT_OBS_KNOWN, next_key
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -229,10 +230,12 @@ class GAE(ValueEstimatorBase):
 
 @accept_torchrl_names
 class TD0(ValueEstimatorBase):
-    """One-step TD: ``value_target = r + gamma (1 - terminated) V(s')``."""
+    """One-step TD: ``value_target = r + gamma (1 - terminated) V(s')``; on n-step data
+    (``"steps_to_next_obs"``) the discount is ``gamma ** steps_to_next_obs``."""
 
     def _estimate(self, td, x):
-        target = F.td0_return(x["reward"], x["next_value"], x["terminated"], self.gamma)
+        target = F.td0_return(x["reward"], x["next_value"], x["terminated"],
+                              step_discount(td, self.gamma, x["reward"]))
         return target - x["value"], target
 
 
