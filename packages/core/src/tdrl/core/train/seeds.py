@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from tdrl.core.modules.stacked import SeedStackedModule
 from tdrl.core.objectives.redq import CriticEnsemble
 from tdrl.core.objectives.sac import EntropyTemperature
+from tdrl.core.train.evaluation import evaluate_per_env
 
 __all__ = [
     "SeedAxis",
@@ -418,17 +419,14 @@ class SeedAxis:
         """Per-sub-env seeds of a seed-major env (:func:`block_seeds` of ``seed + offset``)."""
         return block_seeds([s + offset for s in self.seeds], envs_per_seed or self.envs_per_seed)
 
-    def _env_seed(self, offset: int, envs_per_seed: int) -> int | list[int]:
-        # one block: the env's own seeding (sub-env j gets seed + j, as block_seeds gives it)
-        return self.seeds[0] + offset if not self.stacked else self.env_seeds(offset, envs_per_seed)
-
     def seed_envs(self, env, offset: int = 0, envs_per_seed: int | None = None) -> None:
-        """Seed ``env``'s next reset: block ``k`` as a single run of ``seeds[k] + offset``."""
-        seed = self._env_seed(offset, envs_per_seed or self.envs_per_seed)
-        if isinstance(seed, int):
-            env.set_seed(seed)
+        """Seed ``env``'s next reset: block ``k`` as a single run of ``seeds[k] + offset``
+        (one block: the env's own ``set_seed``, which gives sub-env ``j`` the same ``seed + j``
+        and which a torch env with one generator offers too)."""
+        if self.stacked:
+            seed_sub_envs(env, self.env_seeds(offset, envs_per_seed))
         else:
-            seed_sub_envs(env, seed)
+            env.set_seed(self.seeds[0] + offset)
 
     # ------------------------------------------------------------------ batches
     def split(self, x: Tensor | TensorDictBase) -> Tensor | TensorDictBase:
@@ -497,8 +495,8 @@ class SeedAxis:
         """The deterministic policy's mean return per seed: ``make_env(n * episodes)`` holds one
         block of ``episodes`` sub-envs per seed, block ``k`` seeded as ``seeds[k] + offset``'s
         single run (:func:`~tdrl.core.train.evaluate_per_env`; the env is closed)."""
-        from tdrl.core.train.evaluation import evaluate_per_env
-
         n_env = self.n * episodes
-        per_env = evaluate_per_env(make_env(n_env), policy, n_env, self._env_seed(offset, episodes))
+        env = make_env(n_env)
+        self.seed_envs(env, offset, episodes)
+        per_env = evaluate_per_env(env, policy, n_env, None)
         return self.split(per_env).mean(1).tolist()
