@@ -24,7 +24,7 @@ A resumed run restores all of that; the Gymnasium simulators themselves cannot b
 checkpointed, so every sub-env starts a fresh episode (seeded from the frame count).
 
 With ``n_seeds=K`` the seeds ``seed, ..., seed+K-1`` train in one process as one model
-(:mod:`tdrl.core.train.seeds`): one env of ``K`` seed-major blocks of ``num_envs`` sub-envs
+(:class:`tdrl.core.train.SeedAxis`): one env of ``K`` seed-major blocks of ``num_envs`` sub-envs
 (block ``k`` seeded as a single run of seed ``seed+k``), actor and critic stacked over the
 seeds and evaluated with ``vmap``, one Adam with gradients clipped per seed, advantages
 normalised and rewards scaled per seed. ``total_frames``, ``minibatch_size`` and the logged
@@ -124,14 +124,11 @@ class Config(EnvRunConfig):
         if batch % self.minibatch_size:
             raise ConfigError(f"Config.minibatch_size={self.minibatch_size} must divide the batch of "
                               f"num_envs x num_steps = {batch} frames.")
-        if self.n_seeds > 1 and self.norm_obs:
-            raise ConfigError(f"Config.norm_obs=true with n_seeds={self.n_seeds}: the running observation "
-                              "statistics would be shared by the seeds (they would not be independent runs). "
-                              "Set norm_obs=false, or run the seeds one after another (-m seed=0,1,2).")
-        if self.n_seeds > 1 and self.env_id in TORCH_ENVS:
-            raise ConfigError(f"Config.env_id={self.env_id} with n_seeds={self.n_seeds}: the torch env draws "
-                              "every sub-env from one generator, so its seed blocks cannot be seeded apart; "
-                              "use a Gymnasium task or run the seeds one after another.")
+        axis = SeedAxis(run_seeds(self))
+        axis.refuse_shared("Config.norm_obs=true: the running observation statistics", bool(self.norm_obs),
+                           "set norm_obs=false")
+        axis.refuse_shared(f"Config.env_id={self.env_id}: the torch env's one generator for every sub-env",
+                           self.env_id in TORCH_ENVS, "use a Gymnasium task")
 
 
 # ---------------------------------------------------------------------------- env / nets
@@ -280,8 +277,8 @@ def _resolved_norms(cfg: Config, axis: SeedAxis) -> tuple[bool, bool]:
     probe_env.close()
     norm_obs = continuous if cfg.norm_obs is None else cfg.norm_obs
     norm_reward = continuous if cfg.norm_reward is None else cfg.norm_reward
-    # continuous actions turn norm_obs on by default (rewards are scaled per seed)
-    axis.refuse_shared(f"{cfg.env_id}: norm_obs (on by default for continuous actions; set norm_obs=false)", norm_obs)
+    axis.refuse_shared(f"{cfg.env_id} has continuous actions, so norm_obs defaults to true: the running "
+                       "observation statistics", norm_obs, "set norm_obs=false (rewards are scaled per seed)")
     return norm_obs, norm_reward
 
 

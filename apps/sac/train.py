@@ -31,7 +31,7 @@ TensorDict) a resumed run is bit-identical to an uninterrupted one; the Gymnasiu
 simulators cannot be checkpointed, so there every sub-env starts a fresh episode on resume.
 
 With ``n_seeds=K`` the seeds ``seed, ..., seed+K-1`` train in one process as one model
-(:mod:`tdrl.core.train.seeds`): one env of ``K`` seed-major blocks of ``num_envs`` sub-envs
+(:class:`tdrl.core.train.SeedAxis`): one env of ``K`` seed-major blocks of ``num_envs`` sub-envs
 (block ``k`` seeded as a single run of seed ``seed+k``), each seed's loss built as its single
 run builds it and stacked (``stack_losses``: actor, critics and target critics with a
 leading seed dim, one temperature per seed), one replay storage whose item ``i`` holds every
@@ -119,11 +119,9 @@ class Config(OffPolicyConfig):
             raise ConfigError(f"Config.policy_delay={self.policy_delay!r}: expected an integer >= 1.")
         if self.n_seeds < 1:
             raise ConfigError(f"Config.n_seeds={self.n_seeds} is not allowed: expected an integer >= 1.")
-        if self.n_seeds > 1 and self.env_id in TORCH_ENVS:
-            raise ConfigError(f"Config.env_id={self.env_id} with n_seeds={self.n_seeds}: the torch env draws "
-                              "every sub-env from one generator, so its seed blocks cannot be seeded apart; "
-                              "use a Gymnasium task (e.g. Pendulum-v1) or run the seeds one after another "
-                              "(-m seed=0,1,2).")
+        SeedAxis(run_seeds(self)).refuse_shared(
+            f"Config.env_id={self.env_id}: the torch env's one generator for every sub-env",
+            self.env_id in TORCH_ENVS, "use a Gymnasium task (e.g. Pendulum-v1)")
 
 
 def env_for(cfg: Config, num_envs: int):

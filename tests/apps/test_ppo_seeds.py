@@ -62,11 +62,11 @@ def test_seeds_follow_the_seed_so_sweeps_compose(ppo):
 
 
 def test_configs_that_would_mix_seeds_are_refused(ppo, tmp_path):
-    with pytest.raises(ValueError, match="norm_obs=true with n_seeds=2"):
+    with pytest.raises(ValueError, match="norm_obs=true: the running observation statistics would be shared by the 2 seeds"):
         ppo.main.load(["n_seeds=2", "norm_obs=true"])
     with pytest.raises(ValueError, match="n_seeds=0"):
         ppo.main.load(["n_seeds=0"])
-    with pytest.raises(ValueError, match="seed blocks cannot be seeded apart"):
+    with pytest.raises(ValueError, match="one generator for every sub-env would be shared by the 2 seeds"):
         ppo.main.load(["n_seeds=2", "env_id=tdrl/Pendulum", "norm_obs=false"])
     cfg = ppo.main.load(["env_id=Pendulum-v1", f"out={tmp_path}", "n_seeds=2"], recipe="tiny")
     with pytest.raises(ValueError, match="set norm_obs=false"):  # continuous: norm_obs defaults on

@@ -149,6 +149,6 @@ def test_a_seed_does_not_depend_on_the_other_seeds(sac, tmp_path):
 def test_impossible_seed_configs_are_refused(sac):
     with pytest.raises(ValueError, match="n_seeds=0"):
         sac.main.load(["n_seeds=0"])
-    with pytest.raises(ValueError, match="seed blocks cannot be seeded apart"):
+    with pytest.raises(ValueError, match="one generator for every sub-env would be shared by the 2 seeds"):
         sac.main.load(["n_seeds=2", "env_id=tdrl/Pendulum"])
     assert sac.run_seeds(sac.main.load(["seed=4", "n_seeds=3"], recipe="tiny")) == [4, 5, 6]

@@ -2,13 +2,14 @@
 
 purejaxrl writes ``make_train(config)`` -> a pure function of the seed, and ``vmap`` runs
 every seed at once. A torch run steps Python envs, so the whole loop cannot be vmapped; what
-is vectorised here is everything a seed owns:
+is vectorised here is everything a seed owns, and :class:`SeedAxis` is the one object a
+training loop holds for it (one seed is a stack of one, so a loop has no seed-count branch):
 
 * networks: :func:`build_seeds` calls a function of the seed once per seed (under
   ``torch.manual_seed(seed)``, so each seed's initial weights equal a single-seed run's) and
   stacks the results (:func:`stack_seeds`): every parameter gets a leading seed dim and the
   network is evaluated with ``torch.func.vmap`` over ``functional_call``
-  (:class:`SeedStackedModule`). One optimiser over the stacked parameters serves every seed:
+  (:class:`~tdrl.core.modules.stacked.SeedStackedModule`). One optimiser over the stacked parameters serves every seed:
   Adam is element-wise, and :func:`clip_grad_norm_per_seed` clips each seed's slice alone.
 * envs: ``n_seeds`` seeds x ``E`` envs are one env of ``n_seeds * E`` sub-envs in seed-major
   blocks; :func:`block_seeds` gives sub-env ``k * E + j`` the seed ``seeds[k] + j`` (what a
@@ -21,9 +22,10 @@ What stays shared: one random generator draws for every seed (actions, minibatch
 permutations), so a vectorised seed equals its single-seed run given the same data, not
 sample for sample; a seed's trajectory does not depend on the other seeds' data (tested).
 Anything that pools statistics over the batch (observation normalisation, a shared
-advantage normalisation) must be made per seed or refused by the caller.
+advantage normalisation) must be made per seed or refused (:meth:`SeedAxis.refuse_shared`).
 
-Used by :mod:`tdrl.marl.vectorised` (MAPPO/IPPO, QMIX/VDN), ``apps/ppo`` and ``apps/sac`` (``n_seeds=``).
+``apps/ppo`` and ``apps/sac`` (``n_seeds=``) train through :class:`SeedAxis`; the MARL loops of
+:mod:`tdrl.marl.vectorised` (MAPPO/IPPO, QMIX/VDN) still use the functions below.
 """
 
 from __future__ import annotations
@@ -392,15 +394,14 @@ class SeedAxis:
         """Sub-envs of the training env: ``envs_per_seed`` per seed."""
         return self.n * self.envs_per_seed
 
-    def refuse_shared(self, what: str, shared: bool) -> None:
-        """Raise :class:`~tdrl.core.train.ConfigError` when several seeds would share ``what``
-        (e.g. running observation statistics), which would make them one run, not several."""
+    def refuse_shared(self, what: str, shared: bool, fix: str = "turn it off") -> None:
+        """Raise :class:`~tdrl.core.train.ConfigError` when ``shared`` and several seeds would
+        share ``what`` (running statistics, one generator), which would make them one run."""
         if shared and self.stacked:
             from tdrl.core.train.config import ConfigError
 
-            raise ConfigError(f"{what}: with {self.n} seeds in one model it would be shared by the seeds, so they "
-                              "would not be independent runs. Turn it off, or run the seeds one after another "
-                              "(-m seed=0,1,2).")
+            raise ConfigError(f"{what} would be shared by the {self.n} seeds trained as one model, so they would "
+                              f"not be independent runs; {fix}, or run the seeds one after another (-m seed=0,1,2).")
 
     # ------------------------------------------------------------------ networks
     def build(self, build: Callable[[int], Any]) -> Any:
