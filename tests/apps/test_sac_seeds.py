@@ -87,7 +87,8 @@ def test_stacked_update_equals_single_seed_updates(sac, monkeypatch, algorithm):
         torch.manual_seed(11)  # REDQ's subset draws
         for step in range(3):
             batch = _batch(step)
-            sac.sac_update(loss, opt, batch if rows is None else batch[rows], SeedAxis(SEEDS if seed is None else [seed]))
+            axis = SeedAxis(SEEDS if seed is None else [seed])
+            sac.sac_update(loss, opt, batch if rows is None else batch[rows], axis)
             upd.step()
 
     singles = []

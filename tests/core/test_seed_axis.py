@@ -13,7 +13,14 @@ from torch import nn
 
 from tdrl.core import RewardSum
 from tdrl.core.envs import make_env
-from tdrl.core.modules import MLP, MaskedCategorical, NormalParamExtractor, ProbabilisticActor, TanhNormal, ValueOperator
+from tdrl.core.modules import (
+    MLP,
+    MaskedCategorical,
+    NormalParamExtractor,
+    ProbabilisticActor,
+    TanhNormal,
+    ValueOperator,
+)
 from tdrl.core.objectives import SACLoss
 from tdrl.core.train import ConfigError, SeedAxis, SeedStackedModule, StackedTemperature, stacked_seed_counts
 
@@ -127,13 +134,15 @@ def test_replay_metrics_and_state_names():
 
 
 def test_evaluate_gives_each_seed_its_single_run():
+    def env(n):
+        return make_env("CartPole-v1", n, (RewardSum(),), categorical_action_encoding=True)
+
     axis = SeedAxis([0, 1])
-    actors = axis.build(_actor)
-    per_seed = axis.evaluate(lambda n: make_env("CartPole-v1", n, (RewardSum(),), categorical_action_encoding=True), actors, 2, offset=100)
+    per_seed = axis.evaluate(env, axis.build(_actor), 2, offset=100)
     singles = []
     for s in axis.seeds:
         one = SeedAxis([s])
-        singles += one.evaluate(lambda n: make_env("CartPole-v1", n, (RewardSum(),), categorical_action_encoding=True), one.build(_actor), 2, 100)
+        singles += one.evaluate(env, one.build(_actor), 2, 100)
     assert per_seed == pytest.approx(singles, abs=1e-4)
 
 

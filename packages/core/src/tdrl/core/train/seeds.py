@@ -383,6 +383,14 @@ class SeedAxis:
         self.n, self.envs_per_seed = len(self.seeds), int(envs_per_seed)
         self.stacked = self.n > 1
 
+    @classmethod
+    def blocks(cls, n_seeds: int) -> "SeedAxis":
+        """An axis of ``n_seeds`` blocks labelled ``0 .. n_seeds - 1``, for a loop that knows the
+        count only (e.g. the MARL loops; the seeds' values and env seeding live with the caller)."""
+        if n_seeds < 1:
+            raise ValueError(f"n_seeds must be >= 1, got {n_seeds}.")
+        return cls(range(n_seeds))
+
     def __len__(self) -> int:
         return self.n
 
@@ -484,9 +492,13 @@ class SeedAxis:
         values = [float(v) for v in values]
         return {name: sum(values) / len(values), **dict(zip(self.names(name), values))}
 
+    def seed_values(self, name: str, values: Sequence[float]) -> dict:
+        """``{<name>_seeds: values}``, one value per seed (none for one seed: the plain entry holds it)."""
+        return {f"{name}_seeds": list(values)} if self.stacked else {}
+
     def summary(self, name: str, values: Sequence[float]) -> dict:
         """Summary entries of per-seed results: ``seeds`` and ``<name>_seeds`` (none for one seed)."""
-        return {"seeds": self.seeds, f"{name}_seeds": list(values)} if self.stacked else {}
+        return {"seeds": self.seeds, **self.seed_values(name, values)} if self.stacked else {}
 
     def state(self, name: str, objects: Sequence[Any]) -> dict[str, Any]:
         """Checkpoint entries of per-seed objects: ``name_<k>`` (``name`` for one seed)."""
