@@ -24,7 +24,7 @@ A resumed run restores all of that; the Gymnasium simulators themselves cannot b
 checkpointed, so every sub-env starts a fresh episode (seeded from the frame count).
 
 With ``n_seeds=K`` the seeds ``seed, ..., seed+K-1`` train in one process as one model
-(:mod:`tdrl.core.train.seeds`): one env of ``K`` seed-major blocks of ``num_envs`` sub-envs
+(:class:`tdrl.core.train.SeedAxis`): one env of ``K`` seed-major blocks of ``num_envs`` sub-envs
 (block ``k`` seeded as a single run of seed ``seed+k``), actor and critic stacked over the
 seeds and evaluated with ``vmap``, one Adam with gradients clipped per seed, advantages
 normalised and rewards scaled per seed. ``total_frames``, ``minibatch_size`` and the logged
@@ -54,21 +54,7 @@ from tdrl.core.envs import make_env as make_task
 from tdrl.core.modules import MLP, IndependentNormal, MaskedCategorical, ProbabilisticActor, ValueOperator
 from tdrl.core.objectives import PPOLoss, total_loss
 from tdrl.core.specs import Categorical, OneHot
-from tdrl.core.train import (
-    ConfigError,
-    EnvRunConfig,
-    Run,
-    block_seeds,
-    build_seeds,
-    clip_grad_norm_per_seed,
-    crossed,
-    evaluate_per_env,
-    finish_env_run,
-    hydra_app,
-    normalize_per_seed,
-    per_seed,
-    seed_sub_envs,
-)
+from tdrl.core.train import ConfigError, EnvRunConfig, Run, SeedAxis, crossed, finish_env_run, hydra_app
 from tdrl.core.values import gae
 
 
@@ -138,14 +124,11 @@ class Config(EnvRunConfig):
         if batch % self.minibatch_size:
             raise ConfigError(f"Config.minibatch_size={self.minibatch_size} must divide the batch of "
                               f"num_envs x num_steps = {batch} frames.")
-        if self.n_seeds > 1 and self.norm_obs:
-            raise ConfigError(f"Config.norm_obs=true with n_seeds={self.n_seeds}: the running observation "
-                              "statistics would be shared by the seeds (they would not be independent runs). "
-                              "Set norm_obs=false, or run the seeds one after another (-m seed=0,1,2).")
-        if self.n_seeds > 1 and self.env_id in TORCH_ENVS:
-            raise ConfigError(f"Config.env_id={self.env_id} with n_seeds={self.n_seeds}: the torch env draws "
-                              "every sub-env from one generator, so its seed blocks cannot be seeded apart; "
-                              "use a Gymnasium task or run the seeds one after another.")
+        axis = SeedAxis(run_seeds(self))
+        axis.refuse_shared("Config.norm_obs=true: the running observation statistics", bool(self.norm_obs),
+                           "set norm_obs=false")
+        axis.refuse_shared(f"Config.env_id={self.env_id}: the torch env's one generator for every sub-env",
+                           self.env_id in TORCH_ENVS, "use a Gymnasium task")
 
 
 # ---------------------------------------------------------------------------- env / nets
@@ -243,71 +226,40 @@ def compute_advantage(batch: TensorDictBase, critic, cfg: Config) -> None:
 
 # ---------------------------------------------------------------------------- evaluation
 @torch.no_grad()
-def evaluate(actor, cfg: Config, obs_norm: VecNorm | None, episodes: int, seed: int,
-             seeds: list[int] | None = None) -> list[float]:
-    """Mean return of ``episodes`` episodes of the deterministic policy (one per sub-env),
-    one entry per run seed: with ``seeds`` (a seed-stacked actor) the env holds one block of
-    ``episodes`` sub-envs per seed, block ``k`` seeded as seed ``seeds[k]``'s single run
-    (``seed`` is then the offset added to each run seed)."""
+def evaluate(actor, cfg: Config, obs_norm: VecNorm | None, episodes: int, offset: int, axis: SeedAxis) -> list[float]:
+    """Mean return of ``episodes`` episodes of the deterministic policy per run seed (one per
+    sub-env, block ``k`` seeded as seed ``axis.seeds[k] + offset``'s single run), with a frozen
+    copy of the observation statistics."""
     eval_norm = None
     if obs_norm is not None:
         eval_norm = VecNorm(clip=obs_norm.clip)
         eval_norm.load_state_dict(obs_norm.state_dict())
         eval_norm.freeze()
-    if seeds is None:
-        env = make_env(cfg, episodes, eval_norm)
-        return [float(evaluate_per_env(env, actor, episodes, seed).mean())]
-    env = make_env(cfg, len(seeds) * episodes, eval_norm)
-    per_env = evaluate_per_env(env, actor, len(seeds) * episodes, block_seeds([s + seed for s in seeds], episodes))
-    return per_seed(per_env, len(seeds)).mean(1).tolist()
-
-
-def seed_metrics(name: str, values: list[float], seeds: list[int]) -> dict[str, float]:
-    """``{name: mean over seeds, name/seed_<s>: value}`` (just ``{name: value}`` for one seed)."""
-    row = {name: sum(values) / len(values)}
-    if len(seeds) > 1:
-        row.update({f"{name}/seed_{s}": v for s, v in zip(seeds, values)})
-    return row
-
-
-def seed_episode_returns(batch: TensorDictBase, n_seeds: int) -> list[list[float]]:
-    """Returns of the episodes that end in a seed-major ``[n_seeds * E, T]`` batch, per seed."""
-    blocks = per_seed(batch, n_seeds)
-    done = blocks["next", "done"]
-    ret = blocks["next", "episode_reward"]
-    return [ret[k][done[k]].tolist() for k in range(n_seeds)]
+    return axis.evaluate(lambda n: make_env(cfg, n, eval_norm), actor, episodes, offset)
 
 
 def ppo_update(flat: TensorDictBase, loss_fn: PPOLoss, optim: torch.optim.Optimizer, cfg: Config,
-               n_seeds: int = 1) -> list[TensorDictBase]:
+               axis: SeedAxis) -> list[TensorDictBase]:
     """``epochs`` passes of shuffled minibatches over one batch; returns the loss outputs.
 
     Args:
         flat: the batch flattened to ``[n_seeds * N]`` (seed-major blocks of ``N`` frames).
-        loss_fn, optim: the PPO loss (its networks seed-stacked when ``n_seeds > 1``) and Adam.
+        loss_fn, optim: the PPO loss (over the axis's networks) and Adam.
         cfg: ``epochs``, ``minibatch_size`` (per seed), ``max_grad_norm``, ``normalize_advantage``.
-        n_seeds: seeds stacked in the networks. Each minibatch takes the same positions of
-            every seed's block; advantages are normalised within each seed, the loss is
-            scaled so each seed gets the gradient of its own mean loss, and gradients are
-            clipped per seed, so a seed's update does not depend on the other seeds' data.
+        axis: the run's seeds. Each minibatch takes the same positions of every seed's block;
+            advantages are normalised within each seed, each seed gets the gradient of its own
+            mean loss, and gradients are clipped per seed, so a seed's update does not depend
+            on the other seeds' data.
     """
-    device = flat.device
-    blocks = per_seed(flat, n_seeds)
-    n = blocks.shape[1]
     stats = []
     for _ in range(cfg.epochs):
-        perm = torch.randperm(n, device=device)
-        for start in range(0, n, cfg.minibatch_size):
-            mb = blocks[:, perm[start:start + cfg.minibatch_size]].reshape(-1)
-            if n_seeds > 1 and cfg.normalize_advantage:
-                mb["advantage"] = normalize_per_seed(mb["advantage"], n_seeds)
+        for mb in axis.minibatches(flat, cfg.minibatch_size):
+            if cfg.normalize_advantage:
+                mb["advantage"] = axis.normalize(mb["advantage"])
             out = loss_fn(mb)
             optim.zero_grad(set_to_none=True)
-            (total_loss(out) * n_seeds).backward()
-            if n_seeds > 1:
-                clip_grad_norm_per_seed(loss_fn.parameters(), cfg.max_grad_norm, n_seeds)
-            else:
-                nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
+            axis.backward(total_loss(out))
+            axis.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
             optim.step()
             stats.append(out.detach())
     return stats
@@ -319,24 +271,14 @@ def run_seeds(cfg: Config) -> list[int]:
     return [cfg.seed + k for k in range(cfg.n_seeds)]
 
 
-def build_actor_critic(env, cfg: Config, seeds: list[int]):
-    """The actor and critic of one seed, or with several ``seeds`` both stacked over them
-    (seed ``s`` initialised as a single run of seed ``s``)."""
-    if len(seeds) == 1:
-        return make_actor_critic(env, cfg)
-    return build_seeds(lambda seed: make_actor_critic(env, cfg), seeds)
-
-
-def _resolved_norms(cfg: Config, env_id: str, n_seeds: int) -> tuple[bool, bool]:
+def _resolved_norms(cfg: Config, axis: SeedAxis) -> tuple[bool, bool]:
     probe_env = make_env(cfg, 1, None)
     continuous = not isinstance(probe_env.action_spec, (Categorical, OneHot))
     probe_env.close()
     norm_obs = continuous if cfg.norm_obs is None else cfg.norm_obs
     norm_reward = continuous if cfg.norm_reward is None else cfg.norm_reward
-    if n_seeds > 1 and norm_obs:
-        raise ConfigError(f"{env_id} has continuous actions, so norm_obs defaults to true, but with "
-                          f"n_seeds={n_seeds} the running observation statistics would be shared by the "
-                          "seeds; set norm_obs=false (rewards are scaled per seed).")
+    axis.refuse_shared(f"{cfg.env_id} has continuous actions, so norm_obs defaults to true: the running "
+                       "observation statistics", norm_obs, "set norm_obs=false (rewards are scaled per seed)")
     return norm_obs, norm_reward
 
 
@@ -346,40 +288,36 @@ def train(cfg: Config, seeds: list[int] | None = None) -> dict:
     Args:
         cfg: the config.
         seeds: the seeds trained together (default :func:`run_seeds`: ``seed`` ..
-            ``seed + n_seeds - 1``); several train as one vectorised model.
+            ``seed + n_seeds - 1``) as one vectorised model (:class:`SeedAxis`).
     """
-    seeds = run_seeds(cfg) if seeds is None else list(seeds)
-    n_seeds = len(seeds)
+    axis = SeedAxis(run_seeds(cfg) if seeds is None else seeds, cfg.num_envs)
     run = Run(cfg, "ppo", total=cfg.total_frames, unit="frames")
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
-    norm_obs, norm_reward = _resolved_norms(cfg, cfg.env_id, n_seeds)
+    norm_obs, norm_reward = _resolved_norms(cfg, axis)
     obs_norm = VecNorm(clip=10.0) if norm_obs else None
-    env = make_env(cfg, n_seeds * cfg.num_envs, obs_norm)
-    scalers = [ReturnScaler(cfg.num_envs, cfg.gamma) for _ in seeds] if norm_reward else None
+    env = make_env(cfg, axis.num_envs, obs_norm)
+    scalers = [ReturnScaler(cfg.num_envs, cfg.gamma) for _ in axis.seeds] if norm_reward else None
 
-    actor, critic = build_actor_critic(env, cfg, seeds)
+    actor, critic = axis.build(lambda seed: make_actor_critic(env, cfg))
     actor, critic = actor.to(device), critic.to(device)
-    loss_fn = PPOLoss(
+    loss_fn = PPOLoss(  # advantages are normalised per seed in ppo_update
         actor, critic, clip_epsilon=cfg.clip_epsilon, entropy_coef=cfg.entropy_coef,
         critic_coef=cfg.critic_coef, clip_value=cfg.clip_value or None,
-        normalize_advantage=cfg.normalize_advantage and n_seeds == 1,  # per seed in ppo_update otherwise
     )
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, eps=1e-5)
     frames_per_batch = cfg.num_envs * cfg.num_steps  # per seed
     n_iters = cfg.total_frames // frames_per_batch
-    collector = Collector(env, actor, frames_per_batch=n_seeds * frames_per_batch,
-                          total_frames=n_iters * n_seeds * frames_per_batch, device=device,
-                          seed=cfg.seed if n_seeds == 1 else None)
-    if n_seeds > 1:  # block k starts as a single run of seed seeds[k]
-        seed_sub_envs(env, block_seeds(seeds, cfg.num_envs))
+    collector = Collector(env, actor, frames_per_batch=axis.n * frames_per_batch,
+                          total_frames=n_iters * axis.n * frames_per_batch, device=device)
+    axis.seed_envs(env)  # block k starts as a single run of seed seeds[k]
 
     # everything a checkpoint holds (the RNG states and the metric history are added)
     state = {"actor": actor, "critic": critic, "optim": optim, "collector": collector}
     if obs_norm is not None:
         state["obs_norm"] = obs_norm
     if scalers is not None:
-        state.update({"scaler": scalers[0]} if n_seeds == 1 else {f"scaler_{k}": sc for k, sc in enumerate(scalers)})
+        state.update(axis.state("scaler", scalers))
     if (env_rng := env_rng_state(env)) is not None:  # a torch env: its episodes resume exactly
         state["env_rng"] = env_rng
     resumed = run.start(**state)
@@ -388,10 +326,7 @@ def train(cfg: Config, seeds: list[int] | None = None) -> dict:
         it = int(resumed["iteration"])
         if env_rng is None:  # the simulators restart: new episodes, seeded from the frame count
             collector.reset()
-            if n_seeds == 1:
-                collector.set_seed(cfg.seed + collector.frames)
-            else:
-                seed_sub_envs(env, block_seeds([s + collector.frames // n_seeds for s in seeds], cfg.num_envs))
+            axis.seed_envs(env, offset=collector.frames // axis.n)
 
     for batch in collector:
         if cfg.anneal_lr:
@@ -399,50 +334,46 @@ def train(cfg: Config, seeds: list[int] | None = None) -> dict:
                 g["lr"] = cfg.lr * (1.0 - it / n_iters)
         # 1. the batch [n_seeds * num_envs, num_steps] came from the stochastic policy
         batch = batch.to(device)
-        returns = seed_episode_returns(batch, n_seeds)
+        returns = axis.episode_returns(batch)
         if scalers is not None:
-            done, reward = per_seed(batch["next", "done"], n_seeds), per_seed(batch["next", "reward"], n_seeds)
+            done, reward = axis.split(batch["next", "done"]), axis.split(batch["next", "reward"])
             scaled = [torch.stack([sc(reward[k][:, t], done[k][:, t]) for t in range(batch.shape[1])], 1)
                       for k, sc in enumerate(scalers)]
             batch["next", "reward"] = torch.cat(scaled, 0).float()
         # 2. advantages (terminated stops bootstrapping, truncated bootstraps)
         compute_advantage(batch, critic, cfg)
         # 3. epochs x minibatches
-        stats = ppo_update(batch.reshape(-1), loss_fn, optim, cfg, n_seeds)
+        stats = ppo_update(batch.reshape(-1), loss_fn, optim, cfg, axis)
         it += 1
         # 4. log, evaluate, checkpoint
-        frames = collector.frames // n_seeds
+        frames = collector.frames // axis.n
         row = {"iteration": it, "fps": collector.frames / run.elapsed,
                "train_return": run.record_episodes([r for rs in returns for r in rs]),
                "episodes": sum(len(r) for r in returns), "lr": optim.param_groups[0]["lr"],
                **{k: float(v) for k, v in torch.stack(stats).mean().items()}}
-        if n_seeds > 1:
-            row.update({f"train_return/seed_{s}": sum(r) / len(r) if r else math.nan for s, r in zip(seeds, returns)})
+        row.update(zip(axis.names("train_return"), (sum(r) / len(r) if r else math.nan for r in returns)))
         if crossed(cfg.eval_every, frames - frames_per_batch, frames):
-            evals = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, 10_000, seeds) if n_seeds > 1 else \
-                evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 10_000)
-            row.update(seed_metrics("eval_return", evals, seeds))
+            row.update(axis.metrics("eval_return", evaluate(actor, cfg, obs_norm, cfg.eval_episodes, 10_000, axis)))
         run.log(frames, row, show=("train_return", "eval_return", "fps"))
         run.maybe_checkpoint(frames, extra={"iteration": it}, **state)
         if run.should_stop(row):
             break
-    frames = collector.frames // n_seeds
+    frames = collector.frames // axis.n
     run.checkpoint(frames, extra={"iteration": it}, **state)
     collector.shutdown()
     env.close()
-    evals = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, 20_000, seeds) if n_seeds > 1 else \
-        evaluate(actor, cfg, obs_norm, cfg.eval_episodes, cfg.seed + 20_000)
+    evals = evaluate(actor, cfg, obs_norm, cfg.eval_episodes, 20_000, axis)
     torch.save(
         {"actor": actor.state_dict(), "critic": critic.state_dict(),
          "obs_norm": obs_norm.state_dict() if obs_norm is not None else None,
-         "config": dataclasses.asdict(cfg), "seeds": seeds},
+         "config": dataclasses.asdict(cfg), "seeds": axis.seeds},
         os.path.join(cfg.out, "model.pt"),
     )
-    extra = {"iterations": it}
-    if n_seeds > 1:
-        run.log(frames, {f"eval_return/seed_{s}": v for s, v in zip(seeds, evals)})
-        extra.update({"seeds": seeds, "eval_return_seeds": evals})
-    return finish_env_run(run, cfg, frames, sum(evals) / len(evals), f"PPO {cfg.env_id}", **extra)
+    final = axis.metrics("eval_return", evals)
+    if per_seed := {k: final[k] for k in axis.names("eval_return")}:
+        run.log(frames, per_seed)
+    return finish_env_run(run, cfg, frames, final["eval_return"], f"PPO {cfg.env_id}", iterations=it,
+                          **axis.summary("eval_return", evals))
 
 
 def evaluate_checkpoint(cfg: Config, path: str | None = None) -> dict:
@@ -450,7 +381,7 @@ def evaluate_checkpoint(cfg: Config, path: str | None = None) -> dict:
     ``cfg.eval_episodes`` fresh deterministic episodes; works while its run still trains.
 
     Returns:
-        ``{"frames": int, "eval_return": float, "checkpoint": str}`` (with ``n_seeds > 1``
+        ``{"frames": int, "eval_return": float, "checkpoint": str}`` (with several seeds
         also ``eval_return_seeds``, and ``eval_return`` their mean).
     """
     from tdrl.core.train import Checkpointer
@@ -459,23 +390,18 @@ def evaluate_checkpoint(cfg: Config, path: str | None = None) -> dict:
     path = path or ckpt.latest()
     if path is None:
         raise FileNotFoundError(f"No checkpoint in {ckpt.directory}.")
-    seeds = run_seeds(cfg)
-    norm_obs, _ = _resolved_norms(cfg, cfg.env_id, len(seeds))
-    probe = make_env(cfg, len(seeds), None)
-    actor, _ = build_actor_critic(probe, cfg, seeds)
+    axis = SeedAxis(run_seeds(cfg))
+    norm_obs, _ = _resolved_norms(cfg, axis)
+    probe = make_env(cfg, axis.n, None)
+    actor, _ = axis.build(lambda seed: make_actor_critic(probe, cfg))
     probe.close()
     objects = {"actor": actor}
     if norm_obs:
         objects["obs_norm"] = VecNorm(clip=10.0)
     state = ckpt.load(path, restore_rng=False, **objects)
-    if len(seeds) == 1:
-        evals = evaluate(actor, cfg, objects.get("obs_norm"), cfg.eval_episodes, cfg.seed + 20_000)
-    else:
-        evals = evaluate(actor, cfg, None, cfg.eval_episodes, 20_000, seeds)
-    result = {"frames": int(state["extra"]["step"]), "eval_return": sum(evals) / len(evals), "checkpoint": str(path)}
-    if len(seeds) > 1:
-        result["eval_return_seeds"] = evals
-    return result
+    evals = evaluate(actor, cfg, objects.get("obs_norm"), cfg.eval_episodes, 20_000, axis)
+    return {"frames": int(state["extra"]["step"]), "eval_return": sum(evals) / len(evals), "checkpoint": str(path),
+            **{k: v for k, v in axis.summary("eval_return", evals).items() if k != "seeds"}}
 
 
 def run_app(cfg: Config) -> dict:

@@ -31,7 +31,7 @@ TensorDict) a resumed run is bit-identical to an uninterrupted one; the Gymnasiu
 simulators cannot be checkpointed, so there every sub-env starts a fresh episode on resume.
 
 With ``n_seeds=K`` the seeds ``seed, ..., seed+K-1`` train in one process as one model
-(:mod:`tdrl.core.train.seeds`): one env of ``K`` seed-major blocks of ``num_envs`` sub-envs
+(:class:`tdrl.core.train.SeedAxis`): one env of ``K`` seed-major blocks of ``num_envs`` sub-envs
 (block ``k`` seeded as a single run of seed ``seed+k``), each seed's loss built as its single
 run builds it and stacked (``stack_losses``: actor, critics and target critics with a
 leading seed dim, one temperature per seed), one replay storage whose item ``i`` holds every
@@ -63,23 +63,7 @@ from tdrl.core.envs import TORCH_ENVS, env_rng_state, make_env
 from tdrl.core.modules import MLP, NormalParamExtractor, ProbabilisticActor, TanhNormal, ValueOperator
 from tdrl.core.objectives import REDQLoss, SACLoss, SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, ReplayBuffer
-from tdrl.core.train import (
-    ConfigError,
-    OffPolicyConfig,
-    OffPolicyLog,
-    Run,
-    UpdateBudget,
-    block_seeds,
-    build_seeds,
-    evaluate_episodes,
-    evaluate_per_env,
-    from_seed_items,
-    hydra_app,
-    per_seed,
-    seed_sub_envs,
-    stack_losses,
-    to_seed_items,
-)
+from tdrl.core.train import ConfigError, OffPolicyConfig, OffPolicyLog, Run, SeedAxis, UpdateBudget, hydra_app
 
 
 @dataclass
@@ -135,11 +119,9 @@ class Config(OffPolicyConfig):
             raise ConfigError(f"Config.policy_delay={self.policy_delay!r}: expected an integer >= 1.")
         if self.n_seeds < 1:
             raise ConfigError(f"Config.n_seeds={self.n_seeds} is not allowed: expected an integer >= 1.")
-        if self.n_seeds > 1 and self.env_id in TORCH_ENVS:
-            raise ConfigError(f"Config.env_id={self.env_id} with n_seeds={self.n_seeds}: the torch env draws "
-                              "every sub-env from one generator, so its seed blocks cannot be seeded apart; "
-                              "use a Gymnasium task (e.g. Pendulum-v1) or run the seeds one after another "
-                              "(-m seed=0,1,2).")
+        SeedAxis(run_seeds(self)).refuse_shared(
+            f"Config.env_id={self.env_id}: the torch env's one generator for every sub-env",
+            self.env_id in TORCH_ENVS, "use a Gymnasium task (e.g. Pendulum-v1)")
 
 
 def env_for(cfg: Config, num_envs: int):
@@ -179,23 +161,20 @@ def run_seeds(cfg: Config) -> list[int]:
     return [cfg.seed + k for k in range(cfg.n_seeds)]
 
 
-def build_loss(env, cfg: Config, seeds: list[int]):
-    """One seed's loss, or with several ``seeds`` the seeds' losses stacked into one (seed
-    ``s`` initialised as a single run of seed ``s``: ``torch.manual_seed(s)`` then
-    :func:`make_loss`)."""
-    if len(seeds) == 1:
-        return make_loss(env, cfg)
-    return stack_losses(build_seeds(lambda seed: make_loss(env, cfg), seeds, stack=False))
+def build_loss(env, cfg: Config, axis: SeedAxis):
+    """The loss of the axis's seeds, seed ``s`` initialised as a single run of seed ``s``
+    (``torch.manual_seed(s)`` then :func:`make_loss`), stacked over the seeds."""
+    return axis.build_loss(lambda seed: make_loss(env, cfg))
 
 
-def sac_update(loss_fn, optim: torch.optim.Optimizer, batch, n_seeds: int = 1, actor: bool = True):
+def sac_update(loss_fn, optim: torch.optim.Optimizer, batch, axis: SeedAxis, actor: bool = True):
     """One gradient step on ``batch`` (``[n_seeds * B]`` seed-major rows); returns the loss
-    output. The total loss is scaled by ``n_seeds`` so that each seed's slice of the stacked
-    parameters gets the gradient of its own mean loss (Adam is element-wise). ``actor=False``:
-    the critics only (the actor and temperature get no gradient, so Adam leaves them be)."""
+    output. Each seed's slice of the stacked parameters gets the gradient of its own mean loss
+    (:meth:`SeedAxis.backward`; Adam is element-wise). ``actor=False``: the critics only (the
+    actor and temperature get no gradient, so Adam leaves them be)."""
     out = loss_fn(batch, actor=actor)
     optim.zero_grad(set_to_none=True)
-    (total_loss(out) * n_seeds).backward()
+    axis.backward(total_loss(out))
     optim.step()
     return out
 
@@ -205,16 +184,15 @@ def train(cfg: Config, seeds: list[int] | None = None) -> dict:
 
     Args:
         cfg: the config.
-        seeds: the seeds trained together (default :func:`run_seeds`); several train as one
-            vectorised model.
+        seeds: the seeds trained together (default :func:`run_seeds`) as one vectorised
+            model (:class:`SeedAxis`).
     """
-    seeds = run_seeds(cfg) if seeds is None else list(seeds)
-    n_seeds = len(seeds)
+    axis = SeedAxis(run_seeds(cfg) if seeds is None else seeds, cfg.num_envs)
     run = Run(cfg, cfg.algorithm, total=cfg.total_frames, unit="frames")
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
-    env = env_for(cfg, n_seeds * cfg.num_envs)
-    loss_fn = build_loss(env, cfg, seeds).to(device)
+    env = env_for(cfg, axis.num_envs)
+    loss_fn = build_loss(env, cfg, axis).to(device)
     actor = loss_fn.actor
     optim = torch.optim.Adam([
         {"params": list(actor.parameters()), "lr": cfg.actor_lr},
@@ -222,14 +200,12 @@ def train(cfg: Config, seeds: list[int] | None = None) -> dict:
         {"params": list(loss_fn.temperature.parameters()), "lr": cfg.critic_lr},
     ])
     updater = SoftUpdate(loss_fn, tau=cfg.tau)
-    # with several seeds item i holds every seed's i-th transition: a buffer per seed in one storage
+    # item i holds every seed's i-th transition (SeedAxis.to_replay): a buffer per seed in one storage
     buffer = ReplayBuffer(storage=LazyTensorStorage(min(cfg.buffer_size, cfg.total_frames), device=device),
                           batch_size=cfg.batch_size)
-    collector = Collector(env, actor, frames_per_batch=n_seeds * cfg.num_envs, total_frames=n_seeds * cfg.total_frames,
-                          init_random_frames=n_seeds * cfg.learning_starts, device=device,
-                          seed=cfg.seed if n_seeds == 1 else None)
-    if n_seeds > 1:  # block k starts as a single run of seed seeds[k]
-        seed_sub_envs(env, block_seeds(seeds, cfg.num_envs))
+    collector = Collector(env, actor, frames_per_batch=axis.num_envs, total_frames=axis.n * cfg.total_frames,
+                          init_random_frames=axis.n * cfg.learning_starts, device=device)
+    axis.seed_envs(env)  # block k starts as a single run of seed seeds[k]
     budget = UpdateBudget(cfg.utd_ratio, cfg.learning_starts)
     keep = ["observation", "action", ("next", "observation"), ("next", "reward"),
             ("next", "terminated")]
@@ -240,47 +216,34 @@ def train(cfg: Config, seeds: list[int] | None = None) -> dict:
         state["env_rng"] = env_rng
     if run.start(**state) is not None and env_rng is None:
         collector.reset()  # the simulators restart: new episodes, seeded from the frame count
-        if n_seeds == 1:
-            collector.set_seed(cfg.seed + collector.frames)
-        else:
-            seed_sub_envs(env, block_seeds([s + collector.frames // n_seeds for s in seeds], cfg.num_envs))
+        axis.seed_envs(env, offset=collector.frames // axis.n)
 
-    def evaluate(seed: int) -> dict:  # the deterministic policy
-        if n_seeds == 1:
-            return {"eval_return": evaluate_episodes(env_for(cfg, cfg.eval_episodes), actor, cfg.eval_episodes, seed)}
-        offset = seed - cfg.seed  # block k is evaluated as seed seeds[k]'s single run
-        n = n_seeds * cfg.eval_episodes
-        per_env = evaluate_per_env(env_for(cfg, n), actor, n, block_seeds([s + offset for s in seeds],
-                                                                          cfg.eval_episodes))
-        evals = per_seed(per_env, n_seeds).mean(1).tolist()
-        return {"eval_return": sum(evals) / n_seeds, **{f"eval_return/seed_{s}": v for s, v in zip(seeds, evals)}}
+    def evaluate(seed: int) -> dict:  # the deterministic policy, block k as seed seeds[k]'s single run
+        evals = axis.evaluate(lambda n: env_for(cfg, n), actor, cfg.eval_episodes, seed - cfg.seed)
+        return axis.metrics("eval_return", evals)
 
     def alphas() -> dict:
-        alpha = loss_fn.temperature.alpha
-        return {f"alpha/seed_{s}": float(a) for s, a in zip(seeds, alpha)} if n_seeds > 1 else {}
+        return dict(zip(axis.names("alpha"), loss_fn.temperature.alpha.reshape(-1).tolist()))
 
     log = OffPolicyLog(run, cfg, budget, evaluate, show=("train_return", "eval_return", "alpha"), extra=alphas,
-                       seeds=seeds)
+                       axis=axis)
     for batch in collector:
         # 1. one step of every sub-env (uniformly random actions before learning_starts)
-        frames, new = collector.frames // n_seeds, batch.numel() // n_seeds
-        flat = batch.reshape(-1).select(*keep).to(device)
-        buffer.extend(flat if n_seeds == 1 else to_seed_items(flat, n_seeds))
+        frames, new = collector.frames // axis.n, batch.numel() // axis.n
+        buffer.extend(axis.to_replay(batch.reshape(-1).select(*keep).to(device)))
         log.add_batch(batch)
         # 2. gradient steps
         steps = budget.add(frames, new)
         for u in range(budget.updates - steps, budget.updates):  # u: the run's update index
-            sample = buffer.sample()
             with_actor = (u + 1) % cfg.policy_delay == 0
-            out = sac_update(loss_fn, optim, sample if n_seeds == 1 else from_seed_items(sample, n_seeds), n_seeds,
-                             actor=with_actor)
+            out = sac_update(loss_fn, optim, axis.from_replay(buffer.sample()), axis, actor=with_actor)
             updater.step()
             if with_actor:  # the diagnostics of the steps with every term
                 log.add_stats(out)
         # 3. log, evaluate, checkpoint
         if log.step(frames, new, state):
             break
-    model = {"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict(), "seeds": seeds}
+    model = {"actor": actor.state_dict(), "qvalue": loss_fn.qvalue.state_dict(), "seeds": axis.seeds}
     return log.close(collector, env, state, model, f"{cfg.algorithm.upper()} {cfg.env_id}")
 
 

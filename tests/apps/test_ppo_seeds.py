@@ -62,12 +62,58 @@ def test_seeds_follow_the_seed_so_sweeps_compose(ppo):
 
 
 def test_configs_that_would_mix_seeds_are_refused(ppo, tmp_path):
-    with pytest.raises(ValueError, match="norm_obs=true with n_seeds=2"):
+    with pytest.raises(ValueError, match="norm_obs=true: the running observation statistics would be shared"):
         ppo.main.load(["n_seeds=2", "norm_obs=true"])
     with pytest.raises(ValueError, match="n_seeds=0"):
         ppo.main.load(["n_seeds=0"])
-    with pytest.raises(ValueError, match="seed blocks cannot be seeded apart"):
+    with pytest.raises(ValueError, match="one generator for every sub-env would be shared by the 2 seeds"):
         ppo.main.load(["n_seeds=2", "env_id=tdrl/Pendulum", "norm_obs=false"])
     cfg = ppo.main.load(["env_id=Pendulum-v1", f"out={tmp_path}", "n_seeds=2"], recipe="tiny")
     with pytest.raises(ValueError, match="set norm_obs=false"):  # continuous: norm_obs defaults on
         ppo.train(cfg)
+
+
+def test_one_seed_is_the_plain_single_run_bit_for_bit(ppo, tmp_path):
+    """n_seeds=1 through SeedAxis equals the single-seed PPO loop written without it (the app's
+    path before seeds became a dimension): PPOLoss normalising the advantages, torch's
+    clip_grad_norm_, the collector seeding the env; same metrics and the same final weights."""
+    from tdrl.core.collectors import Collector
+    from tdrl.core.objectives import PPOLoss, total_loss
+
+    cfg = ppo.main.load([f"out={tmp_path}", "gae_backend=torch", "seed=2", "total_frames=384"], recipe="tiny")
+    summary = ppo.train(cfg)
+    rows = read_rows(tmp_path / "metrics.csv")
+    app = torch.load(tmp_path / "model.pt", weights_only=True)
+
+    torch.manual_seed(cfg.seed)
+    env = ppo.make_env(cfg, cfg.num_envs, None)
+    actor, critic = ppo.make_actor_critic(env, cfg)
+    loss_fn = PPOLoss(actor, critic, clip_epsilon=cfg.clip_epsilon, entropy_coef=cfg.entropy_coef,
+                      critic_coef=cfg.critic_coef, normalize_advantage=True)
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, eps=1e-5)
+    fpb = cfg.num_envs * cfg.num_steps
+    n_iters = cfg.total_frames // fpb
+    collector = Collector(env, actor, frames_per_batch=fpb, total_frames=n_iters * fpb, seed=cfg.seed)
+    losses = []
+    for it, batch in enumerate(collector):
+        for g in optim.param_groups:
+            g["lr"] = cfg.lr * (1.0 - it / n_iters)
+        ppo.compute_advantage(batch, critic, cfg)
+        flat, stats = batch.reshape(-1), []
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(flat.shape[0])
+            for start in range(0, flat.shape[0], cfg.minibatch_size):
+                out = loss_fn(flat[perm[start:start + cfg.minibatch_size]])
+                optim.zero_grad(set_to_none=True)
+                total_loss(out).backward()
+                torch.nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
+                optim.step()
+                stats.append(out.detach())
+        losses.append(float(torch.stack(stats).mean()["loss_objective"]))
+    collector.shutdown()
+    assert len(losses) == 3 and [float(r["loss_objective"]) for r in rows[:3]] == losses
+    for net, mod in (("actor", actor), ("critic", critic)):
+        for name, value in mod.state_dict().items():
+            assert torch.equal(app[net][name], value), f"{net}.{name}"
+    single_eval = ppo.evaluate(actor, cfg, None, cfg.eval_episodes, 20_000, ppo.SeedAxis([cfg.seed]))
+    assert summary["eval_return"] == single_eval[0] and "seeds" not in summary

@@ -13,7 +13,7 @@ from tensordict import TensorDict
 
 from _load import load_app, read_rows  # noqa: E402
 from tdrl.core.objectives import SoftUpdate
-from tdrl.core.train import SeedStackedModule, from_seed_items, to_seed_items
+from tdrl.core.train import SeedAxis, SeedStackedModule, from_seed_items, to_seed_items
 
 SEEDS, B = [3, 7], 16
 
@@ -74,20 +74,21 @@ def test_stacked_update_equals_single_seed_updates(sac, monkeypatch, algorithm):
     cfg = sac.Config(env_id="Pendulum-v1", hidden=(16, 16), algorithm=algorithm, num_critics=3, critic_subset=2,
                      alpha_init=0.5)
     env = sac.env_for(cfg, 1)
-    vec = sac.build_loss(env, cfg, SEEDS)
+    vec = sac.build_loss(env, cfg, SeedAxis(SEEDS))
 
     def optimiser(loss):
         return torch.optim.Adam([{"params": list(loss.actor.parameters()), "lr": 1e-2},
                                  {"params": list(loss.qvalue.parameters()), "lr": 1e-2},
                                  {"params": list(loss.temperature.parameters()), "lr": 1e-2}])
 
-    def steps(loss, noise, rows=None):
+    def steps(loss, noise, rows=None, seed=None):
         opt, upd = optimiser(loss), SoftUpdate(loss, tau=0.1)
         monkeypatch.setattr(normal_mod, "_standard_normal", noise)
         torch.manual_seed(11)  # REDQ's subset draws
         for step in range(3):
             batch = _batch(step)
-            sac.sac_update(loss, opt, batch if rows is None else batch[rows], len(SEEDS) if rows is None else 1)
+            axis = SeedAxis(SEEDS if seed is None else [seed])
+            sac.sac_update(loss, opt, batch if rows is None else batch[rows], axis)
             upd.step()
 
     singles = []
@@ -98,7 +99,7 @@ def test_stacked_update_equals_single_seed_updates(sac, monkeypatch, algorithm):
         _assert_seed_equal(vec, singles[k], k, tol=0)
     steps(vec, _Noise())
     for k, single in enumerate(singles):
-        steps(single, _Noise(block=k), rows=slice(k * B, (k + 1) * B))
+        steps(single, _Noise(block=k), rows=slice(k * B, (k + 1) * B), seed=SEEDS[k])
         _assert_seed_equal(vec, single, k)
     assert not torch.equal(vec.temperature.log_alpha[0], vec.temperature.log_alpha[1])  # alpha per seed
     env.close()
@@ -149,6 +150,6 @@ def test_a_seed_does_not_depend_on_the_other_seeds(sac, tmp_path):
 def test_impossible_seed_configs_are_refused(sac):
     with pytest.raises(ValueError, match="n_seeds=0"):
         sac.main.load(["n_seeds=0"])
-    with pytest.raises(ValueError, match="seed blocks cannot be seeded apart"):
+    with pytest.raises(ValueError, match="one generator for every sub-env would be shared by the 2 seeds"):
         sac.main.load(["n_seeds=2", "env_id=tdrl/Pendulum"])
     assert sac.run_seeds(sac.main.load(["seed=4", "n_seeds=3"], recipe="tiny")) == [4, 5, 6]

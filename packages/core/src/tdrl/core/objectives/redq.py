@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from tdrl.core.objectives.common import distance_loss, make_target
 from tdrl.core.objectives.sac import SACLoss
-from tdrl.core.train.seeds import SeedStackedModule
+from tdrl.core.modules.stacked import SeedStackedModule
 from tdrl.core.values._utils import require
 from tdrl.core.values.nstep import step_discount
 from tdrl.core.torchrl_names import accept_torchrl_names
@@ -57,9 +57,9 @@ class CriticEnsemble(nn.Module):
         critics: plain TensorDict modules of one architecture with one out key (e.g. a
             :class:`~tdrl.core.modules.ValueOperator` over an MLP); their weights are stacked.
 
-    The stacked parameters are ``[n_seeds * num_nets, *shape]``: member ``k * num_nets + i`` is
-    critic ``i`` of seed ``k`` (``n_seeds`` is 1 unless :func:`~tdrl.core.train.stack_losses`
-    stacked several seeds' ensembles with :meth:`stack_seeds`).
+    The stacked parameters are ``[groups * num_nets, *shape]``: member ``g * num_nets + i`` is
+    critic ``i`` of group ``g``, and group ``g`` serves the ``g``-th of ``groups`` equal blocks of
+    rows (``groups`` is 1 unless :meth:`concat` joined several ensembles).
     """
 
     def __init__(self, critics: Sequence[nn.Module]) -> None:
@@ -70,18 +70,18 @@ class CriticEnsemble(nn.Module):
             raise TypeError("CriticEnsemble: each critic must be a plain TensorDictModule with one out key "
                             f"(e.g. ValueOperator(MLP(...), in_keys=[...], out_keys=[...])), got {type(first).__name__}.")
         self.in_keys, self.out_key = list(first.in_keys), first.out_keys[0]
-        self.num_nets, self.n_seeds = len(critics), 1
+        self.num_nets, self.groups = len(critics), 1
         self.net = SeedStackedModule([c.module for c in critics])
 
     @classmethod
-    def stack_seeds(cls, parts: Sequence["CriticEnsemble"]) -> "CriticEnsemble":
-        """The seeds' ensembles as one (seed-major members), for a seed-stacked loss."""
+    def concat(cls, parts: Sequence["CriticEnsemble"]) -> "CriticEnsemble":
+        """Several ensembles of one size as one: ``parts[g]``'s critics serve row block ``g``."""
         if any(p.num_nets != parts[0].num_nets for p in parts):
-            raise ValueError("CriticEnsemble.stack_seeds: the seeds' ensembles differ in size.")
+            raise ValueError("CriticEnsemble.concat: the ensembles differ in size.")
         out = cls.__new__(cls)
         nn.Module.__init__(out)
         out.in_keys, out.out_key, out.num_nets = parts[0].in_keys, parts[0].out_key, parts[0].num_nets
-        out.n_seeds = sum(p.n_seeds for p in parts)
+        out.groups = sum(p.groups for p in parts)
         out.net = SeedStackedModule.concat([p.net for p in parts])
         return out
 
@@ -89,18 +89,18 @@ class CriticEnsemble(nn.Module):
         """Every critic (or the critics ``index``) on the same inputs.
 
         Args:
-            inputs: one tensor per in key, ``[*B, ...]`` (``B`` seed-major blocks when seed-stacked).
-            index: optional critic indices ``[K]`` (the same for every seed).
+            inputs: one tensor per in key, ``[*B, ...]`` (``groups`` equal blocks of rows).
+            index: optional critic indices ``[K]`` (the same in every group).
             detach: detached parameters (gradients reach the inputs only).
 
         Returns:
             ``[K, *B, ...]`` (``K = num_nets`` without ``index``).
         """
-        s, k = self.n_seeds, self.num_nets if index is None else int(index.numel())
+        s, k = self.groups, self.num_nets if index is None else int(index.numel())
         lead = inputs[0].shape[:-1]
         rows = lead.numel()
         if rows % s:
-            raise ValueError(f"CriticEnsemble: {rows} rows are not {s} seed-major blocks.")
+            raise ValueError(f"CriticEnsemble: {rows} rows are not {s} equal blocks (one per group).")
         r, nd = rows // s, len(lead)
         xs = [x.reshape(s, 1, r, *x.shape[nd:]).expand(s, k, r, *x.shape[nd:]).reshape(s * k * r, *x.shape[nd:])
               for x in inputs]

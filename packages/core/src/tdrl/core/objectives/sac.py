@@ -47,54 +47,28 @@ class EntropyTemperature(nn.Module):
         self.min_log = None if min_alpha is None else math.log(min_alpha)
         self.max_log = None if max_alpha is None else math.log(max_alpha)
 
-    @classmethod
-    def stack_seeds(cls, temps: "list[EntropyTemperature]") -> "EntropyTemperature":
-        """One temperature per seed (``log_alpha`` ``[n_seeds]``) from the seeds' own, for a
-        seed-stacked loss (:func:`tdrl.core.train.seeds.stack_losses`)."""
-        first = temps[0]
-        out = cls(1.0, first.target_entropy, first.fixed)
-        out.min_log, out.max_log = first.min_log, first.max_log
-        log_alpha = torch.stack([t.log_alpha.detach().reshape(()) for t in temps]).clone()
-        if first.fixed:
-            out.log_alpha = log_alpha
-        else:
-            out.log_alpha = nn.Parameter(log_alpha)
-        return out
-
     @property
     def alpha(self) -> Tensor:
-        """Detached current alpha (a scalar tensor; ``[n_seeds]`` for a seed-stacked one)."""
+        """Detached current alpha (a scalar tensor)."""
         log_alpha = self.log_alpha.detach()
         if self.min_log is not None or self.max_log is not None:
             log_alpha = log_alpha.clamp(self.min_log, self.max_log)
         return log_alpha.exp()
 
-    def _rows(self, value: Tensor, like: Tensor) -> Tensor:
-        """``value`` (scalar, or ``[n_seeds]``) broadcast to the rows of ``like``: seed ``k``'s
-        value on its block of ``like``'s seed-major leading dim."""
-        if value.ndim == 0:
-            return value
-        n = value.shape[0]
-        if like.ndim == 0 or like.shape[0] % n:
-            raise ValueError(f"EntropyTemperature: {n} seeds' temperatures, but the batch's leading dim "
-                             f"{tuple(like.shape)[:1]} is not n_seeds seed-major blocks.")
-        return value.repeat_interleave(like.shape[0] // n).reshape(-1, *([1] * (like.ndim - 1)))
-
     def alpha_for(self, like: Tensor) -> Tensor:
-        """Detached alpha broadcastable to ``like`` (``[*B, ...]``): the scalar, or each
-        seed's on its seed-major block of rows."""
-        return self._rows(self.alpha, like)
+        """Detached alpha broadcastable to ``like`` (``[*B, ...]``); a subclass may give each
+        block of rows its own (e.g. :class:`~tdrl.core.train.seeds.StackedTemperature`)."""
+        return self.alpha
 
     def loss(self, log_prob: Tensor) -> Tensor | None:
         """``-log_alpha * (E[log pi] + target_entropy)``; ``log_prob`` is detached here.
 
         Args:
-            log_prob: ``E_pi[log pi(.|s)]`` per state, any shape (seed-major rows for a
-                seed-stacked temperature).
+            log_prob: ``E_pi[log pi(.|s)]`` per state, any shape.
         """
         if self.fixed:
             return None
-        return -(self._rows(self.log_alpha, log_prob) * (log_prob.detach() + self.target_entropy)).mean()
+        return -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
 
 
 @accept_torchrl_names
@@ -201,7 +175,7 @@ class SACLoss(LossModule):
         out = {
             "loss_actor": (self.temperature.alpha_for(log_prob) * log_prob - q).mean(),
             "entropy": -log_prob.mean(),
-            "alpha": self.temperature.alpha.mean(),  # the mean over seeds for a seed-stacked loss
+            "alpha": self.temperature.alpha.mean(),  # a scalar (the mean where a subclass holds several)
         }
         loss_alpha = self.temperature.loss(log_prob)
         if loss_alpha is not None:

@@ -40,7 +40,9 @@ from tdrl.core.train.progress import ProgressBar
 from tdrl.core.train.rl import EnvRunConfig, OffPolicyConfig, OffPolicyLog, UpdateBudget, finish_env_run, mean_metrics
 from tdrl.core.train.run import Run, changed_settings, crossed, run_folder
 from tdrl.core.train.seeds import (
+    SeedAxis,
     SeedStackedModule,
+    StackedTemperature,
     block_seeds,
     build_seeds,
     clip_grad_norm_per_seed,
@@ -86,7 +88,9 @@ __all__ = [
     "plot_curves",
     "evaluate_episodes",
     "evaluate_per_env",
+    "SeedAxis",
     "SeedStackedModule",
+    "StackedTemperature",
     "build_seeds",
     "stack_seeds",
     "clip_grad_norm_per_seed",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
@@ -31,14 +29,14 @@ def evaluate_episodes(env, policy, episodes: int, seed: int, close: bool = True)
 
 
 @torch.no_grad()
-def evaluate_per_env(env, policy, episodes: int, seed: int | Sequence[int], close: bool = True) -> torch.Tensor:
+def evaluate_per_env(env, policy, episodes: int, seed: int | None, close: bool = True) -> torch.Tensor:
     """The return of the first episode of each sub-env of ``env`` under the deterministic
     policy, ``[episodes]``.
 
     Args:
         env, policy, episodes, close: as :func:`evaluate_episodes`.
-        seed: seed of the evaluation envs (sub-env ``i`` gets ``seed + i``), or one seed per
-            sub-env (e.g. seed-major blocks from :func:`tdrl.core.train.seeds.block_seeds`).
+        seed: seed of the evaluation envs (sub-env ``i`` gets ``seed + i``); None: ``env`` is
+            seeded already (e.g. per seed block by :meth:`tdrl.core.train.SeedAxis.evaluate`).
 
     Returns:
         ``[episodes]`` returns, in sub-env order.
@@ -47,12 +45,8 @@ def evaluate_per_env(env, policy, episodes: int, seed: int | Sequence[int], clos
 
     if tuple(env.batch_size) != (episodes,):
         raise ValueError(f"evaluate_episodes: env batch size {tuple(env.batch_size)} != ({episodes},).")
-    if isinstance(seed, int):
+    if seed is not None:
         env.set_seed(seed)
-    else:
-        from tdrl.core.train.seeds import seed_sub_envs
-
-        seed_sub_envs(env, list(seed))
     td = env.reset()
     finished = torch.zeros(episodes, dtype=torch.bool)
     returns = torch.zeros(episodes)

@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.core.train.config import ConfigError, RunConfig, check_device
-from tdrl.core.train.evaluation import episode_returns
+from tdrl.core.train.seeds import SeedAxis
 from tdrl.core.train.run import Run, crossed
 
 log = logging.getLogger(__name__)
@@ -193,33 +193,31 @@ class OffPolicyLog:
         show: the row entries the progress line shows.
         extra: ``extra() -> dict`` of entries added to each metrics row (e.g. epsilon).
         success_key: a ``("next", key)`` flag read at episode ends (goal-conditioned tasks).
-        seeds: the run seeds of a vectorised-seeds run (:mod:`tdrl.core.train.seeds`): batches
-            are seed-major blocks, each row also holds ``train_return/seed_<s>``, ``frames``
-            passed to :meth:`step` are per seed (``fps`` counts every seed's), and :meth:`close` counts the collector's
-            frames per seed and adds ``seeds`` and ``eval_return_seeds`` (read from the
-            final evaluation's ``eval_return/seed_<s>`` entries) to the summary.
+        axis: the run's :class:`~tdrl.core.train.SeedAxis` (default: ``cfg.seed`` alone). Batches
+            are seed-major blocks; with several seeds each row also holds
+            ``train_return/seed_<s>``, ``frames`` passed to :meth:`step` are per seed (``fps``
+            counts every seed's), and :meth:`close` counts the collector's frames per seed and
+            adds ``seeds`` and ``eval_return_seeds`` (read from the final evaluation's
+            ``eval_return/seed_<s>`` entries) to the summary.
     """
 
     def __init__(self, run: Run, cfg: OffPolicyConfig, budget: UpdateBudget,
                  evaluate: Callable[[int], dict], show: Sequence[str] = ("train_return", "eval_return"),
                  extra: Callable[[], dict] | None = None, success_key: str | None = None,
-                 seeds: Sequence[int] | None = None) -> None:
+                 axis: SeedAxis | None = None) -> None:
         self.run, self.cfg, self.budget = run, cfg, budget
         self.evaluate, self.show, self.extra, self.success_key = evaluate, tuple(show), extra, success_key
-        self.seeds = list(seeds) if seeds is not None and len(seeds) > 1 else None
+        self.axis = axis if axis is not None else SeedAxis([cfg.seed])
         self.returns: list[float] = []
-        self.seed_returns: list[list[float]] = [[] for _ in self.seeds or []]
+        self.seed_returns: list[list[float]] = [[] for _ in self.axis.seeds]
         self.successes: list[float] = []
         self.stats: list[TensorDictBase] = []
 
     def add_batch(self, batch: TensorDictBase) -> None:
         """Record the episodes that end in ``batch`` (returns, and successes)."""
-        self.returns += episode_returns(batch)
-        if self.seeds is not None:
-            from tdrl.core.train.seeds import per_seed
-
-            for k, block in enumerate(per_seed(batch, len(self.seeds))):
-                self.seed_returns[k] += episode_returns(block)
+        for k, rets in enumerate(self.axis.episode_returns(batch)):
+            self.returns += rets
+            self.seed_returns[k] += rets
         if self.success_key is not None:
             done = batch["next", "done"].squeeze(-1)
             self.successes += batch["next", self.success_key][done].tolist()
@@ -234,16 +232,16 @@ class OffPolicyLog:
         run should stop (its time limit)."""
         cfg, run, row = self.cfg, self.run, {}
         if crossed(cfg.log_every, frames - new, frames):
-            row = {"updates": self.budget.updates, "fps": frames * len(self.seeds or [0]) / run.elapsed,
+            row = {"updates": self.budget.updates, "fps": frames * self.axis.n / run.elapsed,
                    **(self.extra() if self.extra is not None else {}),
                    "train_return": run.record_episodes(self.returns), "episodes": len(self.returns)}
             if self.success_key is not None:
                 row["train_success"] = sum(s > 0 for s in self.successes) / max(1, len(self.successes))
-            for s, rets in zip(self.seeds or [], self.seed_returns):
-                row[f"train_return/seed_{s}"] = sum(rets) / len(rets) if rets else math.nan
+            for name, rets in zip(self.axis.names("train_return"), self.seed_returns):
+                row[name] = sum(rets) / len(rets) if rets else math.nan
             row.update(mean_metrics(self.stats))
             self.returns, self.successes, self.stats = [], [], []
-            self.seed_returns = [[] for _ in self.seeds or []]
+            self.seed_returns = [[] for _ in self.axis.seeds]
         if frames >= cfg.learning_starts and crossed(cfg.eval_every, frames - new, frames):
             row["updates"] = self.budget.updates
             row.update(self.evaluate(cfg.seed + 10_000))
@@ -257,16 +255,15 @@ class OffPolicyLog:
         and ``env`` down, evaluate once more, save ``model`` (state dicts; the config is added)
         as ``model.pt``, write the summary (:func:`finish_env_run`, with ``extra`` and the
         final evaluation's other entries). Returns the summary."""
-        frames, cfg = collector.frames // len(self.seeds or [0]), self.cfg
+        frames, cfg = collector.frames // self.axis.n, self.cfg
         self.run.checkpoint(frames, **state)
         collector.shutdown()
         env.close()
         final = dict(self.evaluate(cfg.seed + 20_000))
         eval_return = final.pop("eval_return")
-        if self.seeds is not None:
-            per = {f"eval_return/seed_{s}": final[f"eval_return/seed_{s}"] for s in self.seeds}
+        if per := {name: final[name] for name in self.axis.names("eval_return")}:
             self.run.log(frames, per)
-            extra = {"seeds": self.seeds, "eval_return_seeds": list(per.values()), **extra}
+        extra = {**self.axis.summary("eval_return", list(per.values())), **extra}
         torch.save({**model, "config": dataclasses.asdict(cfg)}, os.path.join(cfg.out, "model.pt"))
         return finish_env_run(self.run, cfg, frames, eval_return, title, updates=self.budget.updates,
                               **final, **extra)

@@ -2,13 +2,14 @@
 
 purejaxrl writes ``make_train(config)`` -> a pure function of the seed, and ``vmap`` runs
 every seed at once. A torch run steps Python envs, so the whole loop cannot be vmapped; what
-is vectorised here is everything a seed owns:
+is vectorised here is everything a seed owns, and :class:`SeedAxis` is the one object a
+training loop holds for it (one seed is a stack of one, so a loop has no seed-count branch):
 
 * networks: :func:`build_seeds` calls a function of the seed once per seed (under
   ``torch.manual_seed(seed)``, so each seed's initial weights equal a single-seed run's) and
   stacks the results (:func:`stack_seeds`): every parameter gets a leading seed dim and the
   network is evaluated with ``torch.func.vmap`` over ``functional_call``
-  (:class:`SeedStackedModule`). One optimiser over the stacked parameters serves every seed:
+  (:class:`~tdrl.core.modules.stacked.SeedStackedModule`). One optimiser over the stacked parameters serves every seed:
   Adam is element-wise, and :func:`clip_grad_norm_per_seed` clips each seed's slice alone.
 * envs: ``n_seeds`` seeds x ``E`` envs are one env of ``n_seeds * E`` sub-envs in seed-major
   blocks; :func:`block_seeds` gives sub-env ``k * E + j`` the seed ``seeds[k] + j`` (what a
@@ -21,9 +22,10 @@ What stays shared: one random generator draws for every seed (actions, minibatch
 permutations), so a vectorised seed equals its single-seed run given the same data, not
 sample for sample; a seed's trajectory does not depend on the other seeds' data (tested).
 Anything that pools statistics over the batch (observation normalisation, a shared
-advantage normalisation) must be made per seed or refused by the caller.
+advantage normalisation) must be made per seed or refused (:meth:`SeedAxis.refuse_shared`).
 
-Used by :mod:`tdrl.marl.vectorised` (MAPPO/IPPO, QMIX/VDN), ``apps/ppo`` and ``apps/sac`` (``n_seeds=``).
+``apps/ppo`` and ``apps/sac`` (``n_seeds=``) train through :class:`SeedAxis`; the MARL loops of
+:mod:`tdrl.marl.vectorised` (MAPPO/IPPO, QMIX/VDN) still use the functions below.
 """
 
 from __future__ import annotations
@@ -36,10 +38,16 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import Tensor, nn
-from torch.func import functional_call, stack_module_state, vmap
+
+from tdrl.core.modules.stacked import SeedStackedModule
+from tdrl.core.objectives.redq import CriticEnsemble
+from tdrl.core.objectives.sac import EntropyTemperature
+from tdrl.core.train.evaluation import evaluate_per_env
 
 __all__ = [
+    "SeedAxis",
     "SeedStackedModule",
+    "StackedTemperature",
     "stack_seeds",
     "build_seeds",
     "clip_grad_norm_per_seed",
@@ -53,160 +61,6 @@ __all__ = [
     "to_seed_items",
     "from_seed_items",
 ]
-
-
-_ELEMENTWISE = (nn.Tanh, nn.ReLU, nn.ELU, nn.SiLU, nn.GELU, nn.LeakyReLU, nn.Sigmoid, nn.Softplus, nn.Mish,
-                nn.Identity)
-
-
-def _linear_plan(module: nn.Module, prefix: str = "") -> list[tuple] | None:
-    """The layers of a plain MLP (``nn.Sequential`` / ``tdrl.core.modules.MLP`` of ``nn.Linear``
-    and element-wise activations, nested ones flattened, optionally ending in a
-    ``NormalParamExtractor``) for the batched-matmul path; None for anything else."""
-    from tensordict.nn import NormalParamExtractor
-
-    from tdrl.core.modules.models import MLP
-
-    if type(module) not in (nn.Sequential, MLP):
-        return None
-    if prefix and type(module) is MLP and len(module.out_shape) > 1:  # a reshape inside: not flat
-        return None
-    plan: list[tuple] = []
-    children = list(module)
-    for i, child in enumerate(children):
-        if plan and plan[-1][0] == "split":  # a NormalParamExtractor ends the plan
-            return None
-        if type(child) is nn.Linear:
-            plan.append(("linear", f"{prefix}{i}.weight", f"{prefix}{i}.bias" if child.bias is not None else None))
-        elif type(child) in _ELEMENTWISE:
-            plan.append(("act", child))
-        elif type(child) is NormalParamExtractor and i == len(children) - 1:
-            plan.append(("split", child))
-        elif (inner := _linear_plan(child, f"{prefix}{i}.")) is not None:
-            plan.extend(inner)
-        else:
-            return None
-    return plan
-
-
-class SeedStackedModule(nn.Module):
-    """``n_seeds`` copies of one architecture evaluated in one batched call.
-
-    Args:
-        modules: one module per seed, same architecture (their current weights are stacked).
-
-    Shapes: input ``[n_seeds * N, ...]`` (seed-major) -> output ``[n_seeds * N, ...]``.
-    Parameters are ``[n_seeds, *shape]`` (``stacked_params``), so an optimiser over them
-    updates every seed at once. A plain MLP (linear layers and element-wise activations) runs
-    as one ``baddbmm`` per layer; a module whose class defines
-    ``seed_stacked_forward(params, *xs)`` (``params``: ``{name: [n_seeds, *shape]}`` under its
-    own parameter names, inputs and outputs ``[n_seeds, N, ...]``; e.g. ``tdrl.marl``'s
-    ``MultiAgentMLP`` and ``QMixer``) runs that batched path; any other module through ``vmap``
-    over ``functional_call`` (the same result, with more per-call overhead: ~2.5 ms a call on
-    this CPU). The stacked copies need not be seeds: REDQ's critic ensemble
-    (:class:`~tdrl.core.objectives.redq.CriticEnsemble`) stacks its critics, runs a subset of
-    them with ``forward(..., index=)`` and joins seeds' ensembles with :meth:`concat`.
-    """
-
-    def __init__(self, modules: Sequence[nn.Module]) -> None:
-        super().__init__()
-        if not modules:
-            raise ValueError("SeedStackedModule needs at least one module (one per seed).")
-        self.n_seeds = len(modules)
-        params, buffers = stack_module_state(list(modules))
-        self._names = list(params)
-        self.stacked_params = nn.ParameterList([nn.Parameter(params[n].detach().clone()) for n in self._names])
-        self._buffer_names = list(buffers)
-        for i, n in enumerate(self._buffer_names):
-            self.register_buffer(f"_stacked_buffer_{i}", buffers[n].clone())
-        self._base = [copy.deepcopy(modules[0]).to("meta")]  # a list: not a registered submodule
-        self._plan = _linear_plan(modules[0]) if not self._buffer_names else None
-        self._stacked_forward = (getattr(type(modules[0]), "seed_stacked_forward", None)
-                                 if not self._buffer_names else None)
-
-    def _state(self) -> tuple[dict, dict]:
-        params = dict(zip(self._names, self.stacked_params))
-        buffers = {n: getattr(self, f"_stacked_buffer_{i}") for i, n in enumerate(self._buffer_names)}
-        return params, buffers
-
-    def stacked(self) -> dict[str, Tensor]:
-        """The stacked parameters ``{name: [n_seeds, *shape]}`` under the single module's names
-        (the live parameters: writes and gradients reach the module)."""
-        return dict(zip(self._names, self.stacked_params))
-
-    def seed_state(self, k: int) -> dict[str, Tensor]:
-        """Seed ``k``'s parameters and buffers under the single module's names (a state dict)."""
-        params, buffers = self._state()
-        return {n: t[k].detach() for n, t in {**params, **buffers}.items()}
-
-    @classmethod
-    def concat(cls, stacks: Sequence["SeedStackedModule"]) -> "SeedStackedModule":
-        """One stacked module whose members are those of ``stacks``, in order (e.g. each seed's
-        ensemble of critics: member ``k * n + i`` is critic ``i`` of seed ``k``)."""
-        first = stacks[0]
-        if any(type(m) is not cls or m._names != first._names for m in stacks):
-            raise TypeError("SeedStackedModule.concat: every part must be a SeedStackedModule of one architecture.")
-        out = copy.deepcopy(first)
-        out.n_seeds = sum(m.n_seeds for m in stacks)
-        out.stacked_params = nn.ParameterList([
-            nn.Parameter(torch.cat([m.stacked_params[i].detach() for m in stacks]),
-                         requires_grad=first.stacked_params[i].requires_grad)
-            for i in range(len(first._names))])
-        for i in range(len(first._buffer_names)):
-            setattr(out, f"_stacked_buffer_{i}", torch.cat([getattr(m, f"_stacked_buffer_{i}") for m in stacks]))
-        return out
-
-    def forward(self, *xs: Tensor, index: Tensor | None = None, detach: bool = False):
-        """Inputs ``[n * R, ...]`` in ``n`` member-major blocks -> outputs ``[n * R, ...]``.
-
-        Args:
-            xs: the inputs (block ``k`` goes to member ``k``).
-            index: optional member indices ``[n]`` (repeats allowed): only those members run,
-                block ``j`` through member ``index[j]`` (``n = n_seeds`` without it).
-            detach: run with detached parameters (gradients reach the inputs only).
-        """
-        params, buffers = self._state()
-        if index is not None:
-            params = {n: t[index] for n, t in params.items()}
-            buffers = {n: t[index] for n, t in buffers.items()}
-        if detach:
-            params = {n: t.detach() for n, t in params.items()}
-        s = self.n_seeds if index is None else int(index.numel())
-        if xs[0].shape[0] % s:
-            raise ValueError(f"SeedStackedModule: leading dim {xs[0].shape[0]} is not a multiple of n_seeds={s} "
-                             "(inputs must be n_seeds seed-major blocks, one per stacked member).")
-        if self._plan is not None:
-            return self._forward_linear(xs, params, s)
-        split = tuple(x.reshape(s, x.shape[0] // s, *x.shape[1:]) for x in xs)
-        base = self._base[0]
-        merge = lambda y: y.reshape(s * y.shape[1], *y.shape[2:])  # noqa: E731
-        if self._stacked_forward is not None:  # the module's own batched path over the seed dim
-            out = self._stacked_forward(base, params, *split)
-            return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
-
-        def one(params, buffers, *inp):
-            return functional_call(base, (params, buffers), inp)
-
-        out = vmap(one)(params, buffers, *split)
-        return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
-
-    def _forward_linear(self, xs: tuple[Tensor, ...], params: dict[str, Tensor],
-                        n: int) -> Tensor | tuple[Tensor, ...]:
-        """The MLP path: ``[n, rows, features]`` through one ``baddbmm`` per layer."""
-        x = xs[0] if len(xs) == 1 else torch.cat(xs, dim=-1)
-        lead = x.shape[:-1]
-        x = x.reshape(n, -1, x.shape[-1])
-        for step in self._plan:
-            if step[0] == "act":
-                x = step[1](x)
-                continue
-            if step[0] == "split":  # NormalParamExtractor: (loc, scale), row-wise
-                return tuple(y.reshape(*lead, y.shape[-1]) for y in step[1](x))
-            w = params[step[1]].transpose(1, 2)
-            x = torch.bmm(x, w) if step[2] is None else torch.baddbmm(params[step[2]].unsqueeze(1), x, w)
-        out = x.reshape(*lead, x.shape[-1])
-        out_shape = getattr(self._base[0], "out_shape", ())
-        return out.reshape(*out.shape[:-1], *out_shape) if len(out_shape) > 1 else out
 
 
 def _stack_one(modules: Sequence[nn.Module]) -> nn.Module:
@@ -258,9 +112,10 @@ def stack_losses(losses: Sequence[nn.Module]) -> nn.Module:
     The result is a copy of ``losses[0]`` (its keys, config and parameter-free parts) whose
     every child module holding parameters is replaced by the seeds' children stacked with
     :func:`stack_seeds`; target networks (``target_<name>``) are stacked from each seed's own
-    target and stay frozen. A child class may stack itself: a classmethod
-    ``stack_seeds(modules)`` is used when present (e.g.
-    :class:`~tdrl.core.objectives.EntropyTemperature`: one temperature per seed).
+    target and stay frozen. An :class:`~tdrl.core.objectives.EntropyTemperature` becomes a
+    :class:`StackedTemperature` (one temperature per seed), and REDQ's
+    :class:`~tdrl.core.objectives.redq.CriticEnsemble` s are joined with its ``concat`` (one
+    group of critics per seed).
 
     Args:
         losses: one loss per seed, e.g. built by :func:`build_seeds` with ``stack=False``.
@@ -279,9 +134,10 @@ def stack_losses(losses: Sequence[nn.Module]) -> nn.Module:
     out = copy.deepcopy(first)
     for name, child in first.named_children():
         parts = [x.get_submodule(name) for x in losses]
-        hook = getattr(type(child), "stack_seeds", None)
-        if hook is not None:
-            setattr(out, name, hook(parts))
+        if isinstance(child, EntropyTemperature):
+            setattr(out, name, StackedTemperature.stack(parts))
+        elif isinstance(child, CriticEnsemble):
+            setattr(out, name, CriticEnsemble.concat(parts))
         elif any(True for _ in child.parameters()):
             stacked = stack_seeds(parts)
             if name in targets:
@@ -444,3 +300,216 @@ def normalize_per_seed(adv: Tensor, n_seeds: int, eps: float = 1e-8) -> Tensor:
         return adv
     out = (blocks - blocks.mean(1, keepdim=True)) / blocks.std(1, keepdim=True).clamp_min(eps)
     return out.reshape(adv.shape)
+
+
+class StackedTemperature(EntropyTemperature):
+    """One SAC temperature per seed (``log_alpha`` ``[n_seeds]``), seed ``k``'s acting on the
+    ``k``-th of ``n_seeds`` equal blocks of rows; what :func:`stack_losses` makes of the seeds'
+    :class:`~tdrl.core.objectives.EntropyTemperature` s, so the loss itself never sees seeds."""
+
+    @classmethod
+    def stack(cls, temps: Sequence[EntropyTemperature]) -> "StackedTemperature":
+        """The seeds' temperatures (same settings, their current values) as one."""
+        first = temps[0]
+        out = cls(1.0, first.target_entropy, first.fixed)
+        out.min_log, out.max_log = first.min_log, first.max_log
+        log_alpha = torch.stack([t.log_alpha.detach().reshape(()) for t in temps]).clone()
+        if first.fixed:
+            out.log_alpha = log_alpha
+        else:
+            out.log_alpha = nn.Parameter(log_alpha)
+        return out
+
+    def _rows(self, value: Tensor, like: Tensor) -> Tensor:
+        """``value`` ``[n_seeds]`` on the seed-major blocks of ``like``'s leading dim."""
+        n = value.shape[0]
+        if like.ndim == 0 or like.shape[0] % n:
+            raise ValueError(f"StackedTemperature: {n} seeds' temperatures, but the batch's leading dim "
+                             f"{tuple(like.shape)[:1]} is not n_seeds seed-major blocks.")
+        return value.repeat_interleave(like.shape[0] // n).reshape(-1, *([1] * (like.ndim - 1)))
+
+    def alpha_for(self, like: Tensor) -> Tensor:
+        """Each seed's detached alpha on its block of rows of ``like``."""
+        return self._rows(self.alpha, like)
+
+    def loss(self, log_prob: Tensor) -> Tensor | None:
+        """The mean over seeds of each seed's temperature loss on its block of rows."""
+        if self.fixed:
+            return None
+        return -(self._rows(self.log_alpha, log_prob) * (log_prob.detach() + self.target_entropy)).mean()
+
+
+class SeedAxis:
+    """Everything seed-shaped in one run; a single seed is a stack of one.
+
+    purejaxrl vmaps ``make_train`` over seeds; a torch run steps Python envs, so instead the
+    seeds become a leading dimension that this object owns, and an app or a loss written
+    against it reads the same for one seed and for several:
+
+    * networks: :meth:`build` / :meth:`build_loss` call a function of the seed once per seed
+      under ``torch.manual_seed(seed)`` and stack the results (:func:`stack_seeds`,
+      :func:`stack_losses`);
+    * envs: one env of ``len(seeds)`` seed-major blocks of ``envs_per_seed`` sub-envs, block
+      ``k`` seeded as a single run of ``seeds[k]`` seeds its envs (:meth:`seed_envs`, also after
+      a resume and for evaluation, with an ``offset`` added to every seed);
+    * batches: seed-major rows ``[n * R, ...]``; :meth:`split` views them ``[n, R, ...]``,
+      :meth:`minibatches` takes the same positions of every seed's block, :meth:`normalize`
+      standardises within each block, :meth:`backward` scales a mean loss so that each seed
+      gets the gradient of its own mean, :meth:`clip_grad_norm_` clips each seed alone;
+    * replay: :meth:`to_replay` / :meth:`from_replay` store item ``i`` as every seed's ``i``-th
+      transition, so each seed samples only its own data;
+    * metrics and evaluation: :meth:`episode_returns`, :meth:`metrics` (the mean over seeds
+      and ``name/seed_<s>``), :meth:`evaluate` (one block of episodes per seed).
+
+    One seed keeps the plain networks (a stack of one would run every layer as a batched
+    matmul and clip with another reduction: not bit-identical to a single run, and slower),
+    torch's ``clip_grad_norm_``, the env's own ``set_seed`` (which a torch env with one
+    generator also offers), unsuffixed metric names and a single run's checkpoint names.
+    That choice is :attr:`stacked`, made here once; callers never branch on the seed count.
+
+    Args:
+        seeds: the run seeds (distinct; one block each).
+        envs_per_seed: sub-envs of the training env per seed.
+    """
+
+    def __init__(self, seeds: Sequence[int], envs_per_seed: int = 1) -> None:
+        self.seeds = [int(s) for s in seeds]
+        if not self.seeds:
+            raise ValueError("SeedAxis needs at least one seed.")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"SeedAxis: seeds {self.seeds} repeat a seed; each seed is its own run.")
+        if envs_per_seed < 1:
+            raise ValueError(f"SeedAxis: envs_per_seed={envs_per_seed}; expected >= 1.")
+        self.n, self.envs_per_seed = len(self.seeds), int(envs_per_seed)
+        self.stacked = self.n > 1
+
+    @classmethod
+    def blocks(cls, n_seeds: int) -> "SeedAxis":
+        """An axis of ``n_seeds`` blocks labelled ``0 .. n_seeds - 1``, for a loop that knows the
+        count only (e.g. the MARL loops; the seeds' values and env seeding live with the caller)."""
+        if n_seeds < 1:
+            raise ValueError(f"n_seeds must be >= 1, got {n_seeds}.")
+        return cls(range(n_seeds))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"SeedAxis(seeds={self.seeds}, envs_per_seed={self.envs_per_seed})"
+
+    @property
+    def num_envs(self) -> int:
+        """Sub-envs of the training env: ``envs_per_seed`` per seed."""
+        return self.n * self.envs_per_seed
+
+    def refuse_shared(self, what: str, shared: bool, fix: str = "turn it off") -> None:
+        """Raise :class:`~tdrl.core.train.ConfigError` when ``shared`` and several seeds would
+        share ``what`` (running statistics, one generator), which would make them one run."""
+        if shared and self.stacked:
+            from tdrl.core.train.config import ConfigError
+
+            raise ConfigError(f"{what} would be shared by the {self.n} seeds trained as one model, so they would "
+                              f"not be independent runs; {fix}, or run the seeds one after another (-m seed=0,1,2).")
+
+    # ------------------------------------------------------------------ networks
+    def build(self, build: Callable[[int], Any]) -> Any:
+        """``build(seed)`` once per seed under ``torch.manual_seed(seed)``, stacked over the
+        seeds (:func:`build_seeds`); a single seed's networks as built."""
+        built = build_seeds(build, self.seeds, stack=False)
+        return stack_seeds(built) if self.stacked else built[0]
+
+    def build_loss(self, build: Callable[[int], nn.Module]) -> nn.Module:
+        """A loss per seed from ``build(seed)`` (as :meth:`build`), joined by :func:`stack_losses`."""
+        built = build_seeds(build, self.seeds, stack=False)
+        return stack_losses(built) if self.stacked else built[0]
+
+    # ------------------------------------------------------------------ envs
+    def env_seeds(self, offset: int = 0, envs_per_seed: int | None = None) -> list[int]:
+        """Per-sub-env seeds of a seed-major env (:func:`block_seeds` of ``seed + offset``)."""
+        return block_seeds([s + offset for s in self.seeds], envs_per_seed or self.envs_per_seed)
+
+    def seed_envs(self, env, offset: int = 0, envs_per_seed: int | None = None) -> None:
+        """Seed ``env``'s next reset: block ``k`` as a single run of ``seeds[k] + offset``
+        (one block: the env's own ``set_seed``, which gives sub-env ``j`` the same ``seed + j``
+        and which a torch env with one generator offers too)."""
+        if self.stacked:
+            seed_sub_envs(env, self.env_seeds(offset, envs_per_seed))
+        else:
+            env.set_seed(self.seeds[0] + offset)
+
+    # ------------------------------------------------------------------ batches
+    def split(self, x: Tensor | TensorDictBase) -> Tensor | TensorDictBase:
+        """``[n * R, ...]`` seed-major -> ``[n, R, ...]`` (a view where possible)."""
+        return per_seed(x, self.n)
+
+    def minibatches(self, flat: TensorDictBase, size: int) -> Iterable[TensorDictBase]:
+        """One shuffled pass over a seed-major ``[n * R]`` batch: minibatches of ``size`` rows
+        per seed (``[n * size]``, seed-major), the same positions in every seed's block (one
+        ``randperm`` of ``R`` for all)."""
+        blocks = self.split(flat)
+        r = blocks.shape[1]
+        perm = torch.randperm(r, device=flat.device)
+        for start in range(0, r, size):
+            yield blocks[:, perm[start:start + size]].reshape(-1)
+
+    def normalize(self, adv: Tensor, eps: float = 1e-8) -> Tensor:
+        """Advantages standardised within each seed's block (:func:`normalize_per_seed`)."""
+        return normalize_per_seed(adv, self.n, eps)
+
+    def backward(self, loss: Tensor) -> None:
+        """Backpropagate a loss that is a mean over seed-major rows, scaled by the seed count so
+        that each seed's slice of the stacked parameters gets the gradient of its own mean."""
+        (loss * self.n).backward()
+
+    def clip_grad_norm_(self, params: Iterable[Tensor], max_norm: float) -> Tensor:
+        """Clip each seed's gradient norm alone; returns the norms before clipping (``[n]``
+        stacked, a scalar for one seed)."""
+        if self.stacked:
+            return clip_grad_norm_per_seed(params, max_norm, self.n)
+        return nn.utils.clip_grad_norm_(params, max_norm)
+
+    def to_replay(self, td: TensorDictBase) -> TensorDictBase:
+        """Seed-major transitions ``[n * N]`` -> replay items (:func:`to_seed_items`)."""
+        return to_seed_items(td, self.n) if self.stacked else td
+
+    def from_replay(self, sample: TensorDictBase) -> TensorDictBase:
+        """A replay sample of :meth:`to_replay` items -> seed-major rows (:func:`from_seed_items`)."""
+        return from_seed_items(sample, self.n) if self.stacked else sample
+
+    # ------------------------------------------------------------------ metrics, evaluation
+    def episode_returns(self, batch: TensorDictBase) -> list[list[float]]:
+        """Returns of the episodes that end in a seed-major batch, per seed (``RewardSum``'s
+        ``("next", "episode_reward")`` where ``("next", "done")``)."""
+        done, ret = self.split(batch["next", "done"]), self.split(batch["next", "episode_reward"])
+        return [ret[k][done[k]].tolist() for k in range(self.n)]
+
+    def names(self, name: str) -> list[str]:
+        """The per-seed metric names ``name/seed_<s>`` (none for one seed: its value is the mean)."""
+        return [f"{name}/seed_{s}" for s in self.seeds] if self.stacked else []
+
+    def metrics(self, name: str, values: Sequence[float]) -> dict[str, float]:
+        """``{name: mean over seeds, name/seed_<s>: value}`` from one value per seed."""
+        values = [float(v) for v in values]
+        return {name: sum(values) / len(values), **dict(zip(self.names(name), values))}
+
+    def seed_values(self, name: str, values: Sequence[float]) -> dict:
+        """``{<name>_seeds: values}``, one value per seed (none for one seed: the plain entry holds it)."""
+        return {f"{name}_seeds": list(values)} if self.stacked else {}
+
+    def summary(self, name: str, values: Sequence[float]) -> dict:
+        """Summary entries of per-seed results: ``seeds`` and ``<name>_seeds`` (none for one seed)."""
+        return {"seeds": self.seeds, **self.seed_values(name, values)} if self.stacked else {}
+
+    def state(self, name: str, objects: Sequence[Any]) -> dict[str, Any]:
+        """Checkpoint entries of per-seed objects: ``name_<k>`` (``name`` for one seed)."""
+        return {f"{name}_{k}": o for k, o in enumerate(objects)} if self.stacked else {name: objects[0]}
+
+    def evaluate(self, make_env: Callable[[int], Any], policy, episodes: int, offset: int) -> list[float]:
+        """The deterministic policy's mean return per seed: ``make_env(n * episodes)`` holds one
+        block of ``episodes`` sub-envs per seed, block ``k`` seeded as ``seeds[k] + offset``'s
+        single run (:func:`~tdrl.core.train.evaluate_per_env`; the env is closed)."""
+        n_env = self.n * episodes
+        env = make_env(n_env)
+        self.seed_envs(env, offset, episodes)
+        per_env = evaluate_per_env(env, policy, n_env, None)
+        return self.split(per_env).mean(1).tolist()

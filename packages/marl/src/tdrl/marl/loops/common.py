@@ -21,7 +21,7 @@ from torch import nn
 from tdrl.core import RewardSum, TransformedEnv
 from tdrl.core.collectors import Collector
 from tdrl.core.keys import EPISODE_REWARD
-from tdrl.core.train.seeds import per_seed, seed_of_env, stacked_seed_counts
+from tdrl.core.train.seeds import SeedAxis, seed_of_env, stacked_seed_counts
 
 from ..algorithms import OnPolicyParts
 from ..keys import DONE, GROUP, NEXT, REWARD
@@ -230,7 +230,10 @@ def seed_returns(trackers: dict, n_seeds: int, n_envs: int) -> list[float]:
     return [sum(v) / len(v) for v in zip(*per_group)]
 
 
-def record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds=1) -> dict:
+def record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, axis: SeedAxis | None = None) -> dict:
+    """One iteration's record; with several seeds (``axis``: seed-major blocks of ``eval_env``)
+    also ``eval_return_seeds`` when evaluated."""
+    axis = axis if axis is not None else SeedAxis.blocks(1)
     rec = {"iter": it, "frames": frames, "time_s": time.perf_counter() - t0,
            "train_return": float(sum(returns) / len(returns)) if returns else float("nan"),
            "eval_return": float("nan")}
@@ -243,8 +246,7 @@ def record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seed
         rec.update({f"eval_episode_returns/{g}": v.flatten().tolist() for g, v in per_group.items()})
         if len(per_group) > 1:
             rec.update({f"eval_return/{g}": float(v.mean()) for g, v in per_group.items()})
-        if n_seeds > 1:  # eval_env holds n_seeds blocks of sub-envs, seed-major
-            rec["eval_return_seeds"] = per_seed(per_env.flatten(), n_seeds).mean(-1).tolist()
+        rec.update(axis.seed_values("eval_return", axis.split(per_env.flatten()).mean(-1).tolist()))
     rec.update(extra)
     return rec
 

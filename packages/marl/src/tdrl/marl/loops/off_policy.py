@@ -22,7 +22,7 @@ from tensordict import TensorDictBase
 from tdrl.core.objectives import SoftUpdate, total_loss
 from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 from tdrl.core.train import Checkpointer
-from tdrl.core.train.seeds import clip_grad_norm_per_seed, from_seed_items, to_seed_items
+from tdrl.core.train.seeds import SeedAxis
 
 from ..algorithms import OffPolicyParts
 from ..checks import TeamRewardCheck
@@ -65,15 +65,14 @@ def off_policy_update(sample: TensorDictBase, groups: Mapping[str, OffPolicyPart
     Returns:
         The (unscaled) loss, detached.
     """
+    axis = SeedAxis.blocks(n_seeds)
     loss = sum(total_loss(p.loss(sample)) for p in groups.values())
     optimizer.zero_grad(set_to_none=True)
-    (loss * n_seeds).backward()
+    axis.backward(loss)
     if max_grad_norm is not None:
         for params in clip_groups:
-            if n_seeds > 1:
-                clip_grad_norm_per_seed(params, max_grad_norm, n_seeds)
-            elif params:
-                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            if params:
+                axis.clip_grad_norm_(params, max_grad_norm)
     optimizer.step()
     for target in targets:
         target.step()
@@ -118,8 +117,7 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
             into ``n_seeds`` blocks, or parts stacked over another number of seeds.
     """
     groups = as_groups(parts, group)
-    if n_seeds < 1:
-        raise ValueError(f"n_seeds must be >= 1, got {n_seeds}.")
+    axis = SeedAxis.blocks(n_seeds)
     for name, e in (("env", env), ("eval_env", eval_env)):
         if e is not None and e.batch_size.numel() % n_seeds:
             raise ValueError(f"The {name}'s {e.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} "
@@ -152,18 +150,15 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
         for p in explorers:
             p.step(new)  # the same schedule for every seed: epsilon after this many frames of one run
         returns, extra = group_returns(trackers, batch)
-        if n_seeds > 1:
-            extra["train_return_seeds"] = seed_returns(trackers, n_seeds, n_envs)
-        flat = batch.reshape(-1)  # seed-major: sub-env blocks, then time
-        buffer.extend(flat if n_seeds == 1 else to_seed_items(flat, n_seeds))
+        extra.update(axis.seed_values("train_return", seed_returns(trackers, n_seeds, n_envs)))
+        buffer.extend(axis.to_replay(batch.reshape(-1)))  # seed-major: sub-env blocks, then time
         losses = []
         for _ in range(cfg.n_optimizer_steps):
-            sample = buffer.sample(cfg.minibatch_size)
-            sample = sample if n_seeds == 1 else from_seed_items(sample, n_seeds)
+            sample = axis.from_replay(buffer.sample(cfg.minibatch_size))
             losses.append(off_policy_update(sample, groups, opt, clip_groups, targets, cfg.max_grad_norm, n_seeds))
         extra.update({"loss": float(torch.stack(losses).mean()),
                       "eps": explorers[0].level if explorers else float("nan")})  # epsilon or sigma
-        rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
+        rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, axis)
         history.append(rec)
         if log is not None:
             log(rec)

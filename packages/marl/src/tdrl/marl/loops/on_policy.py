@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 
 from tdrl.core.train import Checkpointer
 from tdrl.core.objectives import total_loss
-from tdrl.core.train.seeds import clip_grad_norm_per_seed, per_seed
+from tdrl.core.train.seeds import SeedAxis
 
 from ..algorithms import OnPolicyParts
 from ..keys import GROUP, IS_INIT, NEXT, VALUE_TARGET
@@ -94,6 +94,7 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
         The mean loss over the minibatches. The epoch permutations come from torch's global
         generator, so a seeded call is reproducible.
     """
+    axis = SeedAxis.blocks(n_seeds)
     for g, p in groups.items():
         p.estimator(batch)
         if p.loss.value_norm is not None:
@@ -102,7 +103,7 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
     if _recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
         flat, frames_per_row = batch.exclude(NEXT).reshape(1, -1, batch.shape[-1]), batch.shape[-1]
     else:  # seed-major blocks [n_seeds, N]
-        flat, frames_per_row = per_seed(batch.exclude(NEXT).reshape(-1), n_seeds), 1
+        flat, frames_per_row = axis.split(batch.exclude(NEXT).reshape(-1)), 1
     _check_masks(flat, groups, n_seeds)
     n = flat.shape[1]
     mb = min(max(1, cfg.minibatch_size // frames_per_row), n)
@@ -113,13 +114,11 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
             sub = flat[:, perm[start:start + mb]].flatten(0, 1)
             loss = sum(total_loss(p.loss(sub)) for p in groups.values())
             optimizer.zero_grad(set_to_none=True)
-            (loss * n_seeds).backward()
+            axis.backward(loss)
             if cfg.max_grad_norm is not None:
                 for params in clip_groups:
-                    if n_seeds > 1:
-                        clip_grad_norm_per_seed(params, cfg.max_grad_norm, n_seeds)
-                    elif params:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                    if params:
+                        axis.clip_grad_norm_(params, cfg.max_grad_norm)
             optimizer.step()
             losses.append(loss.detach())
     return float(torch.stack(losses).mean())
@@ -159,8 +158,7 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
         ``eval_return_seeds``: one entry per seed.
     """
     groups = as_groups(parts, group)
-    if n_seeds < 1:
-        raise ValueError(f"n_seeds must be >= 1, got {n_seeds}.")
+    axis = SeedAxis.blocks(n_seeds)
     if env.batch_size.numel() % n_seeds:
         raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} blocks.")
     check_seeds(groups, n_seeds)
@@ -177,10 +175,9 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
         batch = collector.rollout()
         frames += batch.numel() // n_seeds
         returns, extra = group_returns(trackers, batch)
-        if n_seeds > 1:
-            extra["train_return_seeds"] = seed_returns(trackers, n_seeds, n_envs)
+        extra.update(axis.seed_values("train_return", seed_returns(trackers, n_seeds, n_envs)))
         extra["loss"] = on_policy_update(batch, groups, opt, clip_groups, cfg, n_seeds)
-        rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, n_seeds)
+        rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, axis)
         history.append(rec)
         if log is not None:
             log(rec)
