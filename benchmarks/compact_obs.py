@@ -17,7 +17,8 @@ rendering 84x84 (its state stays as ``position`` / ``velocity``, 5 floats as tdr
 "traj_ids"))``, and its ``NextStateReconstructor`` after each sample. The two sides' timing
 rounds are interleaved; the ratio is tdrl / TorchRL.
 
-    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.compact_obs --frames 400 --stack 4 --record
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.compact_obs --frames 400 \
+        --stack 4 --record
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def torchrl_side(frames: int, stack: int, seed: int = 0):
         col = TRLCollector(env, None, frames_per_batch=100, total_frames=-1,
                            compact_obs=compact)
         rb = TRLReplayBuffer(storage=LazyTensorStorage(frames),
-                             sampler=TRLSliceSampler(slice_len=8, traj_key=("collector", "traj_ids")),
+                             sampler=TRLSliceSampler(slice_len=8,
+                                                     traj_key=("collector", "traj_ids")),
                              batch_size=256)
         it = iter(col)
         while len(rb) < frames:
