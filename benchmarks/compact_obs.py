@@ -9,7 +9,16 @@ leaf's bytes over the items stored. Also timed: sampling slices of 8 (``SliceSam
 each, the compact one followed by ``NextStateReconstructor`` (what a consumer pays to get the
 next observations back). One torch thread.
 
-    python -m benchmarks.compact_obs --frames 400 --stack 4 --record
+TorchRL 0.14.1 side in the same run (when ``import torchrl`` works in this interpreter): the
+same env through ``DMControlWrapper(suite.load(...), from_pixels=True, pixels_only=False)``
+rendering 84x84 (its state stays as ``position`` / ``velocity``, 5 floats as tdrl's
+``observation``), its ``CatFrames`` for ``--stack``, its ``Collector(compact_obs=True)`` into
+``ReplayBuffer(LazyTensorStorage)`` with ``SliceSampler(slice_len=8, traj_key=("collector",
+"traj_ids"))``, and its ``NextStateReconstructor`` after each sample. The two sides' timing
+rounds are interleaved; the ratio is tdrl / TorchRL.
+
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.compact_obs --frames 400 \
+        --stack 4 --record
 """
 
 from __future__ import annotations
@@ -72,10 +81,58 @@ def sample_us(rb: ReplayBuffer, after=None, calls: int = 30, repeats: int = 5) -
     return statistics.median(rounds)
 
 
+def torchrl_side(frames: int, stack: int, seed: int = 0):
+    """TorchRL's plain and compact buffers and its reconstructor, or ``None`` and why."""
+    try:
+        from dm_control import suite
+        from torchrl.collectors import Collector as TRLCollector
+        from torchrl.data import LazyTensorStorage, ReplayBuffer as TRLReplayBuffer
+        from torchrl.data.replay_buffers.samplers import SliceSampler as TRLSliceSampler
+        from torchrl.envs import CatFrames as TRLCatFrames, DMControlWrapper
+        from torchrl.envs import TransformedEnv as TRLTransformedEnv
+        from torchrl.envs.transforms import NextStateReconstructor as TRLReconstructor
+    except ImportError as err:
+        return None, (f"TorchRL not importable ({err}): the peer side is missing; build "
+                      ".venv-bench with benchmarks/setup_peers.sh and run with "
+                      ".venv-bench/bin/python -m benchmarks.compact_obs")
+
+    def fill_trl(compact: bool):
+        torch.manual_seed(seed)
+        env = DMControlWrapper(suite.load("cartpole", "swingup", task_kwargs={"random": seed}),
+                               from_pixels=True, pixels_only=False,
+                               render_kwargs={"height": 84, "width": 84})
+        if stack > 1:
+            env = TRLTransformedEnv(env, TRLCatFrames(stack, dim=-1, in_keys=["pixels"]))
+        col = TRLCollector(env, None, frames_per_batch=100, total_frames=-1,
+                           compact_obs=compact)
+        rb = TRLReplayBuffer(storage=LazyTensorStorage(frames),
+                             sampler=TRLSliceSampler(slice_len=8,
+                                                     traj_key=("collector", "traj_ids")),
+                             batch_size=256)
+        it = iter(col)
+        while len(rb) < frames:
+            rb.extend(next(it))
+        obs_keys = list(env.observation_spec.keys(True, True))
+        col.shutdown()
+        return rb, obs_keys
+
+    plain, _ = fill_trl(False)
+    compact, obs_keys = fill_trl(True)
+    # TorchRL's fill value is one per transform and NaN cannot fill uint8 pixels: one
+    # reconstructor for the pixels (fill 0, as tdrl's default for integer dtypes), one for the
+    # float state keys (NaN)
+    pix = [k for k in obs_keys if k == "pixels"]
+    rest = [k for k in obs_keys if k != "pixels"]
+    rebuild_pixels = TRLReconstructor(pix, fill_value=0)
+    rebuild_rest = TRLReconstructor(rest)
+    return (plain, compact, lambda td: rebuild_rest(rebuild_pixels(td))), None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=400)
     parser.add_argument("--stack", type=int, default=1, help="CatFrames over this many frames")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds")
     parser.add_argument("--record", action="store_true", help="write benchmarks/results records")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -84,12 +141,32 @@ def main() -> None:
     shape = tuple(plain[:1]["pixels"].shape[1:])
     b_plain, b_compact = bytes_per_item(plain), bytes_per_item(compact)
     rebuild = NextStateReconstructor(keys)
-    t_plain = sample_us(plain)
-    t_compact = sample_us(compact, rebuild)
+    peer, why = torchrl_side(args.frames, args.stack)
+    if peer is None:
+        print(why)
+    # interleaved rounds: each round times every configuration once, medians over rounds
+    runs = {"plain": (plain, None), "compact": (compact, rebuild)}
+    if peer is not None:
+        runs.update({"trl plain": (peer[0], None), "trl compact": (peer[1], peer[2])})
+    rounds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, (rb, after) in runs.items():
+            rounds[name].append(sample_us(rb, after, repeats=1))
+    t = {name: statistics.median(v) for name, v in rounds.items()}
+    t_plain, t_compact = t["plain"], t["compact"]
     ratio = b_compact / b_plain
     print(f"pixels uint8 {shape} + state obs: plain {b_plain:,.0f} B/transition, compact "
           f"{b_compact:,.0f} B/transition ({ratio:.3f} of plain); sample 32x8 slices: plain "
           f"{t_plain:,.0f} us, compact + NextStateReconstructor {t_compact:,.0f} us")
+    if peer is not None:
+        p_plain, p_compact = bytes_per_item(peer[0]), bytes_per_item(peer[1])
+        tp_plain, tp_compact = t["trl plain"], t["trl compact"]
+        print(f"{'':34s}{'tdrl':>12s}{'TorchRL':>12s}{'tdrl/TorchRL':>14s}")
+        for label, a, b in (("plain B/transition", b_plain, p_plain),
+                            ("compact B/transition", b_compact, p_compact),
+                            ("plain sample us", t_plain, tp_plain),
+                            ("compact sample + rebuild us", t_compact, tp_compact)):
+            print(f"{label:34s}{a:12,.0f}{b:12,.0f}{a / b:14.3f}")
     if args.record:
         from benchmarks.records import cpu_model, write_record
 
@@ -101,7 +178,23 @@ def main() -> None:
              "plain sample us": round(t_plain), "compact sample + rebuild us": round(t_compact)},
             peer="plain storage (obs and next obs)", ratio=f"x{ratio:.3f} bytes",
             note="sample: 256 items as 32 slices of 8 (SliceSampler), CPU time per call, "
-                 "median of 5 rounds x 30 calls; the compact row includes NextStateReconstructor.")
+                 f"median of {args.repeats} rounds x 30 calls; the compact row includes "
+                 "NextStateReconstructor.")
+        if peer is not None:
+            write_record(
+                "Replay buffers", "Compact observations vs TorchRL 0.14.1 (issue 43)",
+                f"DMC cartpole-swingup pixels uint8 {shape[0]}x{shape[1]}x{shape[2]} + state, "
+                f"{args.frames} transitions, compact_obs=True both sides ({cpu_model()})",
+                {"compact B": round(b_compact), "TorchRL compact B": round(p_compact),
+                 "plain B": round(b_plain), "TorchRL plain B": round(p_plain),
+                 "sample + rebuild us": round(t_compact),
+                 "TorchRL sample + rebuild us": round(tp_compact)},
+                peer="TorchRL 0.14.1",
+                ratio=f"x{b_compact / p_compact:.3f} bytes, x{t_compact / tp_compact:.2f} time",
+                note="each side's Collector(compact_obs=True) into its replay buffer "
+                     "(TorchRL: LazyTensorStorage, SliceSampler on traj_ids), 32 slices of 8 "
+                     "then each side's NextStateReconstructor; CPU time per call, rounds "
+                     "interleaved, medians, one torch thread; ratio tdrl/TorchRL.")
 
 
 if __name__ == "__main__":
