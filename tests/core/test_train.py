@@ -50,6 +50,15 @@ def test_csv_logger_logs_a_tensors_mean_and_rejects_empty_ones(tmp_path):
     assert CSVLogger(tmp_path, "exp").read()["x"] == [3.0]
 
 
+def test_csv_logger_leaves_out_a_none_value(tmp_path):
+    """TorchRL's SAC script logs tqdm's rate, None before tqdm's first interval: nothing to log."""
+    with CSVLogger(tmp_path, "exp") as log:
+        log.log_metrics({"time/speed": None, "reward": 2.0}, step=0)
+        log.log_metrics({"time/speed": 410.0, "reward": 3.0}, step=1)
+    data = CSVLogger(tmp_path, "exp").read()
+    assert data["reward"] == [2.0, 3.0] and np.isnan(data["time/speed"][0]) and data["time/speed"][1] == 410.0
+
+
 def test_tensorboard_logger_writes_events(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -23,6 +23,12 @@ import torch
 __all__ = ["Logger", "CSVLogger", "TensorboardLogger", "WandbLogger", "get_logger", "generate_exp_name", "write_gif"]
 
 
+def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The metrics as floats, ``None`` values left out: nothing measured yet (tqdm's
+    ``format_dict["rate"]`` before its first interval, which TorchRL's scripts log as ``time/speed``)."""
+    return {k: _scalar(v) for k, v in metrics.items() if v is not None}
+
+
 def _scalar(value: Any) -> float:
     """A logged value as a float; a tensor of several values is logged as its mean (TorchRL's
     SAC script logs each finished episode's return: one number per column here)."""
@@ -121,7 +127,7 @@ class CSVLogger(Logger):
             self._writer.writerow(row)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        values = {k: _scalar(v) for k, v in metrics.items()}
+        values = _scalars(metrics)
         new = [k for k in values if k not in self.columns]
         if new or self._file is None:
             self._widen(new)
@@ -163,8 +169,8 @@ class TensorboardLogger(Logger):
         self.writer = SummaryWriter(log_dir=str(self.dir))
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        for name, value in metrics.items():
-            self.writer.add_scalar(name, _scalar(value), global_step=int(step))
+        for name, value in _scalars(metrics).items():
+            self.writer.add_scalar(name, value, global_step=int(step))
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         self.writer.add_text("hparams", json.dumps(dict(hparams), indent=2, default=str))
@@ -190,7 +196,7 @@ class WandbLogger(Logger):
         self.run = wandb.init(project=project, name=exp_name, **kwargs)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        self.run.log({k: _scalar(v) for k, v in metrics.items()}, step=int(step))
+        self.run.log(_scalars(metrics), step=int(step))
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         self.run.config.update(dict(hparams), allow_val_change=True)
