@@ -97,13 +97,16 @@ def test_the_sota_sac_script_runs_on_a_tiny_budget(tmp_path):
 def test_the_sota_sac_script_learns_pendulum_at_a_ci_budget(tmp_path):
     """TorchRL's settings on Pendulum-v1 with a CI budget: 8,000 frames (1,000 random), 64x64
     networks, batch 128, seed 42 (the config's): the deterministic evaluation return climbs
-    from about -1,950 to past -600 (measured: -1946, -1681, -1117, -1194, -1252, -947, -927, -381
-    at 1k..8k frames; ~70 s of CPU)."""
+    past -600 (measured on the port's branch: -1946, -1681, -1117, -1194, -1252, -947, -927, -381
+    at 1k..8k frames; on main after the seeds merge: -1266, -1489, -1186, -1199, -1224, -1036,
+    -254, -621; ~70-130 s of CPU)."""
     _, rows = run_port(SAC / "sac.py", tmp_path, *PENDULUM, "collector.total_frames=8000",
                        "collector.init_random_frames=1000", "collector.frames_per_batch=500",
                        "network.hidden_sizes=[64,64]", "optim.batch_size=128", "logger.eval_iter=1000")
     evals = column(rows, "eval/reward")
-    assert len(evals) == 8 and evals[0] < -1500 and max(evals) > -600, evals
+    # learned: the best of the last three evaluations passes -600 and is 500 above the first one
+    # (the first, after 1,000 random frames and 500 updates, varied from -1,946 to -1,266 between builds)
+    assert len(evals) == 8 and max(evals[-3:]) > -600 and max(evals[-3:]) > evals[0] + 500, evals
 
 
 @pytest.mark.slow
