@@ -109,3 +109,37 @@ def test_grpo_trainer_takes_trls_environment_factory(env_lm):
     with pytest.raises(ValueError, match="not both"):
         GRPOTrainer(model=model, processing_class=tok, environment_factory=Counter, train_dataset=ds,
                     args=GRPOConfig(tools=["python"]))
+
+
+def test_evaluation_drives_the_environments_as_training_does(env_lm):
+    """Held-out evaluation with ``environment_factory``: each row gets its own environment reset on
+    it, the greedy conversation calls its method, and the reward reads the environments; the
+    trainer's ``evaluate`` passes its environments (it used to score a single turn, without them)."""
+    from tdrl.llm.trainers import evaluate
+
+    model, tok = env_lm
+    ds = datasets.Dataset.from_list([{"prompt": "Q: count ", "start": 2}, {"prompt": "Q: count ", "start": 5}])
+    call = '<tool_call>{"name": "increment", "arguments": {"a": 2}}</tool_call>'
+    gen = ScriptedGenerator(tok, {"Tools:\nincrement(a: integer): Add to the counter.\n": [call, " done"]})
+
+    def counted(completions, environments, turns, **kwargs):
+        assert [t.from_policy for t in turns[0]] == [True, False, True]  # call, its output, the last turn
+        return [float(e.count) for e in environments]
+
+    score = evaluate(model, tok, ds, counted, 40, generator=gen, environment_factory=Counter, max_turns=2,
+                     reward_timeout=None)
+    assert score == pytest.approx((4.0 + 7.0) / 2)  # start + 2, each on its own environment
+
+    seen = []
+
+    def starts(completions, environments, **kwargs):
+        seen.extend(e.count for e in environments)
+        return [float(e.count) for e in environments]
+
+    trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=starts, environment_factory=Counter,
+                          train_dataset=ds, eval_dataset=ds,
+                          args=GRPOConfig(num_generations=2, generation_batch_size=4, max_steps=1, disable_tqdm=True,
+                                          max_completion_length=8, max_turns=2, reward_timeout=None))
+    out = trainer.evaluate()
+    assert len(seen) == 2 and seen[0] >= 2 and seen[1] >= 5  # each row's environment, reset on its row
+    assert out == {"eval_starts": pytest.approx(sum(seen) / 2)}

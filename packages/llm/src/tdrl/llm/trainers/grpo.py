@@ -376,7 +376,8 @@ class GRPOTrainer(TrainerBase):
     @torch.no_grad()
     def evaluate(self, eval_dataset=None, max_new_tokens: int | None = None) -> dict[str, float]:
         """Greedy completions of ``eval_dataset`` (default: the one given to the trainer) scored
-        by each reward function (:func:`tdrl.llm.trainers.evaluate`).
+        by each reward function (:func:`tdrl.llm.trainers.evaluate`), with the trainer's tools or
+        ``environment_factory`` driving multi-turn conversations as in training.
 
         Returns:
             ``{"eval_<reward function name>": mean score}``.
@@ -389,8 +390,10 @@ class GRPOTrainer(TrainerBase):
         n = max_new_tokens or self.config.max_new_tokens
         cfg = self.config
         return {f"eval_{getattr(fn, '__name__', f'reward_{i}')}": evaluate(
-                    self.model, self.tokenizer, dataset, fn, n, reward_timeout=cfg.reward_timeout,
-                    on_reward_error=cfg.on_reward_error)
+                    self.model, self.tokenizer, dataset, fn, n, tool=self.tool,
+                    max_turns=cfg.max_turns, tool_workers=cfg.tool_workers, reward_timeout=cfg.reward_timeout,
+                    on_reward_error=cfg.on_reward_error, show_tool_schemas=cfg.show_tool_schemas,
+                    environment_factory=self.environment_factory, tool_timeout=cfg.tool_timeout)
                 for i, fn in enumerate(self.reward_fns)}
 
     def sync_generator(self) -> bool:
