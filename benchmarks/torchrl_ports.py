@@ -154,6 +154,13 @@ def side_env(pythonpath: str | None) -> dict:
     return env
 
 
+def eval_frames(torchrl_evals: list[tuple[int, float]], tdrl_evals: list[tuple[int, float]]) -> str:
+    """The frames of the evaluations: one list where both sides logged at the same frames,
+    else each side's (so that a return is never read against the other side's frames)."""
+    t, o = (" / ".join(str(f) for f, _ in e) for e in (torchrl_evals, tdrl_evals))
+    return o or t if t == o or not (t and o) else f"TorchRL {t}; tdrl {o}"
+
+
 def fmt_evals(evals: list[tuple[int, float]]) -> str:
     return " / ".join(f"{v:.1f}" for _, v in evals) or "-"
 
@@ -198,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.record:
             continue
         figures = {"task": spec.env, "seed": args.seed,
-                   "eval frames": " / ".join(str(f) for f, _ in (o_evals or t_evals)),
+                   "eval frames": eval_frames(t_evals, o_evals),
                    "TorchRL eval return": t_err and f"did not run: {t_err}" or fmt_evals(t_evals),
                    "tdrl eval return": o_err and f"did not run: {o_err}" or fmt_evals(o_evals),
                    "TorchRL wall s": round(t_secs), "tdrl wall s": round(o_secs)}

@@ -22,7 +22,7 @@ import pytest
 
 from _load import REPO, load_app
 from tdrl.core.train import read_sweep
-from tdrl.marl.benchmarl_names import REFUSED, RENAMED, markdown_table, translate_overrides
+from tdrl.marl.benchmarl_names import REFUSED, RENAMED, BenchmarlNameError, markdown_table, translate_overrides
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +92,13 @@ def test_benchmarl_spellings_mean_the_same(app):
     assert app.main.load(["task=pettingzoo/simple_tag"]).tasks == ("pettingzoo/simple_tag",)
     # one mapping, flags and sweeps pass through
     assert translate_overrides(["-m", "experiment.lr=1e-4,1e-3", "-cn", "tiny"]) == ["-m", "lr=1e-4,1e-3", "-cn", "tiny"]
+    lstm = app.main.load(["algorithm=mappo", "model=layers/lstm", "critic_model=layers/lstm", "model.hidden_size=64"])
+    assert (lstm.recurrent, lstm.rnn, lstm.rnn_hidden) == (True, "lstm", 64)
+    assert app.main.load(["model=layers/mlp"]).recurrent is False
+    with pytest.raises(BenchmarlNameError, match="recurrent=true rnn=gru"):
+        translate_overrides(["model=layers/gru"])  # BenchMARL's critic would stay an MLP: not the same
+    with pytest.raises(BenchmarlNameError, match="layers/mlp, layers/gru, layers/lstm"):
+        translate_overrides(["model=layers/gnn", "critic_model=layers/gnn"])
     table = markdown_table()
     assert all(f"`{k}`" in table for k in (*RENAMED, *REFUSED))
     readme = (REPO / "packages" / "marl" / "README.md").read_text()

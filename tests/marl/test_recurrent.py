@@ -17,7 +17,7 @@ from tdrl.core.envs import SerialEnv
 from tdrl.core.objectives._nets import get_dist
 from tdrl.marl.algorithms import make_groups, make_ippo, make_mappo
 from tdrl.marl.envs import PettingZooEnv, VmasEnv
-from tdrl.marl.modules import MultiAgentGRU
+from tdrl.marl.modules import MultiAgentGRU, MultiAgentLSTM
 from tdrl.marl.objectives import IPPOConfig, MAPPOConfig
 from tdrl.marl.runner import BenchConfig, run_benchmark
 from tdrl.marl.loops import TrainConfig, collect, train_on_policy
@@ -53,7 +53,7 @@ def test_hidden_state_is_zeroed_exactly_where_is_init(centralised, share):
     with torch.no_grad():
         seq = m.set_recurrent_mode(True)(td.clone())
         for k in range(n):  # agent k against the hand-rolled cell with its own weights
-            gru = m.grus[0 if share else k].rnn
+            gru = m.cells[0 if share else k].rnn
             xk = x.flatten(-2) if centralised else x[:, :, k]
             h0 = s0[:, 0, 0 if centralised and share else k, 0]
             ref = _reference(gru, xk, h0, init[..., 0])
@@ -75,6 +75,57 @@ def test_hidden_state_is_zeroed_exactly_where_is_init(centralised, share):
     torch.testing.assert_close(torch.stack(outs, 1), seq[FEAT])
 
 
+def _lstm_reference(lstm: nn.LSTM, x, h0, c0, init):
+    """Hand-rolled LSTM cell over ``x [N, T, F]`` from ``(h0, c0) [N, H]``, both zeroed where
+    ``init [N, T]``; returns every step's ``(h, c)``, each ``[N, T, H]``."""
+    cell = nn.LSTMCell(lstm.input_size, lstm.hidden_size)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(cell, name).copy_(getattr(lstm, f"{name}_l0"))
+    h, c, hs, cs = h0, c0, [], []
+    for t in range(x.shape[1]):
+        z = init[:, t, None]
+        h, c = cell(x[:, t], (torch.where(z, 0.0, h), torch.where(z, 0.0, c)))
+        hs.append(h)
+        cs.append(c)
+    return torch.stack(hs, 1), torch.stack(cs, 1)
+
+
+@pytest.mark.parametrize("centralised", [False, True])
+@pytest.mark.parametrize("share", [True, False])
+def test_lstm_states_are_zeroed_exactly_where_is_init(centralised, share):
+    """BenchMARL's layers/lstm: two states (h, c), both reset at episode starts, each agent's
+    cell equal to a hand-rolled LSTMCell, recurrent mode equal to the steps taken one by one."""
+    torch.manual_seed(0)
+    E, T, n, F, H = 2, 6, 3, 4, 5
+    SH, SC = ("agents", "h"), ("agents", "c")
+    m = MultiAgentLSTM(F, H, n, centralised, share, OBS, FEAT, (SH, SC))
+    assert m.in_keys == [OBS, "is_init", SH, SC] and m.out_keys == [FEAT, ("next", *SH), ("next", *SC)]
+    x = torch.randn(E, T, n, F)
+    init = torch.zeros(E, T, 1, dtype=torch.bool)
+    init[0, 3] = init[1, 0] = True
+    h0, c0 = torch.randn(E, T, n, 1, H), torch.randn(E, T, n, 1, H)
+    td = TensorDict({OBS: x, "is_init": init, SH: h0, SC: c0}, batch_size=[E, T])
+    with torch.no_grad():
+        seq = m.set_recurrent_mode(True)(td.clone())
+        for k in range(n):
+            lstm = m.cells[0 if share else k].rnn
+            xk = x.flatten(-2) if centralised else x[:, :, k]
+            a = 0 if centralised and share else k
+            ref_h, ref_c = _lstm_reference(lstm, xk, h0[:, 0, a, 0], c0[:, 0, a, 0], init[..., 0])
+            torch.testing.assert_close(seq[FEAT][:, :, k], ref_h)
+            torch.testing.assert_close(seq["next", *SH][:, :, k, 0], ref_h)
+            torch.testing.assert_close(seq["next", *SC][:, :, k, 0], ref_c)
+        h, c, outs = h0[:, 0], c0[:, 0], []
+        for t in range(T):
+            out = m(TensorDict({OBS: x[:, t], "is_init": init[:, t], SH: h, SC: c}, batch_size=[E]))
+            outs.append(out[FEAT])
+            h, c = out["next", *SH], out["next", *SC]
+    torch.testing.assert_close(torch.stack(outs, 1), seq[FEAT])
+    with pytest.raises(ValueError, match="two state keys"):
+        MultiAgentLSTM(F, H, n, centralised, share, OBS, FEAT, (SH,))
+
+
 def _nav(num_envs: int, seed: int, max_steps: int = 4):
     return TransformedEnv(VmasEnv("navigation", num_envs=num_envs, max_steps=max_steps, seed=seed, n_agents=2),
                           InitTracker())
@@ -82,6 +133,7 @@ def _nav(num_envs: int, seed: int, max_steps: int = 4):
 
 @pytest.mark.parametrize("make, config", [
     (make_mappo, MAPPOConfig(recurrent=True, rnn_hidden=16)),
+    (make_mappo, MAPPOConfig(recurrent=True, rnn="lstm", rnn_hidden=16)),
     (make_ippo, IPPOConfig(recurrent=True, rnn_hidden=16, share_param_actor=False, share_param_critic=False)),
 ])
 def test_replay_reproduces_the_rollout_before_the_first_step(make, config):
@@ -94,7 +146,8 @@ def test_replay_reproduces_the_rollout_before_the_first_step(make, config):
     _, td = collect(env, parts.policy, env.reset(), 3)
     batch, _ = collect(env, parts.policy, td, 6)  # episodes of 4 steps: t=1 and t=5 are starts
     assert batch["is_init"][:, :, 0].tolist() == [[False, True, False, False, False, True]] * 3
-    assert batch["agents", "actor_recurrent_state"][:, 0].abs().sum() > 0  # carried, not zero
+    state = ("agents", "actor_recurrent_state" + ("_h" if config.rnn == "lstm" else ""))
+    assert batch[state][:, 0].abs().sum() > 0  # carried, not zero
     parts.estimator(batch)
     root = batch.exclude("next")
     with torch.no_grad():
@@ -185,3 +238,7 @@ def test_recurrent_setups_that_cannot_work_are_refused():
         BenchConfig(algorithms=("mappo", "qmix"), recurrent=True)
     with pytest.raises(ValueError, match="rnn_hidden"):
         MAPPOConfig(recurrent=True, rnn_hidden=0)
+    with pytest.raises(ValueError, match="'gru' or 'lstm'"):
+        MAPPOConfig(recurrent=True, rnn="rnn")
+    with pytest.raises(ValueError, match="set recurrent=True too"):
+        BenchConfig(algorithms=("mappo",), rnn="lstm")  # not silently an MLP

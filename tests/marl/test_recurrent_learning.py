@@ -1,6 +1,6 @@
 """Recurrent IPPO learns a task that needs memory: each agent sees a cue at the first step
 only and is paid for playing it back two steps later. A memoryless (MLP) policy cannot beat
-0.5 on average; the GRU policy reaches the maximum, 1.0, at the same budget and seed."""
+0.5 on average; the GRU and the LSTM policies reach the maximum, 1.0, at the same budget and seed."""
 
 from __future__ import annotations
 
@@ -60,11 +60,11 @@ class CueEnv(EnvBase):
         return seed + 1
 
 
-@pytest.mark.parametrize("recurrent", [True, False])
-def test_recurrent_ippo_remembers_the_cue(recurrent):
+@pytest.mark.parametrize("recurrent, rnn", [(True, "gru"), (True, "lstm"), (False, "gru")])
+def test_recurrent_ippo_remembers_the_cue(recurrent, rnn):
     torch.manual_seed(0)
     env, eval_env = TransformedEnv(CueEnv(64, 0), InitTracker()), TransformedEnv(CueEnv(200, 1), InitTracker())
-    parts = make_ippo(env, IPPOConfig(recurrent=recurrent, rnn_hidden=32), num_cells=(32,))
+    parts = make_ippo(env, IPPOConfig(recurrent=recurrent, rnn=rnn, rnn_hidden=32), num_cells=(32,))
     cfg = TrainConfig(frames_per_batch=64 * 6, n_iters=15, num_epochs=4, minibatch_size=96, lr=3e-3,
                       eval_interval=0)
     train_on_policy(env, parts, cfg)

@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
 
 from tdrl.marl.envs import VmasEnv, group_agents, vmas_scenarios
-from tdrl.marl.modules import MultiAgentGRU, MultiAgentMLP, QMixer, VDNMixer
+from tdrl.marl.modules import MultiAgentGRU, MultiAgentLSTM, MultiAgentMLP, QMixer, VDNMixer
 from tdrl.marl.objectives import (
     AgentLoss, IDDPGConfig, IQLConfig, ISACConfig, MADDPGConfig, MASACConfig, IPPOConfig, IPPOLoss, MAPPOConfig, MAPPOLoss, MultiAgentGAE, PopArt, QMIXConfig, QMIXLoss,
     ValueNorm, VDNConfig, VDNLoss, multi_agent_gae,
@@ -34,6 +34,7 @@ __all__: list[str] = [
     "group_agents",
     "MultiAgentMLP",
     "MultiAgentGRU",
+    "MultiAgentLSTM",
     "QMixer",
     "VDNMixer",
     "MAPPOConfig",

@@ -28,7 +28,7 @@ from tdrl.core.objectives import DDPGLoss, DQNLoss, SACLoss
 from tdrl.core.specs import Bounded, Categorical, Composite
 
 from .keys import ACTION, ACTION_MASK, ACTION_VALUE, GROUP, OBSERVATION, REWARD, STATE_VALUE, TERMINATED
-from .modules import MultiAgentGRU, MultiAgentMLP, QMixer
+from .modules import MultiAgentGRU, MultiAgentLSTM, MultiAgentMLP, QMixer
 from .objectives import (
     AgentLoss, DDPGConfig, IDDPGConfig, IPPOConfig, IPPOLoss, IQLConfig, ISACConfig, MADDPGConfig, MAPPOConfig,
     MAPPOLoss, MASACConfig, MultiAgentGAE, QMIXConfig, QMIXLoss, SACConfig, VDNConfig, VDNLoss,
@@ -172,8 +172,9 @@ def _ppo(env, config: MAPPOConfig, loss_cls, group: str, num_cells: Sequence[int
 def _recurrent_net(env, group: str, config: MAPPOConfig, role: str, n_out: int, out_keys: list,
                    num_cells: Sequence[int]) -> tuple[nn.Module, nn.Module]:
     """``(step, sequence)`` modules of one recurrent network: a :class:`MultiAgentGRU` (state
-    ``(group, "<role>_recurrent_state")``) then a :class:`MultiAgentMLP` head; the two share
-    every parameter and differ only in the GRU's mode."""
+    ``(group, "<role>_recurrent_state")``) or :class:`MultiAgentLSTM` (``..._h`` and ``..._c``),
+    then a :class:`MultiAgentMLP` head; the two share every parameter and differ only in the
+    cell's mode."""
     n, d, _ = group_dims(env, group)
     critic = role == "critic"
     share = config.share_param_critic if critic else config.share_param_actor
@@ -183,8 +184,10 @@ def _recurrent_net(env, group: str, config: MAPPOConfig, role: str, n_out: int, 
         flat = (group, f"{role}_observation_flat")
         pre, obs = [TensorDictModule(nn.Flatten(-k, -1), in_keys=[obs], out_keys=[flat])], flat
     features = (group, f"{role}_features")
-    gru = MultiAgentGRU(d, config.rnn_hidden, n, critic and config.centralised_critic, share, in_key=obs,
-                        out_key=features, state_key=(group, f"{role}_recurrent_state"))
+    state = (group, f"{role}_recurrent_state")
+    args = (d, config.rnn_hidden, n, critic and config.centralised_critic, share, obs, features)
+    gru = (MultiAgentLSTM(*args, state_keys=((group, f"{state[1]}_h"), (group, f"{state[1]}_c")))
+           if config.rnn == "lstm" else MultiAgentGRU(*args, state_key=state))
     head = TensorDictModule(_head(MultiAgentMLP(config.rnn_hidden, n_out, n, False, share, num_cells), out_keys),
                             in_keys=[features], out_keys=out_keys)
     return (TensorDictSequential(*pre, gru, head),
@@ -193,7 +196,7 @@ def _recurrent_net(env, group: str, config: MAPPOConfig, role: str, n_out: int, 
 
 def _recurrent_ppo(env, config: MAPPOConfig, loss_cls, group: str, num_cells: Sequence[int],
                    value_norm) -> OnPolicyParts:
-    """MAPPO / IPPO with GRU actor and critic (``config.recurrent``).
+    """MAPPO / IPPO with GRU or LSTM actor and critic (``config.recurrent``, ``config.rnn``).
 
     Collection runs both in step mode (the critic too, so that its hidden state at every step
     is recorded and the advantage is computed from the states the rollout had); the loss

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["RENAMED", "REFUSED", "BenchmarlNameError", "markdown_table", "translate_overrides"]
+__all__ = ["MODELS", "RENAMED", "REFUSED", "BenchmarlNameError", "markdown_table", "translate_overrides"]
 
 RENAMED: dict[str, str] = {
     "experiment.gamma": "gamma",
@@ -36,6 +36,7 @@ RENAMED: dict[str, str] = {
     "experiment.train_device": "device",
     "experiment.save_folder": "out",
     "algorithm.share_param_critic": "share_param_critic",
+    "model.hidden_size": "rnn_hidden",
 }
 """BenchMARL key -> the tdrl setting of the same meaning (the value passes unchanged)."""
 
@@ -49,6 +50,16 @@ REFUSED: dict[str, str] = {
     "experiment.clip_grad_norm": "max_grad_norm (always a norm clip here)",
 }
 """BenchMARL key -> why it does not carry over and the tdrl setting to use instead."""
+
+MODELS: dict[str, tuple[str, ...]] = {
+    "layers/mlp": (),
+    "layers/gru": ("recurrent=true", "rnn=gru"),
+    "layers/lstm": ("recurrent=true", "rnn=lstm"),
+}
+"""BenchMARL's ``model=`` / ``critic_model=`` choice -> the tdrl settings that build it
+(``layers/mlp`` is the default). tdrl's recurrent networks come in pairs (actor and critic),
+so a recurrent ``model=`` needs the same ``critic_model=`` (BenchMARL's critic stays an MLP
+unless told); a mismatch is refused naming ``recurrent=true rnn=...``."""
 
 _BENCHMARL_GROUPS = ("experiment.", "algorithm.", "task.", "model.", "critic_model.")
 
@@ -81,13 +92,27 @@ def translate_overrides(argv: Sequence[str]) -> list[str]:
             ``algorithm.`` / ``task.`` / ``model.`` key; the message says what to use.
     """
     out = []
+    chosen = {"model": "layers/mlp", "critic_model": "layers/mlp"}
+    for parts in filter(None, map(_split, argv)):
+        if parts[1] in chosen:
+            if parts[2] not in MODELS:
+                raise BenchmarlNameError(f"BenchMARL's {parts[1]}={parts[2]} has no tdrl counterpart (GNN / DeepSets "
+                                         f"/ CNN models are not built here); models accepted: {', '.join(MODELS)}.")
+            chosen[parts[1]] = parts[2]
+    if chosen["model"] != chosen["critic_model"]:
+        cell = next(m for m in chosen.values() if m != "layers/mlp").split("/")[1]
+        raise BenchmarlNameError(f"model={chosen['model']} with critic_model={chosen['critic_model']}: tdrl's recurrent "
+                                 f"networks come in pairs; use recurrent=true rnn={cell} (actor and critic both) "
+                                 f"or give BenchMARL's model= and critic_model= the same value.")
     for arg in argv:
         parts = _split(arg)
         if parts is None or parts[1].startswith("hydra"):
             out.append(arg)
             continue
         prefix, key, value = parts
-        if key in RENAMED:
+        if key in chosen:
+            out.extend(MODELS[value] if key == "model" else ())
+        elif key in RENAMED:
             out.append(f"{prefix.replace('+', '')}{RENAMED[key]}={value}")
         elif key in REFUSED:
             raise BenchmarlNameError(f"BenchMARL's {key} is not a setting here: use {REFUSED[key]}.")
@@ -105,5 +130,7 @@ def markdown_table() -> str:
     """The mapping as a Markdown table (BenchMARL key | tdrl setting), for the README."""
     rows = ["| BenchMARL | tdrl |", "| --- | --- |"]
     rows += [f"| `{k}` | `{v}` |" for k, v in RENAMED.items()]
+    rows += [f"| `model={k}` (and `critic_model={k}`) | {' '.join(f'`{x}`' for x in v) or '(the default)'} |"
+             for k, v in MODELS.items()]
     rows += [f"| `{k}` | refused: use {v} |" for k, v in REFUSED.items()]
     return "\n".join(rows) + "\n"

@@ -114,9 +114,11 @@ class BenchConfig:
             (``..._seeds`` for vectorised seeds); 0: none. The envs are not saved: a resumed run
             resets them. The checkpoints stay after the pair, for evaluation and rendering
             (:func:`~tdrl.marl.loops.load_parts`, :func:`~tdrl.marl.loops.render_episode`).
-        recurrent: GRU actors and critics for MAPPO / IPPO (``MAPPOConfig.recurrent``; the
+        recurrent: recurrent actors and critics for MAPPO / IPPO (``MAPPOConfig.recurrent``; the
             envs get core's ``InitTracker``); QMIX / VDN and vectorised seeds are refused.
-        rnn_hidden: the GRUs' hidden size (BenchMARL's ``layers/gru.yaml``: 128).
+        rnn: ``"gru"`` or ``"lstm"`` with ``recurrent`` (BenchMARL's ``model=layers/gru`` /
+            ``layers/lstm``).
+        rnn_hidden: the cells' hidden size (BenchMARL's ``layers/gru.yaml`` / ``lstm.yaml``: 128).
         share_param_critic: one critic for all agents of a group (MAPPO / IPPO; BenchMARL's
             ``algorithm.share_param_critic``, default True); False is refused with QMIX / VDN,
             which have no critic.
@@ -149,6 +151,7 @@ class BenchConfig:
     resume: bool = False
     checkpoint_iters: int = 0
     recurrent: bool = False
+    rnn: str = "gru"
     rnn_hidden: int = 128
     share_param_critic: bool = True
 
@@ -168,6 +171,10 @@ class BenchConfig:
                 raise ValueError(f"share_param_critic=False sets the critics of mappo / ippo / maddpg / iddpg / "
                                  f"masac / isac; {off} have no "
                                  "critic: remove them from algorithms or leave share_param_critic at True.")
+        if self.rnn not in ("gru", "lstm"):
+            raise ValueError(f"BenchConfig.rnn must be 'gru' or 'lstm', got {self.rnn!r}.")
+        if self.rnn != "gru" and not self.recurrent:
+            raise ValueError(f"rnn={self.rnn!r} chooses the cell of recurrent networks: set recurrent=True too.")
         if self.recurrent:
             off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
             if off:
@@ -222,7 +229,7 @@ def algorithm_config(cfg: BenchConfig, algo: str):
         if name in fields and not ALGORITHMS[algo].vectorisable:
             kwargs[name] = third
     if cfg.recurrent:
-        kwargs.update(recurrent=True, rnn_hidden=cfg.rnn_hidden)
+        kwargs.update(recurrent=True, rnn=cfg.rnn, rnn_hidden=cfg.rnn_hidden)
     return conf_cls(**kwargs)
 
 

@@ -1,9 +1,9 @@
-"""Multi-agent networks: the batched multi-agent MLP and GRU, and value-decomposition mixers."""
+"""Multi-agent networks: the batched multi-agent MLP, GRU and LSTM, and value-decomposition mixers."""
 
 from __future__ import annotations
 
 from .mixers import QMixer, VDNMixer
 from .multiagent_mlp import MultiAgentMLP
-from .recurrent import MultiAgentGRU
+from .recurrent import MultiAgentGRU, MultiAgentLSTM
 
-__all__ = ["MultiAgentMLP", "MultiAgentGRU", "QMixer", "VDNMixer"]
+__all__ = ["MultiAgentMLP", "MultiAgentGRU", "MultiAgentLSTM", "QMixer", "VDNMixer"]

@@ -45,10 +45,12 @@ class MAPPOConfig:
         gamma: discount. lmbda: GAE trace decay.
         share_param_actor / share_param_critic: one set of parameters for all agents.
         centralised_critic: the critic sees every agent (True for MAPPO, False for IPPO).
-        recurrent: GRU actor and critic (:class:`~tdrl.marl.modules.MultiAgentGRU`, then
-            an MLP head), their hidden states reset at episode starts (the env needs core's
-            ``InitTracker``); the update replays whole trajectories.
-        rnn_hidden: the GRUs' hidden size (BenchMARL's ``layers/gru.yaml``: 128).
+        recurrent: recurrent actor and critic (:class:`~tdrl.marl.modules.MultiAgentGRU` or
+            ``MultiAgentLSTM``, then an MLP head), their hidden states reset at episode starts
+            (the env needs core's ``InitTracker``); the update replays whole trajectories.
+        rnn: the cell with ``recurrent``: ``"gru"`` or ``"lstm"`` (BenchMARL's ``layers/gru`` /
+            ``layers/lstm`` models).
+        rnn_hidden: the cells' hidden size (BenchMARL's ``layers/gru.yaml`` / ``lstm.yaml``: 128).
     """
 
     clip_epsilon: float = 0.2
@@ -63,9 +65,12 @@ class MAPPOConfig:
     share_param_critic: bool = True
     centralised_critic: bool = True
     recurrent: bool = False
+    rnn: str = "gru"
     rnn_hidden: int = 128
 
     def __post_init__(self) -> None:
+        if self.rnn not in ("gru", "lstm"):
+            raise ValueError(f"rnn must be 'gru' or 'lstm', got {self.rnn!r}.")
         if self.rnn_hidden < 1:
             raise ValueError(f"rnn_hidden must be >= 1, got {self.rnn_hidden}.")
         if not self.clip_epsilon > 0:
