@@ -75,11 +75,11 @@ def test_marl_bench_device_option(app):
 
 
 def test_marl_bench_recurrent_option(app, tmp_path):
-    """``recurrent=true``: GRU MAPPO / IPPO through the app; what cannot be recurrent is refused."""
+    """``recurrent=true``: GRU MAPPO / IPPO / VDN through the app; what cannot be recurrent is refused."""
     out = tmp_path / "gru"
-    summary = app.main(["-cn", "tiny", "tasks=[navigation]", "algorithms=[mappo,ippo]", "recurrent=true",
+    summary = app.main(["-cn", "tiny", "tasks=[navigation]", "algorithms=[mappo,ippo,vdn]", "recurrent=true",
                         "rnn_hidden=8", f"out={out}"])
-    assert [s["algorithm"] for s in summary["summary"]] == ["mappo", "ippo"] and not summary["failures"]
+    assert [s["algorithm"] for s in summary["summary"]] == ["mappo", "ippo", "vdn"] and not summary["failures"]
     assert "| ippo | navigation | 1 |" in (out / "results.md").read_text()
-    with pytest.raises(ValueError, match="mappo / ippo only"):
-        app.main.load(["recurrent=true", "algorithms=[mappo,qmix]"])
+    with pytest.raises(ValueError, match="mappo / ippo / qmix / vdn only"):
+        app.main.load(["recurrent=true", "algorithms=[mappo,maddpg]"])

@@ -234,11 +234,58 @@ def test_recurrent_setups_that_cannot_work_are_refused():
         parts.policy(env.reset())
     with pytest.raises(ValueError, match="vectorise_seeds=False"):
         BenchConfig(algorithms=("mappo",), seeds=(0, 1), recurrent=True)
-    with pytest.raises(ValueError, match="mappo / ippo only"):
-        BenchConfig(algorithms=("mappo", "qmix"), recurrent=True)
+    with pytest.raises(ValueError, match="mappo / ippo / qmix / vdn only"):
+        BenchConfig(algorithms=("mappo", "iql"), recurrent=True)
     with pytest.raises(ValueError, match="rnn_hidden"):
         MAPPOConfig(recurrent=True, rnn_hidden=0)
     with pytest.raises(ValueError, match="'gru' or 'lstm'"):
         MAPPOConfig(recurrent=True, rnn="rnn")
     with pytest.raises(ValueError, match="set recurrent=True too"):
         BenchConfig(algorithms=("mappo",), rnn="lstm")  # not silently an MLP
+
+
+def test_recurrent_vdn_bootstraps_one_step_past_the_replayed_states():
+    """Recurrent VDN on stored trajectories [B, T]: Q(s_t) comes from the replayed hidden states
+    (each row from its stored first state, reset at is_init), and the target's next value is one
+    step of the target network past the state *it* reached at t, as an unbroken rollout computes
+    it, recomputed here step by step by hand. A batch of single transitions is refused."""
+    from _cue_env import CueEnv
+
+    from tdrl.marl.algorithms import make_vdn
+    from tdrl.marl.loops.common import as_groups, joint_policy, start_collection
+    from tdrl.marl.modules import recurrent_view
+    from tdrl.marl.objectives import VDNConfig
+
+    torch.manual_seed(0)
+    env = TransformedEnv(CueEnv(4, 0), InitTracker())
+    parts = make_vdn(env, VDNConfig(recurrent=True, rnn_hidden=8, gamma=0.9), num_cells=(8,))
+    groups = as_groups(parts, "agents")
+    collector, _ = start_collection(env, groups, joint_policy(groups), 5)
+    collector.rollout()
+    batch = collector.rollout()  # [4, 5]: rows start mid-episode, with a carried (non-zero) state
+    assert batch["agents", "q_recurrent_state"][:, 0].abs().sum() > 0 and batch["is_init"][:, 1:].any()
+    loss = parts.loss
+    with torch.no_grad():
+        for p in loss.target_local_value_network.parameters():
+            p.add_(0.3 * torch.randn_like(p))  # a target that differs from the online net
+        out = loss(batch)
+        online, target = (recurrent_view(n, False) for n in (loss.local_value_network, loss.target_local_value_network))
+        q_tot, targets = [], []
+        h_on, h_tg = (batch["agents", "q_recurrent_state"][:, 0],) * 2
+        for t in range(batch.shape[1]):
+            root = batch[:, t].exclude("next")
+            on = online(root.clone().set(("agents", "q_recurrent_state"), h_on))
+            tg = target(root.clone().set(("agents", "q_recurrent_state"), h_tg))
+            h_on, h_tg = on["next", "agents", "q_recurrent_state"], tg["next", "agents", "q_recurrent_state"]
+            q = on["agents", "action_value"].gather(-1, root["agents", "action"].unsqueeze(-1))
+            q_tot.append(q.sum(-2))
+            nxt = batch[:, t]["next"].clone().set(("agents", "q_recurrent_state"), h_tg)
+            nxt.set("is_init", torch.zeros_like(root["is_init"]))
+            next_v = target(nxt)["agents", "action_value"].max(-1).values.sum(-1, keepdim=True)
+            reward = batch[:, t]["next", "agents", "reward"].mean(-2)
+            not_term = (~batch[:, t]["next", "terminated"]).float()
+            targets.append(reward + 0.9 * not_term * next_v)
+    torch.testing.assert_close(out["q_tot_mean"], torch.stack(q_tot).mean())
+    torch.testing.assert_close(out["target_mean"], torch.stack(targets).mean())
+    with pytest.raises(ValueError, match=r"trajectories \[B, T\]"):
+        loss(batch.reshape(-1))

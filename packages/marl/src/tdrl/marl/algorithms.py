@@ -64,6 +64,9 @@ class OffPolicyParts:
     explore: EGreedyModule | AdditiveGaussianModule | None
     loss: nn.Module
     config: QMIXConfig | DDPGConfig | SACConfig | IQLConfig
+    recurrent: bool = False
+    """Recurrent Q networks (``QMIXConfig.recurrent``): the replay holds whole trajectories and
+    the loss replays them (batches ``[B, T]``)."""
 
 
 def env_groups(env) -> list[str]:
@@ -177,7 +180,8 @@ def _recurrent_net(env, group: str, config: MAPPOConfig, role: str, n_out: int, 
     cell's mode."""
     n, d, _ = group_dims(env, group)
     critic = role == "critic"
-    share = config.share_param_critic if critic else config.share_param_actor
+    share = (config.share_param_critic if critic else config.share_param_actor if role == "actor"
+             else config.share_params)  # "q": QMIX / VDN's per-agent Q network
     obs, k = (group, OBSERVATION), len(_obs_shape(env, group)[1])
     pre = []
     if k > 1:  # multi-dim observations, flattened per agent in front of the GRU
@@ -185,7 +189,7 @@ def _recurrent_net(env, group: str, config: MAPPOConfig, role: str, n_out: int, 
         pre, obs = [TensorDictModule(nn.Flatten(-k, -1), in_keys=[obs], out_keys=[flat])], flat
     features = (group, f"{role}_features")
     state = (group, f"{role}_recurrent_state")
-    args = (d, config.rnn_hidden, n, critic and config.centralised_critic, share, obs, features)
+    args = (d, config.rnn_hidden, n, critic and getattr(config, "centralised_critic", False), share, obs, features)
     gru = (MultiAgentLSTM(*args, state_keys=((group, f"{state[1]}_h"), (group, f"{state[1]}_c")))
            if config.rnn == "lstm" else MultiAgentGRU(*args, state_key=state))
     head = TensorDictModule(_head(MultiAgentMLP(config.rnn_hidden, n_out, n, False, share, num_cells), out_keys),
@@ -255,15 +259,19 @@ def require_actions(env, group: str, algorithm: str, continuous: bool):
 def _q_parts(env, config: QMIXConfig | IQLConfig, group: str, num_cells: Sequence[int], algorithm: str = "QMIX/VDN"):
     n, d, spec = group_dims(env, group)
     require_actions(env, group, algorithm, continuous=False)
-    qnet = TensorDictModule(_agent_net(env, group, MultiAgentMLP(d, spec.n, n, False, config.share_params, num_cells)),
-                            in_keys=[(group, OBSERVATION)], out_keys=[(group, ACTION_VALUE)])
+    if getattr(config, "recurrent", False):  # the step-mode net acts, the sequence-mode one trains
+        step_net, qnet = _recurrent_net(env, group, config, "q", spec.n, [(group, ACTION_VALUE)], num_cells)
+    else:
+        qnet = step_net = TensorDictModule(
+            _agent_net(env, group, MultiAgentMLP(d, spec.n, n, False, config.share_params, num_cells)),
+            in_keys=[(group, OBSERVATION)], out_keys=[(group, ACTION_VALUE)])
     mask = _mask_key(env, group)
     greedy = QValueModule(action_value_key=(group, ACTION_VALUE), action_key=(group, ACTION),
                           chosen_action_value_key=(group, "chosen_action_value"), action_mask_key=mask)
     explore = EGreedyModule(spec.n, eps_init=config.eps_init, eps_end=config.eps_end,
                             annealing_num_steps=config.eps_anneal_frames, action_key=(group, ACTION),
                             action_mask_key=mask)
-    return n, d, qnet, TensorDictSequential(qnet, greedy), explore
+    return n, d, qnet, TensorDictSequential(step_net, greedy), explore
 
 
 def make_qmix(env, config: QMIXConfig | None = None, group: str = GROUP,
@@ -275,7 +283,7 @@ def make_qmix(env, config: QMIXConfig | None = None, group: str = GROUP,
                                   config.hypernet_hidden), config,
                     group=group)
     _on_env_device(env, loss, explore)
-    return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
+    return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config, recurrent=config.recurrent)
 
 
 def make_vdn(env, config: VDNConfig | None = None, group: str = GROUP,
@@ -285,7 +293,7 @@ def make_vdn(env, config: VDNConfig | None = None, group: str = GROUP,
     n, d, qnet, greedy, explore = _q_parts(env, config, group, num_cells)
     loss = VDNLoss(qnet, n, config, group=group)
     _on_env_device(env, loss, explore)
-    return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config)
+    return OffPolicyParts(TensorDictSequential(greedy, explore), explore, loss, config, recurrent=config.recurrent)
 
 
 class _TanhBounds(nn.Module):

@@ -114,8 +114,9 @@ class BenchConfig:
             (``..._seeds`` for vectorised seeds); 0: none. The envs are not saved: a resumed run
             resets them. The checkpoints stay after the pair, for evaluation and rendering
             (:func:`~tdrl.marl.loops.load_parts`, :func:`~tdrl.marl.loops.render_episode`).
-        recurrent: recurrent actors and critics for MAPPO / IPPO (``MAPPOConfig.recurrent``; the
-            envs get core's ``InitTracker``); QMIX / VDN and vectorised seeds are refused.
+        recurrent: recurrent actors and critics for MAPPO / IPPO, recurrent Q networks for QMIX /
+            VDN (``MAPPOConfig.recurrent``, ``QMIXConfig.recurrent``; the envs get core's
+            ``InitTracker``); the other algorithms and vectorised seeds are refused.
         rnn: ``"gru"`` or ``"lstm"`` with ``recurrent`` (BenchMARL's ``model=layers/gru`` /
             ``layers/lstm``).
         rnn_hidden: the cells' hidden size (BenchMARL's ``layers/gru.yaml`` / ``lstm.yaml``: 128).
@@ -176,12 +177,12 @@ class BenchConfig:
         if self.rnn != "gru" and not self.recurrent:
             raise ValueError(f"rnn={self.rnn!r} chooses the cell of recurrent networks: set recurrent=True too.")
         if self.recurrent:
-            off = [a for a in self.algorithms if not ALGORITHMS[a].on_policy]
+            off = [a for a in self.algorithms if not _has_field(ALGORITHMS[a].config_class, "recurrent")]
             if off:
-                raise ValueError(f"recurrent=True builds GRU networks for mappo / ippo only; remove {off} "
-                                 "from algorithms (QMIX / VDN have no recurrent variant here).")
+                raise ValueError(f"recurrent=True builds GRU / LSTM networks for mappo / ippo / qmix / vdn only; "
+                                 f"remove {off} from algorithms.")
             if self.vectorise_seeds and len(self.seeds) > 1:
-                raise ValueError("recurrent=True trains seeds one after another (no vectorised GRU seeds); "
+                raise ValueError("recurrent=True trains seeds one after another (no vectorised recurrent seeds); "
                                  "set vectorise_seeds=False.")
         dev = torch.device(self.device)
         if dev.type == "cuda" and not torch.cuda.is_available():

@@ -110,7 +110,7 @@ def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
     if env.batch_size.numel() % len(seeds):
         raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into {len(seeds)} seeds.")
     if config is not None and getattr(config, "recurrent", False):
-        raise ValueError("Recurrent (GRU) MAPPO/IPPO has no vectorised-seeds path; train the seeds one "
+        raise ValueError("Recurrent (GRU / LSTM) networks have no vectorised-seeds path; train the seeds one "
                          "after another.")
     if config is not None and getattr(config, "normalize_advantage", False):
         raise ValueError("normalize_advantage=True is not supported with vectorised seeds (the minibatch "

@@ -20,7 +20,7 @@ from torch import nn
 
 from tdrl.core import RewardSum, TransformedEnv
 from tdrl.core.collectors import Collector
-from tdrl.core.keys import EPISODE_REWARD
+from tdrl.core.keys import EPISODE_REWARD, IS_INIT
 from tdrl.core.train.seeds import SeedAxis, seed_of_env, stacked_seed_counts
 
 from ..algorithms import OnPolicyParts
@@ -269,3 +269,21 @@ def check_seeds(groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
         if n_seeds > 1 and getattr(p.loss.config, "normalize_advantage", False):
             raise ValueError("normalize_advantage=True is not supported with n_seeds > 1 (the minibatch "
                              f"statistics would mix the seeds; group {g!r}).")
+
+
+def is_recurrent(groups: Mapping) -> bool:
+    """Whether any group's parts have recurrent networks (they train on whole trajectories)."""
+    return any(getattr(p, "recurrent", False) for p in groups.values())
+
+
+def check_recurrent(env, groups: Mapping, n_seeds: int) -> None:
+    """Recurrent parts need ``is_init`` from the env and one seed per run (the one home of
+    both refusals, for the on- and off-policy loops)."""
+    if not is_recurrent(groups):
+        return
+    if n_seeds > 1:
+        raise ValueError(f"Recurrent (GRU / LSTM) parts do not support n_seeds={n_seeds} (vectorised seeds); "
+                         "train the seeds one after another (BenchConfig.vectorise_seeds=False).")
+    if IS_INIT not in env.observation_spec.keys():
+        raise ValueError("Recurrent (GRU / LSTM) parts reset their hidden state where 'is_init' is True, but the "
+                         "env does not write it; wrap it: TransformedEnv(env, InitTracker()) (tdrl.core).")

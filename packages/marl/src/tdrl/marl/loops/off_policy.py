@@ -28,10 +28,26 @@ from ..algorithms import OffPolicyParts
 from ..checks import TeamRewardCheck
 from ..keys import GROUP, NEXT, REWARD
 from .restore import resume_training, save_training, training_objects
-from .common import (TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
-                     seed_returns, start_collection)
+from .common import (TrainConfig, as_groups, check_recurrent, check_seeds, group_returns, is_recurrent,
+                     joint_policy, record, seed_returns, start_collection)
 
 __all__ = ["off_policy_optimizer", "off_policy_update", "train_off_policy"]
+
+
+def _as_items(batch: TensorDictBase, steps: int) -> TensorDictBase:
+    """A rollout ``[*envs, T]`` as replay items: one sub-env's ``T`` steps each (batch ``[envs]``,
+    the time dim kept inside the entries, so that the replay does not flatten it)."""
+    rows = batch.reshape(-1, steps)
+    rows.batch_size = rows.batch_size[:1]
+    return rows
+
+
+def _as_sequences(sample: TensorDictBase, steps: int) -> TensorDictBase:
+    """Sampled items of :func:`_as_items` -> trajectories ``[B, T]``."""
+    short = [k for k, v in sample.items(True, True) if v.dim() < 2 or v.shape[1] != steps]  # e.g. the sampled "index"
+    sample = sample.exclude(*short)
+    sample.batch_size = (sample.batch_size[0], steps)
+    return sample
 
 
 def off_policy_optimizer(groups: Mapping[str, OffPolicyParts], cfg: TrainConfig
@@ -131,7 +147,12 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     # never more room than the run will fill (the storage allocates its capacity at the first write);
     # with several seeds an item holds every seed's transition, so the capacity is per seed
     capacity = min(cfg.buffer_size, cfg.n_iters * n_steps * n_envs)
-    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
+    # recurrent Q networks train on whole trajectories: an item is one sub-env's batch of
+    # n_steps steps, and a sample holds minibatch_size frames' worth of them (BenchMARL's layout)
+    check_recurrent(env, groups, n_seeds)
+    seq = n_steps if is_recurrent(groups) else 0
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(-(-capacity // seq) if seq else capacity))
+    sample_size = -(-cfg.minibatch_size // seq) if seq else cfg.minibatch_size
     checks = {g: TeamRewardCheck(type(p.loss).__name__.removesuffix("Loss"), g, env)  # the mixers' team reward
               for g, p in groups.items() if cfg.check_team_reward and hasattr(p.loss, "team_reward")}
     explorers = list({id(p.explore): p.explore for p in groups.values() if p.explore is not None}.values())
@@ -151,10 +172,11 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
             p.step(new)  # the same schedule for every seed: epsilon after this many frames of one run
         returns, extra = group_returns(trackers, batch)
         extra.update(axis.seed_values("train_return", seed_returns(trackers, n_seeds, n_envs)))
-        buffer.extend(axis.to_replay(batch.reshape(-1)))  # seed-major: sub-env blocks, then time
+        buffer.extend(_as_items(batch, n_steps) if seq else axis.to_replay(batch.reshape(-1)))  # seed-major
         losses = []
         for _ in range(cfg.n_optimizer_steps):
-            sample = axis.from_replay(buffer.sample(cfg.minibatch_size))
+            sample = buffer.sample(sample_size)
+            sample = _as_sequences(sample, seq) if seq else axis.from_replay(sample)
             losses.append(off_policy_update(sample, groups, opt, clip_groups, targets, cfg.max_grad_norm, n_seeds))
         extra.update({"loss": float(torch.stack(losses).mean()),
                       "eps": explorers[0].level if explorers else float("nan")})  # epsilon or sigma

@@ -14,10 +14,10 @@ from tdrl.core.objectives import total_loss
 from tdrl.core.train.seeds import SeedAxis
 
 from ..algorithms import OnPolicyParts
-from ..keys import GROUP, IS_INIT, NEXT, VALUE_TARGET
+from ..keys import GROUP, NEXT, VALUE_TARGET
 from .restore import resume_training, save_training, training_objects
-from .common import (TrainConfig, as_groups, check_seeds, group_returns, joint_policy, record,
-                     seed_returns, start_collection)
+from .common import (TrainConfig, as_groups, check_recurrent, check_seeds, group_returns, is_recurrent,
+                     joint_policy, record, seed_returns, start_collection)
 
 __all__ = ["on_policy_optimizer", "on_policy_update", "train_on_policy"]
 
@@ -56,22 +56,6 @@ def _check_masks(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], n_s
             )
 
 
-def _recurrent(groups: Mapping[str, OnPolicyParts]) -> bool:
-    return any(getattr(p, "recurrent", False) for p in groups.values())
-
-
-def _check_recurrent(env, groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
-    """Recurrent parts need ``is_init`` from the env and one seed per run."""
-    if not _recurrent(groups):
-        return
-    if n_seeds > 1:
-        raise ValueError(f"Recurrent (GRU) MAPPO/IPPO does not support n_seeds={n_seeds} (vectorised seeds); "
-                         "train the seeds one after another.")
-    if IS_INIT not in env.observation_spec.keys():
-        raise ValueError("Recurrent (GRU) parts reset their hidden state where 'is_init' is True, but the env "
-                         "does not write it; wrap it: TransformedEnv(env, InitTracker()) (tdrl.core).")
-
-
 def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], optimizer: torch.optim.Optimizer,
                      clip_groups: Sequence[Sequence[torch.Tensor]], cfg: TrainConfig, n_seeds: int = 1) -> float:
     """One iteration's learning on a collected ``batch``: advantages, then epochs x minibatches.
@@ -100,7 +84,7 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
         if p.loss.value_norm is not None:
             p.loss.value_norm.update(batch.get((g, VALUE_TARGET)))
     # the losses read the root only: drop "next" so each minibatch gathers half the data
-    if _recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
+    if is_recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
         flat, frames_per_row = batch.exclude(NEXT).reshape(1, -1, batch.shape[-1]), batch.shape[-1]
     else:  # seed-major blocks [n_seeds, N]
         flat, frames_per_row = axis.split(batch.exclude(NEXT).reshape(-1)), 1
@@ -162,7 +146,7 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     if env.batch_size.numel() % n_seeds:
         raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} blocks.")
     check_seeds(groups, n_seeds)
-    _check_recurrent(env, groups, n_seeds)
+    check_recurrent(env, groups, n_seeds)
     n_envs = env.batch_size.numel() // n_seeds
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = joint_policy(groups)

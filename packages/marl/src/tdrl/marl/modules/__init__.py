@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from .mixers import QMixer, VDNMixer
 from .multiagent_mlp import MultiAgentMLP
-from .recurrent import MultiAgentGRU, MultiAgentLSTM
+from .recurrent import MultiAgentGRU, MultiAgentLSTM, recurrent_layers, recurrent_view
 
-__all__ = ["MultiAgentMLP", "MultiAgentGRU", "MultiAgentLSTM", "QMixer", "VDNMixer"]
+__all__ = ["MultiAgentMLP", "MultiAgentGRU", "MultiAgentLSTM", "QMixer", "VDNMixer", "recurrent_layers", "recurrent_view"]

@@ -25,7 +25,7 @@ import copy
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import Tensor, nn
 
 from tdrl.core.keys import IS_INIT, NEXT
@@ -33,7 +33,7 @@ from tdrl.core.modules import GRUModule, LSTMModule
 from tdrl.core.values._utils import NestedKey
 from tdrl.core.keys import next_key
 
-__all__ = ["MultiAgentGRU", "MultiAgentLSTM"]
+__all__ = ["MultiAgentGRU", "MultiAgentLSTM", "recurrent_view", "recurrent_layers"]
 
 _X, _H, _INIT = "x", "h", "is_init"  # the inner cell's keys
 _CELLS = {"gru": (GRUModule, ("state",)), "lstm": (LSTMModule, ("state_h", "state_c"))}
@@ -200,3 +200,20 @@ class MultiAgentLSTM(MultiAgentGRU):
             raise ValueError(f"MultiAgentLSTM needs two state keys (h, c), got {state_keys!r}.")
         self._build("lstm", n_agent_inputs, hidden_size, n_agents, centralised, share_params, in_key, out_key,
                     tuple(state_keys), is_init_key, num_layers)
+
+
+def recurrent_layers(net: nn.Module) -> list[MultiAgentGRU]:
+    """The :class:`MultiAgentGRU` / :class:`MultiAgentLSTM` layers inside ``net``."""
+    return [m for m in net.modules() if isinstance(m, MultiAgentGRU)]
+
+
+def recurrent_view(net: nn.Module, mode: bool) -> nn.Module:
+    """``net`` (a ``TensorDictSequential`` or a recurrent layer) with its recurrent layers in
+    ``mode`` (True: ``[*B, T]`` sequences; False: one step), sharing every parameter."""
+    if isinstance(net, MultiAgentGRU):
+        return net.set_recurrent_mode(mode)
+    if not isinstance(net, TensorDictSequential):
+        raise TypeError(f"recurrent_view needs a TensorDictSequential or a MultiAgentGRU / MultiAgentLSTM, "
+                        f"got {type(net).__name__}.")
+    return TensorDictSequential(*(recurrent_view(m, mode) if isinstance(m, (MultiAgentGRU, TensorDictSequential))
+                                  else m for m in net.module))

@@ -23,6 +23,7 @@ from tdrl.core.values._utils import NestedKey
 
 from ..keys import ACTION, ACTION_MASK, ACTION_VALUE, GROUP, NEXT, OBSERVATION, REWARD, TERMINATED
 from ..modules.mixers import QMixer, VDNMixer
+from ..modules.recurrent import recurrent_layers, recurrent_view
 
 __all__ = ["QMIXConfig", "VDNConfig", "QMIXLoss", "VDNLoss", "ValueDecompositionKeys"]
 
@@ -41,6 +42,11 @@ class QMIXConfig:
         share_params: one Q network for all agents.
         tau: Polyak weight of the target update after each optimiser step.
         eps_init, eps_end, eps_anneal_frames: epsilon-greedy exploration schedule.
+        recurrent: recurrent per-agent Q networks (a GRU or LSTM, then the MLP), trained on
+            whole stored trajectories as BenchMARL does with ``model=layers/gru``: the replay
+            holds each sub-env's batch as one sequence (the env needs core's ``InitTracker``).
+        rnn: ``"gru"`` or ``"lstm"`` (with ``recurrent``). rnn_hidden: their hidden size (128,
+            BenchMARL's ``layers/gru.yaml``).
     """
 
     gamma: float = 0.99
@@ -53,8 +59,13 @@ class QMIXConfig:
     eps_init: float = 0.8
     eps_end: float = 0.01
     eps_anneal_frames: int = 100_000
+    recurrent: bool = False
+    rnn: str = "gru"
+    rnn_hidden: int = 128
 
     def __post_init__(self) -> None:
+        if self.rnn not in ("gru", "lstm") or self.rnn_hidden < 1:
+            raise ValueError(f"rnn must be 'gru' or 'lstm' and rnn_hidden >= 1, got {self.rnn!r}, {self.rnn_hidden}.")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}.")
         if not 0.0 < self.tau <= 1.0:
@@ -98,6 +109,24 @@ class _ValueDecompositionLoss(LossModule):
         self.local_value_network, self.mixer = local_value_network, mixer
         self._add_target("local_value_network", local_value_network)
         self._add_target("mixer", mixer)
+        # a Q network with recurrent layers in sequence mode: batches are [*B, T] trajectories
+        self.recurrent = any(m.recurrent_mode for m in recurrent_layers(local_value_network))
+
+    def _sequence_q(self, net, td: TensorDictBase) -> TensorDictBase:
+        """``net`` over ``td``'s trajectories ``[*B, T]`` (each row from its stored first state,
+        reset at ``is_init``): its outputs, with the state after every step under ``"next"``."""
+        return net(td.exclude(NEXT))
+
+    def _after(self, next_td: TensorDictBase, sequence_out: TensorDictBase, net) -> TensorDictBase:
+        """``next_td`` with the recurrent states the sequence pass reached after each step (not
+        the ones stored at collection time) and no episode start: one step from there is the
+        next observation's value, exactly as an unbroken rollout would compute it."""
+        nxt = next_td.copy()
+        for layer in recurrent_layers(net):
+            for key in layer.state_keys:
+                nxt.set(key, sequence_out.get((NEXT, *self._tuple(key))).detach())
+            nxt.set(layer.is_init_key, torch.zeros_like(sequence_out.get(layer.is_init_key)))
+        return nxt
 
     def _q_values(self, net, td: TensorDictBase) -> Tensor:
         return run_module(net, td, self.tensor_keys.action_value, type(self).__name__)
@@ -129,13 +158,28 @@ class _ValueDecompositionLoss(LossModule):
             ``loss_qvalue`` and diagnostics ``q_tot_mean``, ``target_mean``, ``td_error``.
         """
         c = self.config
-        q = self._q_values(self.local_value_network, td)  # [*B, n, A]
+        if self.recurrent:
+            if td.batch_dims < 2:
+                raise ValueError(f"{type(self).__name__} with recurrent Q networks trains on trajectories [B, T]; got "
+                                 f"a batch {tuple(td.shape)} (single transitions would be read as one sequence).")
+            online = self._sequence_q(self.local_value_network, td)
+            q = online.get(self.tensor_keys.action_value)  # [*B, T, n, A]
+        else:
+            q = self._q_values(self.local_value_network, td)  # [*B, n, A]
         chosen = gather_action_value(q, self._get(td, "action"))  # [*B, n, 1]
         q_tot = self.mixer(chosen, self._state(td))  # [*B, 1]
         next_td = self._next_td(td)
         with torch.no_grad():
-            next_q = self._q_values(self.target_local_value_network, next_td)
-            selector = self._q_values(self.local_value_network, next_td) if c.double_q else next_q
+            if self.recurrent:  # one step past the states each network's sequence pass reached
+                target_net = self.target_local_value_network
+                after = self._after(next_td, self._sequence_q(target_net, td), target_net)
+                next_q = self._q_values(recurrent_view(target_net, False), after)
+                selector = (self._q_values(recurrent_view(self.local_value_network, False),
+                                           self._after(next_td, online, self.local_value_network))
+                            if c.double_q else next_q)
+            else:
+                next_q = self._q_values(self.target_local_value_network, next_td)
+                selector = self._q_values(self.local_value_network, next_td) if c.double_q else next_q
             mask = next_td.get(self.tensor_keys.action_mask, None)
             if mask is not None:
                 selector = selector.masked_fill(~mask.bool(), torch.finfo(selector.dtype).min)
