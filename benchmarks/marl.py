@@ -139,6 +139,45 @@ def _phases(prof: cProfile.Profile, side: str) -> dict:
     return out
 
 
+class SimulatorClock:
+    """Seconds spent inside VMAS's simulator (``Environment.step`` / ``reset`` / ``reset_at`` /
+    ``get_from_scenario``, the calls both tdrl's and TorchRL's VmasEnv make; outermost calls
+    only), so that a side's own time is its wall time minus ``seconds``. Use as a context
+    manager around the training loop; the methods are restored on exit."""
+
+    NAMES = ("step", "reset", "reset_at", "get_from_scenario")
+
+    def __init__(self) -> None:
+        self.seconds, self._depth, self._saved = 0.0, 0, {}
+
+    def _wrap(self, fn):
+        def timed(*args, **kwargs):
+            if self._depth:
+                return fn(*args, **kwargs)
+            self._depth += 1
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t
+                self._depth -= 1
+        return timed
+
+    def __enter__(self) -> "SimulatorClock":
+        from vmas.simulator.environment import Environment
+
+        for name in self.NAMES:
+            self._saved[name] = getattr(Environment, name)
+            setattr(Environment, name, self._wrap(self._saved[name]))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from vmas.simulator.environment import Environment
+
+        for name, fn in self._saved.items():
+            setattr(Environment, name, fn)
+
+
 def sync_device(device: str) -> None:
     """Wait for queued GPU work, so that wall times cover it."""
     if torch.device(device).type == "cuda":

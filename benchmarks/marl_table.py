@@ -59,12 +59,12 @@ from pathlib import Path
 
 import torch
 from benchmarks.records import module_command
-from benchmarks.marl import BENCHMARL_PY, MISSING_BENCHMARL, check_device, sync_device, benchmarl_task, benchmarl_env
+from benchmarks.marl import SimulatorClock, BENCHMARL_PY, MISSING_BENCHMARL, check_device, sync_device, benchmarl_task, benchmarl_env
 
 ALGORITHMS = ("mappo", "ippo", "qmix", "maddpg", "iddpg", "masac", "isac", "iql")
 ON_POLICY = ("mappo", "ippo")
 CONTINUOUS = ("mappo", "ippo", "maddpg", "iddpg", "masac", "isac")  # the others act on VMAS's discrete actions
-TASKS = ("balance", "navigation", "transport", "wheel", "sampling")
+TASKS = ("balance", "navigation", "transport", "wheel", "sampling", "give_way", "dispersion")
 PEER = "BenchMARL 1.5.2"
 SECTION, TABLE = "Multi-agent", "MARL: tdrl vs BenchMARL on its VMAS tasks and algorithms"
 
@@ -249,11 +249,12 @@ def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str =
     parts = BUILDERS[algorithm][0](train_env, conf["algorithm"], num_cells=conf["num_cells"])
     loop = train_on_policy if conf["on_policy"] else train_off_policy
     t0, c0 = time.perf_counter(), time.process_time()
-    hist = loop(train_env, parts, conf["train"])
-    sync_device(device)
+    with SimulatorClock() as sim:
+        hist = loop(train_env, parts, conf["train"])
+        sync_device(device)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     ret = evaluate(eval_env, parts.policy, t["max_steps"])
-    return {"frames": hist[-1]["frames"], "wall_s": wall, "cpu_s": cpu, "return": ret}
+    return {"frames": hist[-1]["frames"], "wall_s": wall, "cpu_s": cpu, "sim_s": sim.seconds, "return": ret}
 
 
 try:  # only inside .venv-benchmarl; module level so that BenchMARL can pickle it
@@ -310,15 +311,17 @@ def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: 
                      seed=seed, config=cfg, callbacks=[_EvalReturns()])
     close, exp.close = exp.close, lambda: None  # keep the test env open past run() for the evaluation
     t0, c0 = time.perf_counter(), time.process_time()
-    exp.run()
-    sync_device(device)
+    with SimulatorClock() as sim:
+        exp.run()
+        sync_device(device)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     exp.evaluate()  # BenchMARL's own evaluation loop (deterministic actions, evaluation_episodes envs)
     close()
     rets = _EvalReturns.returns
     if len(rets) != budget.eval_episodes:
         raise RuntimeError(f"BenchMARL evaluated {len(rets)} episodes, expected {budget.eval_episodes}")
-    return {"frames": exp.total_frames, "wall_s": wall, "cpu_s": cpu, "return": sum(rets) / len(rets)}
+    return {"frames": exp.total_frames, "wall_s": wall, "cpu_s": cpu, "sim_s": sim.seconds,
+            "return": sum(rets) / len(rets)}
 
 
 def run_benchmarl_side(module: str, argv: list[str], what: str) -> dict:
@@ -366,7 +369,18 @@ def summarise(ours: list[dict], theirs: list[dict]) -> dict:
             "tdrl return": _mean_std([r["return"] for r in ours]),
             f"{PEER.split()[0]} return": _mean_std([r["return"] for r in theirs]),
             "seeds": len(ours), "ratio": fps(ours) / fps(theirs),
-            "cpu ratio": fps(ours, "cpu_s") / fps(theirs, "cpu_s")}
+            "cpu ratio": fps(ours, "cpu_s") / fps(theirs, "cpu_s"), **own_part(ours, theirs)}
+
+
+def own_part(ours: list[dict], theirs: list[dict]) -> dict:
+    """Where VMAS bounds the ratio: each side's simulator share of its wall time, and the ratio
+    of the two sides' own time per frame (wall minus simulator; BenchMARL's / tdrl's, so >1 means
+    tdrl's own part is faster). Empty for runs recorded before the simulator was timed."""
+    if not all("sim_s" in r for r in (*ours, *theirs)):
+        return {}
+    own = lambda runs: statistics.mean((r["wall_s"] - r["sim_s"]) / r["frames"] for r in runs)  # noqa: E731
+    share = lambda runs: statistics.mean(r["sim_s"] / r["wall_s"] for r in runs)  # noqa: E731
+    return {"own ratio": own(theirs) / own(ours), "sim share": (share(ours), share(theirs))}
 
 
 def row_name(task: str, algorithm: str, budget: Budget, time_limit_terminates: bool = False,
@@ -518,14 +532,17 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{task} {algorithm} seed {seed}: tdrl {ours[-1]}  benchmarl {theirs[-1]}", flush=True)
             s = summarise(ours, theirs)
             ratio, cpu_ratio = s.pop("ratio"), s.pop("cpu ratio")
-            print(f"== {algorithm.upper()} {task}: {s}, {ratio:.2f}x ({cpu_ratio:.2f}x CPU)", flush=True)
+            own, share = s.pop("own ratio", None), s.pop("sim share", None)
+            split = ("" if own is None else f"; simulator {share[0]:.0%} / {share[1]:.0%} of the wall time, "
+                     f"own part {own:.2f}x")
+            print(f"== {algorithm.upper()} {task}: {s}, {ratio:.2f}x ({cpu_ratio:.2f}x CPU){split}", flush=True)
             if args.record:
                 from benchmarks.records import write_record
 
                 name = row_name(task, algorithm, budget, args.time_limit_terminates, args.device)
                 machine = ("shared 2-core CPU box" if args.device == "cpu" else
                            f"device machine ({torch.cuda.get_device_name(torch.device(args.device))})")
-                write_record(SECTION, TABLE, name, s, peer=PEER, ratio=f"{ratio:.2f}x ({cpu_ratio:.2f}x)",
+                write_record(SECTION, TABLE, name, s, peer=PEER, ratio=f"{ratio:.2f}x ({cpu_ratio:.2f}x){split}",
                              note=_note(budget, args.time_limit_terminates),
                              machine=f"{machine}, one torch thread per side, device {args.device}")
 
