@@ -66,7 +66,7 @@ def check_env_specs(
             if bool(td.get((NEXT, env.done_key) if isinstance(env.done_key, str)
                            else (NEXT, *env.done_key)).any()):
                 break
-            nxt = step_mdp(td, env.reward_keys)
+            nxt = step_mdp(td, env.step_only_keys)
         td = nxt
     if problems:
         raise AssertionError(
