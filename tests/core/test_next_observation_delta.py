@@ -150,3 +150,16 @@ def test_refusals_before_any_work():
     wide = NextObservationDelta(["observation"], delta_dtype=torch.bfloat16)
     assert wide._step(root, TensorDict(observation=torch.tensor([[7.0e4]]), batch_size=[1]))[
         "delta", "observation"].item() == 70144.0  # bfloat16: range kept, 8 bits of precision
+
+
+def test_check_env_specs_knows_the_stored_layout():
+    """The env's fake TensorDict describes a stored step (a float16 delta, no full next
+    observation), so TorchRL's habit of running ``check_env_specs`` holds on both paths."""
+    from tdrl.core import check_env_specs
+
+    env = TransformedEnv(GymEnv("CartPole-v1", num_envs=2), Compose(StepCounter(), NextObservationDelta()))
+    fake = env.fake_tensordict()
+    assert fake["next", "delta", "observation"].dtype == torch.float16
+    assert ("next", "observation") not in fake.keys(True) and ("next", "step_count") in fake.keys(True)
+    check_env_specs(env, max_steps=30, seed=0)
+    check_env_specs(env, max_steps=30, seed=0, break_when_any_done=True)

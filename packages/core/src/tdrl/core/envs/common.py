@@ -238,8 +238,9 @@ class EnvBase:
         ``TransformedEnv`` names its transforms' (``NextObservationDelta``'s compressed keys)."""
         return []
 
-    def _drop_unstored(self, td: TensorDictBase) -> None:
-        """Remove :attr:`unstored_next_keys` from ``td["next"]`` (after the next root is built)."""
+    def drop_unstored(self, td: TensorDictBase) -> None:
+        """Remove :attr:`unstored_next_keys` from the stored step ``td["next"]``, in place (call
+        it once the next root is built from them)."""
         keys = self.unstored_next_keys
         if keys:
             nxt = td.get(NEXT)
@@ -455,12 +456,12 @@ class EnvBase:
             if any_done is False:
                 step_only = self.step_only_keys
                 next_root = _from_source({k: v for k, v in nxt.items() if k not in step_only}, make)
-                self._drop_unstored(tensordict)
+                self.drop_unstored(tensordict)
                 return tensordict, next_root
         else:
             tensordict = self.step(tensordict)
         next_root = step_mdp(tensordict, self.step_only_keys)
-        self._drop_unstored(tensordict)
+        self.drop_unstored(tensordict)
         done = next_root.get(self.done_key)
         if any_done or (any_done is None and bool(done.any())):
             set_entry(next_root, RESET_KEY, done.clone())
@@ -516,7 +517,7 @@ class EnvBase:
                     steps.append(td)
                     stop = bool(td.get(next_key(done_key)).any())
                     nxt = None if stop else step_mdp(td, self.step_only_keys)
-                    self._drop_unstored(td)
+                    self.drop_unstored(td)
                     if stop:
                         break
                     td = nxt

@@ -7,7 +7,8 @@ A transform sits between an environment and its user (see ``TransformedEnv``):
 * ``_reset(td, td_reset)`` rewrites a reset output (``td`` is the reset input, possibly
   holding a ``"_reset"`` mask, or ``None``); by default ``_call(td_reset)``;
 * ``inv(td)`` rewrites the input of ``step`` on its way to the base env (actions);
-* ``transform_*_spec`` rewrite the specs so that the transformed env describes its data;
+* ``transform_*_spec`` rewrite the specs so that the transformed env describes its data
+  (``transform_fake_tensordict``: the stored entries no spec describes);
 * ``forward(td)`` applies ``_call`` to any TensorDict (e.g. replay-buffer data);
 * ``step_only_keys()`` / ``unstored_next_keys()`` name entries of ``"next"`` that are not
   carried into the next root (they describe the step, as the reward does) / that are dropped
@@ -217,6 +218,12 @@ class Transform(nn.Module):
         return []
 
     # ------------------------------------------------------------------ specs
+    def transform_fake_tensordict(self, td: TensorDictBase) -> TensorDictBase:
+        """Rewrite the env's ``fake_tensordict`` (what ``check_env_specs`` compares a stored
+        step with) for entries no spec describes: a step entry, an unstored one. Unchanged by
+        default."""
+        return td
+
     def transform_observation_spec(self, spec: Composite) -> Composite:
         return spec
 
@@ -331,6 +338,11 @@ class Compose(Transform):
 
     def unstored_next_keys(self) -> list:
         return [k for t in self.transforms for k in t.unstored_next_keys()]
+
+    def transform_fake_tensordict(self, td):
+        for t in self.transforms:
+            td = t.transform_fake_tensordict(td)
+        return td
 
     def _chain(self, name: str, spec):
         for t in self.transforms:

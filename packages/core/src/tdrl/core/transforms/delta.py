@@ -174,6 +174,16 @@ class NextObservationDelta(Transform):
             next_td.set((DELTA, *_key_tuple(key)), delta)
         return next_td
 
+    def transform_fake_tensordict(self, td: TensorDictBase) -> TensorDictBase:
+        """A stored step: ``("next", "delta", k)`` in ``delta_dtype``, no ``("next", k)``."""
+        nxt = td.get(NEXT)
+        for key in self.in_keys:
+            leaf = nxt.get(key, None)
+            if leaf is not None:
+                nxt.set((DELTA, *_key_tuple(key)), torch.zeros_like(leaf, dtype=self.delta_dtype))
+                nxt.del_(key)
+        return td
+
     def _reset(self, td, td_reset):
         return td_reset
 

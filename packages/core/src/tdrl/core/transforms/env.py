@@ -70,6 +70,10 @@ class TransformedEnv(EnvBase):
         """The base env's, plus the keys the transforms name (``Transform.unstored_next_keys``)."""
         return [*self.base_env.unstored_next_keys, *self.transform.unstored_next_keys()]
 
+    def fake_tensordict(self) -> TensorDictBase:
+        """The base rule's zero TensorDict, rewritten by ``Transform.transform_fake_tensordict``."""
+        return self.transform.transform_fake_tensordict(super().fake_tensordict())
+
     def apply(self, fn) -> TransformedEnv:
         """Call ``fn`` on every transform (and their submodules) then on this env, as
         ``nn.Module.apply`` does in TorchRL's scripts (e.g. dumping a ``VideoRecorder``)."""
