@@ -163,3 +163,21 @@ def test_check_env_specs_knows_the_stored_layout():
     assert ("next", "observation") not in fake.keys(True) and ("next", "step_count") in fake.keys(True)
     check_env_specs(env, max_steps=30, seed=0)
     check_env_specs(env, max_steps=30, seed=0, break_when_any_done=True)
+
+
+def test_inside_a_batched_env_refused_outside_it_works():
+    from tdrl.core.envs import SerialEnv
+
+    def inner():
+        return TransformedEnv(GymEnv("Pendulum-v1"), NextObservationDelta())
+
+    with pytest.raises(ValueError, match="Put the transform outside"):
+        SerialEnv(2, inner)
+    env = TransformedEnv(SerialEnv(2, lambda: GymEnv("Pendulum-v1")), NextObservationDelta())
+    torch.manual_seed(0)
+    batch = env.rollout(5, break_when_any_done=False)
+    assert batch["next", "delta", "observation"].shape == (2, 5, 3)
+    assert ("next", "observation") not in batch.keys(True)
+    step = batch["observation"][:, 1:] - batch["observation"][:, :-1]
+    assert torch.equal(batch["next", "delta", "observation"][:, :-1], step.half())
+    env.close()

@@ -100,7 +100,8 @@ class NextObservationDelta(Transform):
             sampled delta whose dtype or shape does not match.
 
     Put it outside a ``SerialEnv`` / ``ParallelEnv`` (``TransformedEnv(ParallelEnv(...), ...)``),
-    as in TorchRL: the env that holds it is the one whose ``step_only_keys`` the collector reads.
+    as in TorchRL: a batched env moves only spec entries between workers, so one built over
+    sub-envs that hold it is refused.
 
     Example:
         >>> env = TransformedEnv(GymEnv("Pendulum-v1"), NextObservationDelta())
