@@ -226,27 +226,23 @@ class EnvBase:
 
     @property
     def step_only_keys(self) -> list:
-        """The keys of ``"next"`` that describe the step, not the state of step ``t + 1``: not
-        carried into the next root (``step_mdp``). The reward keys; a ``TransformedEnv`` adds
-        its transforms' (e.g. ``NextObservationDelta``'s ``"delta"``)."""
+        """Keys of ``"next"`` not carried into the next root (``step_mdp``): the rewards, plus a
+        ``TransformedEnv``'s transforms' (``NextObservationDelta``'s ``"delta"``)."""
         return self.reward_keys
 
     @property
     def unstored_next_keys(self) -> list:
-        """The keys of ``"next"`` that build the next root and are then dropped from the stored
-        step (``step_and_maybe_reset``, ``rollout``, the collectors): none for a base env; a
-        ``TransformedEnv`` names its transforms' (``NextObservationDelta``'s compressed keys)."""
+        """Keys of ``"next"`` dropped from the stored step once the next root is built from them
+        (:meth:`drop_unstored`): none here, a ``TransformedEnv``'s transforms'."""
         return []
 
     def drop_unstored(self, td: TensorDictBase) -> None:
-        """Remove :attr:`unstored_next_keys` from the stored step ``td["next"]``, in place (call
-        it once the next root is built from them)."""
+        """Remove :attr:`unstored_next_keys` from ``td["next"]``, in place."""
         keys = self.unstored_next_keys
-        if keys:
-            nxt = td.get(NEXT)
-            for key in keys:
-                if nxt.get(key, None) is not None:
-                    nxt.del_(key)
+        nxt = td.get(NEXT) if keys else None
+        for key in keys:
+            if nxt.get(key, None) is not None:
+                nxt.del_(key)
 
     @property
     def action_key(self):
