@@ -17,6 +17,13 @@ rendering 84x84 (its state stays as ``position`` / ``velocity``, 5 floats as tdr
 "traj_ids"))``, and its ``NextStateReconstructor`` after each sample. The two sides' timing
 rounds are interleaved; the ratio is tdrl / TorchRL.
 
+The lossy variant, ``NextObservationDelta`` (issue 43), only compresses floating observations,
+so its rows take the same env's pixels through ``ToTensorImage`` (float32 3x84x84, what a
+TorchRL pixel pipeline stores) plus the state: plain storage vs ``NextObservationDelta()`` in
+the env (float16 ``("next", "delta", k)`` for every float key), each side's own transform
+rebuilding ``("next", k)`` after a uniform sample of 256 (``RandomSampler``, TorchRL's default
+sampler); one frame (``--stack`` does not apply), TorchRL's side in the same run.
+
     flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.compact_obs --frames 400 \
         --stack 4 --record
 """
@@ -40,7 +47,13 @@ from tdrl.core.replay import (  # noqa: E402
     SliceSampler,
     TensorStorage,
 )
-from tdrl.core.transforms import CatFrames, TransformedEnv  # noqa: E402
+from tdrl.core.transforms import (  # noqa: E402
+    CatFrames,
+    Compose,
+    NextObservationDelta,
+    ToTensorImage,
+    TransformedEnv,
+)
 
 
 def make_env(stack: int):
@@ -128,6 +141,101 @@ def torchrl_side(frames: int, stack: int, seed: int = 0):
     return (plain, compact, lambda td: rebuild_rest(rebuild_pixels(td))), None
 
 
+def fill_delta(delta: bool, frames: int, seed: int = 0) -> tuple[ReplayBuffer, list]:
+    """tdrl's buffer of float pixels + state, plain or through ``NextObservationDelta``, and
+    the keys stored as deltas."""
+    torch.manual_seed(seed)
+    env = DMControlEnv("cartpole", "swingup", pixels=True, pixels_size=84)
+    env = TransformedEnv(env, Compose(ToTensorImage(in_keys=["pixels"]),
+                                      *([NextObservationDelta()] if delta else [])))
+    env.set_seed(seed)
+    col = Collector(env, None, frames_per_batch=100)
+    rb = ReplayBuffer(TensorStorage(frames), batch_size=256)
+    while len(rb) < frames:
+        rb.extend(col.rollout().reshape(-1))
+    col.shutdown()
+    return rb, list(env.transform[-1].in_keys) if delta else []
+
+
+def torchrl_delta_side(frames: int, seed: int = 0):
+    """TorchRL's plain and ``NextObservationDelta`` buffers of the same env, and its rebuild."""
+    from dm_control import suite
+    from torchrl.collectors import Collector as TRLCollector
+    from torchrl.data import LazyTensorStorage, ReplayBuffer as TRLReplayBuffer
+    from torchrl.envs import Compose as TRLCompose, DMControlWrapper
+    from torchrl.envs import TransformedEnv as TRLTransformedEnv
+    from torchrl.envs.transforms import NextObservationDelta as TRLDelta, ToTensorImage as TRLToTensor
+
+    def fill_trl(delta: bool):
+        torch.manual_seed(seed)
+        env = DMControlWrapper(suite.load("cartpole", "swingup", task_kwargs={"random": seed}),
+                               from_pixels=True, pixels_only=False,
+                               render_kwargs={"height": 84, "width": 84})
+        env = TRLTransformedEnv(env, TRLCompose(TRLToTensor(in_keys=["pixels"]),
+                                                *([TRLDelta()] if delta else [])))
+        keys = [k for k, v in env.observation_spec.items(True, True) if v.dtype.is_floating_point]
+        col = TRLCollector(env, None, frames_per_batch=100, total_frames=-1)
+        rb = TRLReplayBuffer(storage=LazyTensorStorage(frames), batch_size=256)
+        it = iter(col)
+        while len(rb) < frames:
+            rb.extend(next(it).reshape(-1))
+        col.shutdown()
+        return rb, keys
+
+    plain, _ = fill_trl(False)
+    packed, keys = fill_trl(True)
+    return plain, packed, TRLDelta(keys)
+
+
+def delta_rows(args, peer_ok: bool) -> None:
+    """Bytes per transition and sample + rebuild time of the delta variant, tdrl and TorchRL."""
+    (plain, _), (packed, keys) = fill_delta(False, args.frames), fill_delta(True, args.frames)
+    rebuild = NextObservationDelta(keys)
+    runs = {"plain": (plain, None), "delta": (packed, rebuild)}
+    if peer_ok:
+        p_plain, p_packed, p_rebuild = torchrl_delta_side(args.frames)
+        runs.update({"trl plain": (p_plain, None), "trl delta": (p_packed, p_rebuild)})
+    rounds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, (rb, after) in runs.items():
+            rounds[name].append(sample_us(rb, after, repeats=1))
+    t = {name: statistics.median(v) for name, v in rounds.items()}
+    b = {name: bytes_per_item(rb) for name, (rb, _) in runs.items()}
+    shape = tuple(plain[:1]["pixels"].shape[1:])
+    print(f"NextObservationDelta, float32 pixels {shape} + state: plain {b['plain']:,.0f} "
+          f"B/transition, delta {b['delta']:,.0f} ({b['delta'] / b['plain']:.3f} of plain); "
+          f"sample 256: plain {t['plain']:,.0f} us, delta + rebuild {t['delta']:,.0f} us")
+    if peer_ok:
+        print(f"{'':34s}{'tdrl':>12s}{'TorchRL':>12s}{'tdrl/TorchRL':>14s}")
+        for label, x, y in (("plain B/transition", b["plain"], b["trl plain"]),
+                            ("delta B/transition", b["delta"], b["trl delta"]),
+                            ("plain sample us", t["plain"], t["trl plain"]),
+                            ("delta sample + rebuild us", t["delta"], t["trl delta"])):
+            print(f"{label:34s}{x:12,.0f}{y:12,.0f}{x / y:14.3f}")
+    if args.record:
+        from benchmarks.records import cpu_model, write_record
+
+        row = (f"DMC cartpole-swingup pixels float32 {shape[0]}x{shape[1]}x{shape[2]} "
+               f"(ToTensorImage) + state, {args.frames} transitions ({cpu_model()})")
+        figures = {"plain B": round(b["plain"]), "delta B": round(b["delta"])}
+        if peer_ok:
+            figures.update({"TorchRL plain B": round(b["trl plain"]),
+                            "TorchRL delta B": round(b["trl delta"])})
+        figures["sample + rebuild us"] = round(t["delta"])
+        if peer_ok:
+            figures["TorchRL sample + rebuild us"] = round(t["trl delta"])
+        write_record(
+            "Replay buffers", "NextObservationDelta (lossy compact) vs TorchRL 0.14.1 (issue 43)",
+            row, figures, peer="TorchRL 0.14.1" if peer_ok else "plain storage",
+            ratio=(f"x{b['delta'] / b['plain']:.3f} bytes of plain"
+                   + (f", x{b['delta'] / b['trl delta']:.3f} bytes and x{t['delta'] / t['trl delta']:.2f} "
+                      "time of TorchRL's" if peer_ok else "")),
+            note="NextObservationDelta() in each side's env (float16 deltas of every float key), "
+                 "each side's Collector into its replay buffer, 256 items sampled uniformly then "
+                 "each side's NextObservationDelta rebuilding the next observations; CPU time per "
+                 f"call, {args.repeats} interleaved rounds x 30 calls, medians, one torch thread.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=400)
@@ -195,6 +303,7 @@ def main() -> None:
                      "(TorchRL: LazyTensorStorage, SliceSampler on traj_ids), 32 slices of 8 "
                      "then each side's NextStateReconstructor; CPU time per call, rounds "
                      "interleaved, medians, one torch thread; ratio tdrl/TorchRL.")
+    delta_rows(args, peer is not None)
 
 
 if __name__ == "__main__":

@@ -217,3 +217,30 @@ def test_cartpole_with_primer_clip_sign_select():
         128, 2, categorical_action_encoding=True)
     assert batch["observation"].abs().max() <= 1.0
     assert bool((batch["hidden"] == 1.5).all())
+
+
+def test_next_observation_delta_on_the_fast_path():
+    """NextObservationDelta (its ``_step`` on dicts): the dict loop runs it and gives the generic
+    loop's batches: float16 deltas under ("next", "delta"), no full ("next", "observation"), and
+    no delta carried into the next root, across CartPole's episode ends."""
+    from tdrl.core.transforms import NextObservationDelta
+
+    def stack():
+        return (DoubleToFloat(), NextObservationDelta(), RewardSum())
+
+    fast, fast_col, plan = _collect(True, "CartPole-v1", 3, stack, 150, 2, categorical_action_encoding=True)
+    slow, slow_col, _ = _collect(False, "CartPole-v1", 3, stack, 150, 2, categorical_action_encoding=True)
+    assert plan is not None and plan[1] is not None  # dict steps and dict resets
+    for a, b in zip(fast, slow):
+        _assert_same(a, b)
+    _assert_same(fast_col._td, slow_col._td)
+    batch = torch.cat(fast, -1)
+    keys = set(batch.keys(True, True))
+    assert ("next", "observation") not in keys and ("delta", "observation") not in keys
+    assert "delta" not in fast_col._td.keys()
+    delta = batch["next", "delta", "observation"]
+    assert delta.dtype == torch.float16 and batch["next", "done"].any()
+    # inside an episode the delta is the step to the next root (float16 round-off)
+    inner = ~batch["next", "done"][:, :-1, 0]
+    step = batch["observation"][:, 1:] - batch["observation"][:, :-1]
+    assert torch.equal(delta[:, :-1][inner], step[inner].half())

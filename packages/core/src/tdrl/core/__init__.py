@@ -52,6 +52,7 @@ from .transforms import (
     ToTensorImage,
     TrajCounter,
     UnsqueezeTransform,
+    NextObservationDelta,
 )
 
 try:  # the version lives in packages/core/pyproject.toml; the installed metadata carries it
@@ -71,4 +72,5 @@ __all__: list[str] = [
     "InitTracker", "ObservationNorm", "RewardScaling", "RewardSum", "StepCounter", "Transform",
     "TransformedEnv", "VecNorm",
     "ActionMask", "CenterCrop", "ClipTransform", "ExcludeTransform", "FlattenObservation", "FrameSkipTransform", "GrayScale", "NoopResetEnv", "RenameTransform", "Resize", "Reward2GoTransform", "RewardClipping", "SelectTransform", "SignTransform", "TargetReturn", "TensorDictPrimer", "ToTensorImage", "TrajCounter", "UnsqueezeTransform",
+    "NextObservationDelta",
 ]

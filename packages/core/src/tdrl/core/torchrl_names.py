@@ -224,6 +224,10 @@ DIFFERENCES: tuple[tuple[str, str], ...] = (
      "that reaches a terminal step bootstraps from the terminal observation",
      "the done flags of the window's last step (`t + steps_to_next_obs - 1`), shifted with the "
      "observation: no bootstrap past a termination; `mask_key` accepted, unused (no padding here)"),
+    ("`NextObservationDelta`: a delta beyond `delta_dtype`'s range is stored as inf; on a replay "
+     "buffer without `in_keys`, or on a batch with neither the delta nor the next observation, it does nothing",
+     "the same stored delta and rebuilt observation (tested); those cases are refused, naming the "
+     "fix, as are integer `in_keys` (their difference would wrap)"),
 )
 
 

@@ -234,6 +234,9 @@ class Collector:
         self.compact_obs = bool(compact_obs)
         # the observation keys dropped from "next" when compact (the env's observation spec)
         self.compact_keys = tuple(self.env.observation_keys) if self.compact_obs else ()
+        # what "next" does not store: the compact keys and the env's unstored keys
+        # (NextObservationDelta's full next observations, kept as deltas)
+        self._unstored = tuple(dict.fromkeys((*self.compact_keys, *self.env.unstored_next_keys)))
         self._set_policy(policy, device)
         if seed is not None:
             self.env.set_seed(seed)
@@ -244,7 +247,7 @@ class Collector:
         self._next_traj_id = max(1, shape.numel())
         self._traj_stride, self._traj_offset = 1, 0  # disjoint id ranges across workers
         self._step_count = torch.zeros((*shape, 1), dtype=torch.long)
-        self._reward_keys = set(self.env.reward_keys)
+        self._reward_keys = set(self.env.step_only_keys)  # not carried into the next root
         self._make_root = plain_td_maker(self.env.batch_size, self.env.device)
         self._closed = False
 
@@ -370,8 +373,8 @@ class Collector:
                 out = _stack_steps(steps, nb)
             del steps
         out.set(TRAJ_ID, torch.stack(ids, nb) * self._traj_stride + self._traj_offset)
-        if self.compact_keys:
-            out = compact_batch(out, self.compact_keys)
+        if self._unstored:
+            out = compact_batch(out, self._unstored)
         if self.storing_device != out.device:
             out = out.to(self.storing_device)
         self.frames += self.frames_per_batch
@@ -527,7 +530,7 @@ class Collector:
             else:
                 root = {k: v for k, v in nxt.items() if k not in rk}
         self._td = make_root(root)
-        return _stack_dicts(roots, nexts, make_root, nb, skip=self.compact_keys), ids
+        return _stack_dicts(roots, nexts, make_root, nb, skip=self._unstored), ids
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         while self.total_frames < 0 or self.frames < self.total_frames:

@@ -119,6 +119,12 @@ class BatchedEnvBase(EnvBase):
 
 
 def env_meta(env: EnvBase) -> dict:
+    if env.unstored_next_keys:
+        raise ValueError(
+            f"A SerialEnv / ParallelEnv sub-env stores {env.unstored_next_keys} of 'next' otherwise "
+            "(NextObservationDelta); the batched env moves only the entries its specs name, so the "
+            "deltas would be lost. Put the transform outside: "
+            "TransformedEnv(ParallelEnv(n, make_env), NextObservationDelta()).")
     return {
         "batch_size": tuple(env.batch_size),
         "observation_spec": env.observation_spec.cpu(),

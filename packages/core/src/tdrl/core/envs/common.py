@@ -225,6 +225,26 @@ class EnvBase:
         return self._observation_spec.keys(True, True)
 
     @property
+    def step_only_keys(self) -> list:
+        """Keys of ``"next"`` not carried into the next root (``step_mdp``): the rewards, plus a
+        ``TransformedEnv``'s transforms' (``NextObservationDelta``'s ``"delta"``)."""
+        return self.reward_keys
+
+    @property
+    def unstored_next_keys(self) -> list:
+        """Keys of ``"next"`` dropped from the stored step once the next root is built from them
+        (:meth:`drop_unstored`): none here, a ``TransformedEnv``'s transforms'."""
+        return []
+
+    def drop_unstored(self, td: TensorDictBase) -> None:
+        """Remove :attr:`unstored_next_keys` from ``td["next"]``, in place."""
+        keys = self.unstored_next_keys
+        nxt = td.get(NEXT) if keys else None
+        for key in keys:
+            if nxt.get(key, None) is not None:
+                nxt.del_(key)
+
+    @property
     def action_key(self):
         return self.action_keys[0]
 
@@ -430,11 +450,14 @@ class EnvBase:
             make = self._td_maker()
             set_entry(tensordict, NEXT, _from_source(nxt, make))
             if any_done is False:
-                reward_keys = self.reward_keys
-                return tensordict, _from_source({k: v for k, v in nxt.items() if k not in reward_keys}, make)
+                step_only = self.step_only_keys
+                next_root = _from_source({k: v for k, v in nxt.items() if k not in step_only}, make)
+                self.drop_unstored(tensordict)
+                return tensordict, next_root
         else:
             tensordict = self.step(tensordict)
-        next_root = step_mdp(tensordict, self.reward_keys)
+        next_root = step_mdp(tensordict, self.step_only_keys)
+        self.drop_unstored(tensordict)
         done = next_root.get(self.done_key)
         if any_done or (any_done is None and bool(done.any())):
             set_entry(next_root, RESET_KEY, done.clone())
@@ -488,9 +511,12 @@ class EnvBase:
                 if break_when_any_done:
                     td = self.step(td)
                     steps.append(td)
-                    if bool(td.get(next_key(done_key)).any()):
+                    stop = bool(td.get(next_key(done_key)).any())
+                    nxt = None if stop else step_mdp(td, self.step_only_keys)
+                    self.drop_unstored(td)
+                    if stop:
                         break
-                    td = step_mdp(td, self.reward_keys)
+                    td = nxt
                 else:
                     td, nxt = self.step_and_maybe_reset(td)
                     steps.append(td)

@@ -7,7 +7,8 @@ RewardScaling), ``episode`` (RewardSum, StepCounter, InitTracker), ``tensors``
 (RenameTransform, ExcludeTransform, SelectTransform, TensorDictPrimer), ``values``
 (ClipTransform, RewardClipping, SignTransform, UnsqueezeTransform, FlattenObservation),
 ``returns`` (TargetReturn, Reward2GoTransform), ``steps`` (FrameSkipTransform, NoopResetEnv,
-ActionMask), ``multistep`` (MultiStepTransform, a replay buffer's), ``pixels`` (ToTensorImage, Resize, GrayScale, CenterCrop); ``TrajCounter`` is
+ActionMask), ``multistep`` (MultiStepTransform, a replay buffer's), ``delta``
+(NextObservationDelta: next observations stored as low-precision deltas), ``pixels`` (ToTensorImage, Resize, GrayScale, CenterCrop); ``TrajCounter`` is
 in ``episode``.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from .action import ActionDiscretizer, ActionScaling, FlattenAction
 from .base import Compose, Transform
+from .delta import NextObservationDelta
 from .env import TransformedEnv
 from .episode import InitTracker, RewardSum, StepCounter, TrajCounter
 from .multistep import MultiStepTransform
@@ -79,5 +81,6 @@ __all__ = [
     "FlattenAction",
     "TimeMaxPool",
     "MultiStepTransform",
+    "NextObservationDelta",
     "VecNorm",
 ]

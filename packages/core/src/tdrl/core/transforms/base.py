@@ -7,8 +7,12 @@ A transform sits between an environment and its user (see ``TransformedEnv``):
 * ``_reset(td, td_reset)`` rewrites a reset output (``td`` is the reset input, possibly
   holding a ``"_reset"`` mask, or ``None``); by default ``_call(td_reset)``;
 * ``inv(td)`` rewrites the input of ``step`` on its way to the base env (actions);
-* ``transform_*_spec`` rewrite the specs so that the transformed env describes its data;
+* ``transform_*_spec`` rewrite the specs so that the transformed env describes its data
+  (``transform_fake_tensordict``: the stored entries no spec describes);
 * ``forward(td)`` applies ``_call`` to any TensorDict (e.g. replay-buffer data);
+* ``step_only_keys()`` / ``unstored_next_keys()`` name entries of ``"next"`` that are not
+  carried into the next root (they describe the step, as the reward does) / that are dropped
+  from the stored step once the next root is built from them (``NextObservationDelta``);
 * ``dict_step(batch_size, device)`` optionally gives ``_step`` on plain dicts, so that a
   ``TransformedEnv`` can offer its base env's dict stepper (``EnvBase.dict_stepper``);
   ``dict_reset(batch_size, device)`` likewise gives ``_reset`` (``EnvBase.dict_resetter``).
@@ -201,7 +205,25 @@ class Transform(nn.Module):
         """
         return _on_dicts(self._reset, batch_size, device)
 
+    def step_only_keys(self) -> list:
+        """Top-level keys this transform writes under ``"next"`` that describe the step, not
+        the state of step ``t + 1``: like the reward, they are not carried into the next root
+        (see ``EnvBase.step_only_keys``). None by default."""
+        return []
+
+    def unstored_next_keys(self) -> list:
+        """Keys of ``"next"`` that build the next root and are then dropped from the stored
+        step (TorchRL's post-step-mdp drop; see ``EnvBase.unstored_next_keys``). None by
+        default."""
+        return []
+
     # ------------------------------------------------------------------ specs
+    def transform_fake_tensordict(self, td: TensorDictBase) -> TensorDictBase:
+        """Rewrite the env's ``fake_tensordict`` (what ``check_env_specs`` compares a stored
+        step with) for entries no spec describes: a step entry, an unstored one. Unchanged by
+        default."""
+        return td
+
     def transform_observation_spec(self, spec: Composite) -> Composite:
         return spec
 
@@ -309,6 +331,17 @@ class Compose(Transform):
     def inv(self, td):
         for t in reversed(self.transforms):
             td = t.inv(td)
+        return td
+
+    def step_only_keys(self) -> list:
+        return [k for t in self.transforms for k in t.step_only_keys()]
+
+    def unstored_next_keys(self) -> list:
+        return [k for t in self.transforms for k in t.unstored_next_keys()]
+
+    def transform_fake_tensordict(self, td):
+        for t in self.transforms:
+            td = t.transform_fake_tensordict(td)
         return td
 
     def _chain(self, name: str, spec):

@@ -60,6 +60,20 @@ class TransformedEnv(EnvBase):
         self.full_action_spec = t.transform_action_spec(base.full_action_spec.clone())
         self.full_state_spec = t.transform_state_spec(base.full_state_spec.clone())
 
+    @property
+    def step_only_keys(self) -> list:
+        """The base env's, plus the keys the transforms name (see ``Transform.step_only_keys``)."""
+        return [*self.base_env.step_only_keys, *self.transform.step_only_keys()]
+
+    @property
+    def unstored_next_keys(self) -> list:
+        """The base env's, plus the keys the transforms name (``Transform.unstored_next_keys``)."""
+        return [*self.base_env.unstored_next_keys, *self.transform.unstored_next_keys()]
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """The base rule's zero TensorDict, rewritten by ``Transform.transform_fake_tensordict``."""
+        return self.transform.transform_fake_tensordict(super().fake_tensordict())
+
     def apply(self, fn) -> TransformedEnv:
         """Call ``fn`` on every transform (and their submodules) then on this env, as
         ``nn.Module.apply`` does in TorchRL's scripts (e.g. dumping a ``VideoRecorder``)."""
