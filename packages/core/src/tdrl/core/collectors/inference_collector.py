@@ -53,6 +53,7 @@ from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S
+from ..envs.seeding import seed_from_torch
 from ..threads import carry_num_threads
 from .inference_ray import RayEnvWorker, RayHub
 from .inference_server import InferenceServer, versioned, worker_collector
@@ -172,7 +173,8 @@ class InferenceCollector(WorkerLifecycle):
         max_wait_s: longest wait for more requests after the first one; the server also
             stops waiting as soon as every collecting worker has asked.
         exploration_type: interaction type of the policy forward.
-        seed: worker ``i``'s env gets ``seed + 1000 * i`` (as :class:`MultiSyncCollector`).
+        seed: worker ``i``'s env gets ``seed + 1000 * i`` (as :class:`MultiSyncCollector`;
+            ``None`` draws it from torch's default generator here).
         timeout: seconds to wait for a worker's batch before :class:`WorkerError`.
         spin_s: ``"thread"`` / ``"process"``: seconds the server and each worker poll for
             an answer (yielding the CPU) before they block (:mod:`.inference_slab`); ``0``
@@ -236,7 +238,9 @@ class InferenceCollector(WorkerLifecycle):
         in_keys = self.server.in_keys
         self._procs, self._conns, self._threads = [], [], []
         self._ray_hint = ""  # the timeout message's hint about Ray scheduling
-        seeds = [None if seed is None else seed + 1000 * i for i in range(num_workers)]
+        if seed is None:  # one draw here, not one per worker: forked or spawned workers share a generator state
+            seed = seed_from_torch(1000 * num_workers)
+        seeds = [seed + 1000 * i for i in range(num_workers)]
         if transport == "ray":
             from .ray_collector import require_ray, warn_unschedulable
 

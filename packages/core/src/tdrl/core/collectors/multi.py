@@ -34,6 +34,7 @@ from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S
+from ..envs.seeding import seed_from_torch
 from ..workers import (WARN_EVERY_S, WorkerLifecycle, default_start_method, dumps, exit_with_parent, kill_hung, parent_token,
                        send, stop_workers)
 from .single import Collector
@@ -164,8 +165,10 @@ class _MultiCollector(WorkerLifecycle):
                                            shutdown_timeout)
         token = parent_token()
         fork = ctx.get_start_method() == "fork"
+        if seed is None:  # one draw here: forked or spawned workers all start from one generator state
+            seed = seed_from_torch(1000 * n)
         for i, fn in enumerate(fns):
-            kw = dict(kwargs, seed=None if seed is None else seed + 1000 * i)
+            kw = dict(kwargs, seed=seed + 1000 * i)
             payload = dumps((fn, policy, kw, n))
             parent, child = ctx.Pipe()
             inherited = [parent, *self._conns] if fork else None
@@ -370,7 +373,8 @@ class MultiSyncCollector(_MultiCollector):
             when the trainer process dies (even by ``kill -9``).
         shutdown_timeout: seconds a worker gets to exit before it is terminated.
         Other arguments: as in :class:`~tdrl.core.collectors.Collector` (``seed`` seeds
-        worker ``i`` with ``seed + 1000 * i``).
+        worker ``i`` with ``seed + 1000 * i``; ``None`` draws ``seed`` from torch's default
+        generator in the trainer, :mod:`tdrl.core.envs.seeding`).
     """
 
     _sync = True

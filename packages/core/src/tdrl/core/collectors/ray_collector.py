@@ -21,6 +21,7 @@ from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S
+from ..envs.seeding import seed_from_torch
 from ..workers import WARN_EVERY_S
 from .single import Collector
 from .utils import split_trajectories
@@ -109,7 +110,8 @@ class RayCollector:
             waits without limit, logging a warning every minute. Actor deaths and errors
             are reported at once.
         Other arguments: as in :class:`~tdrl.core.collectors.Collector` (``seed`` seeds
-        actor ``i`` with ``seed + 1000 * i``).
+        actor ``i`` with ``seed + 1000 * i``; ``None`` draws ``seed`` from torch's default
+        generator in the trainer, :mod:`tdrl.core.envs.seeding`).
     """
 
     def __init__(
@@ -165,9 +167,10 @@ class RayCollector:
         self._remote_config = dict(remote_config or {"num_cpus": 1})
         warn_unschedulable(ray, _log, "RayCollector", n, self._remote_config, timeout)
         actor_cls = ray.remote(**self._remote_config)(_CollectorActor)
+        if seed is None:  # one draw here: every actor's torch generator starts alike
+            seed = seed_from_torch(1000 * n)
         self._actors = [
-            actor_cls.remote(create_env_fn, policy,
-                             dict(kwargs, seed=None if seed is None else seed + 1000 * i), i, n)
+            actor_cls.remote(create_env_fn, policy, dict(kwargs, seed=seed + 1000 * i), i, n)
             for i in range(n)
         ]
         self._pending: dict = {}  # in-flight next_batch ref -> actor index (async)
