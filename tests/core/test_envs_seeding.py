@@ -102,3 +102,15 @@ def test_a_multi_process_collector_without_a_seed_repeats_and_its_workers_differ
     assert torch.equal(a["observation"], b["observation"])
     assert not torch.allclose(obs[0, 0], obs[1, 0])  # worker 0 and worker 1 start apart
     assert not torch.equal(a["observation"], c["observation"])
+
+
+def test_a_multi_process_collector_without_a_seed_keeps_the_seeds_the_env_makers_set():
+    torch.manual_seed(0)
+    makers = [functools.partial(_seeded_pendulum, 5), functools.partial(_seeded_pendulum, 9)]
+    col = MultiSyncCollector(makers, None, frames_per_batch=8, total_frames=8)
+    try:
+        obs = next(iter(col))["observation"].reshape(2, -1, 3)
+    finally:
+        col.shutdown()
+    assert torch.equal(obs[0, 0], _seeded_pendulum(5).reset()["observation"])
+    assert torch.equal(obs[1, 0], _seeded_pendulum(9).reset()["observation"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["MAX_SEED", "seed_from_torch"]
+__all__ = ["MAX_SEED", "seed_from_torch", "seed_if_unseeded"]
 
 MAX_SEED = 2**31 - 1  # Gymnasium, DM Control and EnvPool accept seeds below 2**31
 
@@ -31,3 +31,11 @@ def seed_from_torch(span: int = 1) -> int:
     if span < 1 or span >= MAX_SEED:
         raise ValueError(f"seed_from_torch: span must be in [1, {MAX_SEED}), got {span}.")
     return int(torch.randint(0, MAX_SEED - span, ()).item())
+
+
+def seed_if_unseeded(env, seed: int | None) -> None:
+    """``env.set_seed(seed)`` unless ``env`` already has a seed (or ``seed`` is None): how a
+    collector's worker applies the base seed the trainer drew for it (``seed + 1000 * i``)
+    without overriding a seed the env's maker set."""
+    if seed is not None and not env.seeded:
+        env.set_seed(seed)
