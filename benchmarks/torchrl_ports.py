@@ -214,7 +214,11 @@ def main(argv: list[str] | None = None) -> None:
                      note="Overrides of both sides: the CI budgets of tests/apps/test_torchrl_sota_ports.py and "
                           "test_torchrl_examples.py, logger.backend=csv; torch seeded before the script (SAC also "
                           "env.seed), one torch thread; TorchRL's scripts at commit 6e18e35b2 (v0.14.0 bump, "
-                          "unchanged since) run on torchrl 0.14.1; wall time = the whole process, imports included.")
+                          "unchanged since) run on torchrl 0.14.1; wall time = the whole process, imports included. "
+                          "tdrl's SAC port repeats its column exactly (its evaluation env, which sac.py never "
+                          "seeds, draws its seed from torch's generator: issue 40); TorchRL's own sac.py leaves "
+                          "that env to Gymnasium's OS-entropy seed, so its column moves from run to run (first "
+                          "evaluation -1567.1, then -1501.6 on a rerun of the same command).")
 
 
 if __name__ == "__main__":

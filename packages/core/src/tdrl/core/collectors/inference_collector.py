@@ -53,6 +53,7 @@ from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S
+from ..envs.seeding import seed_from_torch
 from ..threads import carry_num_threads
 from .inference_ray import RayEnvWorker, RayHub
 from .inference_server import InferenceServer, versioned, worker_collector
@@ -69,19 +70,21 @@ TRANSPORTS = ("thread", "process", "ray", "local")
 
 
 # ---------------------------------------------------------------------- worker side
-def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed: int | None,
+def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed: tuple,
             frames: int, exploration: InteractionType, timeout: float, spin_s: float,
             n_workers: int, share: bool) -> None:
     """Body of a thread or process worker: a :class:`Collector` over its own env whose policy
     is its rows of the server's slabs (:class:`SlabPolicy`), or the policy itself
-    (``"local"``); it answers commands until ``close``."""
+    (``"local"``); it answers commands until ``close``. ``seed``: (its seed, the default for an env
+    its maker left unseeded), one of them None."""
     collector = None
     try:
         remote = None
         if policy is None:
             remote = SlabPolicy(in_keys, i, request.fileno(), reply.fileno(), timeout, spin_s)
         collector = worker_collector(make_env, remote if policy is None else policy, in_keys,
-                                     frames, exploration, seed, i, n_workers, policy is not None)
+                                     frames, exploration, seed[0], i, n_workers, policy is not None,
+                                     default_seed=seed[1])
         example = None if remote is None else collector._td.select(*in_keys)
         conn.send(("hello", (example, collector.steps_per_batch)))
     except BaseException:  # noqa: BLE001 - everything goes back to the trainer
@@ -172,7 +175,9 @@ class InferenceCollector(WorkerLifecycle):
         max_wait_s: longest wait for more requests after the first one; the server also
             stops waiting as soon as every collecting worker has asked.
         exploration_type: interaction type of the policy forward.
-        seed: worker ``i``'s env gets ``seed + 1000 * i`` (as :class:`MultiSyncCollector`).
+        seed: worker ``i``'s env gets ``seed + 1000 * i`` (as :class:`MultiSyncCollector`;
+            ``None`` draws one from torch's default generator here, used by the workers whose env its
+            maker left unseeded).
         timeout: seconds to wait for a worker's batch before :class:`WorkerError`.
         spin_s: ``"thread"`` / ``"process"``: seconds the server and each worker poll for
             an answer (yielding the CPU) before they block (:mod:`.inference_slab`); ``0``
@@ -236,7 +241,10 @@ class InferenceCollector(WorkerLifecycle):
         in_keys = self.server.in_keys
         self._procs, self._conns, self._threads = [], [], []
         self._ray_hint = ""  # the timeout message's hint about Ray scheduling
-        seeds = [None if seed is None else seed + 1000 * i for i in range(num_workers)]
+        # worker i: (its seed, the default for an env its maker left unseeded); no seed: one draw
+        # here, not one per worker (forked or spawned workers share a generator state)
+        base = seed_from_torch(1000 * num_workers) if seed is None else None
+        seeds = [(seed + 1000 * i, None) if seed is not None else (None, base + 1000 * i) for i in range(num_workers)]
         if transport == "ray":
             from .ray_collector import require_ray, warn_unschedulable
 
@@ -252,7 +260,7 @@ class InferenceCollector(WorkerLifecycle):
                               f"{have} CPUs.")
             actor_cls = ray.remote(**options)(RayEnvWorker)
             actors = [actor_cls.remote(i, num_workers, create_env_fn, in_keys, seeds[i], frames,
-                                       exploration) for i in range(num_workers)]
+                                       exploration) for i in range(num_workers)]  # (seed, default) pairs
             self.hub = RayHub(self.server, actors, ray)
             self.hub.start()
         else:

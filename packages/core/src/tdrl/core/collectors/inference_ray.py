@@ -61,14 +61,15 @@ class _RelayPolicy(TensorDictModuleBase):
 
 
 class RayEnvWorker:
-    """The body of one Ray env worker (wrapped by ``ray.remote`` in the collector)."""
+    """The body of one Ray env worker (wrapped by ``ray.remote`` in the collector); ``seed`` is the
+    pair (its seed, the default for an env its maker left unseeded), one of them None."""
 
     def __init__(self, index: int, n_workers: int, make_env: Callable, in_keys: list,
-                 seed: int | None, frames: int, exploration: InteractionType) -> None:
+                 seed: tuple, frames: int, exploration: InteractionType) -> None:
         torch.set_num_threads(1)
         self.relay = _RelayPolicy(in_keys)
         self.collector = worker_collector(make_env, self.relay, in_keys, frames, exploration,
-                                          seed, index, n_workers, local=False)
+                                          seed[0], index, n_workers, local=False, default_seed=seed[1])
         self._rollout: threading.Thread | None = None
 
     def _run(self) -> None:

@@ -24,6 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModule, set_interaction_type
 
+from ..envs.seeding import seed_if_unseeded
 from .single import Collector, policy_device
 
 __all__ = ["InferenceServer", "VERSION_KEY", "versioned", "worker_collector"]
@@ -32,13 +33,16 @@ VERSION_KEY = ("collector", "policy_version")
 
 
 def worker_collector(make_env, policy, in_keys: list, frames: int, exploration: InteractionType,
-                     seed: int | None, index: int, n_workers: int, local: bool) -> Collector:
+                     seed: int | None, index: int, n_workers: int, local: bool,
+                     default_seed: int | None = None) -> Collector:
     """The :class:`Collector` an env worker of every transport runs: its env, ``policy`` (the
     worker's stand-in for the server, or its own copy if ``local``), trajectory ids disjoint
     across the ``n_workers`` workers, the first root already reset (the first rollout's);
-    raises ``KeyError`` if that root lacks one of the policy's ``in_keys``."""
+    raises ``KeyError`` if that root lacks one of the policy's ``in_keys``; ``default_seed`` seeds
+    an env its maker left unseeded (:func:`~tdrl.core.envs.seeding.seed_if_unseeded`)."""
     collector = Collector(make_env, policy, frames_per_batch=frames, exploration_type=exploration,
                           seed=seed)
+    seed_if_unseeded(collector.env, default_seed)
     try:
         collector._traj_stride, collector._traj_offset = n_workers, index
         collector._own_interaction = local  # otherwise the server sets it for its forward

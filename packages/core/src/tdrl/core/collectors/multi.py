@@ -34,6 +34,7 @@ from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S
+from ..envs.seeding import seed_from_torch, seed_if_unseeded
 from ..workers import (WARN_EVERY_S, WorkerLifecycle, default_start_method, dumps, exit_with_parent, kill_hung, parent_token,
                        send, stop_workers)
 from .single import Collector
@@ -54,8 +55,9 @@ def _worker_main(idx: int, conn, payload: bytes, weights, lock, token=None,
     torch.set_num_threads(1)
     collector = None
     try:
-        make_env, policy, kwargs, n_workers = pickle.loads(payload)
+        make_env, policy, kwargs, n_workers, default_seed = pickle.loads(payload)
         collector = Collector(make_env, policy, **kwargs)
+        seed_if_unseeded(collector.env, default_seed)  # the trainer's draw, for an env its maker left unseeded
         collector._traj_stride, collector._traj_offset = n_workers, idx
         params = TensorDict.from_module(collector.policy).data if weights is not None else None
         if params is not None:
@@ -164,9 +166,11 @@ class _MultiCollector(WorkerLifecycle):
                                            shutdown_timeout)
         token = parent_token()
         fork = ctx.get_start_method() == "fork"
+        # no seed: one draw here (forked or spawned workers all start from one generator state)
+        base = seed_from_torch(1000 * n) if seed is None else None
         for i, fn in enumerate(fns):
             kw = dict(kwargs, seed=None if seed is None else seed + 1000 * i)
-            payload = dumps((fn, policy, kw, n))
+            payload = dumps((fn, policy, kw, n, None if base is None else base + 1000 * i))
             parent, child = ctx.Pipe()
             inherited = [parent, *self._conns] if fork else None
             p = ctx.Process(target=_worker_main,
@@ -370,7 +374,9 @@ class MultiSyncCollector(_MultiCollector):
             when the trainer process dies (even by ``kill -9``).
         shutdown_timeout: seconds a worker gets to exit before it is terminated.
         Other arguments: as in :class:`~tdrl.core.collectors.Collector` (``seed`` seeds
-        worker ``i`` with ``seed + 1000 * i``).
+        worker ``i`` with ``seed + 1000 * i``; ``None`` draws one from torch's default
+        generator in the trainer, used by the workers whose env its maker left unseeded,
+        :mod:`tdrl.core.envs.seeding`).
     """
 
     _sync = True

@@ -21,6 +21,7 @@ from tensordict.nn import InteractionType
 
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S
+from ..envs.seeding import seed_from_torch, seed_if_unseeded
 from ..workers import WARN_EVERY_S
 from .single import Collector
 from .utils import split_trajectories
@@ -62,9 +63,10 @@ def require_ray():
 class _CollectorActor:
     """Body of a Ray actor: one single-process collector."""
 
-    def __init__(self, make_env, policy, kwargs: dict, idx: int, n: int) -> None:
+    def __init__(self, make_env, policy, kwargs: dict, idx: int, n: int, default_seed: int | None = None) -> None:
         torch.set_num_threads(1)
         self.collector = Collector(make_env, policy, **kwargs)
+        seed_if_unseeded(self.collector.env, default_seed)  # the trainer's draw, for an unseeded env
         self.collector._traj_stride, self.collector._traj_offset = n, idx
 
     def next_batch(self) -> TensorDictBase:
@@ -109,7 +111,9 @@ class RayCollector:
             waits without limit, logging a warning every minute. Actor deaths and errors
             are reported at once.
         Other arguments: as in :class:`~tdrl.core.collectors.Collector` (``seed`` seeds
-        actor ``i`` with ``seed + 1000 * i``).
+        actor ``i`` with ``seed + 1000 * i``; ``None`` draws one from torch's default
+        generator in the trainer, used by the actors whose env its maker left unseeded,
+        :mod:`tdrl.core.envs.seeding`).
     """
 
     def __init__(
@@ -165,9 +169,10 @@ class RayCollector:
         self._remote_config = dict(remote_config or {"num_cpus": 1})
         warn_unschedulable(ray, _log, "RayCollector", n, self._remote_config, timeout)
         actor_cls = ray.remote(**self._remote_config)(_CollectorActor)
+        base = seed_from_torch(1000 * n) if seed is None else None  # one draw: the actors' generators start alike
         self._actors = [
-            actor_cls.remote(create_env_fn, policy,
-                             dict(kwargs, seed=None if seed is None else seed + 1000 * i), i, n)
+            actor_cls.remote(create_env_fn, policy, dict(kwargs, seed=None if seed is None else seed + 1000 * i),
+                             i, n, None if base is None else base + 1000 * i)
             for i in range(n)
         ]
         self._pending: dict = {}  # in-flight next_batch ref -> actor index (async)

@@ -175,7 +175,8 @@ class Collector:
         max_frames_per_traj: truncate episodes after this many steps (``truncated`` and
             ``done`` are set, then the sub-env resets); ``None``: the env decides.
         reset_at_each_iter: reset every sub-env at the start of each batch.
-        seed: seed of the env (``env.set_seed``).
+        seed: seed of the env (``env.set_seed``); ``None`` leaves it to the env (one never seeded
+            draws its seed from torch's default generator at its first reset).
         compact_obs: drop ``("next", <observation keys>)`` (the env's observation spec, listed
             in ``compact_keys``) from the yielded batches, keeping ``("next", "reward")`` and
             the done flags: each observation is held once, not twice (TorchRL's spelling).

@@ -127,6 +127,7 @@ def env_meta(env: EnvBase) -> dict:
             "TransformedEnv(ParallelEnv(n, make_env), NextObservationDelta()).")
     return {
         "batch_size": tuple(env.batch_size),
+        "seeded": env.seeded,
         "observation_spec": env.observation_spec.cpu(),
         "full_action_spec": env.full_action_spec.cpu(),
         "full_reward_spec": env.full_reward_spec.cpu(),
@@ -195,6 +196,7 @@ class SerialEnv(BatchedEnvBase):
         fns, kwargs = per_worker_args(num_workers, create_env_fn, create_env_kwargs)
         self._envs = [fn(**kw) for fn, kw in zip(fns, kwargs, strict=True)]
         self._setup(env_meta(self._envs[0]), num_workers, device)
+        self._seeded = all(env.seeded for env in self._envs)  # sub-envs seeded by their maker keep it
         bufs = (self._in_buf, self._next_buf, self._reset_buf)
         keys = (self._in_keys, self._next_keys, self._reset_keys)
         self._runners = [WorkerRunner(env, bufs, keys, i) for i, env in enumerate(self._envs)]

@@ -50,6 +50,7 @@ from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATE
 from ..specs import Bounded, Composite, Unbounded
 from ._fastpath import RowSlab, merge_reset_rows
 from .common import RESET_KEY, EnvBase, step_mdp
+from .seeding import seed_from_torch
 
 __all__ = ["BraxEnv"]
 
@@ -327,7 +328,8 @@ class BraxEnv(EnvBase):
                 f"BraxEnv({env_name!r}): dict observations ({env.observation_size}) are not "
                 "supported yet (array observations only).")
         if seed is None:
-            seed = int(torch.randint(0, 2**31 - 1, ()).item())
+            seed = seed_from_torch()
+        self._seeded = True
         self._key = jax.random.PRNGKey(seed)
         batch = self.batch_size
         self.observation_spec = Composite(

@@ -22,6 +22,7 @@ from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATE
 from ..specs import Categorical, Composite, TensorSpec, Unbounded, unbatched_spec
 from ..specs.env_views import input_spec_of, output_spec_of, specs_of
 from ._fastpath import paused_gc
+from .seeding import seed_from_torch
 
 __all__ = ["EnvBase", "make_done_spec", "step_mdp", "RESET_KEY"]
 
@@ -93,6 +94,8 @@ class EnvBase:
         full_done_spec (Composite): bool ``done``/``terminated``/``truncated`` ``(*batch, 1)``.
         full_state_spec (Composite): extra inputs ``step`` reads besides the action (often empty).
     """
+
+    _seeded = False  # set by set_seed; envs whose randomness is torch's own generator say True
 
     def __init__(
         self,
@@ -272,6 +275,11 @@ class EnvBase:
             of ``tensordict`` that the env does not produce are carried over.
         """
         self._assert_open()
+        if not self.seeded:  # never seeded: the seed comes from torch's generator (see .seeding)
+            if kwargs.get("seed") is not None:
+                self._seeded = True
+            elif type(self)._set_seed is not EnvBase._set_seed:
+                self.set_seed(seed_from_torch(max(1, self.batch_size.numel())))
         mask = None
         if tensordict is not None:
             mask = tensordict.get(RESET_KEY, None)
@@ -529,14 +537,22 @@ class EnvBase:
             return LazyStackedTensorDict.lazy_stack(steps, dim)
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seed the environment; the next ``reset`` starts from this seed.
+        """Seed the environment; the next ``reset`` starts from this seed. An env reset
+        without one draws its seed from torch's default generator (:mod:`.seeding`).
 
         Returns:
             The next unused seed (``seed`` plus the number of seeds this env consumed), so
             that seeds can be chained across environments.
         """
         nxt = self._set_seed(int(seed))
+        self._seeded = True
         return int(nxt) if nxt is not None else int(seed) + 1
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the env has a seed (``set_seed``, ``reset(seed=)``, or one drawn from
+        torch's generator at its first ``reset``, see :mod:`tdrl.core.envs.seeding`)."""
+        return self._seeded
 
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
         """Write random actions from the action spec into ``tensordict`` (created if None)."""

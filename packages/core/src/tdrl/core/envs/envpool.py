@@ -45,6 +45,7 @@ from ..specs import Composite, OneHot
 from ._fastpath import merge_reset_rows
 from .common import RESET_KEY, EnvBase, step_mdp
 from .gym_spaces import gym_space_to_spec, one_hot_to_index, to_numpy
+from .seeding import seed_from_torch
 
 __all__ = ["EnvPoolEnv"]
 
@@ -184,9 +185,8 @@ class EnvPoolEnv(EnvBase):
         self.num_envs = int(num_envs)
         self.num_threads = num_threads
         self._make_kwargs = kwargs
-        if seed is None:
-            seed = int(torch.randint(0, 2**31 - 1 - self.num_envs, ()).item())
-        self._seed = int(seed)
+        self._seed = seed_from_torch(self.num_envs) if seed is None else int(seed)
+        self._seeded = True
         self._pool = self._build(self._seed)
         self._chan = _Channel(self._pool, self.num_envs, self._direct_channel)
         batch = self.batch_size

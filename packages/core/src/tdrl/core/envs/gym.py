@@ -436,6 +436,7 @@ class GymWrapper(EnvBase):
         if len(seeds) != n:
             raise ValueError(f"GymEnv.set_sub_env_seeds: {len(seeds)} seeds for {n} sub-envs.")
         self._pending_seed = [int(s) for s in seeds] if self.is_vector else int(seeds[0])
+        self._seeded = True
 
     def _set_seed(self, seed: int) -> int:
         self._pending_seed = seed

@@ -194,6 +194,7 @@ class ParallelEnv(BatchedEnvBase):
         try:
             metas = self._collect(list(range(num_workers)))
             self._setup(metas[0], num_workers, device)
+            self._seeded = all(m["seeded"] for m in metas)  # sub-envs seeded by their maker keep it
             self._share_buffers()
             bufs = (self._in_buf, self._next_buf, self._reset_buf)
             keys = (self._in_keys, self._next_keys, self._reset_keys)

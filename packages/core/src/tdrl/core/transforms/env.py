@@ -148,6 +148,12 @@ class TransformedEnv(EnvBase):
     def _set_seed(self, seed: int) -> int:
         return self.base_env.set_seed(seed)
 
+    @property
+    def seeded(self) -> bool:
+        """Whether this env or its base env was seeded (a base env seeded before it was wrapped
+        keeps its seed: the first ``reset`` draws none)."""
+        return self._seeded or self.base_env.seeded
+
     def _close(self) -> None:
         self.base_env.close()
 

@@ -136,6 +136,7 @@ class PettingZooEnv(EnvBase):
             self.task = type(env).__name__
         super().__init__(batch_size=(), device=device)
         self._env, self.parallel, self._seed = env, parallel, seed
+        self._seeded = seed is not None  # else the first reset draws one from torch (tdrl.core.envs.seeding)
         self.agent_names = list(env.possible_agents)
         self.group_map = group_agents(self.agent_names, group_map)
         self._where = {a: (g, j) for g, agents in self.group_map.items() for j, a in enumerate(agents)}

@@ -161,6 +161,7 @@ class VmasEnv(EnvBase):
                 vmas, self.scenario_name, scenario, num_envs=num_envs, device=self.device,
                 continuous_actions=continuous_actions, seed=seed, **scenario_kwargs,
             )
+        self._seeded = True  # VMAS seeds its own generator when it builds the worlds (None: its seed 0)
         self.agent_names = [a.name for a in self._env.agents]
         self.n_agents = len(self.agent_names)
         self.group_map = group_agents(self.agent_names, group_map)
