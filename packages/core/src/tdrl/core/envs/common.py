@@ -18,10 +18,10 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl.core.keys import next_key
 from tdrl.core.td_access import entries, get_entry, is_flat_plain, new_td, plain_td_maker, set_entry
 
-from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
-from ..specs import Categorical, Composite, TensorSpec, Unbounded, unbatched_spec
-from ..specs.env_views import input_spec_of, output_spec_of, specs_of
+from ..keys import DONE, NEXT, REWARD, TERMINATED, TRUNCATED
+from ..specs import Categorical, Composite, Unbounded
 from ._fastpath import paused_gc
+from .env_specs import EnvSpecs
 from .seeding import seed_from_torch
 
 __all__ = ["EnvBase", "make_done_spec", "step_mdp", "RESET_KEY"]
@@ -77,7 +77,7 @@ def _mask_like(mask: torch.Tensor, val: torch.Tensor, n_batch: int) -> torch.Ten
     return m.reshape(*m.shape, *([1] * (val.ndim - n_batch)))
 
 
-class EnvBase:
+class EnvBase(EnvSpecs):
     """Base class of tdrl environments.
 
     Args:
@@ -117,150 +117,6 @@ class EnvBase:
         self._full_done_spec = make_done_spec(b, self.device)
         self._full_state_spec = Composite(shape=b, device=self.device)
 
-    # ------------------------------------------------------------------ specs
-    def _check_composite(self, spec, name: str, default_key: str | None) -> Composite:
-        if isinstance(spec, TensorSpec):
-            if default_key is None:
-                raise TypeError(f"{name} must be a Composite, got {type(spec).__name__}.")
-            spec = Composite({default_key: spec}, shape=self.batch_size, device=self.device)
-        if not isinstance(spec, Composite):
-            raise TypeError(f"{name} must be a Composite, got {type(spec).__name__}.")
-        if spec.shape != self.batch_size:
-            raise ValueError(
-                f"{name} must have shape batch_size={tuple(self.batch_size)}, got {tuple(spec.shape)}."
-            )
-        return spec
-
-    @property
-    def observation_spec(self) -> Composite:
-        return self._observation_spec
-
-    @observation_spec.setter
-    def observation_spec(self, spec) -> None:
-        self._observation_spec = self._check_composite(spec, "observation_spec", OBSERVATION)
-
-    @property
-    def full_action_spec(self) -> Composite:
-        return self._full_action_spec
-
-    @full_action_spec.setter
-    def full_action_spec(self, spec) -> None:
-        self._full_action_spec = self._check_composite(spec, "full_action_spec", ACTION)
-
-    @property
-    def action_spec(self) -> TensorSpec:
-        """The action leaf spec (``full_action_spec["action"]``, or the only leaf)."""
-        return self._single_leaf(self._full_action_spec, ACTION, "action")
-
-    @action_spec.setter
-    def action_spec(self, spec) -> None:
-        self.full_action_spec = spec
-
-    # one sub-env's specs (TorchRL's names): the specs without the batch dims
-    action_spec_unbatched = property(lambda self: unbatched_spec(self.action_spec, len(self.batch_size)))
-    full_action_spec_unbatched = property(lambda self: unbatched_spec(self.full_action_spec, len(self.batch_size)))
-    observation_spec_unbatched = property(lambda self: unbatched_spec(self.observation_spec, len(self.batch_size)))
-    input_spec, output_spec, specs = property(input_spec_of), property(output_spec_of), property(specs_of)  # TorchRL's views
-
-    @property
-    def full_reward_spec(self) -> Composite:
-        return self._full_reward_spec
-
-    @full_reward_spec.setter
-    def full_reward_spec(self, spec) -> None:
-        self._full_reward_spec = self._check_composite(spec, "full_reward_spec", REWARD)
-
-    @property
-    def reward_spec(self) -> TensorSpec:
-        return self._single_leaf(self._full_reward_spec, REWARD, "reward")
-
-    @reward_spec.setter
-    def reward_spec(self, spec) -> None:
-        self.full_reward_spec = spec
-
-    @property
-    def full_done_spec(self) -> Composite:
-        return self._full_done_spec
-
-    @full_done_spec.setter
-    def full_done_spec(self, spec) -> None:
-        self._full_done_spec = self._check_composite(spec, "full_done_spec", None)
-
-    @property
-    def done_spec(self) -> TensorSpec | Composite:
-        """The done leaf spec if there is a single done key, else ``full_done_spec``."""
-        leaves = self._full_done_spec.keys(True, True)
-        return self._full_done_spec[leaves[0]] if len(leaves) == 1 else self._full_done_spec
-
-    @property
-    def full_state_spec(self) -> Composite:
-        return self._full_state_spec
-
-    @full_state_spec.setter
-    def full_state_spec(self, spec) -> None:
-        self._full_state_spec = self._check_composite(spec, "full_state_spec", None)
-
-    state_spec = full_state_spec
-
-    @staticmethod
-    def _single_leaf(comp: Composite, key: str, what: str) -> TensorSpec:
-        if key in comp:
-            return comp[key]
-        leaves = comp.keys(True, True)
-        if len(leaves) == 1:
-            return comp[leaves[0]]
-        raise KeyError(f"No single {what} spec: the keys are {leaves}; use full_{what}_spec.")
-
-    @property
-    def action_keys(self) -> list:
-        return self._full_action_spec.keys(True, True)
-
-    @property
-    def reward_keys(self) -> list:
-        return self._full_reward_spec.keys(True, True)
-
-    @property
-    def done_keys(self) -> list:
-        return self._full_done_spec.keys(True, True)
-
-    @property
-    def observation_keys(self) -> list:
-        return self._observation_spec.keys(True, True)
-
-    @property
-    def step_only_keys(self) -> list:
-        """Keys of ``"next"`` not carried into the next root (``step_mdp``): the rewards, plus a
-        ``TransformedEnv``'s transforms' (``NextObservationDelta``'s ``"delta"``)."""
-        return self.reward_keys
-
-    @property
-    def unstored_next_keys(self) -> list:
-        """Keys of ``"next"`` dropped from the stored step once the next root is built from them
-        (:meth:`drop_unstored`): none here, a ``TransformedEnv``'s transforms'."""
-        return []
-
-    def drop_unstored(self, td: TensorDictBase) -> None:
-        """Remove :attr:`unstored_next_keys` from ``td["next"]``, in place."""
-        keys = self.unstored_next_keys
-        nxt = td.get(NEXT) if keys else None
-        for key in keys:
-            if nxt.get(key, None) is not None:
-                nxt.del_(key)
-
-    @property
-    def action_key(self):
-        return self.action_keys[0]
-
-    @property
-    def reward_key(self):
-        return self.reward_keys[0]
-
-    @property
-    def done_key(self):
-        keys = self.done_keys
-        return DONE if DONE in keys else keys[0]
-
-    # ------------------------------------------------------------------ API
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         """Reset the environment (or, with a ``"_reset"`` mask, only some sub-envs).
 
