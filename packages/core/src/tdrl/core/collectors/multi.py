@@ -24,7 +24,7 @@ import pickle
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait as mp_wait
 
 import torch
@@ -37,7 +37,7 @@ from ..envs.parallel import DEFAULT_TIMEOUT_S
 from ..workers import (WARN_EVERY_S, WorkerLifecycle, default_start_method, dumps, exit_with_parent, kill_hung, parent_token,
                        send, stop_workers)
 from .single import Collector
-from .utils import split_trajectories
+from .contract import BatchCollector
 
 __all__ = ["MultiSyncCollector", "MultiAsyncCollector", "WorkerError"]
 
@@ -95,7 +95,7 @@ def _worker_main(idx: int, conn, payload: bytes, weights, lock, token=None,
             send(conn, ("error", traceback.format_exc()))
 
 
-class _MultiCollector(WorkerLifecycle):
+class _MultiCollector(WorkerLifecycle, BatchCollector):
     """Shared machinery of the multi-process collectors (not public)."""
 
     _sync: bool = True
@@ -332,19 +332,6 @@ class _MultiCollector(WorkerLifecycle):
             elif kind == "ready":
                 self._take(i, payload)
         return last
-
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        while self.total_frames < 0 or self.frames < self.total_frames:
-            batch = self.next_batch()
-            yield split_trajectories(batch) if self.split_trajs else batch
-
-    def __len__(self) -> int:
-        if self.total_frames < 0:
-            raise TypeError("A collector with total_frames=-1 has no length.")
-        return self.total_frames // self.frames_per_batch
-
-    def next_batch(self) -> TensorDictBase:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     @property
     def workers(self) -> list:
