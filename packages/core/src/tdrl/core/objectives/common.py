@@ -182,6 +182,33 @@ class LossModule(nn.Module):
         not_term = (~terminated.bool()).reshape(next_value.shape).to(next_value.dtype)
         return reward + step_discount(td, gamma, next_value) * not_term * next_value
 
+    def _ensemble_critic_terms(
+        self, td: TensorDictBase, qs: Tensor, target: Tensor, target_mean: bool = True
+    ) -> dict[str, Tensor]:
+        """The critic terms of an ensemble regressed on one target (SAC, REDQ, TD3, IQL, discrete SAC).
+
+        Args:
+            td: the batch; its ``priority`` key receives each sample's largest ``|Q_i - target|``.
+            qs: ``[N, *B, 1]`` Q values of the ``N`` critics.
+            target: ``[*B, 1]`` TD target (no gradient).
+            target_mean: also report ``target_mean``.
+
+        Returns:
+            ``loss_qvalue`` (the distance averaged over samples, summed over critics) and the
+            diagnostics ``td_error``, ``q_mean`` (and ``target_mean``).
+        """
+        loss = distance_loss(qs, target.expand_as(qs), self.loss_function)
+        td_error = (qs - target).detach().abs().max(0).values
+        td.set(self.tensor_keys.priority, td_error.reshape(td.shape))
+        terms = {
+            "loss_qvalue": loss.mean(tuple(range(1, qs.dim()))).sum(),
+            "td_error": td_error.mean(),
+            "q_mean": qs.mean(),
+        }
+        if target_mean:
+            terms["target_mean"] = target.mean()
+        return terms
+
     def make_value_estimator(self, value_type=None, **hyperparams: Any) -> "LossModule":
         """TorchRL's call that sets a loss's discount: ``loss.make_value_estimator(gamma=0.99)``.
 

@@ -93,15 +93,7 @@ class DiscreteSACLoss(LossModule):
             next_q = self._qs(self.target_qvalue, next_td).min(0).values
             next_v = (probs * (next_q - self.temperature.alpha * logp)).sum(-1, keepdim=True)
             target = self._bootstrap(td, next_v, self.gamma)
-        loss = distance_loss(q_a, target.expand_as(q_a), self.loss_function)
-        td_error = (q_a - target).detach().abs().max(0).values
-        td.set(self.tensor_keys.priority, td_error.reshape(td.shape))
-        return {
-            "loss_qvalue": loss.mean(tuple(range(1, q_a.dim()))).sum(),
-            "td_error": td_error.mean(),
-            "q_mean": q_a.mean(),
-            "target_mean": target.mean(),
-        }
+        return self._ensemble_critic_terms(td, q_a, target)
 
     def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         probs, logp = _probs_logp(get_dist(self.actor, td))

@@ -82,14 +82,7 @@ class IQLLoss(LossModule):
         qs = ensemble_values(self.qvalue, td, k.state_action_value, type(self).__name__)
         with torch.no_grad():
             target = self._bootstrap(td, self._v(self._next_td(td)), self.gamma)
-        loss = distance_loss(qs, target.expand_as(qs), self.loss_function)
-        td_error = (qs - target).detach().abs().max(0).values
-        td.set(k.priority, td_error.reshape(td.shape))
-        return {
-            "loss_qvalue": loss.mean(tuple(range(1, qs.dim()))).sum(),
-            "td_error": td_error.mean(),
-            "q_mean": qs.mean(),
-        }
+        return self._ensemble_critic_terms(td, qs, target, target_mean=False)
 
     def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         with torch.no_grad():

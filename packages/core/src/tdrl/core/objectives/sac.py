@@ -143,7 +143,6 @@ class SACLoss(LossModule):
 
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """Critic terms: ``loss_qvalue`` (summed over critics) and diagnostics."""
-        k = self.tensor_keys
         qs = self._qs(self.qvalue, td, self._get(td, "action"))
         next_td = self._next_td(td)
         with torch.no_grad():
@@ -152,15 +151,7 @@ class SACLoss(LossModule):
             next_lp = self._align(next_lp, next_q)
             next_v = next_q - self.temperature.alpha_for(next_lp) * next_lp
             target = self._bootstrap(td, next_v, self.gamma)
-        loss = distance_loss(qs, target.expand_as(qs), self.loss_function)
-        td_error = (qs - target).detach().abs().max(0).values
-        td.set(k.priority, td_error.reshape(td.shape))
-        return {
-            "loss_qvalue": loss.mean(tuple(range(1, qs.dim()))).sum(),
-            "td_error": td_error.mean(),
-            "q_mean": qs.mean(),
-            "target_mean": target.mean(),
-        }
+        return self._ensemble_critic_terms(td, qs, target)
 
     def _actor_q(self, qs: Tensor) -> Tensor:
         """The critics' value the actor maximises, from the stacked ``[N, ...]`` Q values: the min."""
