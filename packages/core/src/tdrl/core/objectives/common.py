@@ -16,6 +16,7 @@ import torch.distributions as D
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
+from tdrl.core.objectives._nets import make_ensemble
 from tdrl.core.values._utils import NestedKey, require
 from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import next_key
@@ -239,6 +240,12 @@ class LossModule(nn.Module):
         setattr(self, f"target_{name}", target)
         self._target_pairs.append((name, f"target_{name}"))
         return target
+
+    def _add_critics(self, qvalue: nn.Module, n: int) -> None:
+        """``self.qvalue``: ``n`` independently initialised copies of ``qvalue``
+        (:func:`~tdrl.core.objectives._nets.make_ensemble`), and its frozen target."""
+        self.qvalue = make_ensemble(qvalue, n)
+        self._add_target("qvalue", self.qvalue)
 
     def target_pairs(self) -> Iterator[tuple[nn.Module, nn.Module]]:
         """``(online, target)`` module pairs, for the target updaters."""

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, make_ensemble
+from tdrl.core.objectives._nets import ensemble_values, get_dist
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.objectives.dqn import gather_action_value
@@ -65,8 +65,7 @@ class DiscreteSACLoss(LossModule):
     ) -> None:
         super().__init__(check_finite)
         self.actor = actor
-        self.qvalue = make_ensemble(qvalue, num_qvalue_nets)
-        self._add_target("qvalue", self.qvalue)
+        self._add_critics(qvalue, num_qvalue_nets)
         self.num_actions, self.gamma = int(num_actions), float(gamma)
         self.loss_function = loss_function
         self.temperature = EntropyTemperature(

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, make_ensemble, sample_with_log_prob
+from tdrl.core.objectives._nets import ensemble_values, get_dist, sample_with_log_prob
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
@@ -110,8 +110,7 @@ class SACLoss(LossModule):
     ) -> None:
         super().__init__(check_finite)
         self.actor = actor
-        self.qvalue = make_ensemble(qvalue, num_qvalue_nets)
-        self._add_target("qvalue", self.qvalue)
+        self._add_critics(qvalue, num_qvalue_nets)
         self.gamma, self.loss_function = float(gamma), loss_function
         self._auto_entropy = target_entropy == "auto"
         self.temperature = EntropyTemperature(
