@@ -23,7 +23,36 @@ def _sample_index(n: int, batch: torch.Size, mask: torch.Tensor | None, device) 
     return torch.multinomial(probs, 1).reshape(batch)
 
 
-class Categorical(TensorSpec):
+class _OneOfN(TensorSpec):
+    """What :class:`Categorical` and :class:`OneHot` share: one of ``n`` categories, an optional
+    mask of the allowed ones (set by the subclass's ``update_mask``), ``space`` (TorchRL
+    compatibility: ``spec.space.n``), ``to`` and equality on ``n``."""
+
+    def _set_choices(self, n: int, mask: torch.Tensor | None) -> None:
+        self.n = int(n)
+        self.mask = None
+        if mask is not None:
+            self.update_mask(mask)
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def space(self):
+        return self
+
+    def to(self, device: DEVICE_TYPING):
+        mask = None if self.mask is None else self.mask.to(device)
+        return type(self)(self.n, self.shape, device, self.dtype, mask)
+
+    def _extra_eq(self, other) -> bool:
+        return self.n == other.n
+
+    def _repr_extra(self) -> str:
+        return f"n={self.n}"
+
+
+class Categorical(_OneOfN):
     """An integer index in ``[0, n)``; the tensor has no trailing ``n`` dim.
 
     Args:
@@ -44,14 +73,7 @@ class Categorical(TensorSpec):
     ) -> None:
         device, dtype = sort_device_dtype(device, dtype)
         super().__init__(as_shape(shape), dtype or torch.int64, device)
-        self.n = int(n)
-        self.mask = None
-        if mask is not None:
-            self.update_mask(mask)
-
-    @property
-    def space(self):  # TorchRL compatibility: spec.space.n
-        return self
+        self._set_choices(n, mask)
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Set the allowed categories: a bool tensor broadcastable to ``(*shape, n)``."""
@@ -94,18 +116,8 @@ class Categorical(TensorSpec):
         mask = None if self.mask is None else self.mask.expand(*shape, self.n)
         return Categorical(self.n, shape, self.device, self.dtype, mask)
 
-    def to(self, device: DEVICE_TYPING) -> Categorical:
-        mask = None if self.mask is None else self.mask.to(device)
-        return Categorical(self.n, self.shape, device, self.dtype, mask)
 
-    def _extra_eq(self, other) -> bool:
-        return self.n == other.n
-
-    def _repr_extra(self) -> str:
-        return f"n={self.n}"
-
-
-class OneHot(TensorSpec):
+class OneHot(_OneOfN):
     """A one-hot vector over ``n`` categories in the last dim.
 
     Args:
@@ -129,14 +141,7 @@ class OneHot(TensorSpec):
         if not shape or shape[-1] != n:
             raise ValueError(f"OneHot: the last dim of shape must be n={n}, got {tuple(shape)}.")
         super().__init__(shape, dtype or torch.bool, device)
-        self.n = int(n)
-        self.mask = None
-        if mask is not None:
-            self.update_mask(mask)
-
-    @property
-    def space(self):
-        return self
+        self._set_choices(n, mask)
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Set the allowed categories: a bool tensor broadcastable to ``shape``."""
@@ -201,16 +206,6 @@ class OneHot(TensorSpec):
         self._check_expand(shape)
         mask = None if self.mask is None else self.mask.expand(shape)
         return OneHot(self.n, shape, self.device, self.dtype, mask)
-
-    def to(self, device: DEVICE_TYPING) -> OneHot:
-        mask = None if self.mask is None else self.mask.to(device)
-        return OneHot(self.n, self.shape, device, self.dtype, mask)
-
-    def _extra_eq(self, other) -> bool:
-        return self.n == other.n
-
-    def _repr_extra(self) -> str:
-        return f"n={self.n}"
 
 
 class Binary(TensorSpec):
