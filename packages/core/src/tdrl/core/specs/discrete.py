@@ -26,9 +26,21 @@ def _sample_index(n: int, batch: torch.Size, mask: torch.Tensor | None, device) 
 class _OneOfN(TensorSpec):
     """What :class:`Categorical` and :class:`OneHot` share: one of ``n`` categories, an optional
     mask of the allowed ones (set by the subclass's ``update_mask``), ``space`` (TorchRL
-    compatibility: ``spec.space.n``), ``to`` and equality on ``n``."""
+    compatibility: ``spec.space.n``), ``to`` and equality on ``n``. A subclass sets its
+    ``_default_dtype`` and its ``_full_shape(n, shape)`` (the spec's shape, checked)."""
 
-    def _set_choices(self, n: int, mask: torch.Tensor | None) -> None:
+    _default_dtype: torch.dtype
+
+    def __init__(
+        self,
+        n: int,
+        shape: int | Sequence[int] | torch.Size | None = None,
+        device: DEVICE_TYPING = None,
+        dtype: torch.dtype | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> None:
+        device, dtype = sort_device_dtype(device, dtype)
+        super().__init__(self._full_shape(n, shape), dtype or self._default_dtype, device)
         self.n = int(n)
         self.mask = None
         if mask is not None:
@@ -63,17 +75,11 @@ class Categorical(_OneOfN):
         mask: optional bool tensor ``(*shape, n)``: allowed categories (action masking).
     """
 
-    def __init__(
-        self,
-        n: int,
-        shape: int | Sequence[int] | torch.Size | None = None,
-        device: DEVICE_TYPING = None,
-        dtype: torch.dtype | None = None,
-        mask: torch.Tensor | None = None,
-    ) -> None:
-        device, dtype = sort_device_dtype(device, dtype)
-        super().__init__(as_shape(shape), dtype or torch.int64, device)
-        self._set_choices(n, mask)
+    _default_dtype = torch.int64
+
+    @staticmethod
+    def _full_shape(n: int, shape) -> torch.Size:
+        return as_shape(shape)
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Set the allowed categories: a bool tensor broadcastable to ``(*shape, n)``."""
@@ -128,20 +134,14 @@ class OneHot(_OneOfN):
         mask: optional bool tensor broadcastable to ``shape``: allowed categories.
     """
 
-    def __init__(
-        self,
-        n: int,
-        shape: int | Sequence[int] | torch.Size | None = None,
-        device: DEVICE_TYPING = None,
-        dtype: torch.dtype | None = None,
-        mask: torch.Tensor | None = None,
-    ) -> None:
-        device, dtype = sort_device_dtype(device, dtype)
+    _default_dtype = torch.bool
+
+    @staticmethod
+    def _full_shape(n: int, shape) -> torch.Size:
         shape = as_shape((n,) if shape is None else shape)
         if not shape or shape[-1] != n:
             raise ValueError(f"OneHot: the last dim of shape must be n={n}, got {tuple(shape)}.")
-        super().__init__(shape, dtype or torch.bool, device)
-        self._set_choices(n, mask)
+        return shape
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Set the allowed categories: a bool tensor broadcastable to ``shape``."""
