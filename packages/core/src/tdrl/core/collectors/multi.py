@@ -35,7 +35,7 @@ from tensordict.nn import InteractionType
 from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S
 from ..workers import (WARN_EVERY_S, WorkerLifecycle, default_start_method, dumps, exit_with_parent, kill_hung, parent_token,
-                       send, stop_workers)
+                       send, serve_commands, stop_workers)
 from .single import Collector
 from .contract import BatchCollector
 
@@ -65,34 +65,32 @@ def _worker_main(idx: int, conn, payload: bytes, weights, lock, token=None,
         send(conn, ("error", traceback.format_exc()))
         return
     buf = None
-    while True:
-        try:
-            cmd, arg = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            break  # the trainer is gone
-        try:
-            if cmd == "collect":
-                batch = collector.rollout()
-                if buf is None:
-                    buf = batch.clone().share_memory_()
-                    conn.send(("ready", buf))
-                else:
-                    buf.update_(batch)
-                    conn.send(("ready", None))
-            elif cmd == "update":
-                with lock:
-                    params.update_(weights)
-                conn.send(("updated", None))
-            elif cmd == "seed":
-                conn.send(("seeded", collector.set_seed(arg)))
-            elif cmd == "close":
-                collector.shutdown()
-                send(conn, ("closed", None))
-                break
+
+    def handle(cmd: str, arg) -> bool:
+        nonlocal buf
+        if cmd == "collect":
+            batch = collector.rollout()
+            if buf is None:
+                buf = batch.clone().share_memory_()
+                conn.send(("ready", buf))
             else:
-                raise ValueError(f"unknown command {cmd!r}")
-        except BaseException:  # noqa: BLE001
-            send(conn, ("error", traceback.format_exc()))
+                buf.update_(batch)
+                conn.send(("ready", None))
+        elif cmd == "update":
+            with lock:
+                params.update_(weights)
+            conn.send(("updated", None))
+        elif cmd == "seed":
+            conn.send(("seeded", collector.set_seed(arg)))
+        elif cmd == "close":
+            collector.shutdown()
+            send(conn, ("closed", None))
+            return True
+        else:
+            raise ValueError(f"unknown command {cmd!r}")
+        return False
+
+    serve_commands(conn, handle)
 
 
 class _MultiCollector(WorkerLifecycle, BatchCollector):
