@@ -19,7 +19,6 @@ from .fused_linear import (
     fused_linear_pg_loss,
     fused_linear_pg_loss_reference,
 )
-from . import fused_linear
 from .logprobs import token_logprobs, token_logprobs_reference
 from .pg_loss import pg_token_loss, pg_token_loss_reference
 from .recurrent import gru_reference, gru_sequence, lstm_reference, lstm_sequence
@@ -39,6 +38,12 @@ __all__ = [
     "current_backend",
     "discounted_cumsum",
     "discounted_cumsum_reference",
+    "fused_linear_cross_entropy",
+    "fused_linear_cross_entropy_reference",
+    "fused_linear_logprobs",
+    "fused_linear_logprobs_reference",
+    "fused_linear_pg_loss",
+    "fused_linear_pg_loss_reference",
     "gae",
     "gae_reference",
     "gru_reference",
@@ -57,4 +62,3 @@ __all__ = [
     "triton_available",
     "use_backend",
 ]
-__all__ += fused_linear.__all__  # the chunked LM head's six functions, named in fused_linear/

@@ -56,7 +56,6 @@ from tdrl.core.train.seeds import (
     stacked_seed_counts,
     to_seed_items,
 )
-from tdrl.core.train import seeds
 from tdrl.core.train.state import GeneratorState, StateBox
 from tdrl.core.train.timing import get_available_device, timeit
 
@@ -89,6 +88,21 @@ __all__ = [
     "plot_curves",
     "evaluate_episodes",
     "evaluate_per_env",
+    "SeedAxis",
+    "SeedStackedModule",
+    "StackedTemperature",
+    "build_seeds",
+    "stack_seeds",
+    "clip_grad_norm_per_seed",
+    "block_seeds",
+    "seed_sub_envs",
+    "seed_of_env",
+    "per_seed",
+    "normalize_per_seed",
+    "stacked_seed_counts",
+    "stack_losses",
+    "to_seed_items",
+    "from_seed_items",
     "episode_returns",
     "init_from_env",
     "is_main_process",
@@ -110,4 +124,3 @@ __all__ = [
     "MetricHistory",
     "truncate_csv",
 ]
-__all__ += seeds.__all__  # the seed axis (SeedAxis, build_seeds, per_seed, ...): named in one place
