@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..logprobs.reference import (
+    in_lead_shape,
     torch_workspace,
     check_target_range,
     compute_dtype,
@@ -158,9 +159,7 @@ def fused_linear_logprobs_impl(
         h, weight, bias, tgt, float(temperature), bool(return_entropy), max(1, int(chunk)),
         rows_fwd, rows_bwd, frozen_head,
     )
-    if return_entropy:
-        return out[0].reshape(lead), out[1].reshape(lead)
-    return out.reshape(lead)
+    return in_lead_shape(out, lead, return_entropy)
 
 
 def fused_linear_logprobs_reference(

@@ -241,6 +241,14 @@ def check_target_range(targets: torch.Tensor, vocab: int, op: str) -> None:
         )
 
 
+def in_lead_shape(out, lead: torch.Size, return_entropy: bool):
+    """The flat ``[N]`` log-probs (and entropies, with ``return_entropy``) back in the
+    targets' shape ``lead``."""
+    if return_entropy:
+        return out[0].reshape(lead), out[1].reshape(lead)
+    return out.reshape(lead)
+
+
 def token_logprobs_impl(
     logits: torch.Tensor,
     targets: torch.Tensor,
@@ -263,9 +271,7 @@ def token_logprobs_impl(
     out = TokenLogprobsFunction.apply(
         flat, tgt, float(temperature), bool(return_entropy), chunk, rows_fwd, rows_bwd
     )
-    if return_entropy:
-        return out[0].reshape(lead), out[1].reshape(lead)
-    return out.reshape(lead)
+    return in_lead_shape(out, lead, return_entropy)
 
 
 def token_logprobs_reference(
