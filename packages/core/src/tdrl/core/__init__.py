@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _dist_version
+from tdrl.kernels._dist import installed_version as _installed_version
 
 from .envs import (
     EnvBase,
@@ -55,10 +54,7 @@ from .transforms import (
     NextObservationDelta,
 )
 
-try:  # the version lives in packages/core/pyproject.toml; the installed metadata carries it
-    __version__ = _dist_version("tdrl-core")
-except PackageNotFoundError:  # imported from the source tree without an install
-    __version__ = "0+unknown"
+__version__ = _installed_version("tdrl-core")  # the version in this package's pyproject.toml
 
 __all__: list[str] = [
     "__version__",

@@ -13,12 +13,15 @@ import signal
 import sys
 import threading
 import time
+import traceback
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-__all__ = ["WARN_EVERY_S", "parent_token", "exit_with_parent", "dumps", "send", "stop_workers",
-           "kill_hung", "default_start_method", "WorkerLifecycle"]
+__all__ = ["WARN_EVERY_S", "parent_token", "exit_with_parent", "dumps", "send", "serve_commands",
+           "stop_workers", "kill_hung", "default_start_method", "WorkerLifecycle"]
 
 WARN_EVERY_S = 60.0
 """Seconds between the warnings of a wait without a timeout (``timeout=None``)."""
@@ -73,6 +76,22 @@ def send(conn, msg) -> None:
         conn.send(msg)
     except (BrokenPipeError, OSError, EOFError):
         pass
+
+
+def serve_commands(conn, handle: Callable[[str, Any], bool], report: Callable = send) -> None:
+    """A worker's command loop: ``handle(cmd, arg)`` for each ``(cmd, arg)`` the trainer sends,
+    until it returns True (the worker closed) or the trainer is gone. A command that raises
+    sends ``("error", <traceback>)`` back through ``report(conn, msg)`` and the loop goes on."""
+    while True:
+        try:
+            cmd, arg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            break  # the trainer is gone
+        try:
+            if handle(cmd, arg):
+                break
+        except BaseException:  # noqa: BLE001 - everything goes back to the trainer
+            report(conn, ("error", traceback.format_exc()))
 
 
 def stop_workers(procs: list, conns: list, timeout: float) -> None:

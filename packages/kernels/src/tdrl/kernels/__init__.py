@@ -8,8 +8,7 @@ signatures, under ``*_reference`` names.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _dist_version
+from ._dist import installed_version as _installed_version
 
 from ._dispatch import current_backend, triton_available, use_backend
 from .fused_linear import (
@@ -32,10 +31,7 @@ from .sum_tree import (
     sum_tree_update_reference,
 )
 
-try:  # the version lives in packages/kernels/pyproject.toml; the installed metadata carries it
-    __version__ = _dist_version("tdrl-kernels")
-except PackageNotFoundError:  # imported from the source tree without an install
-    __version__ = "0+unknown"
+__version__ = _installed_version("tdrl-kernels")  # the version in this package's pyproject.toml
 
 __all__ = [
     "__version__",

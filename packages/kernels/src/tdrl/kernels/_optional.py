@@ -1,4 +1,7 @@
-"""Optional dependencies of tdrl.kernels: checked once, and a missing one names the extra to install.
+"""Optional dependencies of the tdrl packages: checked once, and a missing one names the extra to install.
+
+The one home of this rule: ``tdrl.kernels`` is the lowest package, so ``tdrl.core``,
+``tdrl.marl`` and ``tdrl.llm`` bind their own package name to it with ``package=``.
 
 ``require("name", extra="x", what="Thing")`` imports and returns the module, or raises
 ``ModuleNotFoundError`` with the pip line that installs it from a clone of the repository
@@ -24,7 +27,8 @@ def available(module: str) -> bool:
         return False
 
 
-def missing_message(module: str, *, extra: str, what: str, pip_name: str | None = None) -> str:
+def missing_message(module: str, *, extra: str, what: str, pip_name: str | None = None,
+                    package: str = _PACKAGE) -> str:
     """The error text for a missing optional dependency.
 
     Args:
@@ -32,6 +36,8 @@ def missing_message(module: str, *, extra: str, what: str, pip_name: str | None 
         extra: the extra of this package that installs it (``"gym"``).
         what: the feature that needs it (``"GymEnv"``).
         pip_name: the distribution to name as the alternative (default: ``module``).
+        package: the tdrl package whose extra it is (``"kernels"``, ``"core"``, ``"marl"``,
+            ``"llm"``).
 
     Returns:
         e.g. ``GymEnv needs 'gymnasium', which is not installed: pip install "packages/core[gym]"
@@ -39,12 +45,13 @@ def missing_message(module: str, *, extra: str, what: str, pip_name: str | None 
     """
     return (
         f"{what} needs {module!r}, which is not installed: "
-        f'pip install "packages/{_PACKAGE}[{extra}]" (from the repository root; '
+        f'pip install "packages/{package}[{extra}]" (from the repository root; '
         f"or pip install {pip_name or module})"
     )
 
 
-def require(module: str, *, extra: str, what: str, pip_name: str | None = None) -> ModuleType:
+def require(module: str, *, extra: str, what: str, pip_name: str | None = None,
+            package: str = _PACKAGE) -> ModuleType:
     """Import an optional dependency, or fail with the pip line that installs it.
 
     Args:
@@ -52,6 +59,7 @@ def require(module: str, *, extra: str, what: str, pip_name: str | None = None) 
         extra: the extra of this package that installs it.
         what: the feature that needs it, for the message.
         pip_name: the distribution to name as the alternative (default: the top-level module).
+        package: the tdrl package whose extra it is.
 
     Returns:
         The imported module.
@@ -62,6 +70,6 @@ def require(module: str, *, extra: str, what: str, pip_name: str | None = None) 
     top = module.split(".")[0]
     if not available(top):
         raise ModuleNotFoundError(
-            missing_message(top, extra=extra, what=what, pip_name=pip_name), name=top
+            missing_message(top, extra=extra, what=what, pip_name=pip_name, package=package), name=top
         )
     return importlib.import_module(module)

@@ -5,8 +5,7 @@ Data move as TensorDicts with one row per completion (keys in :mod:`tdrl.llm.key
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _dist_version
+from tdrl.kernels._dist import installed_version as _installed_version
 
 from tdrl.llm import keys
 from tdrl.llm.advantages import group_advantages
@@ -54,10 +53,7 @@ from tdrl.llm.tiny import build_tiny_model, make_tiny_lm, train_tokenizer
 from tdrl.llm.trainers import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer, evaluate
 from tdrl.llm.vllm_generator import VLLMGenerator
 
-try:  # the version lives in packages/llm/pyproject.toml; the installed metadata carries it
-    __version__ = _dist_version("tdrl-llm")
-except PackageNotFoundError:  # imported from the source tree without an install
-    __version__ = "0+unknown"
+__version__ = _installed_version("tdrl-llm")  # the version in this package's pyproject.toml
 
 __all__ = [
     "__version__",

@@ -1,13 +1,13 @@
-"""Optional dependencies of tdrl.llm: tdrl.core's helper, naming this package's extras
+"""Optional dependencies of tdrl.llm: tdrl.kernels' helper, naming this package's extras
 (``pip install "packages/llm[extra]"``)."""
 
 from __future__ import annotations
 
 from functools import partial
 
-from tdrl.core._optional import available
-from tdrl.core._optional import missing_message as _missing_message
-from tdrl.core._optional import require as _require
+from tdrl.kernels._optional import available
+from tdrl.kernels._optional import missing_message as _missing_message
+from tdrl.kernels._optional import require as _require
 
 __all__ = ["available", "missing_message", "require"]
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _dist_version
+from tdrl.kernels._dist import installed_version as _installed_version
 
 from tdrl.marl.envs import VmasEnv, group_agents, vmas_scenarios
 from tdrl.marl.modules import MultiAgentGRU, MultiAgentLSTM, MultiAgentMLP, QMixer, VDNMixer
@@ -22,10 +21,7 @@ from tdrl.marl.runner import TASKS, BenchConfig, BenchmarkFailed, run_benchmark
 from tdrl.marl.checks import TeamRewardCheck, ZeroTeamRewardError
 from tdrl.marl.tasks import BENCHMARL_PETTINGZOO_TASKS, BENCHMARL_VMAS_TASKS, make_task_env, resolve_task, task_spec
 
-try:  # the version lives in packages/marl/pyproject.toml; the installed metadata carries it
-    __version__ = _dist_version("tdrl-marl")
-except PackageNotFoundError:  # imported from the source tree without an install
-    __version__ = "0+unknown"
+__version__ = _installed_version("tdrl-marl")  # the version in this package's pyproject.toml
 
 __all__: list[str] = [
     "__version__",

@@ -59,7 +59,7 @@ from .inference_ray import RayEnvWorker, RayHub
 from .inference_server import InferenceServer, versioned, worker_collector
 from .inference_slab import DEFAULT_SPIN_S, QueueConn, SlabHub, SlabLayout, SlabPolicy
 from ..workers import (WorkerLifecycle, default_start_method, dumps, exit_with_parent, kill_hung, parent_token,
-                       stop_workers)
+                       serve_commands, stop_workers)
 from .single import as_interaction_type
 
 __all__ = ["InferenceCollector"]
@@ -93,33 +93,31 @@ def _worker(i: int, conn, request, reply, make_env, policy, in_keys: list, seed:
             collector.shutdown()
         return
     buf, env_batch = None, collector.env.batch_size
-    while True:
-        try:
-            cmd, arg = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            break  # the trainer is gone
-        try:
-            if cmd == "slabs":
-                remote.attach(arg)
-            elif cmd == "collect":
-                if remote is not None:
-                    remote.versions.clear()
-                versions = remote.versions if remote is not None else [0] * collector.steps_per_batch
-                batch = versioned(collector.rollout(), versions, env_batch)
-                if not share:
-                    conn.send(("ready", batch))
-                elif buf is None:
-                    buf = batch.share_memory_()
-                    conn.send(("ready", buf))
-                else:
-                    buf.update_(batch)
-                    conn.send(("ready", None))
-            elif cmd == "close":
-                collector.shutdown()
-                conn.send(("closed", None))
-                break
-        except BaseException:  # noqa: BLE001
-            conn.send(("error", traceback.format_exc()))
+
+    def handle(cmd: str, arg) -> bool:
+        nonlocal buf
+        if cmd == "slabs":
+            remote.attach(arg)
+        elif cmd == "collect":
+            if remote is not None:
+                remote.versions.clear()
+            versions = remote.versions if remote is not None else [0] * collector.steps_per_batch
+            batch = versioned(collector.rollout(), versions, env_batch)
+            if not share:
+                conn.send(("ready", batch))
+            elif buf is None:
+                buf = batch.share_memory_()
+                conn.send(("ready", buf))
+            else:
+                buf.update_(batch)
+                conn.send(("ready", None))
+        elif cmd == "close":
+            collector.shutdown()
+            conn.send(("closed", None))
+            return True
+        return False
+
+    serve_commands(conn, handle, report=lambda c, msg: c.send(msg))
     for end in (request, reply):
         if end is not None:
             end.close()

@@ -24,7 +24,7 @@ import pickle
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait as mp_wait
 
 import torch
@@ -36,9 +36,9 @@ from ..envs import EnvBase, WorkerError
 from ..envs.parallel import DEFAULT_TIMEOUT_S
 from ..envs.seeding import seed_from_torch, seed_if_unseeded
 from ..workers import (WARN_EVERY_S, WorkerLifecycle, default_start_method, dumps, exit_with_parent, kill_hung, parent_token,
-                       send, stop_workers)
+                       send, serve_commands, stop_workers)
 from .single import Collector
-from .utils import split_trajectories
+from .contract import BatchCollector
 
 __all__ = ["MultiSyncCollector", "MultiAsyncCollector", "WorkerError"]
 
@@ -67,37 +67,35 @@ def _worker_main(idx: int, conn, payload: bytes, weights, lock, token=None,
         send(conn, ("error", traceback.format_exc()))
         return
     buf = None
-    while True:
-        try:
-            cmd, arg = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            break  # the trainer is gone
-        try:
-            if cmd == "collect":
-                batch = collector.rollout()
-                if buf is None:
-                    buf = batch.clone().share_memory_()
-                    conn.send(("ready", buf))
-                else:
-                    buf.update_(batch)
-                    conn.send(("ready", None))
-            elif cmd == "update":
-                with lock:
-                    params.update_(weights)
-                conn.send(("updated", None))
-            elif cmd == "seed":
-                conn.send(("seeded", collector.set_seed(arg)))
-            elif cmd == "close":
-                collector.shutdown()
-                send(conn, ("closed", None))
-                break
+
+    def handle(cmd: str, arg) -> bool:
+        nonlocal buf
+        if cmd == "collect":
+            batch = collector.rollout()
+            if buf is None:
+                buf = batch.clone().share_memory_()
+                conn.send(("ready", buf))
             else:
-                raise ValueError(f"unknown command {cmd!r}")
-        except BaseException:  # noqa: BLE001
-            send(conn, ("error", traceback.format_exc()))
+                buf.update_(batch)
+                conn.send(("ready", None))
+        elif cmd == "update":
+            with lock:
+                params.update_(weights)
+            conn.send(("updated", None))
+        elif cmd == "seed":
+            conn.send(("seeded", collector.set_seed(arg)))
+        elif cmd == "close":
+            collector.shutdown()
+            send(conn, ("closed", None))
+            return True
+        else:
+            raise ValueError(f"unknown command {cmd!r}")
+        return False
+
+    serve_commands(conn, handle)
 
 
-class _MultiCollector(WorkerLifecycle):
+class _MultiCollector(WorkerLifecycle, BatchCollector):
     """Shared machinery of the multi-process collectors (not public)."""
 
     _sync: bool = True
@@ -336,19 +334,6 @@ class _MultiCollector(WorkerLifecycle):
             elif kind == "ready":
                 self._take(i, payload)
         return last
-
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        while self.total_frames < 0 or self.frames < self.total_frames:
-            batch = self.next_batch()
-            yield split_trajectories(batch) if self.split_trajs else batch
-
-    def __len__(self) -> int:
-        if self.total_frames < 0:
-            raise TypeError("A collector with total_frames=-1 has no length.")
-        return self.total_frames // self.frames_per_batch
-
-    def next_batch(self) -> TensorDictBase:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     @property
     def workers(self) -> list:

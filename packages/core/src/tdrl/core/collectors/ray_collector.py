@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -24,7 +24,7 @@ from ..envs.parallel import DEFAULT_TIMEOUT_S
 from ..envs.seeding import seed_from_torch, seed_if_unseeded
 from ..workers import WARN_EVERY_S
 from .single import Collector
-from .utils import split_trajectories
+from .contract import BatchCollector
 
 __all__ = ["RayCollector"]
 
@@ -89,7 +89,7 @@ class _CollectorActor:
         return True
 
 
-class RayCollector:
+class RayCollector(BatchCollector):
     """Collectors as Ray actors.
 
     Args:
@@ -244,16 +244,6 @@ class RayCollector:
         self.frames += self.frames_per_batch
         return out
 
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        while self.total_frames < 0 or self.frames < self.total_frames:
-            batch = self.next_batch()
-            yield split_trajectories(batch) if self.split_trajs else batch
-
-    def __len__(self) -> int:
-        if self.total_frames < 0:
-            raise TypeError("A collector with total_frames=-1 has no length.")
-        return self.total_frames // self.frames_per_batch
-
     def update_policy_weights_(self, weights=None) -> None:
         """Broadcast new weights through the object store and wait until every actor has them.
 
@@ -296,12 +286,6 @@ class RayCollector:
         self._pending.clear()
         if self._owns_ray:
             self._ray.shutdown()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
 
     def __del__(self) -> None:
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 from contextlib import nullcontext
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -23,7 +23,8 @@ from ..envs._fastpath import paused_gc
 from ..td_access import entries, get_entry, new_td, plain_td_maker
 from ..keys import DONE, NEXT, TRAJ_ID, TRUNCATED
 from .random_frames import PolicyTemplate, materialize_lazy
-from .utils import compact_batch, split_trajectories
+from .contract import BatchCollector
+from .utils import compact_batch
 from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["Collector", "as_interaction_type"]
@@ -148,7 +149,7 @@ def policy_device(policy) -> torch.device | None:
 
 
 @accept_torchrl_names
-class Collector:
+class Collector(BatchCollector):
     """Collects ``frames_per_batch`` env steps per iteration, up to ``total_frames``.
 
     Args:
@@ -315,6 +316,10 @@ class Collector:
             self._new_traj_ids(torch.ones(self._traj_ids.shape, dtype=torch.bool))
         self._step_count.zero_()
         return td
+
+    def next_batch(self) -> TensorDictBase:
+        """One batch (the collector contract's step): :meth:`rollout`."""
+        return self.rollout()
 
     def rollout(self) -> TensorDictBase:
         """Collect one batch ``(*env_batch, T)`` (without advancing ``total_frames`` checks)."""
@@ -533,16 +538,6 @@ class Collector:
         self._td = make_root(root)
         return _stack_dicts(roots, nexts, make_root, nb, skip=self._unstored), ids
 
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        while self.total_frames < 0 or self.frames < self.total_frames:
-            batch = self.rollout()
-            yield split_trajectories(batch) if self.split_trajs else batch
-
-    def __len__(self) -> int:
-        if self.total_frames < 0:
-            raise TypeError("A collector with total_frames=-1 has no length.")
-        return self.total_frames // self.frames_per_batch
-
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """Counters and the current env root (to resume a run)."""
@@ -562,12 +557,6 @@ class Collector:
             self._closed = True
             if self._owns_env:
                 self.env.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
 
     def __repr__(self) -> str:
         return (f"Collector(env={self.env!r}, frames_per_batch={self.frames_per_batch}, "

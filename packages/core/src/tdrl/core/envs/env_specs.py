@@ -14,7 +14,22 @@ from ..keys import ACTION, DONE, NEXT, OBSERVATION, REWARD
 from ..specs import Composite, TensorSpec, unbatched_spec
 from ..specs.env_views import input_spec_of, output_spec_of, specs_of
 
-__all__ = ["EnvSpecs"]
+__all__ = ["CompositeSpec", "EnvSpecs"]
+
+
+class CompositeSpec:
+    """A spec attribute of :class:`EnvSpecs` (``observation_spec``, ``full_*_spec``): a
+    :class:`Composite` of the env's batch shape, stored as ``_<name>`` and checked when set;
+    a bare :class:`TensorSpec` is wrapped under ``default_key`` (``None``: refused)."""
+
+    def __init__(self, name: str, default_key: str | None) -> None:
+        self.name, self.slot, self.default_key = name, "_" + name, default_key
+
+    def __get__(self, env, owner=None):
+        return self if env is None else getattr(env, self.slot)
+
+    def __set__(self, env, spec) -> None:
+        setattr(env, self.slot, env._check_composite(spec, self.name, self.default_key))
 
 
 class EnvSpecs:
@@ -27,6 +42,7 @@ class EnvSpecs:
     _full_state_spec: Composite
 
     def _check_composite(self, spec, name: str, default_key: str | None) -> Composite:
+        """``spec`` as a spec attribute ``name`` of this env, or the error saying why not."""
         if isinstance(spec, TensorSpec):
             if default_key is None:
                 raise TypeError(f"{name} must be a Composite, got {type(spec).__name__}.")
@@ -39,21 +55,12 @@ class EnvSpecs:
             )
         return spec
 
-    @property
-    def observation_spec(self) -> Composite:
-        return self._observation_spec
-
-    @observation_spec.setter
-    def observation_spec(self, spec) -> None:
-        self._observation_spec = self._check_composite(spec, "observation_spec", OBSERVATION)
-
-    @property
-    def full_action_spec(self) -> Composite:
-        return self._full_action_spec
-
-    @full_action_spec.setter
-    def full_action_spec(self, spec) -> None:
-        self._full_action_spec = self._check_composite(spec, "full_action_spec", ACTION)
+    observation_spec = CompositeSpec("observation_spec", OBSERVATION)
+    full_action_spec = CompositeSpec("full_action_spec", ACTION)
+    full_reward_spec = CompositeSpec("full_reward_spec", REWARD)
+    full_done_spec = CompositeSpec("full_done_spec", None)
+    full_state_spec = CompositeSpec("full_state_spec", None)
+    state_spec = full_state_spec
 
     @property
     def action_spec(self) -> TensorSpec:
@@ -71,14 +78,6 @@ class EnvSpecs:
     input_spec, output_spec, specs = property(input_spec_of), property(output_spec_of), property(specs_of)  # TorchRL's views
 
     @property
-    def full_reward_spec(self) -> Composite:
-        return self._full_reward_spec
-
-    @full_reward_spec.setter
-    def full_reward_spec(self, spec) -> None:
-        self._full_reward_spec = self._check_composite(spec, "full_reward_spec", REWARD)
-
-    @property
     def reward_spec(self) -> TensorSpec:
         return self._single_leaf(self._full_reward_spec, REWARD, "reward")
 
@@ -87,28 +86,10 @@ class EnvSpecs:
         self.full_reward_spec = spec
 
     @property
-    def full_done_spec(self) -> Composite:
-        return self._full_done_spec
-
-    @full_done_spec.setter
-    def full_done_spec(self, spec) -> None:
-        self._full_done_spec = self._check_composite(spec, "full_done_spec", None)
-
-    @property
     def done_spec(self) -> TensorSpec | Composite:
         """The done leaf spec if there is a single done key, else ``full_done_spec``."""
         leaves = self._full_done_spec.keys(True, True)
         return self._full_done_spec[leaves[0]] if len(leaves) == 1 else self._full_done_spec
-
-    @property
-    def full_state_spec(self) -> Composite:
-        return self._full_state_spec
-
-    @full_state_spec.setter
-    def full_state_spec(self, spec) -> None:
-        self._full_state_spec = self._check_composite(spec, "full_state_spec", None)
-
-    state_spec = full_state_spec
 
     @staticmethod
     def _single_leaf(comp: Composite, key: str, what: str) -> TensorSpec:

@@ -168,7 +168,23 @@ def _masked_logits(who: str, logits: Tensor | None, probs: Tensor | None,
     return _mask_logits(logits, mask)
 
 
-class MaskedCategorical(D.Categorical):
+class _MaskedInit:
+    """The constructor of both masked categoricals (before torch's in the MRO): ``logits`` or
+    ``probs`` and an optional ``mask``, kept as ``self.mask``."""
+
+    def __init__(
+        self,
+        logits: Tensor | None = None,
+        probs: Tensor | None = None,
+        mask: Tensor | None = None,
+        validate_args: bool | None = False,
+    ) -> None:
+        self.mask = mask
+        super().__init__(logits=_masked_logits(type(self).__name__, logits, probs, mask),
+                         validate_args=validate_args)
+
+
+class MaskedCategorical(_MaskedInit, D.Categorical):
     """Categorical over ``n`` actions where ``mask == False`` actions have zero probability.
 
     Args:
@@ -178,39 +194,17 @@ class MaskedCategorical(D.Categorical):
     Samples are int64 ``[*B]``; ``deterministic_sample`` is the most likely allowed action.
     """
 
-    def __init__(
-        self,
-        logits: Tensor | None = None,
-        probs: Tensor | None = None,
-        mask: Tensor | None = None,
-        validate_args: bool | None = False,
-    ) -> None:
-        self.mask = mask
-        super().__init__(logits=_masked_logits(type(self).__name__, logits, probs, mask),
-                         validate_args=validate_args)
-
     @property
     def deterministic_sample(self) -> Tensor:
         return self.logits.argmax(-1)
 
 
-class OneHotCategorical(D.OneHotCategorical):
+class OneHotCategorical(_MaskedInit, D.OneHotCategorical):
     """One-hot categorical with an optional action mask; samples are float one-hot ``[*B, n]``.
 
     Args:
         logits: ``[*B, n]`` (or ``probs``). mask: optional ``[*B, n]`` bool.
     """
-
-    def __init__(
-        self,
-        logits: Tensor | None = None,
-        probs: Tensor | None = None,
-        mask: Tensor | None = None,
-        validate_args: bool | None = False,
-    ) -> None:
-        self.mask = mask
-        super().__init__(logits=_masked_logits(type(self).__name__, logits, probs, mask),
-                         validate_args=validate_args)
 
     @property
     def deterministic_sample(self) -> Tensor:

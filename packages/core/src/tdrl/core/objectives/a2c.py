@@ -6,8 +6,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.core.objectives._nets import get_dist, run_module
-from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estimate
-from tdrl.core.objectives.ppo import PPOKeys, align_advantage, critic_loss
+from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives.ppo import PPOKeys, align_advantage, critic_loss, entropy_terms
 from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["A2CLoss"]
@@ -55,12 +55,7 @@ class A2CLoss(LossModule):
         if self.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / adv.std().clamp_min(1e-8)
         terms["loss_objective"] = -(lp * adv).mean()
-        if self.entropy_coef:
-            entropy = entropy_estimate(dist).mean()
-            terms["entropy"] = entropy
-            terms["loss_entropy"] = -self.entropy_coef * entropy
-        elif self.entropy_bonus:  # TorchRL's key contract: the term exists (zero) at coefficient 0
-            terms["loss_entropy"] = torch.zeros((), device=lp.device)
+        terms.update(entropy_terms(dist, self.entropy_coef, self.entropy_bonus, lp.device))
         if self.critic is not None and self.critic_coef:
             value = run_module(self.critic, td, self.tensor_keys.value, type(self).__name__)
             target = self._get(td, "value_target").detach()

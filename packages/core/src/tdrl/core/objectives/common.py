@@ -16,6 +16,7 @@ import torch.distributions as D
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
+from tdrl.core.objectives._nets import make_ensemble
 from tdrl.core.values._utils import NestedKey, require
 from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import next_key
@@ -182,6 +183,33 @@ class LossModule(nn.Module):
         not_term = (~terminated.bool()).reshape(next_value.shape).to(next_value.dtype)
         return reward + step_discount(td, gamma, next_value) * not_term * next_value
 
+    def _ensemble_critic_terms(
+        self, td: TensorDictBase, qs: Tensor, target: Tensor, target_mean: bool = True
+    ) -> dict[str, Tensor]:
+        """The critic terms of an ensemble regressed on one target (SAC, REDQ, TD3, IQL, discrete SAC).
+
+        Args:
+            td: the batch; its ``priority`` key receives each sample's largest ``|Q_i - target|``.
+            qs: ``[N, *B, 1]`` Q values of the ``N`` critics.
+            target: ``[*B, 1]`` TD target (no gradient).
+            target_mean: also report ``target_mean``.
+
+        Returns:
+            ``loss_qvalue`` (the distance averaged over samples, summed over critics) and the
+            diagnostics ``td_error``, ``q_mean`` (and ``target_mean``).
+        """
+        loss = distance_loss(qs, target.expand_as(qs), self.loss_function)
+        td_error = (qs - target).detach().abs().max(0).values
+        td.set(self.tensor_keys.priority, td_error.reshape(td.shape))
+        terms = {
+            "loss_qvalue": loss.mean(tuple(range(1, qs.dim()))).sum(),
+            "td_error": td_error.mean(),
+            "q_mean": qs.mean(),
+        }
+        if target_mean:
+            terms["target_mean"] = target.mean()
+        return terms
+
     def make_value_estimator(self, value_type=None, **hyperparams: Any) -> "LossModule":
         """TorchRL's call that sets a loss's discount: ``loss.make_value_estimator(gamma=0.99)``.
 
@@ -212,6 +240,12 @@ class LossModule(nn.Module):
         setattr(self, f"target_{name}", target)
         self._target_pairs.append((name, f"target_{name}"))
         return target
+
+    def _add_critics(self, qvalue: nn.Module, n: int) -> None:
+        """``self.qvalue``: ``n`` independently initialised copies of ``qvalue``
+        (:func:`~tdrl.core.objectives._nets.make_ensemble`), and its frozen target."""
+        self.qvalue = make_ensemble(qvalue, n)
+        self._add_target("qvalue", self.qvalue)
 
     def target_pairs(self) -> Iterator[tuple[nn.Module, nn.Module]]:
         """``(online, target)`` module pairs, for the target updaters."""

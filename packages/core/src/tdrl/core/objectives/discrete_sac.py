@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, make_ensemble
+from tdrl.core.objectives._nets import ensemble_values, get_dist
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.objectives.dqn import gather_action_value
@@ -65,8 +65,7 @@ class DiscreteSACLoss(LossModule):
     ) -> None:
         super().__init__(check_finite)
         self.actor = actor
-        self.qvalue = make_ensemble(qvalue, num_qvalue_nets)
-        self._add_target("qvalue", self.qvalue)
+        self._add_critics(qvalue, num_qvalue_nets)
         self.num_actions, self.gamma = int(num_actions), float(gamma)
         self.loss_function = loss_function
         self.temperature = EntropyTemperature(
@@ -93,15 +92,7 @@ class DiscreteSACLoss(LossModule):
             next_q = self._qs(self.target_qvalue, next_td).min(0).values
             next_v = (probs * (next_q - self.temperature.alpha * logp)).sum(-1, keepdim=True)
             target = self._bootstrap(td, next_v, self.gamma)
-        loss = distance_loss(q_a, target.expand_as(q_a), self.loss_function)
-        td_error = (q_a - target).detach().abs().max(0).values
-        td.set(self.tensor_keys.priority, td_error.reshape(td.shape))
-        return {
-            "loss_qvalue": loss.mean(tuple(range(1, q_a.dim()))).sum(),
-            "td_error": td_error.mean(),
-            "q_mean": q_a.mean(),
-            "target_mean": target.mean(),
-        }
+        return self._ensemble_critic_terms(td, q_a, target)
 
     def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         probs, logp = _probs_logp(get_dist(self.actor, td))

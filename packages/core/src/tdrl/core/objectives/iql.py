@@ -6,7 +6,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, make_ensemble, run_module
+from tdrl.core.objectives._nets import ensemble_values, get_dist, run_module
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
@@ -56,8 +56,7 @@ class IQLLoss(LossModule):
         if not 0.0 < expectile < 1.0:
             raise ValueError(f"expectile must be in (0, 1), got {expectile}.")
         self.actor, self.value = actor, value
-        self.qvalue = make_ensemble(qvalue, num_qvalue_nets)
-        self._add_target("qvalue", self.qvalue)
+        self._add_critics(qvalue, num_qvalue_nets)
         self.gamma, self.expectile = float(gamma), float(expectile)
         self.temperature, self.max_weight = float(temperature), float(max_weight)
         self.loss_function = loss_function
@@ -82,14 +81,7 @@ class IQLLoss(LossModule):
         qs = ensemble_values(self.qvalue, td, k.state_action_value, type(self).__name__)
         with torch.no_grad():
             target = self._bootstrap(td, self._v(self._next_td(td)), self.gamma)
-        loss = distance_loss(qs, target.expand_as(qs), self.loss_function)
-        td_error = (qs - target).detach().abs().max(0).values
-        td.set(k.priority, td_error.reshape(td.shape))
-        return {
-            "loss_qvalue": loss.mean(tuple(range(1, qs.dim()))).sum(),
-            "td_error": td_error.mean(),
-            "q_mean": qs.mean(),
-        }
+        return self._ensemble_critic_terms(td, qs, target, target_mean=False)
 
     def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         with torch.no_grad():

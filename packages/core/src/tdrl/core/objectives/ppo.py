@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributions as D
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
@@ -20,7 +21,7 @@ from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estim
 from tdrl.core.values._utils import NestedKey
 from tdrl.core.torchrl_names import accept_torchrl_names
 
-__all__ = ["PPOKeys", "PPOLoss", "critic_loss", "align_advantage", "clipped_surrogate"]
+__all__ = ["PPOKeys", "PPOLoss", "critic_loss", "align_advantage", "clipped_surrogate", "entropy_terms"]
 
 
 @dataclass
@@ -69,6 +70,22 @@ def clipped_surrogate(
         clipped = ratio.clamp(1.0 - clip_epsilon, 1.0 + clip_epsilon) * advantage
         surrogate = torch.minimum(surrogate, clipped)
     return surrogate, ratio, log_ratio
+
+
+def entropy_terms(
+    dist: D.Distribution, coef: float, bonus: bool, device: torch.device
+) -> dict[str, Tensor]:
+    """The entropy terms of PPO and A2C: ``entropy`` and ``loss_entropy = -coef * entropy``.
+
+    At ``coef == 0`` only ``loss_entropy`` (a zero) remains where ``bonus`` asks for it:
+    TorchRL's key contract, the term exists at coefficient 0.
+    """
+    if coef:
+        entropy = entropy_estimate(dist).mean()
+        return {"entropy": entropy, "loss_entropy": -coef * entropy}
+    if bonus:
+        return {"loss_entropy": torch.zeros((), device=device)}
+    return {}
 
 
 def critic_loss(
@@ -194,12 +211,7 @@ class PPOLoss(LossModule):
             terms["kl_approx"] = kl.detach()
             terms["ratio_mean"] = w.mean()
             terms["ess"] = w.sum().pow(2) / w.pow(2).sum().clamp_min(1e-12) / w.numel()
-        if self.entropy_coef:
-            entropy = entropy_estimate(dist).mean()
-            terms["entropy"] = entropy
-            terms["loss_entropy"] = -self.entropy_coef * entropy
-        elif self.entropy_bonus:  # TorchRL's key contract: the term exists (zero) at coefficient 0
-            terms["loss_entropy"] = torch.zeros((), device=lp.device)
+        terms.update(entropy_terms(dist, self.entropy_coef, self.entropy_bonus, lp.device))
 
     @torch.no_grad()
     def _adapt_kl(self, kl: Tensor) -> None:

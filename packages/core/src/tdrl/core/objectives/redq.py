@@ -20,7 +20,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import Tensor, nn
 
-from tdrl.core.objectives.common import distance_loss, make_target
+from tdrl.core.objectives.common import make_target
 from tdrl.core.objectives.sac import SACLoss
 from tdrl.core.modules.stacked import SeedStackedModule
 from tdrl.core.values._utils import require
@@ -155,7 +155,6 @@ class REDQLoss(SACLoss):
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """Critic terms: ``loss_qvalue`` (summed over the ``N`` critics), diagnostics and the
         ``subset`` drawn for this update."""
-        k = self.tensor_keys
         qs = self._qs(self.qvalue, td, self._get(td, "action"))
         next_td = self._next_td(td)
         subset = self.draw_subset()
@@ -168,16 +167,7 @@ class REDQLoss(SACLoss):
             next_lp = self._align(next_lp, next_qs[0])
             target = redq_target(next_qs, every, next_lp, self.temperature.alpha_for(next_lp), reward,
                                  not_term.to(reward.dtype), step_discount(td, self.gamma, reward))
-        loss = distance_loss(qs, target.expand_as(qs), self.loss_function)
-        td_error = (qs - target).detach().abs().max(0).values
-        td.set(k.priority, td_error.reshape(td.shape))
-        return {
-            "loss_qvalue": loss.mean(tuple(range(1, qs.dim()))).sum(),
-            "td_error": td_error.mean(),
-            "q_mean": qs.mean(),
-            "target_mean": target.mean(),
-            "q_std": qs.std(0).mean(),
-        }
+        return {**self._ensemble_critic_terms(td, qs, target), "q_std": qs.std(0).mean()}
 
     def _actor_q(self, qs: Tensor) -> Tensor:
         """REDQ's actor maximises the mean over all critics (SAC's :meth:`actor_loss` otherwise)."""

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, make_ensemble, sample_with_log_prob
+from tdrl.core.objectives._nets import ensemble_values, get_dist, sample_with_log_prob
 from tdrl.core.objectives.common import LossModule, distance_loss
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
@@ -110,8 +110,7 @@ class SACLoss(LossModule):
     ) -> None:
         super().__init__(check_finite)
         self.actor = actor
-        self.qvalue = make_ensemble(qvalue, num_qvalue_nets)
-        self._add_target("qvalue", self.qvalue)
+        self._add_critics(qvalue, num_qvalue_nets)
         self.gamma, self.loss_function = float(gamma), loss_function
         self._auto_entropy = target_entropy == "auto"
         self.temperature = EntropyTemperature(
@@ -143,7 +142,6 @@ class SACLoss(LossModule):
 
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """Critic terms: ``loss_qvalue`` (summed over critics) and diagnostics."""
-        k = self.tensor_keys
         qs = self._qs(self.qvalue, td, self._get(td, "action"))
         next_td = self._next_td(td)
         with torch.no_grad():
@@ -152,15 +150,7 @@ class SACLoss(LossModule):
             next_lp = self._align(next_lp, next_q)
             next_v = next_q - self.temperature.alpha_for(next_lp) * next_lp
             target = self._bootstrap(td, next_v, self.gamma)
-        loss = distance_loss(qs, target.expand_as(qs), self.loss_function)
-        td_error = (qs - target).detach().abs().max(0).values
-        td.set(k.priority, td_error.reshape(td.shape))
-        return {
-            "loss_qvalue": loss.mean(tuple(range(1, qs.dim()))).sum(),
-            "td_error": td_error.mean(),
-            "q_mean": qs.mean(),
-            "target_mean": target.mean(),
-        }
+        return self._ensemble_critic_terms(td, qs, target)
 
     def _actor_q(self, qs: Tensor) -> Tensor:
         """The critics' value the actor maximises, from the stacked ``[N, ...]`` Q values: the min."""

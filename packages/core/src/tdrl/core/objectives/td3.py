@@ -81,17 +81,7 @@ class TD3Loss(LossModule):
             next_action = torch.clamp(next_action + noise, low, high)
             next_q = self._qs(self.target_qvalue, next_td, next_action).min(0).values
             target = self._bootstrap(td, next_q, self.gamma)
-        loss = distance_loss(qs, target.expand_as(qs), self.loss_function).mean(
-            tuple(range(1, qs.dim()))
-        ).sum()
-        td_error = (qs - target).detach().abs().max(0).values
-        td.set(k.priority, td_error.reshape(td.shape))
-        return {
-            "loss_qvalue": loss,
-            "td_error": td_error.mean(),
-            "q_mean": qs.mean(),
-            "target_mean": target.mean(),
-        }
+        return self._ensemble_critic_terms(td, qs, target)
 
     def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """``loss_actor = -Q_1(s, mu(s))`` with the critic's parameters detached."""

@@ -151,15 +151,7 @@ class MemmapStorage(TensorStorage):
 
     # ------------------------------------------------------------------ writes
     def set(self, index, data) -> None:
-        data = self._as_td(data)
-        if isinstance(index, int):
-            index = slice(index, index + 1)
-            data = data.unsqueeze(0)
-        if self._data is None:
-            self._init_from(data)
-            self._write_meta(sync=True)
-        n = index.stop - index.start if isinstance(index, slice) else index.numel()
-        pairs = self._check_and_pair(data, n)
+        index, pairs = self._prepare_write(index, data, on_allocate=lambda: self._write_meta(sync=True))
         # Slots that already hold items are about to be overwritten: uncount them first.
         if isinstance(index, slice):
             slots = list(range(index.start, min(index.stop, self._len)))

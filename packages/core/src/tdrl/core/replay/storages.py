@@ -238,16 +238,24 @@ class TensorStorage(Storage):
             index: a ``slice`` of slots, an int, or an int64 tensor ``[N]``.
             data: TensorDict (or tensor) with leading batch dim ``N``.
         """
+        index, pairs = self._prepare_write(index, data)
+        self._write(index, pairs)
+        self._advance_len(index)
+
+    def _prepare_write(self, index, data, on_allocate=None):
+        """``(index, pairs)`` of a write: an int index as a one-slot slice, the storage
+        allocated from the first data (then ``on_allocate()``), and the ``(destination, leaf)``
+        pairs of ``data``'s leaves, checked against the storage's keys and ``N``."""
         data = self._as_td(data)
         if isinstance(index, int):
             index = slice(index, index + 1)
             data = data.unsqueeze(0)
         if self._data is None:
             self._init_from(data)
+            if on_allocate is not None:
+                on_allocate()
         n = index.stop - index.start if isinstance(index, slice) else index.numel()
-        pairs = self._check_and_pair(data, n)
-        self._write(index, pairs)
-        self._advance_len(index)
+        return index, self._check_and_pair(data, n)
 
     def _write(self, index, pairs) -> None:
         if isinstance(index, slice):

@@ -23,16 +23,13 @@ def _sample_index(n: int, batch: torch.Size, mask: torch.Tensor | None, device) 
     return torch.multinomial(probs, 1).reshape(batch)
 
 
-class Categorical(TensorSpec):
-    """An integer index in ``[0, n)``; the tensor has no trailing ``n`` dim.
+class _OneOfN(TensorSpec):
+    """What :class:`Categorical` and :class:`OneHot` share: one of ``n`` categories, an optional
+    mask of the allowed ones (set by the subclass's ``update_mask``), ``space`` (TorchRL
+    compatibility: ``spec.space.n``), ``to`` and equality on ``n``. A subclass sets its
+    ``_default_dtype`` and its ``_full_shape(n, shape)`` (the spec's shape, checked)."""
 
-    Args:
-        n: number of categories.
-        shape: full shape (default ``()``).
-        device: device of the tensors.
-        dtype: default ``torch.int64``.
-        mask: optional bool tensor ``(*shape, n)``: allowed categories (action masking).
-    """
+    _default_dtype: torch.dtype
 
     def __init__(
         self,
@@ -43,15 +40,46 @@ class Categorical(TensorSpec):
         mask: torch.Tensor | None = None,
     ) -> None:
         device, dtype = sort_device_dtype(device, dtype)
-        super().__init__(as_shape(shape), dtype or torch.int64, device)
+        super().__init__(self._full_shape(n, shape), dtype or self._default_dtype, device)
         self.n = int(n)
         self.mask = None
         if mask is not None:
             self.update_mask(mask)
 
+    def update_mask(self, mask: torch.Tensor | None) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     @property
-    def space(self):  # TorchRL compatibility: spec.space.n
+    def space(self):
         return self
+
+    def to(self, device: DEVICE_TYPING):
+        mask = None if self.mask is None else self.mask.to(device)
+        return type(self)(self.n, self.shape, device, self.dtype, mask)
+
+    def _extra_eq(self, other) -> bool:
+        return self.n == other.n
+
+    def _repr_extra(self) -> str:
+        return f"n={self.n}"
+
+
+class Categorical(_OneOfN):
+    """An integer index in ``[0, n)``; the tensor has no trailing ``n`` dim.
+
+    Args:
+        n: number of categories.
+        shape: full shape (default ``()``).
+        device: device of the tensors.
+        dtype: default ``torch.int64``.
+        mask: optional bool tensor ``(*shape, n)``: allowed categories (action masking).
+    """
+
+    _default_dtype = torch.int64
+
+    @staticmethod
+    def _full_shape(n: int, shape) -> torch.Size:
+        return as_shape(shape)
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Set the allowed categories: a bool tensor broadcastable to ``(*shape, n)``."""
@@ -94,18 +122,8 @@ class Categorical(TensorSpec):
         mask = None if self.mask is None else self.mask.expand(*shape, self.n)
         return Categorical(self.n, shape, self.device, self.dtype, mask)
 
-    def to(self, device: DEVICE_TYPING) -> Categorical:
-        mask = None if self.mask is None else self.mask.to(device)
-        return Categorical(self.n, self.shape, device, self.dtype, mask)
 
-    def _extra_eq(self, other) -> bool:
-        return self.n == other.n
-
-    def _repr_extra(self) -> str:
-        return f"n={self.n}"
-
-
-class OneHot(TensorSpec):
+class OneHot(_OneOfN):
     """A one-hot vector over ``n`` categories in the last dim.
 
     Args:
@@ -116,27 +134,14 @@ class OneHot(TensorSpec):
         mask: optional bool tensor broadcastable to ``shape``: allowed categories.
     """
 
-    def __init__(
-        self,
-        n: int,
-        shape: int | Sequence[int] | torch.Size | None = None,
-        device: DEVICE_TYPING = None,
-        dtype: torch.dtype | None = None,
-        mask: torch.Tensor | None = None,
-    ) -> None:
-        device, dtype = sort_device_dtype(device, dtype)
+    _default_dtype = torch.bool
+
+    @staticmethod
+    def _full_shape(n: int, shape) -> torch.Size:
         shape = as_shape((n,) if shape is None else shape)
         if not shape or shape[-1] != n:
             raise ValueError(f"OneHot: the last dim of shape must be n={n}, got {tuple(shape)}.")
-        super().__init__(shape, dtype or torch.bool, device)
-        self.n = int(n)
-        self.mask = None
-        if mask is not None:
-            self.update_mask(mask)
-
-    @property
-    def space(self):
-        return self
+        return shape
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Set the allowed categories: a bool tensor broadcastable to ``shape``."""
@@ -201,16 +206,6 @@ class OneHot(TensorSpec):
         self._check_expand(shape)
         mask = None if self.mask is None else self.mask.expand(shape)
         return OneHot(self.n, shape, self.device, self.dtype, mask)
-
-    def to(self, device: DEVICE_TYPING) -> OneHot:
-        mask = None if self.mask is None else self.mask.to(device)
-        return OneHot(self.n, self.shape, device, self.dtype, mask)
-
-    def _extra_eq(self, other) -> bool:
-        return self.n == other.n
-
-    def _repr_extra(self) -> str:
-        return f"n={self.n}"
 
 
 class Binary(TensorSpec):

@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 
 from ..logprobs.reference import (
+    forward_in_chunks,
+    in_lead_shape,
     torch_workspace,
     check_target_range,
     compute_dtype,
@@ -62,14 +64,8 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
         else:
             lse = torch.empty_like(logp)
             ws = torch_workspace(rows_fwd, min(chunk, n), weight.shape[0], weight)
-            for s in range(0, n, chunk):
-                e = min(n, s + chunk)
-                logits = head_logits(hidden[s:e], weight, bias)
-                lp, ls, en = rows_fwd(logits, targets[s:e], temperature, need_entropy, workspace=ws)
-                logp[s:e], lse[s:e] = lp, ls
-                if need_entropy:
-                    entropy[s:e] = en
-                del logits
+            forward_in_chunks(rows_fwd, lambda s, e: head_logits(hidden[s:e], weight, bias), targets, chunk,
+                              temperature, need_entropy, ws, logp, lse, entropy)
             ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.frozen_head = frozen_head
         ctx.config = (temperature, chunk, rows_bwd)
@@ -158,9 +154,7 @@ def fused_linear_logprobs_impl(
         h, weight, bias, tgt, float(temperature), bool(return_entropy), max(1, int(chunk)),
         rows_fwd, rows_bwd, frozen_head,
     )
-    if return_entropy:
-        return out[0].reshape(lead), out[1].reshape(lead)
-    return out.reshape(lead)
+    return in_lead_shape(out, lead, return_entropy)
 
 
 def fused_linear_logprobs_reference(

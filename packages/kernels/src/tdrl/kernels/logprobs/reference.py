@@ -167,6 +167,21 @@ def torch_workspace(row_fn, rows: int, vocab: int, like: torch.Tensor) -> torch.
     return make_workspace(rows, vocab, like.dtype, like.device)
 
 
+def forward_in_chunks(rows_fwd, chunk_logits, targets, chunk: int, temperature: float, need_entropy: bool,
+                      ws, logp: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor | None) -> None:
+    """Fill ``logp`` and ``lse`` ``[N]`` (and ``entropy`` with ``need_entropy``) ``chunk`` rows at
+    a time: ``chunk_logits(s, e)`` gives rows ``s:e``'s logits, dropped before the next chunk's."""
+    n = logp.shape[0]
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        logits = chunk_logits(s, e)
+        lp, ls, en = rows_fwd(logits, targets[s:e], temperature, need_entropy, workspace=ws)
+        logp[s:e], lse[s:e] = lp, ls
+        if need_entropy:
+            entropy[s:e] = en
+        del logits
+
+
 class TokenLogprobsFunction(torch.autograd.Function):
     """Chunked token log-probs (and entropy) with a recomputing backward.
 
@@ -182,12 +197,8 @@ class TokenLogprobsFunction(torch.autograd.Function):
         lse = torch.empty_like(logp)
         entropy = torch.empty_like(logp) if need_entropy else None
         ws = torch_workspace(rows_fwd, min(chunk, n), logits.shape[-1], logits)
-        for s in range(0, n, chunk):
-            e = min(n, s + chunk)
-            lp, ls, en = rows_fwd(logits[s:e], targets[s:e], temperature, need_entropy, workspace=ws)
-            logp[s:e], lse[s:e] = lp, ls
-            if need_entropy:
-                entropy[s:e] = en
+        forward_in_chunks(rows_fwd, lambda s, e: logits[s:e], targets, chunk, temperature, need_entropy, ws,
+                          logp, lse, entropy)
         ctx.save_for_backward(logits, targets, lse, entropy if need_entropy else None)
         ctx.config = (temperature, chunk, rows_bwd)
         if need_entropy:
@@ -241,6 +252,14 @@ def check_target_range(targets: torch.Tensor, vocab: int, op: str) -> None:
         )
 
 
+def in_lead_shape(out, lead: torch.Size, return_entropy: bool):
+    """The flat ``[N]`` log-probs (and entropies, with ``return_entropy``) back in the
+    targets' shape ``lead``."""
+    if return_entropy:
+        return out[0].reshape(lead), out[1].reshape(lead)
+    return out.reshape(lead)
+
+
 def token_logprobs_impl(
     logits: torch.Tensor,
     targets: torch.Tensor,
@@ -263,9 +282,7 @@ def token_logprobs_impl(
     out = TokenLogprobsFunction.apply(
         flat, tgt, float(temperature), bool(return_entropy), chunk, rows_fwd, rows_bwd
     )
-    if return_entropy:
-        return out[0].reshape(lead), out[1].reshape(lead)
-    return out.reshape(lead)
+    return in_lead_shape(out, lead, return_entropy)
 
 
 def token_logprobs_reference(

@@ -215,6 +215,48 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     return _batch_first(HS), (X, HS, G)
 
 
+def _grad_buffers(X: Tensor, gates: int, H: int, need, first_weight: int):
+    """The gradient buffers a backward fills, each only where its input needs one: ``DX``
+    (time-major, from the pool), ``dW_ih [gates H, F]``, ``dW_hh [gates H, H]`` and one bias
+    buffer ``db [4 H]`` for both biases (inputs ``first_weight`` .. ``first_weight + 3`` in
+    ``need``, the autograd function's ``needs_input_grad``)."""
+    i = first_weight
+    DX = _take(X.shape, X) if need[0] else None
+    dw_ih = X.new_zeros(gates * H, X.shape[-1]) if need[i] else None
+    dw_hh = X.new_zeros(gates * H, H) if need[i + 1] else None
+    db = X.new_zeros(4 * H) if need[i + 2] or need[i + 3] else None
+    return DX, dw_ih, dw_hh, db
+
+
+def _dx_batch_first(DX: Tensor | None) -> Tensor | None:
+    """The input gradient ``[N, T, F]`` from its time-major buffer (given back to the pool)."""
+    if DX is None:
+        return None
+    dx = _batch_first(DX)
+    _give(DX)
+    return dx
+
+
+def _gru_grads(DX, dh, dw_ih, dw_p, db, need, H: int) -> tuple:
+    """:class:`_GRUCPU`'s gradients from the backward's buffers: ``dw_p`` has ``W_hh``'s rows
+    in the order (n, r, z) and ``db`` is (b_hn, b_r, b_z, b_in)."""
+    dx = _dx_batch_first(DX)
+    dw_hh = None if dw_p is None else torch.cat([dw_p[H:], dw_p[:H]])
+    db_ih = db[H:] if need[5] else None
+    db_hh = torch.cat([db[H : 3 * H], db[:H]]) if need[6] else None
+    return dx, dh, None, dw_ih, dw_hh, db_ih, db_hh
+
+
+def _lstm_grads(DX, dh, dc, dw_ih, dw_hh, db, need, H: int) -> tuple:
+    """:class:`_LSTMCPU`'s gradients from the backward's buffers (gates in (i, f, o, g) order,
+    back to PyTorch's (i, f, g, o); one bias gradient serves both biases)."""
+    dw_ih = None if dw_ih is None else _ifog(dw_ih, H)
+    dw_hh = None if dw_hh is None else _ifog(dw_hh, H)
+    db = None if db is None else _ifog(db, H)
+    dx = _dx_batch_first(DX)
+    return dx, dh, dc, None, dw_ih, dw_hh, db if need[6] else None, db if need[7] else None
+
+
 def _gru_forward_ext(ext, x, h0, keep, w_ih, w_hh, b_ih, b_hh, save: bool):
     """:func:`_gru_forward` through the compiled loop (same returns and workspaces)."""
     n, t_len, _ = x.shape
@@ -240,22 +282,12 @@ def _gru_backward_ext(ctx, ext, g_hs):
     H = w_hh.shape[1]
     need = ctx.needs_input_grad
     w_p = torch.cat([w_hh[2 * H :], w_hh[: 2 * H]])  # rows (n, r, z)
-    DX = _take((t_len, n, f), X) if need[0] else None
-    dw_ih = X.new_zeros(3 * H, f) if need[3] else None
-    dw_p = X.new_zeros(3 * H, H) if need[4] else None
-    db = X.new_zeros(4 * H) if need[5] or need[6] else None  # (b_hn, b_r, b_z, b_in)
+    DX, dw_ih, dw_p, db = _grad_buffers(X, 3, H, need, 3)  # db: (b_hn, b_r, b_z, b_in)
     dh = ext.gru_backward(
         X, HS, G, h0.contiguous(), keep.contiguous(), w_p, w_ih, _grad_time_major(g_hs, X),
         _none(DX, X), _none(dw_ih, X), _none(dw_p, X), _none(db, X),
     )  # fmt: skip
-    dx = None
-    if DX is not None:
-        dx = _batch_first(DX)
-        _give(DX)
-    dw_hh = None if dw_p is None else torch.cat([dw_p[H:], dw_p[:H]])
-    db_ih = db[H:] if need[5] else None
-    db_hh = torch.cat([db[H : 3 * H], db[:H]]) if need[6] else None
-    return dx, dh, None, dw_ih, dw_hh, db_ih, db_hh
+    return _gru_grads(DX, dh, dw_ih, dw_p, db, need, H)
 
 
 class _GRUCPU(torch.autograd.Function):
@@ -290,10 +322,7 @@ class _GRUCPU(torch.autograd.Function):
         # W_hh's rows reordered (n, r, z), [H:4H] is d(W_ih x + b_ih) in W_ih's order
         # (r, z, n), [4H:] the state gradient entering the step; two such buffers alternate
         w_p = torch.cat([w_hh[2 * H :], w_hh[: 2 * H]])
-        DX = _take((t_len, n, f), X) if need[0] else None
-        dw_ih = X.new_zeros(3 * H, f) if need[3] else None
-        dw_p = X.new_zeros(3 * H, H) if need[4] else None
-        db = X.new_zeros(4 * H) if need[5] or need[6] else None
+        DX, dw_ih, dw_p, db = _grad_buffers(X, 3, H, need, 3)
         ones = X.new_ones(n)
         views = []
         for d in (X.new_empty(n, 5 * H), X.new_empty(n, 5 * H)):
@@ -331,14 +360,7 @@ class _GRUCPU(torch.autograd.Function):
                 db.addmv_(d_t, ones)
         dh = views[t_len % 2][0]
         dh = dh * ks[0] if t_len and resets[0] else dh.clone()
-        dx = None
-        if DX is not None:
-            dx = _batch_first(DX)
-            _give(DX)
-        dw_hh = None if dw_p is None else torch.cat([dw_p[H:], dw_p[:H]])
-        db_ih = db[H:] if need[5] else None
-        db_hh = torch.cat([db[H : 3 * H], db[:H]]) if need[6] else None
-        return dx, dh, None, dw_ih, dw_hh, db_ih, db_hh
+        return _gru_grads(DX, dh, dw_ih, dw_p, db, need, H)
 
 
 def gru_cpu(x, h0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> Tensor:
@@ -421,24 +443,14 @@ def _lstm_backward_ext(ctx, ext, g_hs, g_cs):
     X = ctx.X
     need = ctx.needs_input_grad
     n, t_len, H = hs.shape
-    DX = _take(X.shape, X) if need[0] else None
-    dw_ih = X.new_zeros(4 * H, X.shape[-1]) if need[4] else None
-    dw_hh = X.new_zeros(4 * H, H) if need[5] else None
-    db = X.new_zeros(4 * H) if need[6] or need[7] else None
+    DX, dw_ih, dw_hh, db = _grad_buffers(X, 4, H, need, 4)
     dh, dc = ext.lstm_backward(
         X, hs.transpose(0, 1), cs.transpose(0, 1), ctx.A, ctx.TC, ctx.HC, h0.contiguous(),
         c0.contiguous(), keep.contiguous(), _ifog(w_hh, H), _ifog(w_ih, H),
         _grad_time_major(g_hs, X), _grad_time_major(g_cs, X), _none(DX, X), _none(dw_ih, X),
         _none(dw_hh, X), _none(db, X),
     )  # fmt: skip
-    dw_ih = None if dw_ih is None else _ifog(dw_ih, H)
-    dw_hh = None if dw_hh is None else _ifog(dw_hh, H)
-    db = None if db is None else _ifog(db, H)
-    dx = None
-    if DX is not None:
-        dx = _batch_first(DX)
-        _give(DX)
-    return dx, dh, dc, None, dw_ih, dw_hh, db if need[6] else None, db if need[7] else None
+    return _lstm_grads(DX, dh, dc, dw_ih, dw_hh, db, need, H)
 
 
 class _LSTMCPU(torch.autograd.Function):
@@ -468,10 +480,7 @@ class _LSTMCPU(torch.autograd.Function):
         need = ctx.needs_input_grad
         n, t_len, H = hs.shape
         w_ih_p, w_hh_p = _ifog(w_ih, H), _ifog(w_hh, H)
-        DX = _take(X.shape, X) if need[0] else None
-        dw_ih = X.new_zeros(4 * H, X.shape[-1]) if need[4] else None
-        dw_hh = X.new_zeros(4 * H, H) if need[5] else None
-        db = X.new_zeros(4 * H) if need[6] or need[7] else None
+        DX, dw_ih, dw_hh, db = _grad_buffers(X, 4, H, need, 4)
         one, ones = X.new_ones(()), X.new_ones(n)
         d, u = X.new_empty(n, 4 * H), X.new_empty(n, 3 * H)  # d: (i, f, o, g) order
         s = X.new_empty(n, H)
@@ -514,14 +523,7 @@ class _LSTMCPU(torch.autograd.Function):
                 torch.mm(d, w_ih_p, out=dxs[t])
             if db is not None:
                 db.addmv_(d_t, ones)
-        dw_ih = None if dw_ih is None else _ifog(dw_ih, H)
-        dw_hh = None if dw_hh is None else _ifog(dw_hh, H)
-        db = None if db is None else _ifog(db, H)
-        dx = None
-        if DX is not None:
-            dx = _batch_first(DX)
-            _give(DX)
-        return dx, dh, dc, None, dw_ih, dw_hh, db if need[6] else None, db if need[7] else None
+        return _lstm_grads(DX, dh, dc, dw_ih, dw_hh, db, need, H)
 
 
 def lstm_cpu(x, h0, c0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> tuple[Tensor, Tensor]:

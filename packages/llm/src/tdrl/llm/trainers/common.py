@@ -28,6 +28,7 @@ __all__ = [
     "set_seed",
     "check_int",
     "check_number",
+    "check_update_settings",
     "set_gradient_checkpointing",
 ]
 
@@ -52,6 +53,18 @@ def check_number(owner: str, name: str, value, *, gt: float | None = None, ge: f
     if not ok:
         kind = "a number" if allow_inf else "a finite number"
         raise ValueError(f"{owner}.{name}={value!r}: expected {kind}" + (f" {want}" if want else ""))
+
+
+def check_update_settings(owner: str, cfg) -> None:
+    """The settings every trainer's config has, checked alike: ``steps``, ``grad_accum``,
+    ``warmup_steps``, ``checkpoint_every``, ``seed``, ``log_every`` (integers) and the
+    optimiser's ``lr``, ``weight_decay`` (``>= 0``) and ``max_grad_norm`` (``> 0``, may be inf)."""
+    for name, minimum in (("steps", 1), ("grad_accum", 1), ("warmup_steps", 0), ("checkpoint_every", 1),
+                          ("seed", 0), ("log_every", 1)):
+        check_int(owner, name, getattr(cfg, name), minimum)
+    check_number(owner, "lr", cfg.lr, ge=0)
+    check_number(owner, "weight_decay", cfg.weight_decay, ge=0)
+    check_number(owner, "max_grad_norm", cfg.max_grad_norm, gt=0, allow_inf=True)
 
 
 def set_seed(seed: int) -> None:

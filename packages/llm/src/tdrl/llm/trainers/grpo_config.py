@@ -9,7 +9,7 @@ from tdrl.llm.agents import make_tool
 from tdrl.llm.generation import check_sampling
 from tdrl.llm.losses import LOSS_PRESETS, GRPOLossConfig
 from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, ON_REWARD_ERROR
-from tdrl.llm.trainers.common import check_int, check_number
+from tdrl.llm.trainers.common import check_int, check_number, check_update_settings
 from tdrl.llm.trl_names import GRPO_CONFIG_NAMES, accept_trl_names
 
 __all__ = ["GRPOConfig"]
@@ -153,18 +153,14 @@ class GRPOConfig:
             self.loss = GRPOLossConfig.preset(self.loss)
         elif not isinstance(self.loss, GRPOLossConfig):
             raise TypeError(f"GRPOConfig.loss={self.loss!r}: expected a GRPOLossConfig or a preset name, one of {LOSS_PRESETS}")
-        for name, minimum in (("steps", 1), ("prompts_per_step", 1), ("epochs", 1), ("grad_accum", 1), ("log_every", 1),
-                              ("warmup_steps", 0), ("checkpoint_every", 1), ("seed", 0), ("max_turns", 1),
-                              ("tool_workers", 1)):
+        check_update_settings(own, self)
+        for name, minimum in (("prompts_per_step", 1), ("epochs", 1), ("max_turns", 1), ("tool_workers", 1)):
             check_int(own, name, getattr(self, name), minimum)
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
             raise ValueError(f"GRPOConfig.group_size={self.group_size!r}: expected an integer >= 2 for group advantages")
         if self.minibatch_size is not None:
             check_int(own, "minibatch_size", self.minibatch_size, 1)
         check_sampling(own, self.max_new_tokens, self.temperature, self.top_p, self.top_k)
-        check_number(own, "lr", self.lr, ge=0)
-        check_number(own, "weight_decay", self.weight_decay, ge=0)
-        check_number(own, "max_grad_norm", self.max_grad_norm, gt=0, allow_inf=True)
         check_number(own, "loss.beta", self.loss.beta, ge=0)
         check_number(own, "tool_timeout", self.tool_timeout, gt=0)
         self.tools = (self.tools,) if isinstance(self.tools, str) or callable(self.tools) else tuple(self.tools or ())

@@ -21,7 +21,7 @@ from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
     check_int,
-    check_number,
+    check_update_settings,
     dist_info,
     make_optimizer,
     set_gradient_checkpointing,
@@ -113,12 +113,8 @@ class SFTConfig:
     def __post_init__(self):
         """Check every setting before any model work; errors name the field, the value and the range."""
         own = "SFTConfig"
-        for name, minimum in (("steps", 1), ("batch_size", 1), ("grad_accum", 1), ("warmup_steps", 0),
-                              ("checkpoint_every", 1), ("seed", 0), ("log_every", 1)):
-            check_int(own, name, getattr(self, name), minimum)
-        check_number(own, "lr", self.lr, ge=0)
-        check_number(own, "weight_decay", self.weight_decay, ge=0)
-        check_number(own, "max_grad_norm", self.max_grad_norm, gt=0, allow_inf=True)
+        check_update_settings(own, self)
+        check_int(own, "batch_size", self.batch_size, 1)
         if self.completion_only_loss is None:  # TRL's None: on for prompt-completion data
             self.completion_only_loss = True
         if self.max_length is not None:

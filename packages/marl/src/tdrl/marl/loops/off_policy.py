@@ -27,7 +27,7 @@ from tdrl.core.train.seeds import SeedAxis
 from ..algorithms import OffPolicyParts
 from ..checks import TeamRewardCheck
 from ..keys import GROUP, NEXT, REWARD
-from .restore import resume_training, save_training, training_objects
+from .restore import keep_record, resume_training, training_objects
 from .common import (TrainConfig, as_groups, check_recurrent, check_seeds, group_returns, is_recurrent,
                      joint_policy, record, seed_returns, start_collection)
 
@@ -181,9 +181,5 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
         extra.update({"loss": float(torch.stack(losses).mean()),
                       "eps": explorers[0].level if explorers else float("nan")})  # epsilon or sigma
         rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, axis)
-        history.append(rec)
-        if log is not None:
-            log(rec)
-        if checkpoint is not None and ((it + 1) % checkpoint_every == 0 or it == cfg.n_iters - 1):
-            save_training(checkpoint, it, frames, history, objects)
+        keep_record(rec, history, it, frames, cfg.n_iters, log, checkpoint, checkpoint_every, objects)
     return history

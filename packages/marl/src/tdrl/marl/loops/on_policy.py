@@ -15,7 +15,7 @@ from tdrl.core.train.seeds import SeedAxis
 
 from ..algorithms import OnPolicyParts
 from ..keys import GROUP, NEXT, VALUE_TARGET
-from .restore import resume_training, save_training, training_objects
+from .restore import keep_record, resume_training, training_objects
 from .common import (TrainConfig, as_groups, check_recurrent, check_seeds, group_returns, is_recurrent,
                      joint_policy, record, seed_returns, start_collection)
 
@@ -162,9 +162,5 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
         extra.update(axis.seed_values("train_return", seed_returns(trackers, n_seeds, n_envs)))
         extra["loss"] = on_policy_update(batch, groups, opt, clip_groups, cfg, n_seeds)
         rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, axis)
-        history.append(rec)
-        if log is not None:
-            log(rec)
-        if checkpoint is not None and ((it + 1) % checkpoint_every == 0 or it == cfg.n_iters - 1):
-            save_training(checkpoint, it, frames, history, objects)
+        keep_record(rec, history, it, frames, cfg.n_iters, log, checkpoint, checkpoint_every, objects)
     return history

@@ -24,7 +24,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 
 from tdrl.core.train import Checkpointer
 
-__all__ = ["training_objects", "save_training", "resume_training", "load_parts", "render_episode"]
+__all__ = ["training_objects", "save_training", "keep_record", "resume_training", "load_parts", "render_episode"]
 
 
 def training_objects(groups: Mapping[str, Any], optimizer: torch.optim.Optimizer, buffer=None) -> dict[str, Any]:
@@ -43,6 +43,18 @@ def save_training(checkpoint: Checkpointer, it: int, frames: int, history: list[
                   objects: Mapping[str, Any]) -> Path:
     """Write ``step_<frames>.pt`` after iteration ``it`` (RNG states included)."""
     return checkpoint.save(frames, extra={"iter": it, "frames": frames, "history": history}, **objects)
+
+
+def keep_record(rec: dict, history: list[dict], it: int, frames: int, n_iters: int, log, checkpoint: Checkpointer | None,
+                checkpoint_every: int, objects: Mapping[str, Any]) -> None:
+    """The end of an iteration of both loops: append ``rec`` to ``history``, hand it to ``log``
+    (when given) and, with a ``checkpoint``, save every ``checkpoint_every`` iterations and after
+    the last of ``n_iters``."""
+    history.append(rec)
+    if log is not None:
+        log(rec)
+    if checkpoint is not None and ((it + 1) % checkpoint_every == 0 or it == n_iters - 1):
+        save_training(checkpoint, it, frames, history, objects)
 
 
 def resume_training(checkpoint: Checkpointer | None, resume: bool,
