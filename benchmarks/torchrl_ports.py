@@ -44,10 +44,10 @@ FETCH_HINT = ("TorchRL's SOTA scripts are not in its wheel: clone them "
               "(`git clone https://github.com/pytorch/rl /tmp/rl`; the scripts of v0.14.x, e.g. commit 6e18e35b2, "
               "'[Versioning] Bump 0.14.0') and pass --torchrl-scripts /tmp/rl/sota-implementations")
 
-# the script run as `python script.py` runs (its folder first on sys.path), one torch thread, torch seeded
+# the script run as `python script.py` runs (run from its own folder, which `python -c` puts first
+# on the module path, so its sibling modules import), one torch thread, torch seeded
 RUNNER = ("import runpy, sys, torch; torch.set_num_threads(1); torch.manual_seed(int(sys.argv[1])); "
-          "sys.argv = sys.argv[2:]; sys.path.insert(0, sys.argv[0].rsplit('/', 1)[0]); "
-          "runpy.run_path(sys.argv[0], run_name='__main__')")
+          "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,8 @@ def run_side(python: str, script: Path, overrides: list[str], seed: int, run_dir
     with cpu_lock(lock):
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout,
+                                  cwd=script.resolve().parent)
             err = None if proc.returncode == 0 else last_error(proc.stderr)
         except subprocess.TimeoutExpired:
             err = f"no result within {timeout} s"

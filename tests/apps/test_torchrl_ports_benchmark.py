@@ -71,3 +71,21 @@ def test_the_error_shown_is_the_tracebacks_last_named_error():
               "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n")
     assert bench.last_error(stderr) == "TypeError: float() argument must be a string or a real number, not 'list'"
     assert bench.last_error("killed\n") == "killed" and bench.last_error("") == "(no output)"
+
+
+def test_a_script_runs_from_its_folder_with_its_sibling_modules_and_the_seed(tmp_path):
+    """``run_side`` executes a script as ``python script.py`` would (TorchRL's SOTA scripts import
+    their sibling ``utils`` module), from any working directory, with torch seeded."""
+    folder = tmp_path / "sota"
+    folder.mkdir()
+    (folder / "helper_mod.py").write_text("VALUE = 7\n")
+    (folder / "main_script.py").write_text(
+        "import pathlib, torch\nfrom helper_mod import VALUE\n"
+        "(pathlib.Path(__file__).parent / 'out.txt').write_text(f'{VALUE} {torch.rand(1).item():.6f}')\n")
+    evals, _, err = bench.run_side(sys.executable, folder / "main_script.py", [], 3, tmp_path / "run", "",
+                                   bench.side_env(None), 60)
+    import torch
+
+    torch.manual_seed(3)
+    assert err is None and evals == []
+    assert (folder / "out.txt").read_text() == f"7 {torch.rand(1).item():.6f}"
