@@ -48,6 +48,7 @@ units (tdrl's MAPPO navigation seed 1: -6.68 on 10 episodes, -2.99 on 200; Bench
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -61,7 +62,9 @@ import torch
 from benchmarks.records import module_command
 from benchmarks.marl import SimulatorClock, BENCHMARL_PY, MISSING_BENCHMARL, check_device, sync_device, benchmarl_task, benchmarl_env
 
-ALGORITHMS = ("mappo", "ippo", "qmix", "maddpg", "iddpg", "masac", "isac", "iql")
+BASE_ALGORITHMS = ("mappo", "ippo", "qmix", "maddpg", "iddpg", "masac", "isac", "iql")
+CELLS = ("gru", "lstm")  # BenchMARL's model=layers/gru | layers/lstm: "<algorithm>_<cell>" (tdrl: recurrent=True, rnn=cell)
+ALGORITHMS = (*BASE_ALGORITHMS, *(f"{a}_{c}" for a in ("mappo", "ippo", "qmix") for c in CELLS))
 ON_POLICY = ("mappo", "ippo")
 CONTINUOUS = ("mappo", "ippo", "maddpg", "iddpg", "masac", "isac")  # the others act on VMAS's discrete actions
 TASKS = ("balance", "navigation", "transport", "wheel", "sampling", "give_way", "dispersion")
@@ -91,6 +94,13 @@ SAC = {"share_param_critic": True, "num_qvalue_nets": 2, "loss_function": "l2", 
 IQL = {"delay_value": True, "loss_function": "l2"}  # algorithm/iql.yaml
 OFF_POLICY_CONF = {"qmix": QMIX, "maddpg": DDPG, "iddpg": DDPG, "masac": SAC, "isac": SAC, "iql": IQL}
 MLP = {"num_cells": (256, 256)}  # model/layers/mlp.yaml (activation Tanh on both sides: tdrl's default)
+RNN = {"hidden_size": 128, "n_layers": 1}  # model/layers/gru.yaml, lstm.yaml (then an MLP of MLP's cells)
+
+
+def split_algorithm(algorithm: str) -> tuple[str, str | None]:
+    """``"qmix_gru"`` -> ``("qmix", "gru")``; a plain algorithm -> ``(algorithm, None)``."""
+    base, _, cell = algorithm.partition("_")
+    return base, cell or None
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,7 @@ def benchmarl_overrides(algorithm: str, budget: Budget) -> dict[str, dict]:
         IppoConfig / QmixConfig field: value}, "model": {MlpConfig field: value}}``.
     """
     _check_algorithm(algorithm)
+    algorithm, cell = split_algorithm(algorithm)
     on = algorithm in ON_POLICY
     p = "on_policy" if on else "off_policy"
     exp = {**EXPERIMENT, f"{p}_collected_frames_per_batch": budget.frames_per_batch,
@@ -162,8 +173,10 @@ def benchmarl_overrides(algorithm: str, budget: Budget) -> dict[str, dict]:
     else:
         exp.update(off_policy_n_optimizer_steps=budget.optimizer_steps,
                    off_policy_train_batch_size=budget.train_batch)
-    return {"experiment": exp, "algorithm": dict(PPO if on else OFF_POLICY_CONF[algorithm]),
-            "model": {"num_cells": list(MLP["num_cells"])}}
+    model = ({"num_cells": list(MLP["num_cells"])} if cell is None else
+             {"hidden_size": RNN["hidden_size"], "n_layers": RNN["n_layers"], "mlp_num_cells": list(MLP["num_cells"])})
+    return {"experiment": exp, "algorithm": dict(PPO if on else OFF_POLICY_CONF[algorithm]), "model": model,
+            "cell": cell}
 
 
 def tdrl_configs(algorithm: str, budget: Budget, max_steps: int) -> dict:
@@ -177,6 +190,7 @@ def tdrl_configs(algorithm: str, budget: Budget, max_steps: int) -> dict:
     from tdrl.marl.loops import TrainConfig
 
     _check_algorithm(algorithm)
+    algorithm, cell = split_algorithm(algorithm)
     on = algorithm in ON_POLICY
     e = EXPERIMENT
     clip = e["clip_grad_val"] if e["clip_grad_norm"] else None
@@ -197,8 +211,10 @@ def tdrl_configs(algorithm: str, budget: Budget, max_steps: int) -> dict:
                             # QMIX's l2 is half TorchRL's: half the clip; the others take TorchRL's "mse"
                             max_grad_norm=None if clip is None else clip / 2 if algorithm == "qmix" else clip,
                             eval_interval=0, max_steps=max_steps)
+    if cell is not None:  # GRU / LSTM of RNN's size, then the MLP (BenchMARL's layers/gru.yaml)
+        algo = dataclasses.replace(algo, recurrent=True, rnn=cell, rnn_hidden=RNN["hidden_size"])
     return {"algorithm": algo, "train": train, "num_cells": tuple(MLP["num_cells"]),
-            "continuous": algorithm in CONTINUOUS, "on_policy": on}
+            "continuous": algorithm in CONTINUOUS, "on_policy": on, "builder": algorithm, "recurrent": cell is not None}
 
 
 def off_policy_config(algorithm: str, budget: Budget):
@@ -233,6 +249,7 @@ def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str =
     ``time_limit_terminates``: VMAS's time limit also sets ``terminated`` (TorchRL's semantics,
     hence BenchMARL's: no bootstrapping there) instead of only ``truncated`` (tdrl's default).
     """
+    from tdrl.core import InitTracker, TransformedEnv
     from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
     from tdrl.marl.envs import VmasEnv
     from tdrl.marl.loops import evaluate, train_off_policy, train_on_policy
@@ -246,7 +263,9 @@ def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str =
                        seed=seed, device=device, time_limit_terminates=time_limit_terminates, **t["kwargs"])
 
     train_env, eval_env = env(budget.envs), env(budget.eval_episodes)
-    parts = BUILDERS[algorithm][0](train_env, conf["algorithm"], num_cells=conf["num_cells"])
+    if conf["recurrent"]:  # the hidden states reset at episode starts
+        train_env, eval_env = (TransformedEnv(e, InitTracker()) for e in (train_env, eval_env))
+    parts = BUILDERS[conf["builder"]][0](train_env, conf["algorithm"], num_cells=conf["num_cells"])
     loop = train_on_policy if conf["on_policy"] else train_off_policy
     t0, c0 = time.perf_counter(), time.process_time()
     with SimulatorClock() as sim:
@@ -284,9 +303,12 @@ def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: 
                                       MasacConfig, QmixConfig)
     from benchmarl.environments import VmasTask
     from benchmarl.experiment import Experiment, ExperimentConfig
+    from benchmarl.models.gru import GruConfig
+    from benchmarl.models.lstm import LstmConfig
     from benchmarl.models.mlp import MlpConfig
 
     over = benchmarl_overrides(algorithm, budget)
+    algorithm = split_algorithm(algorithm)[0]
     cfg = ExperimentConfig.get_from_yaml()
     for k, v in over["experiment"].items():
         if not hasattr(cfg, k):
@@ -298,7 +320,8 @@ def run_benchmarl(task: str, algorithm: str, budget: Budget, seed: int, device: 
     cfg.save_folder = tempfile.mkdtemp(prefix="benchmarl_")
     algo = {"mappo": MappoConfig, "ippo": IppoConfig, "qmix": QmixConfig, "maddpg": MaddpgConfig, "iddpg": IddpgConfig,
             "masac": MasacConfig, "isac": IsacConfig, "iql": IqlConfig}[algorithm].get_from_yaml()
-    model, critic = MlpConfig.get_from_yaml(), MlpConfig.get_from_yaml()
+    model_class = {None: MlpConfig, "gru": GruConfig, "lstm": LstmConfig}[over["cell"]]
+    model, critic = model_class.get_from_yaml(), model_class.get_from_yaml()  # tdrl: actor and critic both
     for obj, values in ((algo, over["algorithm"]), (model, over["model"]), (critic, over["model"])):
         for k, v in values.items():
             if not hasattr(obj, k):

@@ -29,9 +29,15 @@ def _disagreements(algorithm: str, budget) -> list[str]:
     exp, alg, model = over["experiment"], over["algorithm"], over["model"]
     conf = bench.tdrl_configs(algorithm, budget, max_steps=100)
     a, t = conf["algorithm"], conf["train"]
+    algorithm, cell = bench.split_algorithm(algorithm)
     pairs = [("gamma", a.gamma, exp["gamma"]), ("lr", t.lr, exp["lr"]), ("adam_eps", t.adam_eps, exp["adam_eps"]),
-             ("n_iters", t.n_iters, exp["max_n_iters"]), ("num_cells", list(conf["num_cells"]), model["num_cells"]),
-             ("continuous", conf["continuous"], exp["prefer_continuous_actions"])]
+             ("n_iters", t.n_iters, exp["max_n_iters"]),
+             ("num_cells", list(conf["num_cells"]), model["num_cells" if cell is None else "mlp_num_cells"]),
+             ("continuous", conf["continuous"], exp["prefer_continuous_actions"]),
+             ("recurrent", getattr(a, "recurrent", False), cell is not None)]
+    if cell is not None:  # BenchMARL's layers/gru | lstm: the cell, its size, one layer, then the MLP
+        pairs += [("cell", a.rnn, over["cell"]), ("hidden", a.rnn_hidden, model["hidden_size"]),
+                  ("layers", 1, model["n_layers"])]
     if algorithm not in bench.ON_POLICY:
         pairs += [
             ("frames", t.frames_per_batch, exp["off_policy_collected_frames_per_batch"]),
@@ -88,7 +94,8 @@ def _disagreements(algorithm: str, budget) -> list[str]:
     return [f"{name}: tdrl {x!r} vs BenchMARL {y!r}" for name, x, y in pairs if x != y]
 
 
-@pytest.mark.parametrize("algorithm", ["mappo", "ippo", "qmix", "maddpg", "iddpg", "masac", "isac", "iql"])
+@pytest.mark.parametrize("algorithm", ["mappo", "ippo", "qmix", "maddpg", "iddpg", "masac", "isac", "iql",
+                                       "mappo_gru", "ippo_lstm", "qmix_gru", "qmix_lstm"])
 def test_both_sides_get_the_same_config(algorithm):
     budget = bench.Budget(**_BUDGET)
     assert _disagreements(algorithm, budget) == []
@@ -157,6 +164,10 @@ def test_benchmarl_values_are_benchmarls_yaml():
         assert {k: yml[k] for k in values} == values, name
     mlp = read("model/layers/mlp.yaml")
     assert tuple(mlp["num_cells"]) == bench.MLP["num_cells"] and mlp["activation_class"] == "torch.nn.Tanh"
+    for cell in bench.CELLS:
+        yml = read(f"model/layers/{cell}.yaml")
+        assert {k: yml[k] for k in bench.RNN} == bench.RNN and tuple(yml["mlp_num_cells"]) == bench.MLP["num_cells"]
+        assert yml["mlp_activation_class"] == "torch.nn.Tanh"
 
 
 def test_finished_seeds_are_appended_and_reused(tmp_path, monkeypatch):
