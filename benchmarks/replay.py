@@ -19,8 +19,11 @@ Issue 43 (``--only tree`` / ``--only sac``):
 - sac: a SAC-style off-policy loop with prioritized replay and UTD 4 (8 transitions
   extended per env step, then 4 x [sample 256, twin-Q + actor losses, backward, Adam,
   update_priority]), ``PrioritizedReplayBuffer`` vs ``AsyncPrioritizedReplayBuffer``
-  (``flush_on_sample`` True and False); env steps per second of wall time, median of
-  interleaved rounds.
+  (``flush_on_sample`` True and False), with the writes issued after the update or at the
+  overlapping point (priorities right after the critic's forward, before the backward;
+  the env step's extend after the block's first sample); env steps per second of wall
+  time, median of interleaved rounds, plus one timed synchronous pass that splits a step
+  into extend / sample / update_priority / learner (the most any writer thread can win).
 
 Times are CPU seconds of this process (``time.process_time``), so that other jobs on the
 shared machine inflate them less; each figure is the median over ``--repeats`` rounds,
@@ -30,6 +33,7 @@ ours and the peer's interleaved round by round. One torch thread.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -361,12 +365,21 @@ def sac_case(args) -> None:
         for k in kinds:
             res[k].append(run(k))
     med = {k: statistics.median(v) for k, v in res.items()}
+    share = _replay_share(buffers["sync"], learner, step_data, steps, utd)
+    writes, every = share["extend"] + share["update_priority"], 1 - share["learner"]
+    note = (f"MLPs {args.sac_hidden} wide, where a synchronous step's time goes (one timed pass): "
+            f"extend {share['extend']:.1%}, sample {share['sample']:.1%}, update_priority "
+            f"{share['update_priority']:.1%}, learner {share['learner']:.1%}; so a writer thread "
+            f"that hid the writes entirely could reach x{1 / (1 - writes):.2f} at most, and one that "
+            f"also sampled ahead x{1 / (1 - every):.2f}, and only with a free core: the 2 cores "
+            f"ran other jobs too (load average {os.getloadavg()[0]:.1f}).")
     cpu = cpu_model()
     print(f"SAC-style loop (UTD {utd}, batch 256, MLPs {args.sac_hidden} wide, 8 transitions per env step, prioritized, "
           f"{cap // 1000}k slots), env steps/s, median of {args.repeats} interleaved rounds x "
           f"{steps} steps, {cpu}, torch threads {torch.get_num_threads()}:")
     for k in kinds:
         print(f"  {k:<48} {med[k]:8.1f} steps/s   vs sync x{med[k] / med['sync']:.2f}")
+    print(f"  {note}")
     for rb in buffers.values():
         if hasattr(rb, "close"):
             rb.close()
@@ -376,10 +389,30 @@ def sac_case(args) -> None:
                          f"{k}, UTD {utd}, batch 256, MLPs {args.sac_hidden} wide, 100k slots ({cpu})",
                          {"async steps/s": round(med[k], 1), "sync steps/s": round(med["sync"], 1)},
                          peer="PrioritizedReplayBuffer (sync)", ratio=f"x{med[k] / med['sync']:.2f}",
-                         note=SAC_NOTE)
+                         note=note)
 
 
-SAC_NOTE = None  # set below once measured
+def _replay_share(rb, learner, step_data, steps: int, utd: int) -> dict[str, float]:
+    """Fractions of a synchronous SAC-style step spent in each replay call and the learner."""
+    spent = dict.fromkeys(("extend", "sample", "update_priority", "learner"), 0.0)
+    clock = time.perf_counter
+    start = clock()
+    for t in range(steps):
+        a = clock()
+        rb.extend(step_data[t % 16])
+        spent["extend"] += clock() - a
+        for _ in range(utd):
+            a = clock()
+            s = rb.sample()
+            b = clock()
+            td_error = learner.update(s)
+            c = clock()
+            rb.update_priority(s["index"], td_error)
+            spent["update_priority"] += clock() - c
+            spent["sample"] += b - a
+            spent["learner"] += c - b
+    total = clock() - start
+    return {k: v / total for k, v in spent.items()}
 
 
 class _Recorder:
