@@ -20,8 +20,8 @@ Issue 43 (``--only tree`` / ``--only sac``):
   extended per env step, then 4 x [sample 256, twin-Q + actor losses, backward, Adam,
   update_priority]), ``PrioritizedReplayBuffer`` vs ``AsyncPrioritizedReplayBuffer``
   (``flush_on_sample`` True and False), with the writes issued after the update or at the
-  overlapping point (priorities right after the critic's forward, before the backward;
-  the env step's extend after the block's first sample); env steps per second of wall
+  overlapping point (priorities, and the env step's extend in the block's first update,
+  right before ``backward()``); env steps per second of wall
   time, median of interleaved rounds, plus one timed synchronous pass that splits a step
   into extend / sample / update_priority / learner (the most any writer thread can win).
 
@@ -275,9 +275,9 @@ class _SacLearner:
         return torch.tanh(pre), logp
 
     def update(self, s: TensorDict, on_priority=None) -> torch.Tensor:
-        """One SAC update; returns |TD error| ``[B]``. ``on_priority(td_error)`` is called as
-        soon as the critic's forward gives it, before the actor forward and the backward (the
-        point where an asynchronous buffer's writer overlaps torch work that drops the GIL)."""
+        """One SAC update; returns |TD error| ``[B]``. ``on_priority(td_error)`` is called once
+        the losses are built, right before ``backward()`` (the point where an asynchronous
+        buffer's writer overlaps autograd and Adam, which run in C++ without the GIL)."""
         obs, act = s["observation"], s["action"]
         nxt = s["next", "observation"]
         with torch.no_grad():
@@ -287,15 +287,16 @@ class _SacLearner:
         x = torch.cat([obs, act], -1)
         q1, q2 = self.q1(x), self.q2(x)
         td_error = (q1 - target).detach().abs().squeeze(-1)
-        if on_priority is not None:
-            on_priority(td_error)
         w = s["_weight"].unsqueeze(-1)
         critic = (w * ((q1 - target) ** 2 + (q2 - target) ** 2)).mean()
         a, logp = self._act(obs)
         xa = torch.cat([obs, a], -1)
         actor = (0.2 * logp - torch.min(self.q1(xa), self.q2(xa))).mean()
         self.opt.zero_grad(set_to_none=True)
-        (critic + actor).backward()
+        loss = critic + actor
+        if on_priority is not None:
+            on_priority(td_error)
+        loss.backward()
         self.opt.step()
         return td_error
 
@@ -311,10 +312,9 @@ def sac_case(args) -> None:
 
     Two call orders. "after the step": extend at the top of the env step, update_priority
     once the learner's update returned (the writer thread then has nothing to overlap: the
-    next sample flushes at once). "overlapped": update_priority is issued right after the
-    critic's forward (before the actor forward, backward and optimizer step, which run in
-    C++ without the GIL) and the env step's extend right after the block's first sample, so
-    the writer thread applies them while the learner computes.
+    next sample flushes at once). "overlapped": update_priority (and, in the block's first
+    update, the env step's extend) is issued right before ``backward()``, so the writer
+    thread applies them while autograd and Adam run in C++ without the GIL.
     """
     from benchmarks.records import cpu_model, write_record
 
@@ -349,9 +349,8 @@ def sac_case(args) -> None:
             for u in range(utd):
                 s = rb.sample()
                 if overlapped:
-                    if u == 0:
-                        rb.extend(batch)
-                    learner.update(s, lambda td, i=s["index"]: rb.update_priority(i, td))
+                    learner.update(s, lambda td, i=s["index"], first=(u == 0): _overlapped_writes(
+                        rb, i, td, batch if first else None))
                 else:
                     rb.update_priority(s["index"], learner.update(s))
         if hasattr(rb, "flush"):
@@ -390,6 +389,14 @@ def sac_case(args) -> None:
                          {"async steps/s": round(med[k], 1), "sync steps/s": round(med["sync"], 1)},
                          peer="PrioritizedReplayBuffer (sync)", ratio=f"x{med[k] / med['sync']:.2f}",
                          note=note)
+
+
+def _overlapped_writes(rb, index, td_error, batch) -> None:
+    """The writes issued right before the learner's backward: the priorities of the batch
+    just sampled and, once per env step, the extend of the collected transitions."""
+    rb.update_priority(index, td_error)
+    if batch is not None:
+        rb.extend(batch)
 
 
 def _replay_share(rb, learner, step_data, steps: int, utd: int) -> dict[str, float]:
