@@ -19,8 +19,11 @@ Issue 43 (``--only tree`` / ``--only sac``):
 - sac: a SAC-style off-policy loop with prioritized replay and UTD 4 (8 transitions
   extended per env step, then 4 x [sample 256, twin-Q + actor losses, backward, Adam,
   update_priority]), ``PrioritizedReplayBuffer`` vs ``AsyncPrioritizedReplayBuffer``
-  (``flush_on_sample`` True and False); env steps per second of wall time, median of
-  interleaved rounds.
+  (``flush_on_sample`` True and False), with the writes issued after the update or at the
+  overlapping point (priorities, and the env step's extend in the block's first update,
+  right before ``backward()``); env steps per second of wall
+  time, median of interleaved rounds, plus one timed synchronous pass that splits a step
+  into extend / sample / update_priority / learner (the most any writer thread can win).
 
 Times are CPU seconds of this process (``time.process_time``), so that other jobs on the
 shared machine inflate them less; each figure is the median over ``--repeats`` rounds,
@@ -30,6 +33,7 @@ ours and the peer's interleaved round by round. One torch thread.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -270,7 +274,10 @@ class _SacLearner:
         logp = (-0.5 * ((pre - mu) / std) ** 2 - std.log()).sum(-1, keepdim=True)
         return torch.tanh(pre), logp
 
-    def update(self, s: TensorDict) -> torch.Tensor:
+    def update(self, s: TensorDict, on_priority=None) -> torch.Tensor:
+        """One SAC update; returns |TD error| ``[B]``. ``on_priority(td_error)`` is called once
+        the losses are built, right before ``backward()`` (the point where an asynchronous
+        buffer's writer overlaps autograd and Adam, which run in C++ without the GIL)."""
         obs, act = s["observation"], s["action"]
         nxt = s["next", "observation"]
         with torch.no_grad():
@@ -279,15 +286,19 @@ class _SacLearner:
             target = s["next", "reward"] + 0.99 * (torch.min(self.q1(x2), self.q2(x2)) - 0.2 * logp2)
         x = torch.cat([obs, act], -1)
         q1, q2 = self.q1(x), self.q2(x)
+        td_error = (q1 - target).detach().abs().squeeze(-1)
         w = s["_weight"].unsqueeze(-1)
         critic = (w * ((q1 - target) ** 2 + (q2 - target) ** 2)).mean()
         a, logp = self._act(obs)
         xa = torch.cat([obs, a], -1)
         actor = (0.2 * logp - torch.min(self.q1(xa), self.q2(xa))).mean()
         self.opt.zero_grad(set_to_none=True)
-        (critic + actor).backward()
+        loss = critic + actor
+        if on_priority is not None:
+            on_priority(td_error)
+        loss.backward()
         self.opt.step()
-        return (q1 - target).detach().abs().squeeze(-1)
+        return td_error
 
 
 def _sac_transitions(n: int, obs: int = 17, act: int = 6) -> TensorDict:
@@ -297,10 +308,23 @@ def _sac_transitions(n: int, obs: int = 17, act: int = 6) -> TensorDict:
 
 
 def sac_case(args) -> None:
-    """SAC-style loop, UTD 4: sync vs async prioritized writes (env steps per second)."""
+    """SAC-style loop, UTD 4: sync vs async prioritized writes (env steps per second).
+
+    Two call orders. "after the step": extend at the top of the env step, update_priority
+    once the learner's update returned (the writer thread then has nothing to overlap: the
+    next sample flushes at once). "overlapped": update_priority (and, in the block's first
+    update, the env step's extend) is issued right before ``backward()``, so the writer
+    thread applies them while autograd and Adam run in C++ without the GIL.
+    """
     from benchmarks.records import cpu_model, write_record
 
     cap, utd, steps = 100_000, 4, args.sac_steps
+    kinds = {  # name: (buffer kind, overlapped call order)
+        "sync": ("sync", True),
+        "async, writes after the step": ("async", False),
+        "async, writes overlapped": ("async", True),
+        "async, flush_on_sample=False, writes overlapped": ("stale", True),
+    }
 
     def make(kind):
         kw = dict(alpha=0.6, beta=0.4, storage=TensorStorage(cap), batch_size=256)
@@ -311,44 +335,91 @@ def sac_case(args) -> None:
         fill(rb.extend, 20_000, _sac_transitions(1000))
         return rb
 
-    kinds = ("sync", "async", "async, flush_on_sample=False")
-    buffers = {k: make(k) for k in kinds}
+    buffers = {k: make(kind) for k, (kind, _) in kinds.items()}
     learner = _SacLearner(hidden=args.sac_hidden)
     step_data = [_sac_transitions(8) for _ in range(16)]
 
-    def run(rb):
+    def run(name):
+        rb, overlapped = buffers[name], kinds[name][1]
         start = time.perf_counter()
         for t in range(steps):
-            rb.extend(step_data[t % 16])  # a collector step: 8 envs
-            for _ in range(utd):
+            batch = step_data[t % 16]  # a collector step: 8 envs
+            if not overlapped:
+                rb.extend(batch)
+            for u in range(utd):
                 s = rb.sample()
-                rb.update_priority(s["index"], learner.update(s))
+                if overlapped:
+                    learner.update(s, lambda td, i=s["index"], first=(u == 0): _overlapped_writes(
+                        rb, i, td, batch if first else None))
+                else:
+                    rb.update_priority(s["index"], learner.update(s))
         if hasattr(rb, "flush"):
             rb.flush()
         return steps / (time.perf_counter() - start)
 
-    for rb in buffers.values():  # warm-up
-        run(rb)
+    for k in kinds:  # warm-up
+        run(k)
     res = {k: [] for k in kinds}
     for _ in range(args.repeats):
         for k in kinds:
-            res[k].append(run(buffers[k]))
+            res[k].append(run(k))
     med = {k: statistics.median(v) for k, v in res.items()}
+    share = _replay_share(buffers["sync"], learner, step_data, steps, utd)
+    writes, every = share["extend"] + share["update_priority"], 1 - share["learner"]
+    note = (f"MLPs {args.sac_hidden} wide, where a synchronous step's time goes (one timed pass): "
+            f"extend {share['extend']:.1%}, sample {share['sample']:.1%}, update_priority "
+            f"{share['update_priority']:.1%}, learner {share['learner']:.1%}; so a writer thread "
+            f"that hid the writes entirely could reach x{1 / (1 - writes):.2f} at most, and one that "
+            f"also sampled ahead x{1 / (1 - every):.2f}, and only with a free core: the 2 cores "
+            f"ran other jobs too (load average {os.getloadavg()[0]:.1f}).")
     cpu = cpu_model()
     print(f"SAC-style loop (UTD {utd}, batch 256, MLPs {args.sac_hidden} wide, 8 transitions per env step, prioritized, "
           f"{cap // 1000}k slots), env steps/s, median of {args.repeats} interleaved rounds x "
           f"{steps} steps, {cpu}, torch threads {torch.get_num_threads()}:")
     for k in kinds:
-        print(f"  {k:<32} {med[k]:8.1f} steps/s   vs sync x{med[k] / med['sync']:.2f}")
+        print(f"  {k:<48} {med[k]:8.1f} steps/s   vs sync x{med[k] / med['sync']:.2f}")
+    print(f"  {note}")
     for rb in buffers.values():
         if hasattr(rb, "close"):
             rb.close()
     if args.record:
-        for k in kinds[1:]:
+        for k in list(kinds)[1:]:
             write_record("Replay buffers", "Asynchronous prioritized writes, SAC-style loop (issue 43)",
                          f"{k}, UTD {utd}, batch 256, MLPs {args.sac_hidden} wide, 100k slots ({cpu})",
                          {"async steps/s": round(med[k], 1), "sync steps/s": round(med["sync"], 1)},
-                         peer="PrioritizedReplayBuffer (sync)", ratio=f"x{med[k] / med['sync']:.2f}")
+                         peer="PrioritizedReplayBuffer (sync)", ratio=f"x{med[k] / med['sync']:.2f}",
+                         note=note)
+
+
+def _overlapped_writes(rb, index, td_error, batch) -> None:
+    """The writes issued right before the learner's backward: the priorities of the batch
+    just sampled and, once per env step, the extend of the collected transitions."""
+    rb.update_priority(index, td_error)
+    if batch is not None:
+        rb.extend(batch)
+
+
+def _replay_share(rb, learner, step_data, steps: int, utd: int) -> dict[str, float]:
+    """Fractions of a synchronous SAC-style step spent in each replay call and the learner."""
+    spent = dict.fromkeys(("extend", "sample", "update_priority", "learner"), 0.0)
+    clock = time.perf_counter
+    start = clock()
+    for t in range(steps):
+        a = clock()
+        rb.extend(step_data[t % 16])
+        spent["extend"] += clock() - a
+        for _ in range(utd):
+            a = clock()
+            s = rb.sample()
+            b = clock()
+            td_error = learner.update(s)
+            c = clock()
+            rb.update_priority(s["index"], td_error)
+            spent["update_priority"] += clock() - c
+            spent["sample"] += b - a
+            spent["learner"] += c - b
+    total = clock() - start
+    return {k: v / total for k, v in spent.items()}
 
 
 class _Recorder:

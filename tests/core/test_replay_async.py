@@ -164,3 +164,82 @@ def test_writes_apply_in_call_order_whoever_applies_them():
                 rb.flush()
         rb.flush()
         assert rb.sampler.priority(torch.tensor([0, 1])).tolist() == [300.0, 1.0]
+
+
+def counting_updates(rb):
+    """Wrap the buffer's sampler.update_priority to count the tree updates it makes."""
+    calls = []
+    inner = rb.sampler.update_priority
+
+    def update(index, priority):
+        calls.append(int(torch.as_tensor(index).numel()))
+        return inner(index, priority)
+
+    rb.sampler.update_priority = update
+    return calls
+
+
+def priority_script(seed, n_calls, cap):
+    """update_priority arguments with duplicates within and across calls, mixed forms."""
+    g = torch.Generator().manual_seed(seed)
+    script = []
+    for c in range(n_calls):
+        k = 1 + c % 9
+        index = torch.randint(0, cap, (k,), generator=g)
+        if c % 4 == 0:
+            script.append((index, float(c % 5) + 0.25))  # one priority for every index
+        elif c % 4 == 1:
+            script.append((index.reshape(-1, 1), torch.rand(k, 1, generator=g) * 4))
+        else:
+            script.append((index, torch.rand(k, generator=g) * 4))
+    return script
+
+
+def test_queued_priority_updates_are_applied_as_one_with_the_synchronous_result():
+    cap = 40
+    sync = PrioritizedReplayBuffer(0.6, 0.4, storage=TensorStorage(cap))
+    sync.extend(batch(cap))
+    script = priority_script(5, 25, cap)
+    for index, priority in script:
+        sync.update_priority(index, priority)
+    with AsyncPrioritizedReplayBuffer(0.6, 0.4, storage=TensorStorage(cap), queue_size=64) as rb:
+        rb.extend(batch(cap))
+        rb.flush()
+        calls = counting_updates(rb)
+        with rb._state.lock:  # hold the writer back: all 25 calls are queued together
+            for index, priority in script:
+                rb.update_priority(index, priority)
+        rb.flush()
+        assert calls == [sum(int(i.numel()) for i, _ in script)]  # one merged tree update
+        all_ = torch.arange(cap)
+        assert torch.equal(rb.sampler.priority(all_), sync.sampler.priority(all_))
+        assert rb.sampler.state_dict()["max_priority"] == sync.sampler.state_dict()["max_priority"]
+        for seed in range(3):  # the same draws and weights after the flush
+            torch.manual_seed(seed)
+            a = sync.sample(64)
+            torch.manual_seed(seed)
+            b = rb.sample(64)
+            assert torch.equal(a["index"], b["index"]) and torch.equal(a["_weight"], b["_weight"])
+
+
+def test_a_bad_update_among_queued_ones_fails_alone():
+    cap = 20
+    sync = PrioritizedReplayBuffer(1.0, 0.4, storage=TensorStorage(cap))
+    sync.extend(batch(cap))
+    good = priority_script(7, 6, cap)
+    for index, priority in good:
+        sync.update_priority(index, priority)
+    rb = AsyncPrioritizedReplayBuffer(1.0, 0.4, storage=TensorStorage(cap))
+    rb.extend(batch(cap))
+    rb.flush()
+    with rb._state.lock:
+        for j, (index, priority) in enumerate(good):
+            rb.update_priority(index, priority)
+            if j == 2:  # a non-finite priority in the middle of the run
+                rb.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, float("nan")]))
+    with pytest.raises(RuntimeError, match="asynchronous update_priority failed") as info:
+        rb.flush()
+    assert "non-finite" in str(info.value.__cause__)
+    all_ = torch.arange(cap)
+    assert torch.equal(rb.sampler.priority(all_), sync.sampler.priority(all_))
+    rb.close()
