@@ -1,13 +1,13 @@
-"""The search with its tree statistics walked and backed up by two compiled (numba) calls.
+"""The search with its tree statistics walked and backed up by compiled (numba) calls.
 
 The tensor search (:mod:`~tdrl.core.mcts.search`) spends a fixed cost per torch op, some
-hundred small ops per simulation; at 64 trees that is ~1 ms per simulation, against ~0.45 ms
-for mctx's compiled step. Here the tree's tensors are viewed as numpy arrays (no copies) and
-a simulation is three calls: :func:`_walk` (numba) walks all ``B`` trees down to their
-leaves with the PUCT rule and returns the parents and actions ``[B]``; the model's
-``recurrent_fn`` (torch) is called on those; :func:`_expand_backup` (numba) writes the new
-nodes and backs the values up the paths, as mctx's ``backward`` does. Only the embeddings
-and the model's outputs go through torch.
+hundred small ops per simulation. Here the tree's tensors are viewed as numpy arrays (no
+copies) and a simulation is one model call and one compiled call, :func:`_step`: it shifts the
+new leaves' prior logits, writes the new nodes (and, for a plain tensor embedding, their
+embeddings), backs the values up the paths as mctx's ``backward`` does, then walks all ``B``
+trees down to their next leaves with the PUCT rule (:func:`_walk`) and gathers the model's
+next inputs (:func:`_gather`) into tensors allocated once per search. Outside the model only
+the priors' softmax and the numpy views of the model's outputs go through torch.
 
 It is the tensor search, step for step (the same actions, ties to the lowest; the same calls
 of the model on the same inputs; the same tree): every statistic is stored in the tree's
@@ -336,8 +336,9 @@ def numba_search(
         trailing, input_dtype = (1,), dtype
     no_embedding = np.zeros((0, grid.shape[2]), dtype=grid.dtype)
     inputs = _ModelInputs(num_simulations, batch, trailing, input_dtype)
-    tree_args = (node_data, edge_data, children, invalid, parents, action_from_parent, paths, depths, out)
-    growing = _walk(node_data, edge_data, children, invalid, rule.kind, constants, max_depth, paths, depths, out)
+    arrays = (node_data, edge_data, children, invalid)
+    tree_args = (*arrays, parents, action_from_parent, paths, depths, out)
+    growing = _walk(*arrays, rule.kind, constants, max_depth, paths, depths, out)
     embedding_in, action_in = inputs.take(0)
     _gather(grid, out, *inputs.arrays)
     for sim in range(num_simulations):
@@ -357,8 +358,10 @@ def numba_search(
             discounts = _numpy(check_vector(result.discount, batch, "discount", dtype))
             values = _numpy(check_vector(result.value, batch, "value", dtype))
             prior = result.prior_logits
-            if result.invalid_actions is None and prior.dtype == dtype and prior.shape == (batch, num_actions):
-                # the shift is compiled; softmax(raw) is softmax(raw - max) bit for bit
+            plain = result.invalid_actions is None and prior.dtype == dtype
+            if plain and prior.shape == (batch, num_actions):
+                # the shift is compiled; softmax(raw) is softmax(raw - max) bit for bit (torch
+                # subtracts the same max; where it is not finite both are NaN)
                 raw, logits, probs = _numpy(prior), shifted, _numpy(torch.softmax(prior, -1))
             else:
                 logits_t, probs_t, invalid_t = leaf_logits(result, batch, num_actions, dtype)
@@ -394,7 +397,9 @@ class _ModelInputs:
     one buffer allocated once per search where that is small (``_INPUT_BYTES``), else
     allocated per simulation. ``arrays`` are the numpy views of the last ones taken."""
 
-    def __init__(self, num_simulations: int, batch: int, trailing: tuple, dtype: torch.dtype) -> None:
+    def __init__(
+        self, num_simulations: int, batch: int, trailing: tuple, dtype: torch.dtype
+    ) -> None:
         self.batch, self.trailing, self.dtype = batch, trailing, dtype
         actions = torch.empty((num_simulations, batch), dtype=torch.int64)
         self.actions, self.action_arrays = actions.unbind(0), actions.numpy()

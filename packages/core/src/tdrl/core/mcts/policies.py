@@ -56,7 +56,9 @@ def _root_invalid(root: RootOutput, invalid_actions: Tensor | None) -> Tensor | 
     return invalid_actions if invalid_actions is not None else root.invalid_actions
 
 
-def _output(tree: Tree, action: Tensor, policy_target: Tensor, visits: Tensor | None = None) -> TensorDict:
+def _output(
+    tree: Tree, action: Tensor, policy_target: Tensor, visits: Tensor | None = None
+) -> TensorDict:
     """The policy's TensorDict; ``visits``: the root visit counts ``[B, A]`` int64, if made."""
     root_edges = tree.edge_data.select(1, ROOT_INDEX)
     if visits is None:
