@@ -52,3 +52,61 @@ def test_unsupported_rule_is_refused_by_name():
     rec, root = _model(0)
     with pytest.raises((ValueError, TypeError), match="numba"):
         search(root(2), rec, ucb1_selection, ucb1_selection, 4, method="numba")
+
+
+@pytest.mark.parametrize("form", ["tensordict", "scalar", "other_dtype", "images"])
+def test_numba_search_stores_every_embedding_form_as_the_tensor_search(form):
+    """The compiled embedding writes (a plain tensor of the model's dtype) and the store's
+    fallbacks (a TensorDict, a next embedding of another dtype) give the tensor search's tree,
+    and the model sees the same inputs; a [B] embedding (no feature dim) and a [B, 2, 3] one
+    are flattened to rows and back."""
+    from tensordict import TensorDict
+
+    from tdrl.core.mcts import RecurrentOutput, RootOutput
+
+    batch, num_actions = 3, 4
+    g = torch.Generator().manual_seed(7)
+    policy_w = torch.randn(6, num_actions, generator=g)
+    mix = torch.randn(num_actions, 6, 6, generator=g) / 6**0.5
+
+    def features(x):  # the model's view of an embedding, as [B, 6]
+        if form == "tensordict":
+            x = x["state"]
+        elif form == "scalar":
+            x = torch.stack([x * (k + 1) for k in range(6)], -1)
+        return x.reshape(x.shape[0], 6).float()
+
+    def wrap(h):  # a [B, 6] state in the embedding's form
+        if form == "tensordict":
+            return TensorDict({"state": h}, batch_size=[h.shape[0]])
+        if form == "scalar":
+            return h.sum(-1)
+        if form == "images":
+            return h.reshape(-1, 2, 3)
+        return h.double() if form == "other_dtype" else h
+
+    def make(calls):
+        def recurrent(x, action):
+            calls.append((features(x).clone(), action.clone()))
+            h = torch.tanh(torch.bmm(mix[action], features(x).unsqueeze(-1)).squeeze(-1))
+            discount = torch.full((h.shape[0],), 0.9)
+            return RecurrentOutput(wrap(h), h[:, 0], discount, h @ policy_w, torch.tanh(h[:, 1]))
+
+        return recurrent
+
+    h0 = torch.randn(batch, 6, generator=g)
+    root_embedding = wrap(h0).float() if form == "other_dtype" else wrap(h0)
+    trees, seen = [], []
+    for method in ("tensor", "numba"):
+        calls = []
+        root = RootOutput(h0 @ policy_w, torch.tanh(h0[:, 1]), root_embedding.clone())
+        rule = puct_selection
+        trees.append(search(root, make(calls), rule, rule, 12, method=method, max_depth=4))
+        seen.append(calls)
+    for name in ("node_data", "edge_data", "parents", "action_from_parent", "children_index"):
+        assert torch.equal(getattr(trees[0], name), getattr(trees[1], name)), name
+    assert (trees[0].embeddings == trees[1].embeddings).all()
+    assert int(trees[1].node_data[:, 0, 0].min()) == 13  # each root: 12 simulations + 1
+    assert len(seen[0]) == len(seen[1]) >= 4  # max_depth 4: some simulations re-evaluate a leaf
+    for (xt, at), (xn, an) in zip(*seen):
+        assert torch.equal(xt, xn) and torch.equal(at, an)

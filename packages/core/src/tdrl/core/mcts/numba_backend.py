@@ -1,13 +1,13 @@
-"""The search with its tree statistics walked and backed up by two compiled (numba) calls.
+"""The search with its tree statistics walked and backed up by compiled (numba) calls.
 
 The tensor search (:mod:`~tdrl.core.mcts.search`) spends a fixed cost per torch op, some
-hundred small ops per simulation; at 64 trees that is ~1 ms per simulation, against ~0.45 ms
-for mctx's compiled step. Here the tree's tensors are viewed as numpy arrays (no copies) and
-a simulation is three calls: :func:`_walk` (numba) walks all ``B`` trees down to their
-leaves with the PUCT rule and returns the parents and actions ``[B]``; the model's
-``recurrent_fn`` (torch) is called on those; :func:`_expand_backup` (numba) writes the new
-nodes and backs the values up the paths, as mctx's ``backward`` does. Only the embeddings
-and the model's outputs go through torch.
+hundred small ops per simulation. Here the tree's tensors are viewed as numpy arrays (no
+copies) and a simulation is one model call and one compiled call, :func:`_step`: it shifts the
+new leaves' prior logits, writes the new nodes (and, for a plain tensor embedding, their
+embeddings), backs the values up the paths as mctx's ``backward`` does, then walks all ``B``
+trees down to their next leaves with the PUCT rule (:func:`_walk`) and gathers the model's
+next inputs (:func:`_gather`) into tensors allocated once per search. Outside the model only
+the priors' softmax and the numpy views of the model's outputs go through torch.
 
 It is the tensor search, step for step (the same actions, ties to the lowest; the same calls
 of the model on the same inputs; the same tree): every statistic is stored in the tree's
@@ -231,6 +231,61 @@ def _expand_backup(
             node = up
 
 
+@numba.njit(cache=True, nogil=True)
+def _gather(grid, out, inputs, actions):
+    """Copy each tree's parent embedding ``grid[b, node]`` (``[B, N, F]``) into ``inputs``
+    ``[B, F]`` and the actions ``out[1]`` into ``actions`` ``[B]`` (the model's inputs)."""
+    num_nodes = grid.shape[1]
+    for b in range(grid.shape[0]):
+        node = out[0, b] - b * num_nodes
+        for f in range(grid.shape[2]):
+            inputs[b, f] = grid[b, node, f]
+        actions[b] = out[1, b]
+
+
+@numba.njit(cache=True, nogil=True)
+def _shift_logits(raw, shifted, low):
+    """``shifted = clamp(raw - max(raw), min=low)`` per row, as :func:`~tdrl.core.mcts.
+    model_io.leaf_logits` computes it without illegal actions (one rounded subtraction)."""
+    for b in range(raw.shape[0]):
+        top = raw[b, 0]
+        for a in range(1, raw.shape[1]):
+            if raw[b, a] > top or raw[b, a] != raw[b, a]:  # a NaN wins, as torch's amax
+                top = raw[b, a]
+        for a in range(raw.shape[1]):
+            x = raw[b, a] - top
+            shifted[b, a] = low if x < low else x
+
+
+@numba.njit(cache=True, nogil=True)
+def _step(
+    node_data, edge_data, children, invalid, parents, action_from_parent,
+    paths, depths, out, new_index, rewards, discounts, values, logits, probs, leaf_invalid,
+    has_invalid, negate, c, raw_logits, low, grid, next_embedding, kind, max_depth,
+    inputs, actions, walk_next,
+):  # fmt: skip
+    """One simulation's end and the next one's start, in one call: shift the raw prior logits
+    (if ``raw_logits`` has rows), write the new nodes and their embeddings (if
+    ``next_embedding`` has rows), back up, then (if ``walk_next``) walk the trees down again
+    and gather the next model inputs. Returns how many trees grow next (0 if not walked)."""
+    if raw_logits.shape[0] > 0:
+        _shift_logits(raw_logits, logits, low)
+    _expand_backup(
+        node_data, edge_data, children, invalid, parents, action_from_parent, paths, depths, out,
+        new_index, rewards, discounts, values, logits, probs, leaf_invalid, has_invalid, negate, c,
+    )  # fmt: skip
+    if next_embedding.shape[0] > 0:
+        for b in range(grid.shape[0]):
+            if out[2, b] == UNVISITED:
+                for f in range(grid.shape[2]):
+                    grid[b, new_index, f] = next_embedding[b, f]
+    if not walk_next:
+        return 0
+    growing = _walk(node_data, edge_data, children, invalid, kind, c, max_depth, paths, depths, out)
+    _gather(grid, out, inputs, actions)
+    return growing
+
+
 def numba_search(
     tree: Tree,
     store: EmbeddingStore,
@@ -241,6 +296,10 @@ def numba_search(
     two_player: bool,
 ) -> None:
     """Fill ``tree`` (its root written by ``init_tree``) with ``num_simulations`` simulations.
+
+    A simulation is one model call and one compiled call (:func:`_step`: the last
+    simulation's writes and backup, then the next walk and the gather of the model's inputs);
+    outside the model only the prior softmax and the views of its outputs go through torch.
 
     Args:
         tree: the initialised tree (``B`` trees on the CPU, float32 or float64).
@@ -256,39 +315,112 @@ def numba_search(
     children, invalid = tree.children_index.numpy(), tree.invalid_actions.numpy()
     parents, action_from_parent = tree.parents.numpy(), tree.action_from_parent.numpy()
     constants = np.array(rule.constants, dtype=node_data.dtype)
+    low = node_data.dtype.type(torch.finfo(dtype).min)
     # a path takes at most max_depth edges, and a tree of s nodes is at most s - 1 deep
     paths = np.zeros((batch, min(max_depth, num_simulations)), dtype=np.int64)
     depths = np.zeros(batch, dtype=np.int64)
-    out_t = torch.zeros(3, batch, dtype=torch.int64)
-    out = out_t.numpy()
-    flat_parent, action = out_t[0], out_t[1]
+    out = np.zeros((3, batch), dtype=np.int64)
+    shifted = np.zeros((batch, num_actions), dtype=node_data.dtype)
+    empty_rows = np.zeros((0, 1), dtype=node_data.dtype)
     no_invalid = np.zeros((1, 1), dtype=np.bool_)
     no_vector = np.zeros(1, dtype=node_data.dtype)
-    no_priors = np.zeros((1, 1), dtype=node_data.dtype)
-    args = (node_data, edge_data, children, invalid)
+    # The embeddings as [B, N, F] rows that the compiled calls read and write (a plain tensor
+    # embedding; a TensorDict one is read and written by the store, in torch).
+    grid_t = store.grids[0] if store.wrapped else None
+    direct = grid_t is not None and grid_t.is_contiguous() and grid_t.device.type == "cpu"
+    if direct:
+        grid = grid_t.numpy().reshape(batch, num_nodes, -1)
+        trailing, input_dtype = tuple(grid_t.shape[2:]), grid_t.dtype
+    else:
+        grid = np.zeros((batch, num_nodes, 1), dtype=node_data.dtype)
+        trailing, input_dtype = (1,), dtype
+    no_embedding = np.zeros((0, grid.shape[2]), dtype=grid.dtype)
+    inputs = _ModelInputs(num_simulations, batch, trailing, input_dtype)
+    arrays = (node_data, edge_data, children, invalid)
+    tree_args = (*arrays, parents, action_from_parent, paths, depths, out)
+    growing = _walk(*arrays, rule.kind, constants, max_depth, paths, depths, out)
+    embedding_in, action_in = inputs.take(0)
+    _gather(grid, out, *inputs.arrays)
     for sim in range(num_simulations):
         new_index = sim + 1
-        growing = _walk(*args, rule.kind, constants, max_depth, paths, depths, out)
         rewards = discounts = values = no_vector
-        logits = probs = no_priors
+        logits = probs = raw = empty_rows
+        next_embedding = no_embedding
         leaf_invalid = no_invalid
         if growing:
-            result = recurrent_fn(store.read(flat_parent), action.clone())
+            if direct:
+                result = recurrent_fn(embedding_in, action_in)
+            else:
+                result = recurrent_fn(store.read(torch.from_numpy(out[0].copy())), action_in)
             if not isinstance(result, RecurrentOutput):
                 result = RecurrentOutput(*result)
-            rewards = check_vector(result.reward, batch, "reward", dtype).detach().numpy()
-            discounts = check_vector(result.discount, batch, "discount", dtype).detach().numpy()
-            values = check_vector(result.value, batch, "value", dtype).detach().numpy()
-            logits_t, probs_t, invalid_t = leaf_logits(result, batch, num_actions, dtype)
-            logits, probs = logits_t.detach().numpy(), probs_t.detach().numpy()
-            if invalid_t is not None:
-                leaf_invalid = invalid_t.numpy()
-            if growing == batch:
-                store.write_slot(new_index, result.next_embedding)
+            rewards = _numpy(check_vector(result.reward, batch, "reward", dtype))
+            discounts = _numpy(check_vector(result.discount, batch, "discount", dtype))
+            values = _numpy(check_vector(result.value, batch, "value", dtype))
+            prior = result.prior_logits
+            plain = result.invalid_actions is None and prior.dtype == dtype
+            if plain and prior.shape == (batch, num_actions):
+                # the shift is compiled; softmax(raw) is softmax(raw - max) bit for bit (torch
+                # subtracts the same max; where it is not finite both are NaN)
+                raw, logits, probs = _numpy(prior), shifted, _numpy(torch.softmax(prior, -1))
+            else:
+                logits_t, probs_t, invalid_t = leaf_logits(result, batch, num_actions, dtype)
+                logits, probs = _numpy(logits_t), _numpy(probs_t)
+                if invalid_t is not None:
+                    leaf_invalid = invalid_t.numpy()
+            following = result.next_embedding
+            if direct and isinstance(following, torch.Tensor) and following.dtype == input_dtype \
+                    and following.shape == (batch, *trailing):  # fmt: skip
+                next_embedding = _numpy(following).reshape(batch, -1)
+            elif growing == batch:
+                store.write_slot(new_index, following)
             else:
                 keep = torch.from_numpy(np.flatnonzero(out[2] == UNVISITED))
-                store.write(keep * num_nodes + new_index, result.next_embedding[keep])
-        _expand_backup(
-            *args, parents, action_from_parent, paths, depths, out, new_index, rewards, discounts,
-            values, logits, probs, leaf_invalid, leaf_invalid is not no_invalid, two_player, constants,
+                store.write(keep * num_nodes + new_index, following[keep])
+        walk_next = new_index < num_simulations
+        if walk_next:
+            embedding_in, action_in = inputs.take(new_index)
+        growing = _step(
+            *tree_args, new_index, rewards, discounts, values, logits, probs, leaf_invalid,
+            leaf_invalid is not no_invalid, two_player, constants, raw, low, grid, next_embedding,
+            rule.kind, max_depth, *inputs.arrays, walk_next,
         )  # fmt: skip
+
+
+_INPUT_BYTES = 1 << 24
+"""Largest size of the model inputs preallocated for a whole search (else per simulation)."""
+
+
+class _ModelInputs:
+    """Each simulation's model inputs, ``[B, *trailing]`` embeddings and ``[B]`` actions:
+    distinct tensors, so that none is overwritten while the model may still hold it; views of
+    one buffer allocated once per search where that is small (``_INPUT_BYTES``), else
+    allocated per simulation. ``arrays`` are the numpy views of the last ones taken."""
+
+    def __init__(
+        self, num_simulations: int, batch: int, trailing: tuple, dtype: torch.dtype
+    ) -> None:
+        self.batch, self.trailing, self.dtype = batch, trailing, dtype
+        actions = torch.empty((num_simulations, batch), dtype=torch.int64)
+        self.actions, self.action_arrays = actions.unbind(0), actions.numpy()
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        self.embeddings = None
+        if num_simulations * batch * int(np.prod(trailing)) * itemsize <= _INPUT_BYTES:
+            embeddings = torch.empty((num_simulations, batch, *trailing), dtype=dtype)
+            self.embeddings = embeddings.unbind(0)
+            self.embedding_arrays = embeddings.numpy().reshape(num_simulations, batch, -1)
+        self.arrays = ()
+
+    def take(self, sim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.embeddings is not None:
+            embedding, array = self.embeddings[sim], self.embedding_arrays[sim]
+        else:
+            embedding = torch.empty((self.batch, *self.trailing), dtype=self.dtype)
+            array = embedding.numpy().reshape(self.batch, -1)
+        self.arrays = (array, self.action_arrays[sim])
+        return embedding, self.actions[sim]
+
+
+def _numpy(x: torch.Tensor) -> np.ndarray:
+    """A numpy view of a CPU tensor (detached if it needs grad)."""
+    return (x.detach() if x.requires_grad else x).numpy()

@@ -36,7 +36,7 @@ from .selection import (
     sample_from_visits,
     sample_gumbel,
 )
-from .tree import ROOT_INDEX, RootOutput, Tree, mask_invalid_logits
+from .tree import ROOT_INDEX, EdgeChannel, NodeChannel, RootOutput, Tree, mask_invalid_logits
 
 POLICY_TARGET = "policy_target"
 """``[B, A]`` search policy: the training target of the policy head."""
@@ -56,15 +56,20 @@ def _root_invalid(root: RootOutput, invalid_actions: Tensor | None) -> Tensor | 
     return invalid_actions if invalid_actions is not None else root.invalid_actions
 
 
-def _output(tree: Tree, action: Tensor, policy_target: Tensor) -> TensorDict:
-    summary = tree.root_summary()
+def _output(
+    tree: Tree, action: Tensor, policy_target: Tensor, visits: Tensor | None = None
+) -> TensorDict:
+    """The policy's TensorDict; ``visits``: the root visit counts ``[B, A]`` int64, if made."""
+    root_edges = tree.edge_data.select(1, ROOT_INDEX)
+    if visits is None:
+        visits = root_edges.select(-1, EdgeChannel.VISITS).round().long()
     return TensorDict(
         {
             ACTION: action,
             POLICY_TARGET: policy_target,
-            ROOT_VALUE: summary["value"],
-            VISIT_COUNTS: summary["visit_counts"],
-            Q_VALUES: summary["q_values"],
+            ROOT_VALUE: tree.node_data[:, ROOT_INDEX, NodeChannel.VALUE],
+            VISIT_COUNTS: visits,
+            Q_VALUES: root_edges.select(-1, EdgeChannel.QVALUE),
         },
         batch_size=[tree.batch_size],
     )
@@ -129,13 +134,13 @@ def muzero_policy(
         root, recurrent_fn, select, select, num_simulations,
         max_depth=max_depth, two_player=two_player,
     )  # fmt: skip
-    visits = tree.children_visits[:, ROOT_INDEX].round().long()
+    counts = tree.edge_data[:, ROOT_INDEX, :, EdgeChannel.VISITS]
+    visits = counts.round().long()
     action = sample_from_visits(
         visits, temperature, invalid_actions=invalid, generator=generator
     )
-    target = visits.to(tree.value_sums.dtype)
-    target = target / target.sum(-1, keepdim=True).clamp(min=1)
-    out = _output(tree, action, target)
+    target = counts / counts.sum(-1, keepdim=True).clamp(min=1)
+    out = _output(tree, action, target, visits)
     return (out, tree) if return_tree else out
 
 

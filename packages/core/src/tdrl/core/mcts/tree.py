@@ -206,12 +206,12 @@ class Tree:
     embeddings: TensorDictBase
     extra: TensorDictBase
 
-    def __post_init__(self) -> None:
-        offsets = torch.arange(self.batch_size, device=self.node_data.device) * self.num_nodes
-        object.__setattr__(self, "_offsets", offsets)  # b * N, reused by every gather
-
     def __getattr__(self, name: str) -> Tensor:
         # Named views into the packed storages (only reached for names that are not fields).
+        if name == "_offsets":  # b * N, made on first use and reused by every gather
+            offsets = torch.arange(self.batch_size, device=self.node_data.device) * self.num_nodes
+            object.__setattr__(self, "_offsets", offsets)
+            return offsets
         if name in _NODE_FIELDS:
             return self.node_data[..., _NODE_FIELDS.index(name)]
         if name in _EDGE_FIELDS:
@@ -362,9 +362,7 @@ def init_tree(
     embedding, wrapped = _as_tensordict(root.embedding, batch, "root.embedding")
     device, dtype = logits.device, value.dtype
     invalid = root.invalid_actions
-    if invalid is None:
-        invalid = torch.zeros(batch, num_actions, dtype=torch.bool, device=device)
-    elif invalid.shape != (batch, num_actions):
+    if invalid is not None and invalid.shape != (batch, num_actions):
         raise ValueError(
             f"invalid_actions must be [B, A]={batch, num_actions}, got {tuple(invalid.shape)}"
         )
@@ -373,21 +371,32 @@ def init_tree(
         return torch.full(shape, fill, dtype=dt, device=device)
 
     nodes, edges = (batch, num_nodes), (batch, num_nodes, num_actions)
+    if wrapped:  # one tensor: every slot a copy of the root's embedding, in three calls
+        grid = root.embedding.new_empty((batch, num_nodes, *root.embedding.shape[1:]))
+        grid.copy_(root.embedding.unsqueeze(1))
+        embeddings = TensorDict({EMBEDDING_KEY: grid}, batch_size=[batch, num_nodes])
+    else:
+        embeddings = embedding.unsqueeze(1).expand(batch, num_nodes).clone()
     tree = Tree(
-        node_data=full((*nodes, len(_NODE_FIELDS)), 0, dtype),
-        edge_data=full((*edges, len(_EDGE_FIELDS)), 0, dtype),
+        node_data=torch.zeros((*nodes, len(_NODE_FIELDS)), dtype=dtype, device=device),
+        edge_data=torch.zeros((*edges, len(_EDGE_FIELDS)), dtype=dtype, device=device),
         parents=full(nodes, NO_PARENT, torch.int64),
         action_from_parent=full(nodes, NO_PARENT, torch.int64),
         children_index=full(edges, UNVISITED, torch.int64),
-        invalid_actions=full(edges, False, torch.bool),
-        embeddings=embedding.unsqueeze(1).expand(batch, num_nodes).clone(),
+        invalid_actions=torch.zeros(edges, dtype=torch.bool, device=device),
+        embeddings=embeddings,
         extra=extra if extra is not None else TensorDict({}, batch_size=[batch], device=device),
     )
-    logits = mask_invalid_logits(logits.to(dtype), invalid)
-    tree.node_data[:, ROOT_INDEX] = torch.stack([torch.ones_like(value), value, value, value], -1)  # VISITS, ...
-    tree.edge_data[:, ROOT_INDEX, :, EdgeChannel.PRIOR_LOGIT] = logits
-    tree.edge_data[:, ROOT_INDEX, :, EdgeChannel.PRIOR_PROB] = torch.softmax(logits, -1)
-    tree.invalid_actions[:, ROOT_INDEX] = invalid & ~invalid.all(-1, keepdim=True)
+    logits = logits.to(dtype)
+    if invalid is None:  # what mask_invalid_logits gives for an all-legal mask
+        logits = (logits - logits.amax(-1, keepdim=True)).clamp_(min=torch.finfo(dtype).min)
+    else:
+        logits = mask_invalid_logits(logits, invalid)
+        tree.invalid_actions.select(1, ROOT_INDEX).copy_(invalid & ~invalid.all(-1, keepdim=True))
+    root_nodes = torch.stack([torch.ones_like(value), value, value, value], -1)  # VISITS, ...
+    tree.node_data.select(1, ROOT_INDEX).copy_(root_nodes)
+    priors = torch.stack([logits, torch.softmax(logits, -1)], -1)  # PRIOR_LOGIT, PRIOR_PROB
+    tree.edge_data.select(1, ROOT_INDEX).narrow(-1, EdgeChannel.PRIOR_LOGIT, 2).copy_(priors)
     return tree, wrapped
 
 
