@@ -434,11 +434,11 @@ ALGORITHMS: dict[str, Algorithm] = {
     "ippo": Algorithm(make_ippo, IPPOConfig, on_policy=True),
     "qmix": Algorithm(make_qmix, QMIXConfig, on_policy=False, continuous=False),
     "vdn": Algorithm(make_vdn, VDNConfig, on_policy=False, continuous=False),
-    "maddpg": Algorithm(make_maddpg, MADDPGConfig, on_policy=False, vectorisable=False),
-    "iddpg": Algorithm(make_iddpg, IDDPGConfig, on_policy=False, vectorisable=False),
-    "masac": Algorithm(make_masac, MASACConfig, on_policy=False, vectorisable=False),
-    "isac": Algorithm(make_isac, ISACConfig, on_policy=False, vectorisable=False),
-    "iql": Algorithm(make_iql, IQLConfig, on_policy=False, continuous=False, vectorisable=False),
+    "maddpg": Algorithm(make_maddpg, MADDPGConfig, on_policy=False),
+    "iddpg": Algorithm(make_iddpg, IDDPGConfig, on_policy=False),
+    "masac": Algorithm(make_masac, MASACConfig, on_policy=False),
+    "isac": Algorithm(make_isac, ISACConfig, on_policy=False),
+    "iql": Algorithm(make_iql, IQLConfig, on_policy=False, continuous=False),
 }
 """``name -> Algorithm(build, config_class, on_policy, continuous, vectorisable)``."""
 

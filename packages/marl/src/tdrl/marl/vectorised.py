@@ -28,15 +28,22 @@ from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictSequentia
 
 from tdrl.core.train.seeds import SeedStackedModule, build_seeds, stack_losses, stack_seeds
 
-from .algorithms import OffPolicyParts, OnPolicyParts, make_groups, make_ippo, make_mappo, make_qmix, make_vdn
+from torch import nn
+
+from .algorithms import (
+    OffPolicyParts, OnPolicyParts, make_groups, make_iddpg, make_ippo, make_iql, make_isac, make_maddpg, make_mappo,
+    make_masac, make_qmix, make_vdn,
+)
 from .keys import GROUP
-from .objectives import MAPPOConfig, QMIXConfig
+from .objectives import AgentLoss, MAPPOConfig, QMIXConfig
 
 __all__ = ["SeedStackedModule", "make_vectorised_groups", "make_vectorised_on_policy"]
 
 
-_BUILDERS: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo, "qmix": make_qmix, "vdn": make_vdn}
-_OFF_POLICY = ("qmix", "vdn")
+_BUILDERS: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo, "qmix": make_qmix, "vdn": make_vdn,
+                                  "maddpg": make_maddpg, "iddpg": make_iddpg, "masac": make_masac,
+                                  "isac": make_isac, "iql": make_iql}
+_OFF_POLICY = ("qmix", "vdn", "maddpg", "iddpg", "masac", "isac", "iql")
 
 
 def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
@@ -59,11 +66,39 @@ def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
     return OnPolicyParts(policy, critic, loss, estimator)
 
 
+def _relink(module: nn.Module, names: dict[int, str], stacked: nn.Module) -> nn.Module:
+    """``module`` with every submodule that is a network of the single-seed loss (``names``: its
+    ``id -> name`` in that loss) replaced by the stacked loss's network of the same name."""
+    name = names.get(id(module))
+    if name is not None:
+        return stacked.get_submodule(name)
+    for child_name, child in list(module.named_children()):
+        new = _relink(child, names, stacked)
+        if new is not child:
+            setattr(module, child_name, new)
+    return module
+
+
+def _stack_agent_parts(per_seed: list[OffPolicyParts]) -> OffPolicyParts:
+    """One group's MADDPG / IDDPG / MASAC / ISAC / IQL parts: core's loss of every seed joined by
+    :func:`~tdrl.core.train.seeds.stack_losses` (actor, critics and their targets stacked, SAC's
+    temperature one per seed), and the first seed's exploring policy re-pointed at the stacked
+    networks it shares with the loss (the actor, or IQL's Q network); the exploration module
+    (Gaussian noise or epsilon-greedy: no parameters) keeps one schedule for all seeds."""
+    first = per_seed[0]
+    core = stack_losses([p.loss.loss for p in per_seed])
+    names = {id(m): n for n, m in first.loss.loss.named_modules() if n}
+    policy = _relink(first.policy, names, core)
+    return OffPolicyParts(policy, first.explore, AgentLoss(core, first.loss.group), first.config)
+
+
 def _stack_off_parts(per_seed: list[OffPolicyParts]) -> OffPolicyParts:
     """One group's QMIX / VDN parts with the Q network, the mixer and their targets stacked over
     the seeds of ``per_seed``; the greedy head and the epsilon-greedy module (no parameters,
     one schedule for all seeds) are the first seed's."""
     first = per_seed[0]
+    if isinstance(first.loss, AgentLoss):
+        return _stack_agent_parts(per_seed)
     loss = stack_losses([p.loss for p in per_seed])
     greedy, explore = first.policy.module[0].module[1], first.policy.module[1]
     policy = TensorDictSequential(TensorDictSequential(loss.local_value_network, greedy), explore)
