@@ -12,7 +12,8 @@ call (env creation, training, final evaluation, files), and the training loop al
 ``time_s`` of the last iteration in ``metrics.csv``). MARL: MAPPO and QMIX on VMAS navigation
 through ``tdrl.marl.runner`` (``compare_sequential``: the same seeds vectorised, then one after
 another; QMIX with BenchMARL's 1,000 optimiser steps of 128 transitions per 6,000-frame
-iteration). SAC app (``apps/sac/train.py``, Pendulum-v1): ``n_seeds=3`` against three calls
+iteration; ``--off-policy qmix,maddpg,iql,masac`` adds MADDPG / IDDPG / MASAC / ISAC / IQL at the
+same sizes). SAC app (``apps/sac/train.py``, Pendulum-v1): ``n_seeds=3`` against three calls
 with ``seed=0``, ``1``, ``2``, ``--sac-frames`` frames per seed (learning from frame 500, one
 gradient step per frame, hidden sizes ``--sac-hidden``). One torch thread; the median over
 ``--repeats`` interleaved rounds.
@@ -75,13 +76,14 @@ def marl_case(tmp: Path, frames_per_batch: int, n_iters: int) -> dict:
             "frames": frames_per_batch * n_iters * len(SEEDS)}
 
 
-def qmix_case(tmp: Path, n_iters: int) -> dict:
+def off_policy_case(tmp: Path, n_iters: int, algo: str = "qmix") -> dict:
+    """One round of an off-policy MARL algorithm through the runner: vectorised, then sequential."""
     from tdrl.marl.runner import BenchConfig, run_benchmark
 
-    cfg = BenchConfig(algorithms=("qmix",), tasks=("navigation",), seeds=SEEDS, num_envs=60,
+    cfg = BenchConfig(algorithms=(algo,), tasks=("navigation",), seeds=SEEDS, num_envs=60,
                       off_policy_frames_per_batch=6000, n_iters=n_iters, n_optimizer_steps=1000,
                       off_policy_batch_size=128, num_cells=(64, 64), eval_envs=2, eval_interval=n_iters,
-                      compare_sequential=True, out_dir=str(tmp / "qmix"))
+                      compare_sequential=True, out_dir=str(tmp / algo))
     sp = run_benchmark(cfg)["speedups"][0]
     return {"vec_s": sp["vectorised_s"], "seq_s": sp["sequential_s"], "frames": 6000 * n_iters * len(SEEDS)}
 
@@ -112,7 +114,11 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=16384, help="PPO frames per seed")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--marl-iters", type=int, default=3, help="MAPPO iterations of 6,000 frames per seed (0: skip)")
-    ap.add_argument("--qmix-iters", type=int, default=2, help="QMIX iterations of 6,000 frames per seed (0: skip)")
+    ap.add_argument("--qmix-iters", type=int, default=2,
+                    help="iterations of 6,000 frames per seed of each --off-policy algorithm (0: skip)")
+    ap.add_argument("--off-policy", default="qmix",
+                    help="off-policy MARL algorithms, comma-separated (qmix, vdn, maddpg, iddpg, masac, isac, iql); "
+                         "their rounds are interleaved")
     ap.add_argument("--sac-frames", type=int, default=1500, help="SAC app frames per seed (0: skip)")
     ap.add_argument("--sac-hidden", default="[256,256]", help="SAC hidden sizes (the app's default: [256,256])")
     ap.add_argument("--cases", default="CartPole-v1,Pendulum-v1", help="PPO tasks, comma-separated (empty: none)")
@@ -132,7 +138,7 @@ def main() -> None:
         if args.record:
             from benchmarks.records import write_record
 
-            marl = row.startswith(("MAPPO", "QMIX"))
+            marl = "(tdrl.marl runner)" in row
             note = (f"{row.split()[0]}: median of {args.repeats} rounds; the ratio is on the runner's wall time "
                     "(vectorised run vs the seeds one after another, evaluation included)." if marl else
                     f"{row.split()[0]}: median of {args.repeats} interleaved rounds; the ratio is on the whole train() "
@@ -166,12 +172,16 @@ def main() -> None:
                          {"vectorised frames/s": _fmt(fr / vec_s), "sequential frames/s": _fmt(fr / seq_s),
                           "training loop only": "-", "eval return per seed (vectorised / sequential)": "-"},
                          f"x{seq_s / vec_s:.2f}"))
-        if args.qmix_iters:
-            rounds = [qmix_case(tmp / f"q{r}", args.qmix_iters) for r in range(args.repeats)]
+        algos = [a for a in args.off_policy.split(",") if a] if args.qmix_iters else []
+        by_algo: dict[str, list[dict]] = {a: [] for a in algos}
+        for r in range(args.repeats):  # interleaved: every algorithm once per round
+            for a in algos:
+                by_algo[a].append(off_policy_case(tmp / f"{a}{r}", args.qmix_iters, a))
+        for algo, rounds in by_algo.items():
             vec_s = statistics.median(r["vec_s"] for r in rounds)
             seq_s = statistics.median(r["seq_s"] for r in rounds)
             fr = rounds[0]["frames"]
-            emit(f"QMIX (tdrl.marl runner), VMAS navigation, 3 seeds x {args.qmix_iters} iterations of 6,000 frames "
+            emit(f"{algo.upper()} (tdrl.marl runner), VMAS navigation, 3 seeds x {args.qmix_iters} iterations of 6,000 frames "
                  "(60 envs, 1,000 steps of 128, MLP 64x64)",
                  {"vectorised frames/s": _fmt(fr / vec_s), "sequential frames/s": _fmt(fr / seq_s),
                   "training loop only": "-", "eval return per seed (vectorised / sequential)": "-"},

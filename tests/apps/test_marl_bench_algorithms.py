@@ -23,17 +23,19 @@ def app():
 @pytest.mark.parametrize("algo", NEW)
 def test_new_algorithm_runs_from_the_app(app, algo, tmp_path):
     out = tmp_path / "run"
-    app.main(["-cn", "tiny", "task=vmas/balance", f"algorithm={algo}", "seeds=[0,1]", "num_envs=2",
-              "off_policy_frames_per_batch=8", "off_policy_batch_size=8", "n_optimizer_steps=2", "n_iters=2",
-              "eval_envs=1", "max_steps=4", "num_cells=[8]", f"out={out}"])
+    summary = app.main(["-cn", "tiny", "task=vmas/balance", f"algorithm={algo}", "seeds=[0,1]", "num_envs=2",
+                        "off_policy_frames_per_batch=8", "off_policy_batch_size=8", "n_optimizer_steps=2",
+                        "n_iters=2", "eval_envs=1", "max_steps=4", "num_cells=[8]", f"out={out}"])
     rows = list(csv.DictReader(open(out / "evaluations.csv")))
     assert sorted((r["algorithm"], r["seed"], r["iter"]) for r in rows) == [
         (algo, s, i) for s in ("0", "1") for i in ("0", "1")]
     assert all(math.isfinite(float(r["eval_return"])) for r in rows)
     runs = json.loads((out / "marl_eval.json").read_text())["vmas"]["balance"][algo]
     assert sorted(runs) == ["seed_0", "seed_1"] and runs["seed_0"]["step_1"]["step_count"] == 16
-    # the seeds ran one after another (no vectorised variant of these algorithms)
+    # the two seeds trained as one vectorised model, and are not copies of each other
     assert "| " + algo + " | balance |" in (out / "results.md").read_text()
+    assert summary["summary"][0]["vectorised"] is True
+    assert runs["seed_0"]["step_1"]["return"] != runs["seed_1"]["step_1"]["return"]
 
 
 def test_iql_on_a_continuous_only_task_is_refused_before_any_work(app, tmp_path, capsys):

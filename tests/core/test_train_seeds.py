@@ -167,3 +167,47 @@ def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="3 seeds for 2 sub-envs"):
         seed_sub_envs(env, [0, 1, 2])
     env.close()
+
+
+class _Scaled(nn.Module):
+    """A layer with its own seed-stacked path and a buffer (counts the batched calls)."""
+
+    calls = 0
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(d, 2 * d)
+        self.register_buffer("scale", torch.rand(2 * d) + 0.5)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+    def seed_stacked_forward(self, params, x):
+        type(self).calls += 1
+        lead = x.shape[1:-1]
+        rows = x.reshape(x.shape[0], -1, x.shape[-1])
+        out = torch.baddbmm(params["lin.bias"].unsqueeze(1), rows, params["lin.weight"].transpose(1, 2))
+        return (out * params["scale"].unsqueeze(1)).reshape(x.shape[0], *lead, -1)
+
+
+@pytest.mark.parametrize("flatten, batched", [(nn.Flatten(-2, -1), True), (nn.Flatten(2), False)])
+def test_a_sequence_of_own_paths_and_trailing_steps_runs_batched(flatten, batched):
+    """``nn.Sequential(flatten, own-path layer (with a buffer), Tanh, NormalParamExtractor)``
+    stacked over 3 seeds equals each seed's own forward; it takes the batched path (the layer's
+    ``seed_stacked_forward``) when every other step acts on trailing dims, vmap otherwise
+    (a flatten from dim 2 would read the seed dim as a batch dim)."""
+    from tensordict.nn import NormalParamExtractor
+
+    nets = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        nets.append(nn.Sequential(flatten, _Scaled(6), nn.Tanh(), NormalParamExtractor()))
+    stacked = SeedStackedModule(nets)
+    x = torch.randn(3 * 5, 4, 2, 3)
+    _Scaled.calls = 0
+    loc, scale = stacked(x)
+    assert (_Scaled.calls == 1) is batched
+    for k, net in enumerate(nets):
+        want_loc, want_scale = net(x[k * 5:(k + 1) * 5])
+        torch.testing.assert_close(loc[k * 5:(k + 1) * 5], want_loc, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(scale[k * 5:(k + 1) * 5], want_scale, rtol=1e-5, atol=1e-6)

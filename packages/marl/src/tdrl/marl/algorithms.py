@@ -308,6 +308,13 @@ class _TanhBounds(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.low + (torch.tanh(x) + 1.0) * 0.5 * (self.high - self.low)
 
+    def seed_stacked_forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """``forward`` of seed-stacked copies (``SeedStackedModule``): ``x`` ``[n_seeds, *B, n, a]``,
+        ``params["low"]`` / ``["high"]`` ``[n_seeds, n, a]``."""
+        view = (x.shape[0], *([1] * (x.ndim - 3)), *x.shape[-2:])
+        low, high = params["low"].reshape(view), params["high"].reshape(view)
+        return low + (torch.tanh(x) + 1.0) * 0.5 * (high - low)
+
 
 class _ObsAction(nn.Module):
     """A critic ``net`` on each agent's flattened observation joined with its action."""
@@ -320,6 +327,15 @@ class _ObsAction(nn.Module):
         if self.obs_dims > 1:
             obs = obs.flatten(-self.obs_dims)
         return self.net(torch.cat([obs, action.to(obs.dtype)], -1))
+
+    def seed_stacked_forward(self, params: dict[str, torch.Tensor], obs: torch.Tensor,
+                             action: torch.Tensor) -> torch.Tensor:
+        """``forward`` of seed-stacked copies (``SeedStackedModule``, inputs ``[n_seeds, *B, n, ...]``):
+        the :class:`MultiAgentMLP`'s own batched path on the joined input."""
+        if self.obs_dims > 1:
+            obs = obs.flatten(-self.obs_dims)
+        net = {n.removeprefix("net."): t for n, t in params.items()}
+        return type(self.net).seed_stacked_forward(self.net, net, torch.cat([obs, action.to(obs.dtype)], -1))
 
 
 def _bounds(spec: Bounded) -> tuple[torch.Tensor, torch.Tensor]:
@@ -434,11 +450,11 @@ ALGORITHMS: dict[str, Algorithm] = {
     "ippo": Algorithm(make_ippo, IPPOConfig, on_policy=True),
     "qmix": Algorithm(make_qmix, QMIXConfig, on_policy=False, continuous=False),
     "vdn": Algorithm(make_vdn, VDNConfig, on_policy=False, continuous=False),
-    "maddpg": Algorithm(make_maddpg, MADDPGConfig, on_policy=False, vectorisable=False),
-    "iddpg": Algorithm(make_iddpg, IDDPGConfig, on_policy=False, vectorisable=False),
-    "masac": Algorithm(make_masac, MASACConfig, on_policy=False, vectorisable=False),
-    "isac": Algorithm(make_isac, ISACConfig, on_policy=False, vectorisable=False),
-    "iql": Algorithm(make_iql, IQLConfig, on_policy=False, continuous=False, vectorisable=False),
+    "maddpg": Algorithm(make_maddpg, MADDPGConfig, on_policy=False),
+    "iddpg": Algorithm(make_iddpg, IDDPGConfig, on_policy=False),
+    "masac": Algorithm(make_masac, MASACConfig, on_policy=False),
+    "isac": Algorithm(make_isac, ISACConfig, on_policy=False),
+    "iql": Algorithm(make_iql, IQLConfig, on_policy=False, continuous=False),
 }
 """``name -> Algorithm(build, config_class, on_policy, continuous, vectorisable)``."""
 

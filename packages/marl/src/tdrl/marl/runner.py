@@ -97,8 +97,8 @@ class BenchConfig:
         gamma: discount.
         eval_envs: evaluation episodes (one per eval sub-env); eval_interval: iterations.
         max_steps: override every task's episode length (None: the task's).
-        vectorise_seeds: train the seeds of MAPPO/IPPO and QMIX/VDN as one vmap-ed model (the
-            other algorithms train their seeds one after another).
+        vectorise_seeds: train the seeds of every algorithm whose ``ALGORITHMS[name].vectorisable``
+            (today all nine) as one vmap-ed model (the others train their seeds one after another).
         compare_sequential: also run those seeds one after another and report the speed-up.
         out_dir: where results go.
         tiny: a CI-sized budget (tens of seconds): :data:`TINY`'s sizes for every field left
@@ -227,7 +227,7 @@ def algorithm_config(cfg: BenchConfig, algo: str):
     # IDDPG's noise, IQL's epsilon; QMIX / VDN keep their own eps_anneal_frames default)
     third = max(1, cfg.n_iters * cfg.off_policy_frames_per_batch // 3)
     for name in ("sigma_anneal_frames", "eps_anneal_frames"):
-        if name in fields and not ALGORITHMS[algo].vectorisable:
+        if name in fields and algo not in ("qmix", "vdn"):
             kwargs[name] = third
     if cfg.recurrent:
         kwargs.update(recurrent=True, rnn=cfg.rnn, rnn_hidden=cfg.rnn_hidden)

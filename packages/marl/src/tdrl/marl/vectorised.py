@@ -1,4 +1,5 @@
-"""Several seeds of one algorithm trained as one vectorised model (MAPPO / IPPO, QMIX / VDN).
+"""Several seeds of one algorithm trained as one vectorised model (all nine: MAPPO / IPPO, QMIX /
+VDN, MADDPG / IDDPG, MASAC / ISAC, IQL).
 
 A thin user of :mod:`tdrl.core.train.seeds`: each seed's networks are built (and
 initialised) by :func:`~tdrl.core.train.seeds.build_seeds`, then stacked along a new leading
@@ -11,7 +12,11 @@ the same way (:func:`make_vectorised_groups`). Beyond the peers: BenchMARL runs 
 after another. QMIX / VDN seeds stack the Q networks, the mixer and both targets
 (:func:`~tdrl.core.train.seeds.stack_losses`) and train with
 ``train_off_policy(..., n_seeds=)`` (:mod:`tdrl.marl.loops`: seed-major replay items,
-per-seed clipping, one epsilon schedule counted in one seed's frames).
+per-seed clipping, one epsilon schedule counted in one seed's frames). MADDPG / IDDPG, MASAC /
+ISAC and IQL stack core's DDPG / SAC / DQN loss of every seed the same way (actor, critics and
+targets; SAC's temperature becomes one per seed, ``StackedTemperature``); the losses never see
+the seeds, and the exploration (Gaussian noise, epsilon) keeps one schedule for all seeds,
+counted in one seed's frames, with each sub-env drawing its own noise.
 
 What stays shared between the seeds: the random draws (actions, the epoch permutation, a
 sampled entropy estimate) come from one generator for all seeds, so a vectorised run equals
@@ -25,18 +30,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictSequential
+from torch import nn
 
-from tdrl.core.train.seeds import SeedStackedModule, build_seeds, stack_losses, stack_seeds
+from tdrl.core.train.seeds import SeedStackedModule, build_seeds, stack_losses, stack_seeds, stacked_seed_counts
 
-from .algorithms import OffPolicyParts, OnPolicyParts, make_groups, make_ippo, make_mappo, make_qmix, make_vdn
+from .algorithms import (
+    OffPolicyParts, OnPolicyParts, make_groups, make_iddpg, make_ippo, make_iql, make_isac, make_maddpg, make_mappo,
+    make_masac, make_qmix, make_vdn,
+)
 from .keys import GROUP
-from .objectives import MAPPOConfig, QMIXConfig
+from .objectives import AgentLoss, MAPPOConfig, QMIXConfig
 
 __all__ = ["SeedStackedModule", "make_vectorised_groups", "make_vectorised_on_policy"]
 
 
-_BUILDERS: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo, "qmix": make_qmix, "vdn": make_vdn}
-_OFF_POLICY = ("qmix", "vdn")
+_BUILDERS: dict[str, Callable] = {"mappo": make_mappo, "ippo": make_ippo, "qmix": make_qmix, "vdn": make_vdn,
+                                  "maddpg": make_maddpg, "iddpg": make_iddpg, "masac": make_masac,
+                                  "isac": make_isac, "iql": make_iql}
+_OFF_POLICY = ("qmix", "vdn", "maddpg", "iddpg", "masac", "isac", "iql")
 
 
 def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
@@ -59,11 +70,42 @@ def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
     return OnPolicyParts(policy, critic, loss, estimator)
 
 
+def _relink(module: nn.Module, names: dict[int, str], stacked: nn.Module) -> nn.Module:
+    """``module`` with every submodule that is a network of the single-seed loss (``names``: its
+    ``id -> name`` in that loss) replaced by the stacked loss's network of the same name."""
+    name = names.get(id(module))
+    if name is not None:
+        return stacked.get_submodule(name)
+    for child_name, child in list(module.named_children()):
+        new = _relink(child, names, stacked)
+        if new is not child:
+            setattr(module, child_name, new)
+    return module
+
+
+def _stack_agent_parts(per_seed: list[OffPolicyParts]) -> OffPolicyParts:
+    """One group's MADDPG / IDDPG / MASAC / ISAC / IQL parts: core's loss of every seed joined by
+    :func:`~tdrl.core.train.seeds.stack_losses` (actor, critics and their targets stacked, SAC's
+    temperature one per seed), and the first seed's exploring policy re-pointed at the stacked
+    networks it shares with the loss (the actor, or IQL's Q network); the exploration module
+    (Gaussian noise or epsilon-greedy: no parameters) keeps one schedule for all seeds."""
+    first = per_seed[0]
+    core = stack_losses([p.loss.loss for p in per_seed])
+    names = {id(m): n for n, m in first.loss.loss.named_modules() if n}
+    policy = _relink(first.policy, names, core)
+    if stacked_seed_counts(policy) != {len(per_seed)}:  # the policy acts with a network the loss does not train
+        raise TypeError(f"{type(core).__name__}: the exploring policy shares no network with the loss, so it cannot "
+                        "act with the stacked networks; train these seeds one after another.")
+    return OffPolicyParts(policy, first.explore, AgentLoss(core, first.loss.group), first.config)
+
+
 def _stack_off_parts(per_seed: list[OffPolicyParts]) -> OffPolicyParts:
     """One group's QMIX / VDN parts with the Q network, the mixer and their targets stacked over
     the seeds of ``per_seed``; the greedy head and the epsilon-greedy module (no parameters,
     one schedule for all seeds) are the first seed's."""
     first = per_seed[0]
+    if isinstance(first.loss, AgentLoss):
+        return _stack_agent_parts(per_seed)
     loss = stack_losses([p.loss for p in per_seed])
     greedy, explore = first.policy.module[0].module[1], first.policy.module[1]
     policy = TensorDictSequential(TensorDictSequential(loss.local_value_network, greedy), explore)
@@ -74,16 +116,18 @@ def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
                            config: MAPPOConfig | QMIXConfig | None = None, groups: Sequence[str] | None = None,
                            num_cells: Sequence[int] = (256, 256)) -> dict[str, OnPolicyParts | OffPolicyParts]:
     """Parts of every agent group with each group's networks stacked over ``seeds``: MAPPO/IPPO
-    (actor and critic) or QMIX/VDN (Q network, mixer and their targets).
+    (actor and critic), QMIX/VDN (Q network, mixer and their targets), MADDPG/IDDPG and
+    MASAC/ISAC (actor, critics, target critics; SAC's temperature per seed) or IQL (Q network and
+    its target).
 
     Seed ``s`` is built exactly as a single-seed run builds it: ``torch.manual_seed(s)``
     then :func:`~tdrl.marl.algorithms.make_groups` over all ``groups`` in order, so its
     initial weights equal that run's in every group. Train with
     ``train_on_policy(env, parts, cfg, n_seeds=len(seeds))`` (MAPPO/IPPO) or
-    ``train_off_policy(env, parts, cfg, n_seeds=len(seeds))`` (QMIX/VDN).
+    ``train_off_policy(env, parts, cfg, n_seeds=len(seeds))`` (the off-policy ones).
 
     Args:
-        algorithm: ``"mappo"``, ``"ippo"``, ``"qmix"``, ``"vdn"`` (or their builders,
+        algorithm: a name of :data:`~tdrl.marl.algorithms.ALGORITHMS` (or its builder,
             :func:`make_mappo`, ...).
         env: the training env; its ``len(seeds) * E`` sub-envs are ``len(seeds)`` seed-major
             blocks of ``E`` (e.g. ``VmasEnv(num_envs=len(seeds) * E)`` or
@@ -95,7 +139,7 @@ def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
         num_cells: hidden sizes of every network.
 
     Returns:
-        ``{group: OnPolicyParts}`` (MAPPO/IPPO) or ``{group: OffPolicyParts}`` (QMIX/VDN) whose
+        ``{group: OnPolicyParts}`` (MAPPO/IPPO) or ``{group: OffPolicyParts}`` (the others) whose
         networks take ``[len(seeds) * N, ...]`` seed-major inputs.
     """
     names = {v: k for k, v in _BUILDERS.items()}

@@ -53,6 +53,54 @@ def _linear_plan(module: nn.Module, prefix: str = "") -> list[tuple] | None:
     return plan
 
 
+def _trailing(module: nn.Module) -> bool:
+    """Whether ``module`` holds no state and acts on trailing dims only (so it runs unchanged on
+    ``[n_seeds, N, ...]``): an element-wise activation, a ``NormalParamExtractor``, or a flatten
+    of negative dims."""
+    from tensordict.nn import NormalParamExtractor
+
+    if type(module) is nn.Flatten:
+        return module.start_dim < 0 and module.end_dim < 0
+    return type(module) in _ELEMENTWISE or type(module) is NormalParamExtractor
+
+
+def _chain_plan(module: nn.Module, prefix: str = "") -> list[tuple] | None:
+    """The steps of an ``nn.Sequential`` whose members each have a ``seed_stacked_forward``
+    (``("own", prefix, member)``) or hold no state and act on trailing dims (``("plain", member)``,
+    :func:`_trailing`),
+    nested sequences flattened; None for anything else, or when no member has its own path."""
+    if type(module) is not nn.Sequential:
+        return None
+    plan: list[tuple] = []
+    for i, child in enumerate(module):
+        name = f"{prefix}{i}."
+        if getattr(type(child), "seed_stacked_forward", None) is not None:
+            plan.append(("own", name, i))
+        elif _trailing(child):
+            plan.append(("plain", child))
+        elif (inner := _chain_plan(child, name)) is not None:
+            plan.append(("nested", i, inner))
+        else:
+            return None
+    return plan if any(step[0] != "plain" for step in plan) else None
+
+
+def _run_chain(plan: list[tuple], base: nn.Module, state: dict[str, Tensor], xs: tuple) -> Tensor | tuple:
+    """Run a :func:`_chain_plan` on ``[n_seeds, N, ...]`` inputs (``state``: the stacked
+    parameters and buffers under the sequence's names)."""
+    for step in plan:
+        if step[0] == "plain":
+            out = step[1](*xs)
+        elif step[0] == "own":
+            member, prefix = base[step[2]], step[1]
+            sub = {n[len(prefix):]: t for n, t in state.items() if n.startswith(prefix)}
+            out = type(member).seed_stacked_forward(member, sub, *xs)
+        else:
+            out = _run_chain(step[2], base[step[1]], state, xs)
+        xs = out if isinstance(out, tuple) else (out,)
+    return xs if len(xs) > 1 else xs[0]
+
+
 class SeedStackedModule(nn.Module):
     """``n_seeds`` copies of one architecture evaluated in one batched call.
 
@@ -64,8 +112,10 @@ class SeedStackedModule(nn.Module):
     updates every seed at once. A plain MLP (linear layers and element-wise activations) runs
     as one ``baddbmm`` per layer; a module whose class defines
     ``seed_stacked_forward(params, *xs)`` (``params``: ``{name: [n_seeds, *shape]}`` under its
-    own parameter names, inputs and outputs ``[n_seeds, N, ...]``; e.g. ``tdrl.marl``'s
-    ``MultiAgentMLP`` and ``QMixer``) runs that batched path; any other module through ``vmap``
+    own parameter and buffer names, inputs and outputs ``[n_seeds, N, ...]``; e.g. ``tdrl.marl``'s
+    ``MultiAgentMLP`` and ``QMixer``) runs that batched path, and so does an ``nn.Sequential`` of
+    such modules and parameter-free trailing-dim ones (a flatten, an activation, a
+    ``NormalParamExtractor``: the actor heads of ``tdrl.marl``); any other module through ``vmap``
     over ``functional_call`` (the same result, with more per-call overhead: ~2.5 ms a call on
     this CPU). The stacked copies need not be seeds: REDQ's critic ensemble
     (:class:`~tdrl.core.objectives.redq.CriticEnsemble`) stacks its critics, runs a subset of
@@ -85,8 +135,8 @@ class SeedStackedModule(nn.Module):
             self.register_buffer(f"_stacked_buffer_{i}", buffers[n].clone())
         self._base = [copy.deepcopy(modules[0]).to("meta")]  # a list: not a registered submodule
         self._plan = _linear_plan(modules[0]) if not self._buffer_names else None
-        self._stacked_forward = (getattr(type(modules[0]), "seed_stacked_forward", None)
-                                 if not self._buffer_names else None)
+        self._stacked_forward = getattr(type(modules[0]), "seed_stacked_forward", None)
+        self._chain = _chain_plan(modules[0]) if self._stacked_forward is None and self._plan is None else None
 
     def _state(self) -> tuple[dict, dict]:
         params = dict(zip(self._names, self.stacked_params))
@@ -145,7 +195,10 @@ class SeedStackedModule(nn.Module):
         base = self._base[0]
         merge = lambda y: y.reshape(s * y.shape[1], *y.shape[2:])  # noqa: E731
         if self._stacked_forward is not None:  # the module's own batched path over the seed dim
-            out = self._stacked_forward(base, params, *split)
+            out = self._stacked_forward(base, {**params, **buffers}, *split)
+            return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
+        if self._chain is not None:  # a sequence of such modules and parameter-free steps
+            out = _run_chain(self._chain, base, {**params, **buffers}, split)
             return tuple(merge(y) for y in out) if isinstance(out, tuple) else merge(out)
 
         def one(params, buffers, *inp):

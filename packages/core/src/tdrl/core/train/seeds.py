@@ -25,7 +25,7 @@ Anything that pools statistics over the batch (observation normalisation, a shar
 advantage normalisation) must be made per seed or refused (:meth:`SeedAxis.refuse_shared`).
 
 ``apps/ppo`` and ``apps/sac`` (``n_seeds=``) train through :class:`SeedAxis`; the MARL loops of
-:mod:`tdrl.marl.vectorised` (MAPPO/IPPO, QMIX/VDN) still use the functions below.
+:mod:`tdrl.marl.vectorised` (all nine MARL algorithms) still use the functions below.
 """
 
 from __future__ import annotations

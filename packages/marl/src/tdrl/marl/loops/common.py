@@ -266,7 +266,7 @@ def check_seeds(groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
         if n_seeds > 1 and getattr(p.loss, "value_norm", None) is not None:
             raise ValueError("value normalisation is not supported with n_seeds > 1 (its statistics "
                              f"would be shared by the seeds; group {g!r}).")
-        if n_seeds > 1 and getattr(p.loss.config, "normalize_advantage", False):
+        if n_seeds > 1 and getattr(getattr(p.loss, "config", None), "normalize_advantage", False):
             raise ValueError("normalize_advantage=True is not supported with n_seeds > 1 (the minibatch "
                              f"statistics would mix the seeds; group {g!r}).")
 

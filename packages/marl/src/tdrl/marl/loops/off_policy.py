@@ -3,11 +3,12 @@ exploring policy -> store -> sampled TD updates, each followed by the soft targe
 
 With ``n_seeds > 1`` the seeds train as one vectorised model (:mod:`tdrl.core.train.seeds`,
 parts from :func:`~tdrl.marl.vectorised.make_vectorised_groups`): the env holds ``n_seeds``
-seed-major blocks of sub-envs, Q networks, mixers and their targets carry a leading seed dim,
+seed-major blocks of sub-envs, every network (Q networks, mixers, actors, critics) and its target
+carries a leading seed dim (SAC's temperature: one per seed),
 the replay storage holds seed-major items (:func:`~tdrl.core.train.seeds.to_seed_items`: item
 ``i`` is every seed's ``i``-th transition, so a seed samples only its own data, the same slots
-for all), gradients are clipped per seed and the epsilon schedule advances by the frames of
-one seed. One random generator draws for every seed (exploration coins and random actions,
+for all), gradients are clipped per seed and the exploration schedule (epsilon, Gaussian sigma) advances
+by the frames of one seed. One random generator draws for every seed (exploration coins and random actions,
 replay slots), so a seed equals its single-seed run given the same data, not sample for sample.
 """
 
@@ -107,11 +108,11 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     the groups' losses on the same sampled transitions, gradients clipped per group).
 
     With ``n_seeds > 1`` the parts come from
-    :func:`~tdrl.marl.vectorised.make_vectorised_groups` (``"qmix"`` / ``"vdn"``), the env's
+    :func:`~tdrl.marl.vectorised.make_vectorised_groups` (any off-policy algorithm), the env's
     sub-envs (and ``eval_env``'s) are ``n_seeds`` seed-major blocks and every network is
     stacked over the seeds: ``frames_per_batch``, ``buffer_size`` and ``minibatch_size`` are
     per seed, the replay storage keeps each seed's transitions apart (seed-major items), the
-    epsilon schedule advances by one seed's frames, gradients are clipped per seed and each
+    exploration schedule advances by one seed's frames, gradients are clipped per seed and each
     seed's target networks follow its own online networks.
 
     Returns:
