@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from tdrl.core import InitTracker, TransformedEnv
-from tdrl.core.train import Checkpointer
+from tdrl.core.train import Checkpointer, SeedAxis
 
 from ._optional import available, missing_message
 from .algorithms import ALGORITHMS, make_groups
@@ -264,7 +264,7 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
     ``on_rows`` receives each iteration's evaluation rows (one per seed) as soon as they exist.
     """
     on_policy, continuous = ALGORITHMS[algo].on_policy, ALGORITHMS[algo].continuous
-    vectorised = vectorised and ALGORITHMS[algo].vectorisable
+    vectorised = vectorised and ALGORITHMS[algo].vectorisable and len(cfg.seeds) > 1
     max_steps = cfg.max_steps or TASKS[task]["max_steps"]
     tcfg = cfg.train_config(on_policy, max_steps)
     conf = algorithm_config(cfg, algo)
@@ -288,39 +288,28 @@ def _run_seeds(cfg: BenchConfig, algo: str, task: str, vectorised: bool,
         return [r for r in hist if r["iter"] not in logged]
 
     t0 = time.perf_counter()
-    if vectorised and len(cfg.seeds) > 1:
-        s = len(cfg.seeds)
-        env = task_env(task, s * cfg.num_envs, continuous, cfg.seeds[0], max_steps, cfg.device)
-        eval_env = task_env(task, s * cfg.eval_envs, continuous, 10_000 + cfg.seeds[0], max_steps, cfg.device)
-        parts = make_vectorised_groups(algo, env, cfg.seeds, conf, num_cells=cfg.num_cells)  # every group
-        train = train_on_policy if on_policy else train_off_policy
+    train = train_on_policy if on_policy else train_off_policy
+    # every seed at once (one vectorised model), or one after another: each a SeedAxis, one body
+    axes = [SeedAxis(cfg.seeds)] if vectorised else [SeedAxis([seed]) for seed in cfg.seeds]
+    for axis in axes:
+        first = axis.seeds[0]
+        torch.manual_seed(first)
+        # VMAS draws every sub-env from one generator: the env takes the first seed of the axis
+        env = task_env(task, axis.n * cfg.num_envs, continuous, first, max_steps, cfg.device, cfg.recurrent)
+        eval_env = task_env(task, axis.n * cfg.eval_envs, continuous, 10_000 + first, max_steps, cfg.device,
+                            cfg.recurrent)
+        parts = make_vectorised_groups(algo, env, axis.seeds, conf, num_cells=cfg.num_cells)  # every group
         logged: set = set()
 
-        def log_seeds(recs: list[dict]) -> None:
+        def log_axis(recs: list[dict], axis: SeedAxis = axis, logged: set = logged) -> None:
             logged.update(r["iter"] for r in recs)
-            emit([r for rec in recs for i, seed in enumerate(cfg.seeds) for r in _rows(algo, task, seed, [rec], i)])
+            emit([r for rec in recs for i, seed in enumerate(axis.seeds) for r in _rows(algo, task, seed, [rec], i)])
 
-        hist = train(env, parts, tcfg, eval_env=eval_env, n_seeds=s, log=lambda rec: log_seeds([rec]),
-                     **checkpoint("seeds"))
-        log_seeds(restored(hist, logged))
-        frames = hist[-1]["frames"] * s
-    else:
-        for seed in cfg.seeds:
-            torch.manual_seed(seed)
-            env = task_env(task, cfg.num_envs, continuous, seed, max_steps, cfg.device, cfg.recurrent)
-            eval_env = task_env(task, cfg.eval_envs, continuous, 10_000 + seed, max_steps, cfg.device, cfg.recurrent)
-            parts = make_groups(algo, env, conf, num_cells=cfg.num_cells)  # every agent group
-            train = train_on_policy if on_policy else train_off_policy
-            logged: set = set()
-
-            def log_seed(recs: list[dict], seed: int = seed, logged: set = logged) -> None:
-                logged.update(r["iter"] for r in recs)
-                emit(_rows(algo, task, seed, recs))
-
-            hist = train(env, parts, tcfg, eval_env=eval_env, log=lambda rec, f=log_seed: f([rec]),
-                         **checkpoint(f"seed{seed}"))
-            log_seed(restored(hist, logged))
-            frames += hist[-1]["frames"]
+        name = "seeds" if axis.stacked else f"seed{first}"
+        hist = train(env, parts, tcfg, eval_env=eval_env, n_seeds=axis, log=lambda rec, f=log_axis: f([rec]),
+                     **checkpoint(name))
+        log_axis(restored(hist, logged))
+        frames += hist[-1]["frames"] * axis.n
     return rows, time.perf_counter() - t0, frames
 
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictSequential
 from torch import nn
 
-from tdrl.core.train.seeds import SeedStackedModule, build_seeds, stack_losses, stack_seeds, stacked_seed_counts
+from tdrl.core.train.seeds import SeedAxis, SeedStackedModule, build_seeds, stack_losses, stack_seeds, stacked_seed_counts
 
 from .algorithms import (
     OffPolicyParts, OnPolicyParts, make_groups, make_iddpg, make_ippo, make_iql, make_isac, make_maddpg, make_mappo,
@@ -151,17 +151,19 @@ def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
         )
     if not seeds:
         raise ValueError("make_vectorised_groups needs at least one seed.")
-    if env.batch_size.numel() % len(seeds):
-        raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into {len(seeds)} seeds.")
-    if config is not None and getattr(config, "recurrent", False):
+    axis = SeedAxis(seeds)
+    if env.batch_size.numel() % axis.n:
+        raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into {axis.n} seeds.")
+    if axis.stacked and getattr(config, "recurrent", False):
         raise ValueError("Recurrent (GRU / LSTM) networks have no vectorised-seeds path; train the seeds one "
                          "after another.")
-    if config is not None and getattr(config, "normalize_advantage", False):
-        raise ValueError("normalize_advantage=True is not supported with vectorised seeds (the minibatch "
-                         "statistics would mix the seeds); standardise advantages per seed yourself or "
-                         "train the seeds one after another.")
-    per_seed = build_seeds(lambda seed: make_groups(name, env, config, groups, num_cells=num_cells), seeds,
+    axis.refuse_shared("normalize_advantage=True (the minibatch statistics)",
+                       getattr(config, "normalize_advantage", False),
+                       "set normalize_advantage=False (or standardise advantages per seed yourself)")
+    per_seed = build_seeds(lambda seed: make_groups(name, env, config, groups, num_cells=num_cells), axis.seeds,
                            stack=False)
+    if not axis.stacked:  # one seed is a stack of one: its plain networks, as a single run builds them
+        return per_seed[0]
     if name in _OFF_POLICY:
         return {g: _stack_off_parts([p[g] for p in per_seed]) for g in per_seed[0]}
     return {g: _stack_parts([p[g] for p in per_seed], g) for g in per_seed[0]}

@@ -24,8 +24,9 @@ sample for sample; a seed's trajectory does not depend on the other seeds' data 
 Anything that pools statistics over the batch (observation normalisation, a shared
 advantage normalisation) must be made per seed or refused (:meth:`SeedAxis.refuse_shared`).
 
-``apps/ppo`` and ``apps/sac`` (``n_seeds=``) train through :class:`SeedAxis`; the MARL loops of
-:mod:`tdrl.marl.vectorised` (all nine MARL algorithms) still use the functions below.
+``apps/ppo`` and ``apps/sac`` (``n_seeds=``), the MARL loops (``train_on_policy`` /
+``train_off_policy``, all nine algorithms) and the MARL runner train through :class:`SeedAxis`:
+the runner runs one axis of every seed, or one axis of one seed after another, through one body.
 """
 
 from __future__ import annotations
@@ -391,6 +392,11 @@ class SeedAxis:
             raise ValueError(f"n_seeds must be >= 1, got {n_seeds}.")
         return cls(range(n_seeds))
 
+    @classmethod
+    def of(cls, seeds: "SeedAxis | int") -> "SeedAxis":
+        """``seeds`` itself, or :meth:`blocks` of a seed count (what a loop's ``n_seeds=`` takes)."""
+        return seeds if isinstance(seeds, SeedAxis) else cls.blocks(int(seeds))
+
     def __len__(self) -> int:
         return self.n
 
@@ -410,6 +416,25 @@ class SeedAxis:
 
             raise ConfigError(f"{what} would be shared by the {self.n} seeds trained as one model, so they would "
                               f"not be independent runs; {fix}, or run the seeds one after another (-m seed=0,1,2).")
+
+    def check_blocks(self, numel: int, what: str) -> int:
+        """Sub-envs (or rows) per seed of ``numel`` seed-major ones; refuses a count that does
+        not split into one equal block per seed."""
+        if numel % self.n:
+            raise ValueError(f"The {what}'s {numel} sub-envs do not split into n_seeds={self.n} blocks.")
+        return numel // self.n
+
+    def check_stacked(self, module: nn.Module, where: str) -> None:
+        """Refuse ``module`` unless its seed-stacked networks hold exactly this axis's seeds (a
+        single seed: plain networks, none stacked)."""
+        found = stacked_seed_counts(module)
+        if not self.stacked and found:
+            raise ValueError(f"{where} has networks stacked over {sorted(found)} seeds; pass n_seeds to "
+                             "train_on_policy / train_off_policy.")
+        if self.stacked and found != {self.n}:
+            raise ValueError(f"n_seeds={self.n}, but {where} has networks stacked over {sorted(found) or 'no'} "
+                             "seeds; build the parts with make_vectorised_groups(..., seeds) with "
+                             "len(seeds) == n_seeds.")
 
     # ------------------------------------------------------------------ networks
     def build(self, build: Callable[[int], Any]) -> Any:

@@ -21,7 +21,7 @@ from torch import nn
 from tdrl.core import RewardSum, TransformedEnv
 from tdrl.core.collectors import Collector
 from tdrl.core.keys import EPISODE_REWARD, IS_INIT
-from tdrl.core.train.seeds import SeedAxis, seed_of_env, stacked_seed_counts
+from tdrl.core.train.seeds import SeedAxis, seed_of_env
 
 from ..algorithms import OnPolicyParts
 from ..keys import DONE, GROUP, NEXT, REWARD
@@ -217,12 +217,12 @@ def group_returns(trackers: dict, batch: TensorDictBase) -> tuple[list[float], d
     return mean, extra
 
 
-def seed_returns(trackers: dict, n_seeds: int, n_envs: int) -> list[float]:
+def seed_returns(trackers: dict, axis: SeedAxis, n_envs: int) -> list[float]:
     """Mean return per seed of the episodes of the latest update (mean over groups; NaN: none
     ended). Sub-env ``i`` belongs to seed ``i // n_envs`` (seed-major blocks)."""
     per_group = []
     for t in trackers.values():
-        sums, counts = [0.0] * n_seeds, [0] * n_seeds
+        sums, counts = [0.0] * axis.n, [0] * axis.n
         for ret, env_i in zip(t.last_returns, t.last_envs):
             sums[seed_of_env(env_i, n_envs)] += ret
             counts[seed_of_env(env_i, n_envs)] += 1
@@ -242,7 +242,7 @@ def record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, axis: 
         per_group = evaluate_groups(eval_env, policy, cfg.max_steps, list(groups))
         per_env = torch.stack(list(per_group.values())).mean(0)
         rec["eval_return"] = float(per_env.mean())
-        rec["eval_episode_returns"] = per_env.flatten().tolist()  # seed-major with n_seeds > 1
+        rec["eval_episode_returns"] = per_env.flatten().tolist()  # seed-major blocks
         rec.update({f"eval_episode_returns/{g}": v.flatten().tolist() for g, v in per_group.items()})
         if len(per_group) > 1:
             rec.update({f"eval_return/{g}": float(v.mean()) for g, v in per_group.items()})
@@ -251,24 +251,16 @@ def record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, axis: 
     return rec
 
 
-def check_seeds(groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
-    """Every seed-stacked network of ``groups`` must hold ``n_seeds`` seeds (none when 1)."""
+def check_seeds(groups: Mapping[str, OnPolicyParts], axis: SeedAxis) -> None:
+    """Every seed-stacked network of ``groups`` must hold the axis's seeds (none for one seed),
+    and nothing may pool statistics over the seeds."""
     for g, p in groups.items():
-        found = stacked_seed_counts(p.loss)
-        if n_seeds > 1 and found != {n_seeds}:
-            raise ValueError(
-                f"n_seeds={n_seeds}, but group {g!r} has networks stacked over {sorted(found) or 'no'} seeds; "
-                "build the parts with make_vectorised_groups(..., seeds) with len(seeds) == n_seeds."
-            )
-        if n_seeds == 1 and found:
-            raise ValueError(f"group {g!r} has networks stacked over {sorted(found)} seeds; pass n_seeds to "
-                             "train_on_policy / train_off_policy.")
-        if n_seeds > 1 and getattr(p.loss, "value_norm", None) is not None:
-            raise ValueError("value normalisation is not supported with n_seeds > 1 (its statistics "
-                             f"would be shared by the seeds; group {g!r}).")
-        if n_seeds > 1 and getattr(getattr(p.loss, "config", None), "normalize_advantage", False):
-            raise ValueError("normalize_advantage=True is not supported with n_seeds > 1 (the minibatch "
-                             f"statistics would mix the seeds; group {g!r}).")
+        axis.check_stacked(p.loss, f"group {g!r}")
+        axis.refuse_shared(f"Group {g!r}'s value normalisation (its running statistics)",
+                           getattr(p.loss, "value_norm", None) is not None, "set value_norm=None")
+        axis.refuse_shared(f"Group {g!r}'s normalize_advantage=True (the minibatch statistics)",
+                           getattr(getattr(p.loss, "config", None), "normalize_advantage", False),
+                           "set normalize_advantage=False")
 
 
 def is_recurrent(groups: Mapping) -> bool:
@@ -276,13 +268,13 @@ def is_recurrent(groups: Mapping) -> bool:
     return any(getattr(p, "recurrent", False) for p in groups.values())
 
 
-def check_recurrent(env, groups: Mapping, n_seeds: int) -> None:
+def check_recurrent(env, groups: Mapping, axis: SeedAxis) -> None:
     """Recurrent parts need ``is_init`` from the env and one seed per run (the one home of
     both refusals, for the on- and off-policy loops)."""
     if not is_recurrent(groups):
         return
-    if n_seeds > 1:
-        raise ValueError(f"Recurrent (GRU / LSTM) parts do not support n_seeds={n_seeds} (vectorised seeds); "
+    if axis.stacked:
+        raise ValueError(f"Recurrent (GRU / LSTM) parts do not support n_seeds={axis.n} (vectorised seeds); "
                          "train the seeds one after another (BenchConfig.vectorise_seeds=False).")
     if IS_INIT not in env.observation_spec.keys():
         raise ValueError("Recurrent (GRU / LSTM) parts reset their hidden state where 'is_init' is True, but the "

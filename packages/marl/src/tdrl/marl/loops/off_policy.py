@@ -1,7 +1,7 @@
 """The off-policy loop (QMIX / VDN, MADDPG / IDDPG, MASAC / ISAC, IQL): collect with the
 exploring policy -> store -> sampled TD updates, each followed by the soft target updates.
 
-With ``n_seeds > 1`` the seeds train as one vectorised model (:mod:`tdrl.core.train.seeds`,
+With several seeds (``n_seeds=``) they train as one vectorised model (:mod:`tdrl.core.train.seeds`,
 parts from :func:`~tdrl.marl.vectorised.make_vectorised_groups`): the env holds ``n_seeds``
 seed-major blocks of sub-envs, every network (Q networks, mixers, actors, critics) and its target
 carries a leading seed dim (SAC's temperature: one per seed),
@@ -66,7 +66,7 @@ def off_policy_optimizer(groups: Mapping[str, OffPolicyParts], cfg: TrainConfig
 
 def off_policy_update(sample: TensorDictBase, groups: Mapping[str, OffPolicyParts], optimizer: torch.optim.Optimizer,
                       clip_groups: Sequence[Sequence[torch.Tensor]], targets: Sequence[SoftUpdate],
-                      max_grad_norm: float | None, n_seeds: int = 1) -> torch.Tensor:
+                      max_grad_norm: float | None, n_seeds: int | SeedAxis = 1) -> torch.Tensor:
     """One gradient step on sampled transitions, then every soft target update.
 
     Args:
@@ -75,14 +75,15 @@ def off_policy_update(sample: TensorDictBase, groups: Mapping[str, OffPolicyPart
         groups: ``{group: parts}``; one step takes the sum of the groups' losses.
         optimizer, clip_groups: from :func:`off_policy_optimizer`.
         targets: one :class:`~tdrl.core.objectives.SoftUpdate` per group.
-        max_grad_norm: per group (and per seed with ``n_seeds > 1``); None: off.
-        n_seeds: seeds stacked in the networks: the loss (a mean over every row) is scaled by
+        max_grad_norm: per group and per seed; None: off.
+        n_seeds: the seeds stacked in the networks (a count or a
+            :class:`~tdrl.core.train.SeedAxis`): the loss (a mean over every row) is scaled by
             ``n_seeds`` so that each seed's slice gets the gradient of its own mean loss.
 
     Returns:
         The (unscaled) loss, detached.
     """
-    axis = SeedAxis.blocks(n_seeds)
+    axis = SeedAxis.of(n_seeds)
     loss = sum(total_loss(p.loss(sample)) for p in groups.values())
     optimizer.zero_grad(set_to_none=True)
     axis.backward(loss)
@@ -97,7 +98,7 @@ def off_policy_update(sample: TensorDictBase, groups: Mapping[str, OffPolicyPart
 
 
 def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], cfg: TrainConfig, eval_env=None,
-                     group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1,
+                     group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int | SeedAxis = 1,
                      checkpoint: Checkpointer | None = None, checkpoint_every: int = 1,
                      resume: bool = False) -> list[dict]:
     """Off-policy training: collect with the exploring policy (epsilon-greedy, Gaussian noise, or
@@ -107,7 +108,7 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     ``parts`` is one group's bundle or ``{group: bundle}`` (one mixer per group, the sum of
     the groups' losses on the same sampled transitions, gradients clipped per group).
 
-    With ``n_seeds > 1`` the parts come from
+    ``n_seeds`` (a count or a :class:`~tdrl.core.train.SeedAxis`): with several seeds the parts come from
     :func:`~tdrl.marl.vectorised.make_vectorised_groups` (any off-policy algorithm), the env's
     sub-envs (and ``eval_env``'s) are ``n_seeds`` seed-major blocks and every network is
     stacked over the seeds: ``frames_per_batch``, ``buffer_size`` and ``minibatch_size`` are
@@ -119,7 +120,7 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
         One record per iteration: ``iter``, ``frames`` (per seed), ``time_s``,
         ``train_return``, ``eval_return`` (NaN when not evaluated), ``loss``, ``eps`` and, when
         evaluated, ``eval_episode_returns``; with several groups also ``train_return/<group>``
-        and ``eval_return/<group>``; with ``n_seeds > 1``, ``train_return_seeds`` and (when
+        and ``eval_return/<group>``; with several seeds, ``train_return_seeds`` and (when
         evaluated) ``eval_return_seeds``: one entry per seed.
 
     With ``checkpoint`` (core's ``Checkpointer``), every ``checkpoint_every`` iterations (and
@@ -134,13 +135,11 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
             into ``n_seeds`` blocks, or parts stacked over another number of seeds.
     """
     groups = as_groups(parts, group)
-    axis = SeedAxis.blocks(n_seeds)
-    for name, e in (("env", env), ("eval_env", eval_env)):
-        if e is not None and e.batch_size.numel() % n_seeds:
-            raise ValueError(f"The {name}'s {e.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} "
-                             "seed-major blocks.")
-    check_seeds(groups, n_seeds)
-    n_envs = env.batch_size.numel() // n_seeds
+    axis = SeedAxis.of(n_seeds)
+    n_envs = axis.check_blocks(env.batch_size.numel(), "env")
+    if eval_env is not None:
+        axis.check_blocks(eval_env.batch_size.numel(), "eval_env")
+    check_seeds(groups, axis)
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = joint_policy(groups)
     opt, clip_groups = off_policy_optimizer(groups, cfg)
@@ -150,7 +149,7 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     capacity = min(cfg.buffer_size, cfg.n_iters * n_steps * n_envs)
     # recurrent Q networks train on whole trajectories: an item is one sub-env's batch of
     # n_steps steps, and a sample holds minibatch_size frames' worth of them (BenchMARL's layout)
-    check_recurrent(env, groups, n_seeds)
+    check_recurrent(env, groups, axis)
     seq = n_steps if is_recurrent(groups) else 0
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(-(-capacity // seq) if seq else capacity))
     sample_size = -(-cfg.minibatch_size // seq) if seq else cfg.minibatch_size
@@ -163,7 +162,7 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     t0 = time.perf_counter()
     for it in range(start, cfg.n_iters):
         batch = collector.rollout()
-        new = batch.numel() // n_seeds  # frames of one seed
+        new = batch.numel() // axis.n  # frames of one seed
         frames += new
         for g, check in checks.items():
             agent_reward = batch.get((NEXT, g, REWARD), None)
@@ -172,13 +171,13 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
         for p in explorers:
             p.step(new)  # the same schedule for every seed: epsilon after this many frames of one run
         returns, extra = group_returns(trackers, batch)
-        extra.update(axis.seed_values("train_return", seed_returns(trackers, n_seeds, n_envs)))
+        extra.update(axis.seed_values("train_return", seed_returns(trackers, axis, n_envs)))
         buffer.extend(_as_items(batch, n_steps) if seq else axis.to_replay(batch.reshape(-1)))  # seed-major
         losses = []
         for _ in range(cfg.n_optimizer_steps):
             sample = buffer.sample(sample_size)
             sample = _as_sequences(sample, seq) if seq else axis.from_replay(sample)
-            losses.append(off_policy_update(sample, groups, opt, clip_groups, targets, cfg.max_grad_norm, n_seeds))
+            losses.append(off_policy_update(sample, groups, opt, clip_groups, targets, cfg.max_grad_norm, axis))
         extra.update({"loss": float(torch.stack(losses).mean()),
                       "eps": explorers[0].level if explorers else float("nan")})  # epsilon or sigma
         rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, axis)

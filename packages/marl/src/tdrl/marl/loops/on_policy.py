@@ -43,13 +43,13 @@ def on_policy_optimizer(groups: Mapping[str, OnPolicyParts], cfg: TrainConfig
     return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps), clip_groups
 
 
-def _check_masks(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], n_seeds: int) -> None:
-    """With ``n_seeds > 1`` every agent must act at every step (the loss means mix seeds otherwise)."""
+def _check_masks(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], axis: SeedAxis) -> None:
+    """With several seeds every agent must act at every step (the loss means mix seeds otherwise)."""
     for g, p in groups.items():
         mask = batch.get(p.loss.tensor_keys.mask, None)
-        if n_seeds > 1 and mask is not None and not bool(mask.all()):
+        if axis.stacked and mask is not None and not bool(mask.all()):
             raise ValueError(
-                f"n_seeds > 1 needs every agent of every seed acting at every step, but group {g!r}'s "
+                f"n_seeds={axis.n} needs every agent of every seed acting at every step, but group {g!r}'s "
                 f"mask {p.loss.tensor_keys.mask} has False entries (agents that left or wait their "
                 "turn): each seed's loss would be weighted by its share of acting agents. Train "
                 "these seeds one after another."
@@ -57,12 +57,12 @@ def _check_masks(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], n_s
 
 
 def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts], optimizer: torch.optim.Optimizer,
-                     clip_groups: Sequence[Sequence[torch.Tensor]], cfg: TrainConfig, n_seeds: int = 1) -> float:
+                     clip_groups: Sequence[Sequence[torch.Tensor]], cfg: TrainConfig, n_seeds: int | SeedAxis = 1) -> float:
     """One iteration's learning on a collected ``batch``: advantages, then epochs x minibatches.
 
     Args:
-        batch: transitions ``[*env_batch, T]`` from :func:`collect`; with ``n_seeds > 1``
-            the env's sub-envs are ``n_seeds`` seed-major blocks.
+        batch: transitions ``[*env_batch, T]`` from :func:`collect`; the env's sub-envs are
+            ``n_seeds`` seed-major blocks.
         groups: ``{group: parts}``; each group's estimator writes its advantage into
             ``batch``, and one optimiser step takes the sum of the groups' losses.
         optimizer, clip_groups: from :func:`on_policy_optimizer`.
@@ -70,7 +70,8 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
             With recurrent parts a minibatch is ``minibatch_size // T`` whole sub-env
             trajectories ``[mb, T]`` (at least one), so that the GRUs replay the rollout
             with its resets.
-        n_seeds: seeds stacked in the networks: each minibatch takes the same
+        n_seeds: the seeds stacked in the networks (a count or a
+            :class:`~tdrl.core.train.SeedAxis`): each minibatch takes the same
             ``minibatch_size`` positions from every seed's block, the loss is scaled so each
             seed gets its own mean-loss gradient, and gradients are clipped per seed.
 
@@ -78,7 +79,7 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
         The mean loss over the minibatches. The epoch permutations come from torch's global
         generator, so a seeded call is reproducible.
     """
-    axis = SeedAxis.blocks(n_seeds)
+    axis = SeedAxis.of(n_seeds)
     for g, p in groups.items():
         p.estimator(batch)
         if p.loss.value_norm is not None:
@@ -86,9 +87,9 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
     # the losses read the root only: drop "next" so each minibatch gathers half the data
     if is_recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
         flat, frames_per_row = batch.exclude(NEXT).reshape(1, -1, batch.shape[-1]), batch.shape[-1]
-    else:  # seed-major blocks [n_seeds, N]
+    else:  # seed-major blocks [n, N]
         flat, frames_per_row = axis.split(batch.exclude(NEXT).reshape(-1)), 1
-    _check_masks(flat, groups, n_seeds)
+    _check_masks(flat, groups, axis)
     n = flat.shape[1]
     mb = min(max(1, cfg.minibatch_size // frames_per_row), n)
     losses = []
@@ -109,7 +110,7 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
 
 
 def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg: TrainConfig, eval_env=None,
-                    group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int = 1,
+                    group: str = GROUP, log: Callable[[dict], None] | None = None, n_seeds: int | SeedAxis = 1,
                     checkpoint: Checkpointer | None = None, checkpoint_every: int = 1,
                     resume: bool = False) -> list[dict]:
     """MAPPO / IPPO: collect ``frames_per_batch``, GAE, ``num_epochs`` x minibatches of PPO.
@@ -120,7 +121,7 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     minibatch, and gradients are clipped per group and per actor / critic (as BenchMARL,
     which has one optimiser per group and loss term).
 
-    With ``n_seeds > 1`` the parts come from
+    ``n_seeds`` (a count or a :class:`~tdrl.core.train.SeedAxis`): with several seeds the parts come from
     :func:`~tdrl.marl.vectorised.make_vectorised_groups` (or ``make_vectorised_on_policy``),
     the env's sub-envs are ``n_seeds`` seed-major blocks and every parameter is stacked over
     seeds (see :mod:`tdrl.marl.vectorised`; any number of groups): each minibatch takes
@@ -138,16 +139,16 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
         (one return per evaluation sub-env, seed-major) and ``eval_episode_returns/<group>``
         (each group's), ``loss``; with several groups also
         ``train_return/<group>`` and ``eval_return/<group>`` (the plain entries are the mean
-        over groups); with ``n_seeds > 1``, ``train_return_seeds`` and (when evaluated)
+        over groups); with several seeds, ``train_return_seeds`` and (when evaluated)
         ``eval_return_seeds``: one entry per seed.
     """
     groups = as_groups(parts, group)
-    axis = SeedAxis.blocks(n_seeds)
-    if env.batch_size.numel() % n_seeds:
-        raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into n_seeds={n_seeds} blocks.")
-    check_seeds(groups, n_seeds)
-    check_recurrent(env, groups, n_seeds)
-    n_envs = env.batch_size.numel() // n_seeds
+    axis = SeedAxis.of(n_seeds)
+    n_envs = axis.check_blocks(env.batch_size.numel(), "env")
+    if eval_env is not None:
+        axis.check_blocks(eval_env.batch_size.numel(), "eval_env")
+    check_seeds(groups, axis)
+    check_recurrent(env, groups, axis)
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = joint_policy(groups)
     opt, clip_groups = on_policy_optimizer(groups, cfg)
@@ -157,10 +158,10 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     t0 = time.perf_counter()
     for it in range(start, cfg.n_iters):
         batch = collector.rollout()
-        frames += batch.numel() // n_seeds
+        frames += batch.numel() // axis.n
         returns, extra = group_returns(trackers, batch)
-        extra.update(axis.seed_values("train_return", seed_returns(trackers, n_seeds, n_envs)))
-        extra["loss"] = on_policy_update(batch, groups, opt, clip_groups, cfg, n_seeds)
+        extra.update(axis.seed_values("train_return", seed_returns(trackers, axis, n_envs)))
+        extra["loss"] = on_policy_update(batch, groups, opt, clip_groups, cfg, axis)
         rec = record(it, frames, t0, returns, eval_env, policy, cfg, groups, extra, axis)
         keep_record(rec, history, it, frames, cfg.n_iters, log, checkpoint, checkpoint_every, objects)
     return history
