@@ -30,8 +30,6 @@ from ..logprobs.reference import (
     check_target_range,
     compute_dtype,
     default_chunk_rows,
-    rows_backward,
-    rows_forward,
 )
 from .grads_in_forward import head_grads_in_forward, head_logits
 
@@ -155,19 +153,3 @@ def fused_linear_logprobs_impl(
         rows_fwd, rows_bwd, frozen_head,
     )
     return in_lead_shape(out, lead, return_entropy)
-
-
-def fused_linear_logprobs_reference(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    chunk_size: int | None = None,
-    return_entropy: bool = False,
-):
-    """Pure-torch :func:`tdrl.kernels.fused_linear_logprobs` (same signature and result)."""
-    return fused_linear_logprobs_impl(
-        hidden, weight, targets, bias, temperature, chunk_size, return_entropy,
-        rows_forward, rows_backward,
-    )
