@@ -22,7 +22,7 @@ from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import next_key
 
 __all__ = [
-    "LossModule", "next_key", "total_loss", "make_target", "DISTANCE_KINDS", "distance_loss", "entropy_estimate",
+    "LossModule", "next_key", "total_loss", "make_target", "DISTANCE_KINDS", "check_distance", "distance_loss", "entropy_estimate",
     "k3_estimate", "masked_mean", "group_optimizers",
 ]  # fmt: skip
 
@@ -83,9 +83,16 @@ def distance_loss(pred: Tensor, target: Tensor, kind: str = "l2") -> Tensor:
         return (pred - target).pow(2)
     if kind == "l1":
         return (pred - target).abs()
-    if kind == "smooth_l1":
-        return nn.functional.smooth_l1_loss(pred, target, reduction="none")
-    raise ValueError(f"loss kind must be one of {', '.join(map(repr, DISTANCE_KINDS))}, got {kind!r}.")
+    check_distance(kind)
+    return nn.functional.smooth_l1_loss(pred, target, reduction="none")
+
+
+def check_distance(kind: str) -> str:
+    """``kind`` if it is one of :data:`DISTANCE_KINDS` (checked when a loss is built), else a
+    ``ValueError`` naming the valid kinds."""
+    if kind not in DISTANCE_KINDS:
+        raise ValueError(f"loss kind must be one of {', '.join(map(repr, DISTANCE_KINDS))}, got {kind!r}.")
+    return kind
 
 
 def k3_estimate(log_ratio: Tensor, ratio: Tensor | None = None) -> Tensor:
@@ -146,6 +153,7 @@ class LossModule(nn.Module):
         self.tensor_keys = self.Keys()
         self.check_finite = check_finite
         self._target_pairs: list[tuple[str, str]] = []
+        self._inner_losses: list[str] = []
 
     # keys -------------------------------------------------------------------------------
     def set_keys(self, **kwargs: NestedKey) -> "LossModule":
@@ -158,7 +166,17 @@ class LossModule(nn.Module):
                 f"valid names: {sorted(fields)}."
             )
         self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        for name in self._inner_losses:
+            getattr(self, name).set_keys(**kwargs)
         return self
+
+    def _build_on(self, name: str, inner: "LossModule") -> "LossModule":
+        """Register ``inner`` as ``self.<name>``: a loss this one is built on (CQL on SAC,
+        TD3+BC on TD3). :meth:`set_keys` rebinds its keys too and :meth:`target_pairs`
+        yields its target networks. Returns ``inner``."""
+        setattr(self, name, inner)
+        self._inner_losses.append(name)
+        return inner
 
     def _get(self, td: TensorDictBase, field: str) -> Tensor:
         return require(td, getattr(self.tensor_keys, field), type(self).__name__)
@@ -251,6 +269,8 @@ class LossModule(nn.Module):
         """``(online, target)`` module pairs, for the target updaters."""
         for online, target in self._target_pairs:
             yield getattr(self, online), getattr(self, target)
+        for name in self._inner_losses:
+            yield from getattr(self, name).target_pairs()
 
     # output -----------------------------------------------------------------------------
     def _output(self, terms: dict[str, Any], batch_size: tuple = ()) -> TensorDict:

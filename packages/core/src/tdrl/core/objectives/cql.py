@@ -52,19 +52,11 @@ class CQLLoss(LossModule):
         **sac_kwargs,
     ) -> None:
         super().__init__(check_finite)
-        self.sac = SACLoss(actor, qvalue, check_finite=check_finite, **sac_kwargs)
+        self.sac = self._build_on("sac", SACLoss(actor, qvalue, check_finite=check_finite, **sac_kwargs))
         self.register_buffer("action_low", torch.as_tensor(action_low, dtype=torch.float32))
         self.register_buffer("action_high", torch.as_tensor(action_high, dtype=torch.float32))
         self.num_random, self.min_q_weight = int(num_random), float(min_q_weight)
         self.temperature = float(temperature)
-
-    def set_keys(self, **kwargs) -> "CQLLoss":
-        super().set_keys(**kwargs)
-        self.sac.set_keys(**kwargs)
-        return self
-
-    def target_pairs(self):
-        return self.sac.target_pairs()
 
     def cql_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """The conservative penalty ``loss_cql`` (summed over critics)."""

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from tdrl.core import keys as K
 from tdrl.core.objectives._nets import run_module
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives.common import LossModule, check_distance, distance_loss
 from tdrl.core.values._utils import NestedKey
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -70,8 +70,7 @@ class DDPGLoss(LossModule):
             self._add_target("actor", actor)
         self._add_target("qvalue", qvalue)
         self.delay_actor = delay_actor
-        self.gamma, self.loss_function = float(gamma), loss_function
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
+        self.gamma, self.loss_function = float(gamma), check_distance(loss_function)
 
     def _action(self, actor, td: TensorDictBase) -> Tensor:
         return run_module(actor, td, self.tensor_keys.action, type(self).__name__)

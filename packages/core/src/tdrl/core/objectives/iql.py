@@ -7,7 +7,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
 from tdrl.core.objectives._nets import ensemble_values, get_dist, run_module
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -59,8 +59,7 @@ class IQLLoss(LossModule):
         self._add_critics(qvalue, num_qvalue_nets)
         self.gamma, self.expectile = float(gamma), float(expectile)
         self.temperature, self.max_weight = float(temperature), float(max_weight)
-        self.loss_function = loss_function
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
+        self.loss_function = check_distance(loss_function)
 
     def _v(self, td: TensorDictBase) -> Tensor:
         return run_module(self.value, td, self.tensor_keys.state_value, type(self).__name__)

@@ -7,7 +7,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
 from tdrl.core.objectives._nets import ensemble_values, make_ensemble, run_module
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -56,8 +56,7 @@ class TD3Loss(LossModule):
         self.register_buffer("action_low", torch.as_tensor(action_low, dtype=torch.float32))
         self.register_buffer("action_high", torch.as_tensor(action_high, dtype=torch.float32))
         self.gamma, self.policy_noise, self.noise_clip = float(gamma), policy_noise, noise_clip
-        self.loss_function = loss_function
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
+        self.loss_function = check_distance(loss_function)
 
     def _qs(self, nets, td, action=None, detach_params=False) -> Tensor:
         k = self.tensor_keys

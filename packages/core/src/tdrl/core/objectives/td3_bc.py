@@ -60,8 +60,8 @@ class TD3BCLoss(LossModule):
         super().__init__(check_finite)
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}.")
-        self.td3 = TD3Loss(actor, qvalue, action_low=action_low, action_high=action_high,
-                           check_finite=check_finite, **td3_kwargs)
+        self.td3 = self._build_on("td3", TD3Loss(actor, qvalue, action_low=action_low, action_high=action_high,
+                                                 check_finite=check_finite, **td3_kwargs))
         self.alpha = float(alpha)
 
     @property
@@ -71,14 +71,6 @@ class TD3BCLoss(LossModule):
     @property
     def qvalue(self):
         return self.td3.qvalue
-
-    def set_keys(self, **kwargs) -> "TD3BCLoss":
-        super().set_keys(**kwargs)
-        self.td3.set_keys(**kwargs)
-        return self
-
-    def target_pairs(self):
-        return self.td3.target_pairs()
 
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """The TD3 critic terms (``loss_qvalue`` and diagnostics)."""
