@@ -16,7 +16,7 @@ import torch.distributions as D
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from tdrl.core.objectives._nets import make_ensemble
+from tdrl.core.objectives._nets import ensemble_values, make_ensemble, run_module
 from tdrl.core.values._utils import NestedKey, require
 from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import next_key
@@ -184,6 +184,16 @@ class LossModule(nn.Module):
     def _get_next(self, td: TensorDictBase, field: str) -> Tensor:
         """``td["next", <key of field>]`` (reward, terminated, ... of step t+1)."""
         return require(td, next_key(getattr(self.tensor_keys, field)), type(self).__name__)
+
+    def _q_values(self, nets: nn.Module, td: TensorDictBase, action: Tensor | None = None,
+                  detach_params: bool = False) -> Tensor:
+        """``state_action_value`` of a critic (``[*B, 1]``) or of an ensemble of critics (an
+        ``nn.ModuleList``: ``[N, *B, 1]``) on ``td``, with ``action`` in place of ``td``'s
+        action when given; ``detach_params``: gradients reach the inputs only."""
+        k = self.tensor_keys
+        overrides = None if action is None else {k.action: action}
+        run = ensemble_values if isinstance(nets, nn.ModuleList) else run_module
+        return run(nets, td, k.state_action_value, type(self).__name__, overrides, detach_params)
 
     def _next_td(self, td: TensorDictBase) -> TensorDictBase:
         return require(td, "next", type(self).__name__)

@@ -75,20 +75,13 @@ class DDPGLoss(LossModule):
     def _action(self, actor, td: TensorDictBase) -> Tensor:
         return run_module(actor, td, self.tensor_keys.action, type(self).__name__)
 
-    def _q(self, net, td, action=None, detach_params=False) -> Tensor:
-        k = self.tensor_keys
-        overrides = None if action is None else {k.action: action}
-        return run_module(
-            net, td, k.state_action_value, type(self).__name__, overrides, detach_params
-        )
-
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """Critic terms: ``loss_qvalue``, ``td_error``, ``q_mean``, ``target_mean``."""
-        q = self._q(self.qvalue, td)
+        q = self._q_values(self.qvalue, td)
         next_td = self._next_td(td)
         with torch.no_grad():
             next_action = self._action(self.target_actor if self.delay_actor else self.actor, next_td)
-            target = self._bootstrap(td, self._q(self.target_qvalue, next_td, next_action), self.gamma)
+            target = self._bootstrap(td, self._q_values(self.target_qvalue, next_td, next_action), self.gamma)
         td_error = (q - target).detach().abs()
         td.set(self.tensor_keys.priority, td_error.reshape(td.shape))
         return {
@@ -101,7 +94,7 @@ class DDPGLoss(LossModule):
     def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """Actor term ``loss_actor = -Q(s, mu(s))`` (critic parameters detached)."""
         action = self._action(self.actor, td)
-        return {"loss_actor": -self._q(self.qvalue, td, action, detach_params=True).mean()}
+        return {"loss_actor": -self._q_values(self.qvalue, td, action, detach_params=True).mean()}
 
     def forward(self, td: TensorDictBase) -> TensorDict:
         return self._output({**self.actor_loss(td), **self.qvalue_loss(td)})

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, sample_with_log_prob
+from tdrl.core.objectives._nets import get_dist, sample_with_log_prob
 from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
@@ -124,10 +124,8 @@ class SACLoss(LossModule):
     log_alpha = property(lambda self: self.temperature.log_alpha, doc="TorchRL's loss.log_alpha (the temperature's)")
 
     def _qs(self, nets, td, action, detach_params=False) -> Tensor:
-        k = self.tensor_keys
-        return ensemble_values(
-            nets, td, k.state_action_value, type(self).__name__, {k.action: action}, detach_params
-        )
+        """The critics' values at ``action`` (REDQ overrides this to draw a subset)."""
+        return self._q_values(nets, td, action, detach_params)
 
     def _sample(self, td: TensorDictBase) -> tuple[Tensor, Tensor]:
         action, log_prob = sample_with_log_prob(get_dist(self.actor, td))
