@@ -283,15 +283,3 @@ def token_logprobs_impl(
         flat, tgt, float(temperature), bool(return_entropy), chunk, rows_fwd, rows_bwd
     )
     return in_lead_shape(out, lead, return_entropy)
-
-
-def token_logprobs_reference(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    temperature: float = 1.0,
-    return_entropy: bool = False,
-):
-    """Pure-torch :func:`tdrl.kernels.token_logprobs` (same signature and result)."""
-    return token_logprobs_impl(
-        logits, targets, temperature, return_entropy, rows_forward, rows_backward, None
-    )
