@@ -16,7 +16,7 @@ import torch.distributions as D
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from tdrl.core.objectives._nets import ensemble_values, make_ensemble, run_module
+from tdrl.core.objectives._nets import make_ensemble, run_module
 from tdrl.core.values._utils import NestedKey, require
 from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import next_key
@@ -192,8 +192,7 @@ class LossModule(nn.Module):
         action when given; ``detach_params``: gradients reach the inputs only."""
         k = self.tensor_keys
         overrides = None if action is None else {k.action: action}
-        run = ensemble_values if isinstance(nets, nn.ModuleList) else run_module
-        return run(nets, td, k.state_action_value, type(self).__name__, overrides, detach_params)
+        return run_module(nets, td, k.state_action_value, type(self).__name__, overrides, detach_params)
 
     def _next_td(self, td: TensorDictBase) -> TensorDictBase:
         return require(td, "next", type(self).__name__)

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, sample_with_log_prob
+from tdrl.core.objectives._nets import get_dist, run_module, sample_with_log_prob
 from tdrl.core.objectives.common import LossModule
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.objectives.sac import SACLoss
@@ -74,7 +74,7 @@ class CQLLoss(LossModule):
         qnets = self.sac.qvalue
 
         def q_at(a: Tensor) -> Tensor:  # [n_nets, n, *B]
-            return ensemble_values(qnets, td_rep, k.state_action_value, name, {k.action: a})[..., 0]
+            return run_module(qnets, td_rep, k.state_action_value, name, {k.action: a})[..., 0]
 
         cat = torch.cat(
             [
@@ -86,7 +86,7 @@ class CQLLoss(LossModule):
         )  # [n_nets, 3n, *B]
         t = self.temperature
         lse = t * torch.logsumexp(cat / t, dim=1) - t * math.log(3 * n)
-        q_data = ensemble_values(qnets, td, k.state_action_value, name)[..., 0]  # [n_nets, *B]
+        q_data = run_module(qnets, td, k.state_action_value, name)[..., 0]  # [n_nets, *B]
         gap = lse - q_data
         loss = self.min_q_weight * gap.mean(tuple(range(1, gap.dim()))).sum()
         return {"loss_cql": loss, "cql_gap": gap.mean()}

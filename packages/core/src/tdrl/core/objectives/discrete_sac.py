@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist
+from tdrl.core.objectives._nets import get_dist, run_module
 from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.objectives.dqn import gather_action_value
@@ -73,7 +73,7 @@ class DiscreteSACLoss(LossModule):
         )
 
     def _qs(self, nets, td, detach_params=False) -> Tensor:
-        return ensemble_values(
+        return run_module(
             nets, td, self.tensor_keys.action_value, type(self).__name__, None, detach_params
         )
 

@@ -6,7 +6,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, run_module
+from tdrl.core.objectives._nets import get_dist, run_module
 from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
@@ -66,7 +66,7 @@ class IQLLoss(LossModule):
 
     def _target_q(self, td: TensorDictBase) -> Tensor:
         with torch.no_grad():
-            return ensemble_values(
+            return run_module(
                 self.target_qvalue, td, self.tensor_keys.state_action_value, type(self).__name__
             ).min(0).values
 
@@ -77,7 +77,7 @@ class IQLLoss(LossModule):
 
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         k = self.tensor_keys
-        qs = ensemble_values(self.qvalue, td, k.state_action_value, type(self).__name__)
+        qs = run_module(self.qvalue, td, k.state_action_value, type(self).__name__)
         with torch.no_grad():
             target = self._bootstrap(td, self._v(self._next_td(td)), self.gamma)
         return self._ensemble_critic_terms(td, qs, target, target_mean=False)

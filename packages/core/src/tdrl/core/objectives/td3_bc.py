@@ -7,7 +7,7 @@ from __future__ import annotations
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, run_module
+from tdrl.core.objectives._nets import run_module
 from tdrl.core.objectives.bc import bc_mse
 from tdrl.core.objectives.common import LossModule
 from tdrl.core.objectives.ddpg import QKeys
@@ -81,7 +81,7 @@ class TD3BCLoss(LossModule):
         k, name = self.tensor_keys, type(self).__name__
         data_action = self._get(td, "action")
         action = run_module(self.actor, td.exclude(k.action), k.action, name)
-        q = ensemble_values(self.qvalue[:1], td, k.state_action_value, name,
+        q = run_module(self.qvalue[:1], td, k.state_action_value, name,
                             {k.action: action}, detach_params=True)[0]
         loss, lmbda = td3_bc_actor_loss(q, action, data_action, self.alpha)
         return {"loss_actor": loss, "lmbda": lmbda, "bc_loss": bc_mse(action, data_action),
