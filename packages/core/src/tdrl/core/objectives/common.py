@@ -8,7 +8,6 @@ A loss returns a TensorDict whose ``loss_*`` entries are summed for the gradient
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any, Iterator
 
 import torch
@@ -17,7 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from tdrl.core.objectives._nets import make_ensemble, run_module
-from tdrl.core.values._utils import NestedKey, require
+from tdrl.core.values._utils import NestedKey, rebind_keys, require
 from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import next_key
 
@@ -158,14 +157,7 @@ class LossModule(nn.Module):
     # keys -------------------------------------------------------------------------------
     def set_keys(self, **kwargs: NestedKey) -> "LossModule":
         """Rebind key names, e.g. ``loss.set_keys(advantage="adv")``; returns ``self``."""
-        fields = {f.name for f in dataclasses.fields(self.Keys)}
-        unknown = set(kwargs) - fields
-        if unknown:
-            raise KeyError(
-                f"{type(self).__name__}.set_keys: unknown names {sorted(unknown)}; "
-                f"valid names: {sorted(fields)}."
-            )
-        self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        self.tensor_keys = rebind_keys(self.tensor_keys, type(self).__name__, **kwargs)
         for name in self._inner_losses:
             getattr(self, name).set_keys(**kwargs)
         return self

@@ -18,7 +18,6 @@ default (``bootstrap_unknown="raise"``), or bootstrapped from ``V(s_t)`` with
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,7 +27,7 @@ from torch import Tensor, nn
 
 from tdrl.core import keys as K
 from tdrl.core.values import functional as F
-from tdrl.core.values._utils import NestedKey, as_time_column, require
+from tdrl.core.values._utils import NestedKey, as_time_column, rebind_keys, require
 from tdrl.core.values.forward import chunked_values, shifted_values, without_nan
 from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import NEXT_OBS_KNOWN, next_key
@@ -116,11 +115,7 @@ class ValueEstimatorBase(nn.Module):
 
     def set_keys(self, **kwargs: NestedKey) -> "ValueEstimatorBase":
         """Rebind keys, e.g. ``set_keys(value="critic_value")``; returns ``self``."""
-        fields = {f.name for f in dataclasses.fields(ValueKeys)}
-        unknown = set(kwargs) - fields
-        if unknown:
-            raise KeyError(f"Unknown key names {sorted(unknown)}; valid: {sorted(fields)}.")
-        self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        self.tensor_keys = rebind_keys(self.tensor_keys, type(self).__name__, **kwargs)
         return self
 
     def _values(self, td: TensorDictBase, done: Tensor, terminated: Tensor) -> tuple[Tensor, Tensor]:
