@@ -8,6 +8,7 @@ A loss returns a TensorDict whose ``loss_*`` entries are summed for the gradient
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, Iterator
 
 import torch
@@ -18,10 +19,11 @@ from torch import Tensor, nn
 from tdrl.core.objectives._nets import make_ensemble, run_module
 from tdrl.core.values._utils import NestedKey, rebind_keys, require
 from tdrl.core.values.nstep import step_discount
+from tdrl.core import keys as K
 from tdrl.core.keys import next_key
 
 __all__ = [
-    "LossModule", "next_key", "total_loss", "make_target", "DISTANCE_KINDS", "check_distance", "distance_loss", "entropy_estimate",
+    "BootstrapKeys", "LossModule", "next_key", "total_loss", "make_target", "DISTANCE_KINDS", "check_distance", "distance_loss", "entropy_estimate",
     "k3_estimate", "masked_mean", "group_optimizers",
 ]  # fmt: skip
 
@@ -133,6 +135,17 @@ def entropy_estimate(dist: D.Distribution, sample: Tensor | None = None) -> Tens
         if sample is None:
             sample = dist.rsample() if dist.has_rsample else dist.sample()
         return -dist.log_prob(sample)
+
+
+@dataclasses.dataclass
+class BootstrapKeys:
+    """The keys :class:`LossModule`'s own TD helpers use: ``reward`` and ``terminated`` read
+    under ``"next"`` by the one-step target, ``priority`` written by the critic terms. The keys
+    dataclass of a bootstrapping loss extends it."""
+
+    reward: NestedKey = K.REWARD
+    terminated: NestedKey = K.TERMINATED
+    priority: NestedKey = "td_error"
 
 
 class LossModule(nn.Module):

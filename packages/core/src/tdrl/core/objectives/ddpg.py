@@ -10,7 +10,7 @@ from torch import Tensor
 
 from tdrl.core import keys as K
 from tdrl.core.objectives._nets import run_module
-from tdrl.core.objectives.common import LossModule, check_distance, distance_loss
+from tdrl.core.objectives.common import BootstrapKeys, LossModule, check_distance, distance_loss
 from tdrl.core.values._utils import NestedKey
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -18,19 +18,14 @@ __all__ = ["QKeys", "DDPGLoss"]
 
 
 @dataclass
-class QKeys:
-    """Keys of the off-policy actor-critic losses (DDPG, TD3, SAC, IQL, CQL).
-
-    ``reward`` and ``terminated`` are read under ``"next"``.
-    """
+class QKeys(BootstrapKeys):
+    """Keys of the off-policy actor-critic losses (DDPG, TD3, SAC, IQL, CQL): the action, the
+    critics' outputs, and :class:`BootstrapKeys`."""
 
     action: NestedKey = K.ACTION
     state_action_value: NestedKey = K.STATE_ACTION_VALUE
     state_value: NestedKey = K.STATE_VALUE
     action_value: NestedKey = K.ACTION_VALUE
-    reward: NestedKey = K.REWARD
-    terminated: NestedKey = K.TERMINATED
-    priority: NestedKey = "td_error"
 
 
 @accept_torchrl_names
