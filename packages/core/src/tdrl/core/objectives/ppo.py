@@ -19,19 +19,17 @@ from tdrl.core import keys as K
 from tdrl.core.objectives._nets import get_dist, run_module
 from tdrl.core.objectives.common import LossModule, check_distance, distance_loss, entropy_estimate, k3_estimate
 from tdrl.core.values._utils import NestedKey
+from tdrl.core.values.estimators import AdvantageKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["PPOKeys", "PPOLoss", "critic_loss", "align_advantage", "clipped_surrogate", "entropy_terms"]
 
 
 @dataclass
-class PPOKeys:
-    """Keys read by :class:`PPOLoss` and :class:`~tdrl.core.objectives.A2CLoss`."""
+class PPOKeys(AdvantageKeys):
+    """Keys read by :class:`PPOLoss` and :class:`~tdrl.core.objectives.A2CLoss`: the
+    estimator's :class:`~tdrl.core.values.AdvantageKeys` and the ``action``."""
 
-    advantage: NestedKey = K.ADVANTAGE
-    value_target: NestedKey = K.VALUE_TARGET
-    value: NestedKey = K.STATE_VALUE
-    sample_log_prob: NestedKey = K.ACTION_LOG_PROB
     action: NestedKey = K.ACTION
 
 

@@ -33,24 +33,30 @@ from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import NEXT_OBS_KNOWN, next_key
 from tdrl.core.torchrl_names import accept_torchrl_names
 
-__all__ = ["ValueKeys", "ValueEstimatorBase", "GAE", "TD0", "TDLambda", "VTrace"]
+__all__ = ["AdvantageKeys", "ValueKeys", "ValueEstimatorBase", "GAE", "TD0", "TDLambda", "VTrace"]
 
 
 @dataclass
-class ValueKeys:
-    """Keys an estimator reads and writes (rebind with ``set_keys``).
-
-    ``reward``, ``done`` and ``terminated`` are read under ``"next"``; ``value`` is read at
-    the root and under ``"next"``.
-    """
+class AdvantageKeys:
+    """The keys an estimator writes (``advantage``, ``value_target``) and reads (``value``,
+    ``sample_log_prob`` for V-trace), which the policy-gradient losses read in turn
+    (:class:`~tdrl.core.objectives.PPOKeys` extends it)."""
 
     advantage: NestedKey = K.ADVANTAGE
     value_target: NestedKey = K.VALUE_TARGET
     value: NestedKey = K.STATE_VALUE
+    sample_log_prob: NestedKey = K.ACTION_LOG_PROB
+
+
+@dataclass
+class ValueKeys(AdvantageKeys):
+    """Keys an estimator reads and writes (rebind with ``set_keys``): :class:`AdvantageKeys`
+    and the step's ``reward``, ``done`` and ``terminated``, read under ``"next"`` (``value`` is
+    read at the root and under ``"next"``)."""
+
     reward: NestedKey = K.REWARD
     done: NestedKey = K.DONE
     terminated: NestedKey = K.TERMINATED
-    sample_log_prob: NestedKey = K.ACTION_LOG_PROB
 
 
 class ValueEstimatorBase(nn.Module):
