@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..logprobs.reference import (
+    backward_rows,
     forward_in_chunks,
     in_lead_shape,
     torch_workspace,
@@ -92,14 +93,8 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
             e = min(n, s + chunk)
             h = hidden[s:e]
             logits = head_logits(h, weight, bias)
-            g = rows_bwd(
-                logits, targets[s:e], temperature, lse[s:e],
-                None if entropy is None else entropy[s:e],
-                None if grad_logp is None else grad_logp[s:e].contiguous(),
-                None if grad_entropy is None else grad_entropy[s:e].contiguous(),
-                logits,
-                workspace=ws,
-            )
+            g = backward_rows(rows_bwd, s, e, logits, logits, targets, temperature, lse, entropy, grad_logp,
+                              grad_entropy, ws)
             if grad_hidden is not None:
                 torch.mm(g, weight, out=grad_hidden[s:e])
             if grad_weight is not None:
