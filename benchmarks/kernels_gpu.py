@@ -223,9 +223,8 @@ def correctness_fused_pg() -> None:
 
 # --------------------------------------------------------------------------- benchmarks
 def bench_pg_loss() -> None:
-    from tdrl.kernels import pg_token_loss_reference
+    from tdrl.kernels import pg_token_loss, pg_token_loss_reference, use_backend
     from tdrl.kernels.pg_loss.reference import pg_token_loss_eager
-    from tdrl.kernels.pg_loss.triton import pg_token_loss_triton
 
     b, t = (4, 64) if DRY else (256, 2048)
     g = torch.Generator(device=DEV).manual_seed(0)
@@ -236,6 +235,10 @@ def bench_pg_loss() -> None:
     mask = torch.rand(b, t, device=DEV, generator=g) < 0.8
     comp = compiled(pg_token_loss_eager)
 
+    def triton_loss(*args):
+        with use_backend("triton"):
+            return pg_token_loss(*args)
+
     def run(f):
         def go():
             loss, _ = f(lp, old, adv, mask, ref, 0.2, 0.28, 0.04, "sequence")
@@ -245,7 +248,7 @@ def bench_pg_loss() -> None:
     bench_table(f"pg_token_loss fwd+bwd, B={b}, T={t}, float32, KL, sequence reduction", [
         ("eager reference", run(pg_token_loss_eager)),
         ("one-pass torch reference (analytic gradient)", run(pg_token_loss_reference)),
-        ("triton", run(pg_token_loss_triton)),
+        ("triton", run(triton_loss)),
         ("torch.compile(eager reference)", run(comp)),
     ], "eager reference")
 

@@ -125,3 +125,13 @@ def test_cql_set_keys_reaches_the_inner_sac_and_bad_input():
     assert loss.sac.tensor_keys.reward == "r"
     with pytest.raises(KeyError, match=r"\('next', 'r'\)"):
         loss(dataset(4))
+
+
+def test_cql_target_pairs_are_the_inner_sacs_and_a_bad_distance_is_refused():
+    loss = CQLLoss(actor(), qnet(), action_low=-1.0, action_high=1.0)
+    pairs = list(loss.target_pairs())
+    assert pairs == list(loss.sac.target_pairs()) and len(pairs) == 1
+    online, target = pairs[0]
+    assert online is loss.sac.qvalue and target is loss.sac.target_qvalue
+    with pytest.raises(ValueError, match="loss kind must be one of 'l2', 'mse', 'l1', 'smooth_l1', got 'huber'"):
+        CQLLoss(actor(), qnet(), action_low=-1.0, action_high=1.0, loss_function="huber")

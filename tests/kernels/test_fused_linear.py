@@ -138,3 +138,18 @@ def test_frozen_head_matches_naive_in_two_matmuls_per_chunk(chunk, dtype, backen
             gh, gw = torch.autograd.grad((logp * g).sum(), (hidden, weight))
     assert counter.count == 4 * chunks
     torch.testing.assert_close(gh.float(), grad_ref.float(), **TOL[dtype])
+
+
+def test_reference_is_the_op_forced_to_torch():
+    import inspect
+
+    from tdrl.kernels import current_backend
+
+    assert inspect.signature(fused_linear_logprobs_reference) == inspect.signature(fused_linear_logprobs)
+    seen = []
+    with use_backend("auto"):
+        hidden, weight, b, targets = make(5, 8, 11)
+        logp = fused_linear_logprobs_reference(hidden, weight, targets, bias=b)
+        seen.append(current_backend())
+    torch.testing.assert_close(logp, naive(hidden, weight, targets, b)[0], **TOL[torch.float32])
+    assert seen == ["auto"]  # the forced backend is restored after the call

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ._dist import installed_version as _installed_version
 
 from ._dispatch import current_backend, triton_available, use_backend
-from .fused_linear import (
+from .fused_linear.api import (
     fused_linear_cross_entropy,
     fused_linear_cross_entropy_reference,
     fused_linear_logprobs,

@@ -103,6 +103,26 @@ def use_triton(*tensors: torch.Tensor | None) -> bool:
     return False
 
 
+def torch_reference(op: Callable) -> Callable:
+    """``op`` with the dispatch forced to its pure-torch path: the public ``*_reference``.
+
+    The reference has ``op``'s signature, documentation of the arguments and result (it runs
+    the same code under :func:`use_backend("torch")`), so both are written once.
+    """
+
+    @functools.wraps(op)
+    def reference(*args, **kwargs):
+        with use_backend("torch"):
+            return op(*args, **kwargs)
+
+    reference.__name__ = reference.__qualname__ = f"{op.__name__}_reference"
+    reference.__doc__ = (
+        f"Pure-torch :func:`tdrl.kernels.{op.__name__}` (same signature and result: the op "
+        'run under ``use_backend("torch")``).'
+    )
+    return reference
+
+
 _compiled: dict[Callable, Callable] = {}
 _compile_failed: set[Callable] = set()
 

@@ -119,13 +119,22 @@ def unwrap_partial(fn: Callable | None) -> tuple[Callable, dict] | None:
     return fn, kwargs
 
 
-def fused_rule(fn: SelectionFn) -> FusedPUCT | None:
-    """The fused scorer equal to ``fn``, or None if ``fn`` is not a plain PUCT rule."""
+def puct_settings(fn: SelectionFn) -> dict | None:
+    """The keywords of a plain PUCT rule, ``partial(puct_selection, pb_c_init=..., pb_c_base=...,
+    qtransform=...)`` (any subset), or None if ``fn`` is another rule."""
     unwrapped = unwrap_partial(fn)
     if unwrapped is None:
         return None
     fn, kwargs = unwrapped
     if fn is not puct_selection or set(kwargs) - {"pb_c_init", "pb_c_base", "qtransform"}:
+        return None
+    return kwargs
+
+
+def fused_rule(fn: SelectionFn) -> FusedPUCT | None:
+    """The fused scorer equal to ``fn``, or None if ``fn`` is not a plain PUCT rule."""
+    kwargs = puct_settings(fn)
+    if kwargs is None:
         return None
     qtransform = kwargs.get("qtransform", qtransform_by_parent_and_siblings)
     epsilon = 1e-8

@@ -35,9 +35,9 @@ import numba
 import numpy as np
 import torch
 
-from .fused import fused_rule, unwrap_partial
+from .fused import fused_rule, puct_settings, unwrap_partial
 from .qtransforms import qtransform_by_min_max
-from .selection import SelectionFn, puct_selection
+from .selection import SelectionFn
 from .model_io import EmbeddingStore, RecurrentFn, check_vector, leaf_logits
 from .tree import UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, Tree
 
@@ -78,11 +78,8 @@ def numba_rule(root_fn: SelectionFn, interior_fn: SelectionFn) -> NumbaRule | No
     if fused is not None:
         base, init = fused.pb_c_base, fused.pb_c_init
         return NumbaRule(_PARENT_AND_SIBLINGS, (base + 1.0, base, init, fused.epsilon, 0.0, 1.0, 1.0, -np.inf))
-    unwrapped = unwrap_partial(interior_fn)
-    if unwrapped is None:
-        return None
-    fn, kwargs = unwrapped
-    if fn is not puct_selection or set(kwargs) - {"pb_c_init", "pb_c_base", "qtransform"}:
+    kwargs = puct_settings(interior_fn)
+    if kwargs is None:
         return None
     unwrapped = unwrap_partial(kwargs.get("qtransform"))
     if unwrapped is None or unwrapped[0] is not qtransform_by_min_max:

@@ -161,17 +161,12 @@ def gumbel_muzero_policy(
     """Gumbel MuZero search (Danihelka et al., 2022, "Policy improvement by planning with Gumbel").
 
     Args:
-        root: the roots (see :class:`RootOutput`), batch ``[B]``, ``A`` actions.
-        recurrent_fn: ``(embedding, action) -> RecurrentOutput``.
-        num_simulations: simulations per tree.
-        invalid_actions: ``[B, A]`` bool, illegal root actions (merged with the root's own).
-        max_depth: largest search depth (default unbounded).
-        two_player: zero-sum alternating game (values negated per ply).
+        root, recurrent_fn, num_simulations, invalid_actions, max_depth, two_player,
+            return_tree: as in :func:`muzero_policy`.
         max_num_considered_actions: ``m``, actions sampled without replacement at the root.
         gumbel_scale: scale of the Gumbel noise; ``0`` gives a deterministic search.
         qtransform: completed-Q transform (default: mixed value, as in the paper).
         generator: optional ``torch.Generator`` for the Gumbel noise.
-        return_tree: also return the search tree.
 
     Returns:
         TensorDict ``[B]`` with ``"action"``, ``"policy_target"`` (the improved policy

@@ -55,6 +55,17 @@ class _Annealed(TensorDictModuleBase):
         """Advance the annealing schedule by ``frames`` environment frames."""
         self.frames += int(frames)
 
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        """Replace ``td[action_key]`` by :meth:`_perturb`'s action while exploring (outside
+        ``set_exploration_type(DETERMINISTIC)``); ``td`` is returned unchanged otherwise."""
+        if _exploring():
+            action = require(td, self.action_key, type(self).__name__)
+            td.set(self.action_key, self._perturb(td, action))
+        return td
+
+    def _perturb(self, td: TensorDictBase, action: Tensor) -> Tensor:  # pragma: no cover
+        raise NotImplementedError
+
 
 @accept_torchrl_names
 class EGreedyModule(_Annealed):
@@ -106,17 +117,13 @@ class EGreedyModule(_Annealed):
     def eps(self) -> float:
         return self.level
 
-    def forward(self, td: TensorDictBase) -> TensorDictBase:
-        if not _exploring():
-            return td
-        action = require(td, self.action_key, type(self).__name__)
+    def _perturb(self, td: TensorDictBase, action: Tensor) -> Tensor:
         if self.continuous_spec is not None:  # as TorchRL: epsilon of the steps act at random in the spec
             event = len(self.continuous_spec.shape)
             batch = action.shape[: action.dim() - event]
             random = self.continuous_spec.rand(batch).to(action.device, action.dtype)
             explore = (torch.rand(batch, device=action.device) < self.eps).reshape(*batch, *([1] * event))
-            td.set(self.action_key, torch.where(explore, random, action))
-            return td
+            return torch.where(explore, random, action)
         batch = action.shape[:-1] if self.one_hot else action.shape
         if self.mask_key is not None:
             mask = require(td, self.mask_key, type(self).__name__).bool()
@@ -129,13 +136,16 @@ class EGreedyModule(_Annealed):
         explore = torch.rand(batch, device=action.device) < self.eps
         if self.one_hot:
             explore = explore.unsqueeze(-1)
-        td.set(self.action_key, torch.where(explore, random, action))
-        return td
+        return torch.where(explore, random, action)
 
 
-def _bounds(low, high, like: Tensor) -> tuple[Tensor | None, Tensor | None]:
-    conv = lambda b: None if b is None else torch.as_tensor(b, dtype=like.dtype, device=like.device)  # noqa: E731
-    return conv(low), conv(high)
+def _clamped(noisy: Tensor, low, high) -> Tensor:
+    """``noisy`` clamped to the optional action bounds (floats or tensors)."""
+    conv = lambda b: None if b is None else torch.as_tensor(b, dtype=noisy.dtype, device=noisy.device)  # noqa: E731
+    low, high = conv(low), conv(high)
+    if low is not None or high is not None:
+        noisy = noisy.clamp(low, high)
+    return noisy
 
 
 @accept_torchrl_names
@@ -165,16 +175,8 @@ class AdditiveGaussianModule(_Annealed):
     def sigma(self) -> float:
         return self.level
 
-    def forward(self, td: TensorDictBase) -> TensorDictBase:
-        if not _exploring():
-            return td
-        action = require(td, self.action_key, type(self).__name__)
-        noisy = action + self.sigma * torch.randn_like(action)
-        low, high = _bounds(self.low, self.high, action)
-        if low is not None or high is not None:
-            noisy = noisy.clamp(low, high)
-        td.set(self.action_key, noisy)
-        return td
+    def _perturb(self, td: TensorDictBase, action: Tensor) -> Tensor:
+        return _clamped(action + self.sigma * torch.randn_like(action), self.low, self.high)
 
 
 @accept_torchrl_names
@@ -220,10 +222,7 @@ class OrnsteinUhlenbeckModule(_Annealed):
         """Forget the noise state (next call starts from ``x0``)."""
         self.noise = None
 
-    def forward(self, td: TensorDictBase) -> TensorDictBase:
-        if not _exploring():
-            return td
-        action = require(td, self.action_key, type(self).__name__)
+    def _perturb(self, td: TensorDictBase, action: Tensor) -> Tensor:
         if self.noise is None or self.noise.shape != action.shape:
             self.noise = torch.full_like(action, self.x0)
         is_init = td.get(self.is_init_key, None)
@@ -234,9 +233,4 @@ class OrnsteinUhlenbeckModule(_Annealed):
         n = self.noise
         n = n + self.theta * (self.mu - n) * self.dt + self.sigma * self.dt**0.5 * torch.randn_like(n)
         self.noise = n.detach()
-        noisy = action + n
-        low, high = _bounds(self.low, self.high, action)
-        if low is not None or high is not None:
-            noisy = noisy.clamp(low, high)
-        td.set(self.action_key, noisy)
-        return td
+        return _clamped(action + n, self.low, self.high)

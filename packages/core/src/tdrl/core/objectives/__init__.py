@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tdrl.core.objectives.a2c import A2CLoss
 from tdrl.core.objectives.bc import BCKeys, BCLoss, GaussianBCLoss
-from tdrl.core.objectives.common import DISTANCE_KINDS, LossModule, distance_loss, group_optimizers, make_target, total_loss
+from tdrl.core.objectives.common import DISTANCE_KINDS, BootstrapKeys, LossModule, distance_loss, group_optimizers, make_target, total_loss
 from tdrl.core.objectives.cql import CQLLoss
 from tdrl.core.objectives.ddpg import DDPGLoss, QKeys
 from tdrl.core.objectives.discrete_sac import DiscreteSACLoss
@@ -28,6 +28,7 @@ ClipPPOLoss = PPOLoss
 
 __all__ = [
     "LossModule",
+    "BootstrapKeys",
     "DISTANCE_KINDS",
     "distance_loss",
     "group_optimizers",

@@ -29,10 +29,11 @@ def run_module(
     overrides: Mapping[NestedKey, Tensor] | None = None,
     detach_params: bool = False,
 ) -> Tensor:
-    """``module``'s ``out_key`` output on ``td``, leaving ``td`` untouched.
+    """``module``'s ``out_key`` output on ``td``, leaving ``td`` untouched; for an ensemble
+    (an ``nn.ModuleList``, :func:`make_ensemble`), every member's output stacked ``[N, *B, ...]``.
 
     Args:
-        module: a TensorDict module.
+        module: a TensorDict module, or an ``nn.ModuleList`` of them.
         td: the batch. out_key: the output to return. owner: name for error messages.
         overrides: inputs to use instead of ``td``'s (e.g. ``{"action": policy_action}``).
         detach_params: evaluate with detached parameters (gradients reach the inputs only,
@@ -41,6 +42,8 @@ def run_module(
     A plain ``TensorDictModule`` is called on its tensors directly (no TensorDict
     overhead); anything else is called on a shallow copy of ``td``.
     """
+    if isinstance(module, nn.ModuleList):
+        return torch.stack([run_module(m, td, out_key, owner, overrides, detach_params) for m in module])
     overrides = overrides or {}
     if isinstance(module, TensorDictSequential) and len(module.module) > 1:
         # e.g. QValueActor = [network -> action_value, greedy head]: only the network is
@@ -110,17 +113,3 @@ def make_ensemble(module: nn.Module, n: int) -> nn.ModuleList:
         _reset(other)
         copies.append(other)
     return nn.ModuleList(copies)
-
-
-def ensemble_values(
-    nets: nn.ModuleList,
-    td: TensorDictBase,
-    out_key: NestedKey,
-    owner: str,
-    overrides: Mapping[NestedKey, Tensor] | None = None,
-    detach_params: bool = False,
-) -> Tensor:
-    """Stacked outputs ``[n_nets, *B, ...]`` of every net in the ensemble."""
-    return torch.stack(
-        [run_module(net, td, out_key, owner, overrides, detach_params) for net in nets]
-    )

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdrl.core.objectives._nets import get_dist, run_module
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ppo import PPOKeys, align_advantage, critic_loss, entropy_terms
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -44,8 +43,7 @@ class A2CLoss(LossModule):
         self.actor, self.critic = actor, critic
         self.entropy_coef, self.critic_coef = entropy_coef, critic_coef
         self.entropy_bonus = entropy_bonus
-        self.loss_critic_type, self.normalize_advantage = loss_critic_type, normalize_advantage
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_critic_type)
+        self.loss_critic_type, self.normalize_advantage = check_distance(loss_critic_type), normalize_advantage
 
     def forward(self, td: TensorDictBase) -> TensorDict:
         terms: dict = {}

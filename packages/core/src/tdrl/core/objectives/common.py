@@ -16,13 +16,14 @@ import torch.distributions as D
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from tdrl.core.objectives._nets import make_ensemble
-from tdrl.core.values._utils import NestedKey, require
+from tdrl.core.objectives._nets import make_ensemble, run_module
+from tdrl.core.values._utils import NestedKey, rebind_keys, require
 from tdrl.core.values.nstep import step_discount
+from tdrl.core import keys as K
 from tdrl.core.keys import next_key
 
 __all__ = [
-    "LossModule", "next_key", "total_loss", "make_target", "DISTANCE_KINDS", "distance_loss", "entropy_estimate",
+    "BootstrapKeys", "LossModule", "next_key", "total_loss", "make_target", "DISTANCE_KINDS", "check_distance", "distance_loss", "entropy_estimate",
     "k3_estimate", "masked_mean", "group_optimizers",
 ]  # fmt: skip
 
@@ -83,9 +84,16 @@ def distance_loss(pred: Tensor, target: Tensor, kind: str = "l2") -> Tensor:
         return (pred - target).pow(2)
     if kind == "l1":
         return (pred - target).abs()
-    if kind == "smooth_l1":
-        return nn.functional.smooth_l1_loss(pred, target, reduction="none")
-    raise ValueError(f"loss kind must be one of {', '.join(map(repr, DISTANCE_KINDS))}, got {kind!r}.")
+    check_distance(kind)
+    return nn.functional.smooth_l1_loss(pred, target, reduction="none")
+
+
+def check_distance(kind: str) -> str:
+    """``kind`` if it is one of :data:`DISTANCE_KINDS` (checked when a loss is built), else a
+    ``ValueError`` naming the valid kinds."""
+    if kind not in DISTANCE_KINDS:
+        raise ValueError(f"loss kind must be one of {', '.join(map(repr, DISTANCE_KINDS))}, got {kind!r}.")
+    return kind
 
 
 def k3_estimate(log_ratio: Tensor, ratio: Tensor | None = None) -> Tensor:
@@ -129,6 +137,17 @@ def entropy_estimate(dist: D.Distribution, sample: Tensor | None = None) -> Tens
         return -dist.log_prob(sample)
 
 
+@dataclasses.dataclass
+class BootstrapKeys:
+    """The keys :class:`LossModule`'s own TD helpers use: ``reward`` and ``terminated`` read
+    under ``"next"`` by the one-step target, ``priority`` written by the critic terms. The keys
+    dataclass of a bootstrapping loss extends it."""
+
+    reward: NestedKey = K.REWARD
+    terminated: NestedKey = K.TERMINATED
+    priority: NestedKey = "td_error"
+
+
 class LossModule(nn.Module):
     """Small base of all losses.
 
@@ -146,19 +165,23 @@ class LossModule(nn.Module):
         self.tensor_keys = self.Keys()
         self.check_finite = check_finite
         self._target_pairs: list[tuple[str, str]] = []
+        self._inner_losses: list[str] = []
 
     # keys -------------------------------------------------------------------------------
     def set_keys(self, **kwargs: NestedKey) -> "LossModule":
         """Rebind key names, e.g. ``loss.set_keys(advantage="adv")``; returns ``self``."""
-        fields = {f.name for f in dataclasses.fields(self.Keys)}
-        unknown = set(kwargs) - fields
-        if unknown:
-            raise KeyError(
-                f"{type(self).__name__}.set_keys: unknown names {sorted(unknown)}; "
-                f"valid names: {sorted(fields)}."
-            )
-        self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        self.tensor_keys = rebind_keys(self.tensor_keys, type(self).__name__, **kwargs)
+        for name in self._inner_losses:
+            getattr(self, name).set_keys(**kwargs)
         return self
+
+    def _build_on(self, name: str, inner: "LossModule") -> "LossModule":
+        """Register ``inner`` as ``self.<name>``: a loss this one is built on (CQL on SAC,
+        TD3+BC on TD3). :meth:`set_keys` rebinds its keys too and :meth:`target_pairs`
+        yields its target networks. Returns ``inner``."""
+        setattr(self, name, inner)
+        self._inner_losses.append(name)
+        return inner
 
     def _get(self, td: TensorDictBase, field: str) -> Tensor:
         return require(td, getattr(self.tensor_keys, field), type(self).__name__)
@@ -166,6 +189,15 @@ class LossModule(nn.Module):
     def _get_next(self, td: TensorDictBase, field: str) -> Tensor:
         """``td["next", <key of field>]`` (reward, terminated, ... of step t+1)."""
         return require(td, next_key(getattr(self.tensor_keys, field)), type(self).__name__)
+
+    def _q_values(self, nets: nn.Module, td: TensorDictBase, action: Tensor | None = None,
+                  detach_params: bool = False) -> Tensor:
+        """``state_action_value`` of a critic (``[*B, 1]``) or of an ensemble of critics (an
+        ``nn.ModuleList``: ``[N, *B, 1]``) on ``td``, with ``action`` in place of ``td``'s
+        action when given; ``detach_params``: gradients reach the inputs only."""
+        k = self.tensor_keys
+        overrides = None if action is None else {k.action: action}
+        return run_module(nets, td, k.state_action_value, type(self).__name__, overrides, detach_params)
 
     def _next_td(self, td: TensorDictBase) -> TensorDictBase:
         return require(td, "next", type(self).__name__)
@@ -251,6 +283,8 @@ class LossModule(nn.Module):
         """``(online, target)`` module pairs, for the target updaters."""
         for online, target in self._target_pairs:
             yield getattr(self, online), getattr(self, target)
+        for name in self._inner_losses:
+            yield from getattr(self, name).target_pairs()
 
     # output -----------------------------------------------------------------------------
     def _output(self, terms: dict[str, Any], batch_size: tuple = ()) -> TensorDict:

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, sample_with_log_prob
+from tdrl.core.objectives._nets import get_dist, run_module, sample_with_log_prob
 from tdrl.core.objectives.common import LossModule
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.objectives.sac import SACLoss
@@ -52,19 +52,11 @@ class CQLLoss(LossModule):
         **sac_kwargs,
     ) -> None:
         super().__init__(check_finite)
-        self.sac = SACLoss(actor, qvalue, check_finite=check_finite, **sac_kwargs)
+        self.sac = self._build_on("sac", SACLoss(actor, qvalue, check_finite=check_finite, **sac_kwargs))
         self.register_buffer("action_low", torch.as_tensor(action_low, dtype=torch.float32))
         self.register_buffer("action_high", torch.as_tensor(action_high, dtype=torch.float32))
         self.num_random, self.min_q_weight = int(num_random), float(min_q_weight)
         self.temperature = float(temperature)
-
-    def set_keys(self, **kwargs) -> "CQLLoss":
-        super().set_keys(**kwargs)
-        self.sac.set_keys(**kwargs)
-        return self
-
-    def target_pairs(self):
-        return self.sac.target_pairs()
 
     def cql_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """The conservative penalty ``loss_cql`` (summed over critics)."""
@@ -82,7 +74,7 @@ class CQLLoss(LossModule):
         qnets = self.sac.qvalue
 
         def q_at(a: Tensor) -> Tensor:  # [n_nets, n, *B]
-            return ensemble_values(qnets, td_rep, k.state_action_value, name, {k.action: a})[..., 0]
+            return run_module(qnets, td_rep, k.state_action_value, name, {k.action: a})[..., 0]
 
         cat = torch.cat(
             [
@@ -94,7 +86,7 @@ class CQLLoss(LossModule):
         )  # [n_nets, 3n, *B]
         t = self.temperature
         lse = t * torch.logsumexp(cat / t, dim=1) - t * math.log(3 * n)
-        q_data = ensemble_values(qnets, td, k.state_action_value, name)[..., 0]  # [n_nets, *B]
+        q_data = run_module(qnets, td, k.state_action_value, name)[..., 0]  # [n_nets, *B]
         gap = lse - q_data
         loss = self.min_q_weight * gap.mean(tuple(range(1, gap.dim()))).sum()
         return {"loss_cql": loss, "cql_gap": gap.mean()}

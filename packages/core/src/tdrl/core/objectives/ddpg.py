@@ -10,7 +10,7 @@ from torch import Tensor
 
 from tdrl.core import keys as K
 from tdrl.core.objectives._nets import run_module
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives.common import BootstrapKeys, LossModule, check_distance, distance_loss
 from tdrl.core.values._utils import NestedKey
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -18,19 +18,14 @@ __all__ = ["QKeys", "DDPGLoss"]
 
 
 @dataclass
-class QKeys:
-    """Keys of the off-policy actor-critic losses (DDPG, TD3, SAC, IQL, CQL).
-
-    ``reward`` and ``terminated`` are read under ``"next"``.
-    """
+class QKeys(BootstrapKeys):
+    """Keys of the off-policy actor-critic losses (DDPG, TD3, SAC, IQL, CQL): the action, the
+    critics' outputs, and :class:`BootstrapKeys`."""
 
     action: NestedKey = K.ACTION
     state_action_value: NestedKey = K.STATE_ACTION_VALUE
     state_value: NestedKey = K.STATE_VALUE
     action_value: NestedKey = K.ACTION_VALUE
-    reward: NestedKey = K.REWARD
-    terminated: NestedKey = K.TERMINATED
-    priority: NestedKey = "td_error"
 
 
 @accept_torchrl_names
@@ -70,26 +65,18 @@ class DDPGLoss(LossModule):
             self._add_target("actor", actor)
         self._add_target("qvalue", qvalue)
         self.delay_actor = delay_actor
-        self.gamma, self.loss_function = float(gamma), loss_function
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
+        self.gamma, self.loss_function = float(gamma), check_distance(loss_function)
 
     def _action(self, actor, td: TensorDictBase) -> Tensor:
         return run_module(actor, td, self.tensor_keys.action, type(self).__name__)
 
-    def _q(self, net, td, action=None, detach_params=False) -> Tensor:
-        k = self.tensor_keys
-        overrides = None if action is None else {k.action: action}
-        return run_module(
-            net, td, k.state_action_value, type(self).__name__, overrides, detach_params
-        )
-
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """Critic terms: ``loss_qvalue``, ``td_error``, ``q_mean``, ``target_mean``."""
-        q = self._q(self.qvalue, td)
+        q = self._q_values(self.qvalue, td)
         next_td = self._next_td(td)
         with torch.no_grad():
             next_action = self._action(self.target_actor if self.delay_actor else self.actor, next_td)
-            target = self._bootstrap(td, self._q(self.target_qvalue, next_td, next_action), self.gamma)
+            target = self._bootstrap(td, self._q_values(self.target_qvalue, next_td, next_action), self.gamma)
         td_error = (q - target).detach().abs()
         td.set(self.tensor_keys.priority, td_error.reshape(td.shape))
         return {
@@ -102,7 +89,7 @@ class DDPGLoss(LossModule):
     def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """Actor term ``loss_actor = -Q(s, mu(s))`` (critic parameters detached)."""
         action = self._action(self.actor, td)
-        return {"loss_actor": -self._q(self.qvalue, td, action, detach_params=True).mean()}
+        return {"loss_actor": -self._q_values(self.qvalue, td, action, detach_params=True).mean()}
 
     def forward(self, td: TensorDictBase) -> TensorDict:
         return self._output({**self.actor_loss(td), **self.qvalue_loss(td)})

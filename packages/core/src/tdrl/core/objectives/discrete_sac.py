@@ -9,8 +9,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives._nets import get_dist, run_module
+from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.objectives.dqn import gather_action_value
 from tdrl.core.objectives.sac import EntropyTemperature
@@ -67,14 +67,13 @@ class DiscreteSACLoss(LossModule):
         self.actor = actor
         self._add_critics(qvalue, num_qvalue_nets)
         self.num_actions, self.gamma = int(num_actions), float(gamma)
-        self.loss_function = loss_function
+        self.loss_function = check_distance(loss_function)
         self.temperature = EntropyTemperature(
             alpha_init, target_entropy_weight * math.log(num_actions), fixed_alpha
         )
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
 
     def _qs(self, nets, td, detach_params=False) -> Tensor:
-        return ensemble_values(
+        return run_module(
             nets, td, self.tensor_keys.action_value, type(self).__name__, None, detach_params
         )
 

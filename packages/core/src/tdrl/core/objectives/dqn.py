@@ -12,7 +12,7 @@ from torch import Tensor
 
 from tdrl.core import keys as K
 from tdrl.core.objectives._nets import run_module
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives.common import BootstrapKeys, LossModule, check_distance, distance_loss
 from tdrl.core.values._utils import NestedKey
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -20,15 +20,13 @@ __all__ = ["DQNKeys", "DQNLoss", "gather_action_value"]
 
 
 @dataclass
-class DQNKeys:
-    """Keys of :class:`DQNLoss`; ``reward`` and ``terminated`` are read under ``"next"``."""
+class DQNKeys(BootstrapKeys):
+    """Keys of :class:`DQNLoss`: the action, the Q-values, the action mask and
+    :class:`BootstrapKeys`."""
 
     action: NestedKey = K.ACTION
     action_value: NestedKey = K.ACTION_VALUE
     action_mask: NestedKey = K.ACTION_MASK
-    reward: NestedKey = K.REWARD
-    terminated: NestedKey = K.TERMINATED
-    priority: NestedKey = "td_error"
 
 
 def gather_action_value(q: Tensor, action: Tensor) -> Tensor:
@@ -93,8 +91,7 @@ class DQNLoss(LossModule):
         self.value_network = value_network
         self._add_target("value_network", value_network)
         self.gamma, self.double_dqn = float(gamma), double_dqn
-        self.loss_function, self.use_action_mask = loss_function, use_action_mask
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
+        self.loss_function, self.use_action_mask = check_distance(loss_function), use_action_mask
 
     def _q(self, net, td: TensorDictBase) -> Tensor:
         return run_module(net, td, self.tensor_keys.action_value, type(self).__name__)

@@ -6,8 +6,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, run_module
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives._nets import get_dist, run_module
+from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -59,15 +59,14 @@ class IQLLoss(LossModule):
         self._add_critics(qvalue, num_qvalue_nets)
         self.gamma, self.expectile = float(gamma), float(expectile)
         self.temperature, self.max_weight = float(temperature), float(max_weight)
-        self.loss_function = loss_function
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
+        self.loss_function = check_distance(loss_function)
 
     def _v(self, td: TensorDictBase) -> Tensor:
         return run_module(self.value, td, self.tensor_keys.state_value, type(self).__name__)
 
     def _target_q(self, td: TensorDictBase) -> Tensor:
         with torch.no_grad():
-            return ensemble_values(
+            return run_module(
                 self.target_qvalue, td, self.tensor_keys.state_action_value, type(self).__name__
             ).min(0).values
 
@@ -78,7 +77,7 @@ class IQLLoss(LossModule):
 
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         k = self.tensor_keys
-        qs = ensemble_values(self.qvalue, td, k.state_action_value, type(self).__name__)
+        qs = run_module(self.qvalue, td, k.state_action_value, type(self).__name__)
         with torch.no_grad():
             target = self._bootstrap(td, self._v(self._next_td(td)), self.gamma)
         return self._ensemble_critic_terms(td, qs, target, target_mean=False)

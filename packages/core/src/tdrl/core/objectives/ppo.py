@@ -17,21 +17,19 @@ from torch import Tensor
 
 from tdrl.core import keys as K
 from tdrl.core.objectives._nets import get_dist, run_module
-from tdrl.core.objectives.common import LossModule, distance_loss, entropy_estimate, k3_estimate
+from tdrl.core.objectives.common import LossModule, check_distance, distance_loss, entropy_estimate, k3_estimate
 from tdrl.core.values._utils import NestedKey
+from tdrl.core.values.estimators import AdvantageKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
 
 __all__ = ["PPOKeys", "PPOLoss", "critic_loss", "align_advantage", "clipped_surrogate", "entropy_terms"]
 
 
 @dataclass
-class PPOKeys:
-    """Keys read by :class:`PPOLoss` and :class:`~tdrl.core.objectives.A2CLoss`."""
+class PPOKeys(AdvantageKeys):
+    """Keys read by :class:`PPOLoss` and :class:`~tdrl.core.objectives.A2CLoss`: the
+    estimator's :class:`~tdrl.core.values.AdvantageKeys` and the ``action``."""
 
-    advantage: NestedKey = K.ADVANTAGE
-    value_target: NestedKey = K.VALUE_TARGET
-    value: NestedKey = K.STATE_VALUE
-    sample_log_prob: NestedKey = K.ACTION_LOG_PROB
     action: NestedKey = K.ACTION
 
 
@@ -178,8 +176,7 @@ class PPOLoss(LossModule):
         self.entropy_coef, self.critic_coef = entropy_coef, critic_coef
         self.entropy_bonus = entropy_bonus
         self.clip_value, self.normalize_advantage = clip_value, normalize_advantage
-        self.loss_critic_type = loss_critic_type
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_critic_type)  # validate early
+        self.loss_critic_type = check_distance(loss_critic_type)
 
     def _policy_terms(self, td: TensorDictBase, terms: dict) -> None:
         action = self._get(td, "action")

@@ -9,8 +9,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
-from tdrl.core.objectives._nets import ensemble_values, get_dist, sample_with_log_prob
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives._nets import get_dist, sample_with_log_prob
+from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -111,12 +111,11 @@ class SACLoss(LossModule):
         super().__init__(check_finite)
         self.actor = actor
         self._add_critics(qvalue, num_qvalue_nets)
-        self.gamma, self.loss_function = float(gamma), loss_function
+        self.gamma, self.loss_function = float(gamma), check_distance(loss_function)
         self._auto_entropy = target_entropy == "auto"
         self.temperature = EntropyTemperature(
             alpha_init, 0.0 if self._auto_entropy else float(target_entropy), fixed_alpha, min_alpha, max_alpha
         )
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
 
     # TorchRL's views of the parameters, for per-network optimisers: TensorDicts whose leaves
     # are the modules' own Parameters (list(loss.qvalue_network_params.flatten_keys().values()))
@@ -125,10 +124,8 @@ class SACLoss(LossModule):
     log_alpha = property(lambda self: self.temperature.log_alpha, doc="TorchRL's loss.log_alpha (the temperature's)")
 
     def _qs(self, nets, td, action, detach_params=False) -> Tensor:
-        k = self.tensor_keys
-        return ensemble_values(
-            nets, td, k.state_action_value, type(self).__name__, {k.action: action}, detach_params
-        )
+        """The critics' values at ``action`` (REDQ overrides this to draw a subset)."""
+        return self._q_values(nets, td, action, detach_params)
 
     def _sample(self, td: TensorDictBase) -> tuple[Tensor, Tensor]:
         action, log_prob = sample_with_log_prob(get_dist(self.actor, td))

@@ -6,8 +6,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, make_ensemble, run_module
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives._nets import make_ensemble, run_module
+from tdrl.core.objectives.common import LossModule, check_distance
 from tdrl.core.objectives.ddpg import QKeys
 from tdrl.core.torchrl_names import accept_torchrl_names
 
@@ -56,20 +56,12 @@ class TD3Loss(LossModule):
         self.register_buffer("action_low", torch.as_tensor(action_low, dtype=torch.float32))
         self.register_buffer("action_high", torch.as_tensor(action_high, dtype=torch.float32))
         self.gamma, self.policy_noise, self.noise_clip = float(gamma), policy_noise, noise_clip
-        self.loss_function = loss_function
-        distance_loss(torch.zeros(1), torch.zeros(1), loss_function)
-
-    def _qs(self, nets, td, action=None, detach_params=False) -> Tensor:
-        k = self.tensor_keys
-        overrides = None if action is None else {k.action: action}
-        return ensemble_values(
-            nets, td, k.state_action_value, type(self).__name__, overrides, detach_params
-        )
+        self.loss_function = check_distance(loss_function)
 
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """Critic terms: ``loss_qvalue`` (summed over critics) and diagnostics."""
         k, name = self.tensor_keys, type(self).__name__
-        qs = self._qs(self.qvalue, td)  # [n, *B, 1]
+        qs = self._q_values(self.qvalue, td)  # [n, *B, 1]
         next_td = self._next_td(td)
         with torch.no_grad():
             next_action = run_module(self.target_actor, next_td, k.action, name)
@@ -79,14 +71,14 @@ class TD3Loss(LossModule):
             low = self.action_low.to(next_action.dtype)
             high = self.action_high.to(next_action.dtype)
             next_action = torch.clamp(next_action + noise, low, high)
-            next_q = self._qs(self.target_qvalue, next_td, next_action).min(0).values
+            next_q = self._q_values(self.target_qvalue, next_td, next_action).min(0).values
             target = self._bootstrap(td, next_q, self.gamma)
         return self._ensemble_critic_terms(td, qs, target)
 
     def actor_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """``loss_actor = -Q_1(s, mu(s))`` with the critic's parameters detached."""
         action = run_module(self.actor, td, self.tensor_keys.action, type(self).__name__)
-        q = self._qs(self.qvalue[:1], td, action, detach_params=True)[0]
+        q = self._q_values(self.qvalue[:1], td, action, detach_params=True)[0]
         return {"loss_actor": -q.mean()}
 
     def forward(self, td: TensorDictBase) -> TensorDict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl.core.objectives._nets import ensemble_values, run_module
+from tdrl.core.objectives._nets import run_module
 from tdrl.core.objectives.bc import bc_mse
 from tdrl.core.objectives.common import LossModule
 from tdrl.core.objectives.ddpg import QKeys
@@ -60,8 +60,8 @@ class TD3BCLoss(LossModule):
         super().__init__(check_finite)
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}.")
-        self.td3 = TD3Loss(actor, qvalue, action_low=action_low, action_high=action_high,
-                           check_finite=check_finite, **td3_kwargs)
+        self.td3 = self._build_on("td3", TD3Loss(actor, qvalue, action_low=action_low, action_high=action_high,
+                                                 check_finite=check_finite, **td3_kwargs))
         self.alpha = float(alpha)
 
     @property
@@ -72,14 +72,6 @@ class TD3BCLoss(LossModule):
     def qvalue(self):
         return self.td3.qvalue
 
-    def set_keys(self, **kwargs) -> "TD3BCLoss":
-        super().set_keys(**kwargs)
-        self.td3.set_keys(**kwargs)
-        return self
-
-    def target_pairs(self):
-        return self.td3.target_pairs()
-
     def qvalue_loss(self, td: TensorDictBase) -> dict[str, Tensor]:
         """The TD3 critic terms (``loss_qvalue`` and diagnostics)."""
         return self.td3.qvalue_loss(td)
@@ -89,7 +81,7 @@ class TD3BCLoss(LossModule):
         k, name = self.tensor_keys, type(self).__name__
         data_action = self._get(td, "action")
         action = run_module(self.actor, td.exclude(k.action), k.action, name)
-        q = ensemble_values(self.qvalue[:1], td, k.state_action_value, name,
+        q = run_module(self.qvalue[:1], td, k.state_action_value, name,
                             {k.action: action}, detach_params=True)[0]
         loss, lmbda = td3_bc_actor_loss(q, action, data_action, self.alpha)
         return {"loss_actor": loss, "lmbda": lmbda, "bc_loss": bc_mse(action, data_action),

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from .storages import Storage
+from .storages import StatelessPart, Storage
 
 __all__ = ["Sampler", "RandomSampler", "SamplerWithoutReplacement"]
 
 
-class Sampler:
+class Sampler(StatelessPart):
     """Base class of samplers."""
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
@@ -34,15 +34,6 @@ class Sampler:
     def ran_out(self) -> bool:
         """True when an epoch of a without-replacement sampler has just been exhausted."""
         return False
-
-    def empty(self) -> None:
-        return None
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        return None
 
 
 def check_nonempty(storage: Storage) -> int:

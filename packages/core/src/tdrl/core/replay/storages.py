@@ -20,9 +20,24 @@ from tensordict import TensorDictBase
 
 from tdrl.core.td_access import new_td
 
-__all__ = ["Storage", "ListStorage", "TensorStorage", "LazyTensorStorage"]
+__all__ = ["StatelessPart", "Storage", "ListStorage", "TensorStorage", "LazyTensorStorage"]
 
 _TENSOR_KEY = "_data"  # key under which a storage of plain tensors keeps them
+
+
+class StatelessPart:
+    """Base of the buffer's samplers and writers: no state unless a subclass keeps some
+    (``empty``, ``state_dict`` and ``load_state_dict`` are no-ops; the buffer calls them on
+    every part)."""
+
+    def empty(self) -> None:
+        return None
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None
 
 
 def _key_str(key) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from .storages import ListStorage, Storage
+from .storages import ListStorage, StatelessPart, Storage
 
 __all__ = ["Writer", "RoundRobinWriter", "MaxValueWriter", "TensorDictMaxValueWriter"]
 
@@ -35,20 +35,11 @@ def _rows(data, index):
     return [data[i] for i in index.tolist()]
 
 
-class Writer:
+class Writer(StatelessPart):
     """Base class of writers."""
 
     def extend(self, storage: Storage, data) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
-
-    def empty(self) -> None:
-        return None
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        return None
 
 
 class RoundRobinWriter(Writer):

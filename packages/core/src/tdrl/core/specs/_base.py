@@ -164,7 +164,14 @@ class TensorSpec:
             )
 
     def expand(self, *shape) -> TensorSpec:
-        """A copy with shape ``shape``, which must end with the current shape."""
+        """A copy with shape ``shape`` (sizes or one sequence), which must end with the
+        current shape."""
+        shape = expand_shape_args(shape)
+        self._check_expand(shape)
+        return self._expanded(shape)
+
+    def _expanded(self, shape: torch.Size) -> TensorSpec:  # pragma: no cover - abstract
+        """:meth:`expand` once ``shape`` is checked: a copy of this spec with that shape."""
         raise NotImplementedError
 
     def clone(self) -> TensorSpec:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._base import DEVICE_TYPING, TensorSpec, expand_shape_args, as_shape
+from ._base import DEVICE_TYPING, TensorSpec, as_shape
 
 __all__ = ["Unbounded", "Bounded"]
 
@@ -49,9 +49,7 @@ class Unbounded(TensorSpec):
     def rand(self, shape=()) -> torch.Tensor:
         return _rand_like_dtype((*as_shape(shape), *self.shape), self.dtype, self.device)
 
-    def expand(self, *shape) -> Unbounded:
-        shape = expand_shape_args(shape)
-        self._check_expand(shape)
+    def _expanded(self, shape: torch.Size) -> Unbounded:
         return Unbounded(shape, self.device, self.dtype)
 
     def to(self, device: DEVICE_TYPING) -> Unbounded:
@@ -134,9 +132,7 @@ class Bounded(TensorSpec):
         val = val.to(self.dtype)
         return torch.maximum(torch.minimum(val, self.high), self.low)
 
-    def expand(self, *shape) -> Bounded:
-        shape = expand_shape_args(shape)
-        self._check_expand(shape)
+    def _expanded(self, shape: torch.Size) -> Bounded:
         return Bounded(self.low.expand(shape), self.high.expand(shape), shape, self.device, self.dtype)
 
     def to(self, device: DEVICE_TYPING) -> Bounded:

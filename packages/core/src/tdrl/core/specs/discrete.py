@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._base import DEVICE_TYPING, TensorSpec, expand_shape_args, as_shape
+from ._base import DEVICE_TYPING, TensorSpec, as_shape
 from .continuous import sort_device_dtype
 
 __all__ = ["Categorical", "OneHot", "Binary", "MultiCategorical"]
@@ -116,9 +116,7 @@ class Categorical(_OneOfN):
     def to_one_hot_spec(self) -> OneHot:
         return OneHot(self.n, (*self.shape, self.n), self.device, mask=self.mask)
 
-    def expand(self, *shape) -> Categorical:
-        shape = expand_shape_args(shape)
-        self._check_expand(shape)
+    def _expanded(self, shape: torch.Size) -> Categorical:
         mask = None if self.mask is None else self.mask.expand(*shape, self.n)
         return Categorical(self.n, shape, self.device, self.dtype, mask)
 
@@ -201,9 +199,7 @@ class OneHot(_OneOfN):
     def to_categorical_spec(self) -> Categorical:
         return Categorical(self.n, self.shape[:-1], self.device, mask=self.mask)
 
-    def expand(self, *shape) -> OneHot:
-        shape = expand_shape_args(shape)
-        self._check_expand(shape)
+    def _expanded(self, shape: torch.Size) -> OneHot:
         mask = None if self.mask is None else self.mask.expand(shape)
         return OneHot(self.n, shape, self.device, self.dtype, mask)
 
@@ -249,9 +245,7 @@ class Binary(TensorSpec):
     def project(self, val: torch.Tensor) -> torch.Tensor:
         return (val > 0.5).to(self.dtype) if val.dtype != torch.bool else val.to(self.dtype)
 
-    def expand(self, *shape) -> Binary:
-        shape = expand_shape_args(shape)
-        self._check_expand(shape)
+    def _expanded(self, shape: torch.Size) -> Binary:
         return Binary(self.n, shape, self.device, self.dtype)
 
     def to(self, device: DEVICE_TYPING) -> Binary:
@@ -306,9 +300,7 @@ class MultiCategorical(TensorSpec):
             val = val.round()
         return torch.minimum(val.clamp_min(0), self.nvec - 1).to(self.dtype)
 
-    def expand(self, *shape) -> MultiCategorical:
-        shape = expand_shape_args(shape)
-        self._check_expand(shape)
+    def _expanded(self, shape: torch.Size) -> MultiCategorical:
         return MultiCategorical(self.nvec.expand(shape), shape, self.device, self.dtype)
 
     def to(self, device: DEVICE_TYPING) -> MultiCategorical:
@@ -389,9 +381,7 @@ class MultiOneHot(TensorSpec):
             out = torch.cat([torch.nn.functional.one_hot(out[..., i].long(), n) for i, n in enumerate(self.nvec)], -1)
         return super().encode(out, ignore_device)
 
-    def expand(self, *shape) -> MultiOneHot:
-        shape = expand_shape_args(shape)
-        self._check_expand(shape)
+    def _expanded(self, shape: torch.Size) -> MultiOneHot:
         return MultiOneHot(self.nvec, shape, self.device, self.dtype)
 
     def to(self, device: DEVICE_TYPING) -> MultiOneHot:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tdrl.core.values.estimators import GAE, TD0, TDLambda, ValueEstimatorBase, ValueKeys, VTrace
+from tdrl.core.values.estimators import GAE, TD0, AdvantageKeys, TDLambda, ValueEstimatorBase, ValueKeys, VTrace
 from tdrl.core.values.functional import (
     discounted_cumsum,
     gae,
@@ -26,6 +26,7 @@ __all__ = [
     "TDLambda",
     "VTrace",
     "ValueEstimatorBase",
+    "AdvantageKeys",
     "ValueKeys",
     "discounted_cumsum",
     "gae",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -48,3 +49,14 @@ def as_time_column(x: torch.Tensor, batch_shape: torch.Size, name: str) -> torch
         f"{name} has shape {tuple(x.shape)}; expected {(*batch_shape, 1)} "
         f"(the TensorDict's batch shape {tuple(batch_shape)} plus a trailing 1)."
     )
+
+
+def rebind_keys(keys: Any, owner: str, **kwargs: NestedKey) -> Any:
+    """A copy of the keys dataclass ``keys`` with the names in ``kwargs`` rebound: the one
+    ``set_keys`` of the losses and the value estimators (``owner`` names the caller in the
+    ``KeyError`` an unknown name raises)."""
+    fields = {f.name for f in dataclasses.fields(keys)}
+    unknown = set(kwargs) - fields
+    if unknown:
+        raise KeyError(f"{owner}.set_keys: unknown names {sorted(unknown)}; valid names: {sorted(fields)}.")
+    return dataclasses.replace(keys, **kwargs)

@@ -18,7 +18,6 @@ default (``bootstrap_unknown="raise"``), or bootstrapped from ``V(s_t)`` with
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,30 +27,36 @@ from torch import Tensor, nn
 
 from tdrl.core import keys as K
 from tdrl.core.values import functional as F
-from tdrl.core.values._utils import NestedKey, as_time_column, require
+from tdrl.core.values._utils import NestedKey, as_time_column, rebind_keys, require
 from tdrl.core.values.forward import chunked_values, shifted_values, without_nan
 from tdrl.core.values.nstep import step_discount
 from tdrl.core.keys import NEXT_OBS_KNOWN, next_key
 from tdrl.core.torchrl_names import accept_torchrl_names
 
-__all__ = ["ValueKeys", "ValueEstimatorBase", "GAE", "TD0", "TDLambda", "VTrace"]
+__all__ = ["AdvantageKeys", "ValueKeys", "ValueEstimatorBase", "GAE", "TD0", "TDLambda", "VTrace"]
 
 
 @dataclass
-class ValueKeys:
-    """Keys an estimator reads and writes (rebind with ``set_keys``).
-
-    ``reward``, ``done`` and ``terminated`` are read under ``"next"``; ``value`` is read at
-    the root and under ``"next"``.
-    """
+class AdvantageKeys:
+    """The keys an estimator writes (``advantage``, ``value_target``) and reads (``value``,
+    ``sample_log_prob`` for V-trace), which the policy-gradient losses read in turn
+    (:class:`~tdrl.core.objectives.PPOKeys` extends it)."""
 
     advantage: NestedKey = K.ADVANTAGE
     value_target: NestedKey = K.VALUE_TARGET
     value: NestedKey = K.STATE_VALUE
+    sample_log_prob: NestedKey = K.ACTION_LOG_PROB
+
+
+@dataclass
+class ValueKeys(AdvantageKeys):
+    """Keys an estimator reads and writes (rebind with ``set_keys``): :class:`AdvantageKeys`
+    and the step's ``reward``, ``done`` and ``terminated``, read under ``"next"`` (``value`` is
+    read at the root and under ``"next"``)."""
+
     reward: NestedKey = K.REWARD
     done: NestedKey = K.DONE
     terminated: NestedKey = K.TERMINATED
-    sample_log_prob: NestedKey = K.ACTION_LOG_PROB
 
 
 class ValueEstimatorBase(nn.Module):
@@ -116,11 +121,7 @@ class ValueEstimatorBase(nn.Module):
 
     def set_keys(self, **kwargs: NestedKey) -> "ValueEstimatorBase":
         """Rebind keys, e.g. ``set_keys(value="critic_value")``; returns ``self``."""
-        fields = {f.name for f in dataclasses.fields(ValueKeys)}
-        unknown = set(kwargs) - fields
-        if unknown:
-            raise KeyError(f"Unknown key names {sorted(unknown)}; valid: {sorted(fields)}.")
-        self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        self.tensor_keys = rebind_keys(self.tensor_keys, type(self).__name__, **kwargs)
         return self
 
     def _values(self, td: TensorDictBase, done: Tensor, terminated: Tensor) -> tuple[Tensor, Tensor]:

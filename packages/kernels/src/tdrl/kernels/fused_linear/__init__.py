@@ -1,17 +1,5 @@
-"""Chunked fused LM head + token log-probs with O(chunk x V) memory."""
+"""Chunked fused LM head + token log-probs with O(chunk x V) memory.
 
-from __future__ import annotations
-
-from .api import fused_linear_cross_entropy, fused_linear_logprobs, fused_linear_pg_loss
-from .cross_entropy import fused_linear_cross_entropy_reference
-from .pg_loss import fused_linear_pg_loss_reference
-from .reference import fused_linear_logprobs_reference
-
-__all__ = [
-    "fused_linear_cross_entropy",
-    "fused_linear_cross_entropy_reference",
-    "fused_linear_logprobs",
-    "fused_linear_logprobs_reference",
-    "fused_linear_pg_loss",
-    "fused_linear_pg_loss_reference",
-]
+The public ops and their ``*_reference`` twins live in :mod:`.api` and are exported from
+:mod:`tdrl.kernels` (their one export list).
+"""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import use_triton
+from .._dispatch import torch_reference, use_triton
 from ..logprobs.reference import default_chunk_rows, rows_backward, rows_forward
 from .cross_entropy import fused_linear_cross_entropy_impl
 from .pg_loss import fused_linear_pg_loss_impl
@@ -182,3 +182,8 @@ def fused_linear_cross_entropy(
     return fused_linear_cross_entropy_impl(
         hidden, weight, targets, bias, mask, temperature, reduction, chunk_size, fwd, bwd
     )
+
+
+fused_linear_logprobs_reference = torch_reference(fused_linear_logprobs)
+fused_linear_pg_loss_reference = torch_reference(fused_linear_pg_loss)
+fused_linear_cross_entropy_reference = torch_reference(fused_linear_cross_entropy)

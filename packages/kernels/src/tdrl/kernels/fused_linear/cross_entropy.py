@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..logprobs.reference import compute_dtype, default_chunk_rows, rows_backward, rows_forward
+from ..logprobs.reference import compute_dtype, default_chunk_rows
 from .grads_in_forward import head_grads_in_forward, kept_rows, scaled_stored_grads
 from .reference import check_fused_inputs
 
@@ -77,19 +77,3 @@ def fused_linear_cross_entropy_impl(
     )
     config = (float(temperature), max(1, int(chunk)), need_grad, rows_fwd, rows_bwd)
     return FusedLinearCrossEntropyFunction.apply(h, weight, bias, tgt, scale, config)
-
-
-def fused_linear_cross_entropy_reference(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    reduction: str = "mean",
-    chunk_size: int | None = None,
-) -> torch.Tensor:
-    """Pure-torch :func:`tdrl.kernels.fused_linear_cross_entropy` (same signature and result)."""
-    return fused_linear_cross_entropy_impl(
-        hidden, weight, targets, bias, mask, temperature, reduction, chunk_size, rows_forward, rows_backward
-    )

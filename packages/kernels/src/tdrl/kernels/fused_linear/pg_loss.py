@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..logprobs.reference import compute_dtype, default_chunk_rows, rows_backward, rows_forward
+from ..logprobs.reference import compute_dtype, default_chunk_rows
 from ..pg_loss.reference import check_pg_inputs, expand_advantages, row_scales, token_terms
 from .grads_in_forward import head_grads_in_forward, kept_rows, scaled_stored_grads
 from .reference import check_fused_inputs
@@ -120,30 +120,3 @@ def fused_linear_pg_loss_impl(
         full = logp.new_zeros(n).index_copy_(0, kept, logp) if subset else logp
         stats["logp"] = full.reshape(targets.shape)
     return loss, stats
-
-
-def fused_linear_pg_loss_reference(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    old_logp: torch.Tensor | None,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    ref_logp: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    beta: float = 0.0,
-    reduction: str = "token",
-    max_len: int | None = None,
-    chunk_size: int | None = None,
-    return_entropy: bool = False,
-    return_logprobs: bool = False,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Pure-torch :func:`tdrl.kernels.fused_linear_pg_loss` (same signature and result)."""
-    return fused_linear_pg_loss_impl(
-        hidden, weight, targets, old_logp, advantages, mask, ref_logp, bias, temperature,
-        eps_low, eps_high, beta, reduction, max_len, chunk_size, return_entropy, return_logprobs,
-        rows_forward, rows_backward,
-    )

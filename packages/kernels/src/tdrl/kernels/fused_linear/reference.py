@@ -24,14 +24,13 @@ from __future__ import annotations
 import torch
 
 from ..logprobs.reference import (
+    backward_rows,
     forward_in_chunks,
     in_lead_shape,
     torch_workspace,
     check_target_range,
     compute_dtype,
     default_chunk_rows,
-    rows_backward,
-    rows_forward,
 )
 from .grads_in_forward import head_grads_in_forward, head_logits
 
@@ -94,14 +93,8 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
             e = min(n, s + chunk)
             h = hidden[s:e]
             logits = head_logits(h, weight, bias)
-            g = rows_bwd(
-                logits, targets[s:e], temperature, lse[s:e],
-                None if entropy is None else entropy[s:e],
-                None if grad_logp is None else grad_logp[s:e].contiguous(),
-                None if grad_entropy is None else grad_entropy[s:e].contiguous(),
-                logits,
-                workspace=ws,
-            )
+            g = backward_rows(rows_bwd, s, e, logits, logits, targets, temperature, lse, entropy, grad_logp,
+                              grad_entropy, ws)
             if grad_hidden is not None:
                 torch.mm(g, weight, out=grad_hidden[s:e])
             if grad_weight is not None:
@@ -155,19 +148,3 @@ def fused_linear_logprobs_impl(
         rows_fwd, rows_bwd, frozen_head,
     )
     return in_lead_shape(out, lead, return_entropy)
-
-
-def fused_linear_logprobs_reference(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    chunk_size: int | None = None,
-    return_entropy: bool = False,
-):
-    """Pure-torch :func:`tdrl.kernels.fused_linear_logprobs` (same signature and result)."""
-    return fused_linear_logprobs_impl(
-        hidden, weight, targets, bias, temperature, chunk_size, return_entropy,
-        rows_forward, rows_backward,
-    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .api import token_logprobs
-from .reference import token_logprobs_reference
+from .api import token_logprobs, token_logprobs_reference
 
 __all__ = ["token_logprobs", "token_logprobs_reference"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import use_triton
+from .._dispatch import torch_reference, use_triton
 from .reference import rows_backward, rows_forward, token_logprobs_impl
 
 
@@ -42,3 +42,6 @@ def token_logprobs(
     return token_logprobs_impl(
         logits, targets, temperature, return_entropy, rows_forward, rows_backward, None
     )
+
+
+token_logprobs_reference = torch_reference(token_logprobs)

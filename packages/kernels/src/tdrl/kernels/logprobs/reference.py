@@ -182,6 +182,22 @@ def forward_in_chunks(rows_fwd, chunk_logits, targets, chunk: int, temperature: 
         del logits
 
 
+def backward_rows(rows_bwd, s: int, e: int, logits: torch.Tensor, out: torch.Tensor, targets, temperature: float,
+                  lse, entropy, grad_logp, grad_entropy, ws) -> torch.Tensor:
+    """``rows_bwd`` on rows ``s:e``: their ``logits`` ``[e - s, V]`` and the slices of the saved
+    ``[N]`` statistics and upstream gradients (either may be None); the logits' gradient goes
+    into ``out`` (which may alias ``logits``), which is returned. The backward of
+    :func:`forward_in_chunks`'s chunks."""
+    return rows_bwd(
+        logits, targets[s:e], temperature, lse[s:e],
+        None if entropy is None else entropy[s:e],
+        None if grad_logp is None else grad_logp[s:e].contiguous(),
+        None if grad_entropy is None else grad_entropy[s:e].contiguous(),
+        out,
+        workspace=ws,
+    )
+
+
 class TokenLogprobsFunction(torch.autograd.Function):
     """Chunked token log-probs (and entropy) with a recomputing backward.
 
@@ -214,14 +230,8 @@ class TokenLogprobsFunction(torch.autograd.Function):
         ws = torch_workspace(rows_bwd, min(chunk, n), logits.shape[-1], logits)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
-            rows_bwd(
-                logits[s:e], targets[s:e], temperature, lse[s:e],
-                None if entropy is None else entropy[s:e],
-                None if grad_logp is None else grad_logp[s:e].contiguous(),
-                None if grad_entropy is None else grad_entropy[s:e].contiguous(),
-                grad_logits[s:e],
-                workspace=ws,
-            )
+            backward_rows(rows_bwd, s, e, logits[s:e], grad_logits[s:e], targets, temperature, lse, entropy,
+                          grad_logp, grad_entropy, ws)
         return grad_logits, None, None, None, None, None, None
 
 
@@ -283,15 +293,3 @@ def token_logprobs_impl(
         flat, tgt, float(temperature), bool(return_entropy), chunk, rows_fwd, rows_bwd
     )
     return in_lead_shape(out, lead, return_entropy)
-
-
-def token_logprobs_reference(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    temperature: float = 1.0,
-    return_entropy: bool = False,
-):
-    """Pure-torch :func:`tdrl.kernels.token_logprobs` (same signature and result)."""
-    return token_logprobs_impl(
-        logits, targets, temperature, return_entropy, rows_forward, rows_backward, None
-    )

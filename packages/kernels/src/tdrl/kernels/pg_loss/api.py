@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._dispatch import call_reference, use_triton
-from .reference import pg_token_loss_reference
+from .reference import check_pg_inputs, pg_token_loss_reference
 
 
 def pg_token_loss(
@@ -48,11 +48,14 @@ def pg_token_loss(
         ``ratio_mean`` (masked mean ratio).
     """
     if use_triton(logp, old_logp, advantages, mask, ref_logp):
-        from .triton import pg_token_loss_triton
+        from .triton import PGTokenLossFunction
 
-        return pg_token_loss_triton(
-            logp, old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction, max_len
+        check_pg_inputs(logp, old_logp, advantages, mask, ref_logp, reduction, max_len)
+        loss, clip_frac, kl, ratio_mean = PGTokenLossFunction.apply(
+            logp, old_logp, advantages, mask, ref_logp, float(eps_low), float(eps_high), float(beta),
+            reduction, max_len,
         )
+        return loss, {"clip_frac": clip_frac, "kl": kl, "ratio_mean": ratio_mean}
     return call_reference(
         pg_token_loss_reference,
         logp, old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction, max_len,

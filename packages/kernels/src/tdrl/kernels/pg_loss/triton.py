@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from .._dispatch import interpreting
-from .reference import check_pg_inputs, expand_advantages
+from .reference import expand_advantages
 
 MAX_BLOCK_T = 1024
 
@@ -77,7 +77,10 @@ def _row_major(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-class _PGTokenLoss(torch.autograd.Function):
+class PGTokenLossFunction(torch.autograd.Function):
+    """The Triton path of :func:`tdrl.kernels.pg_token_loss` (arguments as there, all given,
+    already checked): returns ``(loss, clip_frac, kl, ratio_mean)``."""
+
     @staticmethod
     def forward(ctx, logp, old_logp, advantages, mask, ref_logp, eps_low, eps_high, beta, reduction, max_len):
         b, t_len = logp.shape
@@ -120,24 +123,3 @@ class _PGTokenLoss(torch.autograd.Function):
         dloss, row_scale = ctx.saved_tensors
         grad = dloss * (grad_loss * row_scale).unsqueeze(1)
         return grad.to(ctx.logp_dtype), None, None, None, None, None, None, None, None, None
-
-
-def pg_token_loss_triton(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    ref_logp: torch.Tensor | None = None,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    beta: float = 0.0,
-    reduction: str = "token",
-    max_len: int | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Triton :func:`tdrl.kernels.pg_token_loss` (same signature and result)."""
-    check_pg_inputs(logp, old_logp, advantages, mask, ref_logp, reduction, max_len)
-    loss, clip_frac, kl, ratio_mean = _PGTokenLoss.apply(
-        logp, old_logp, advantages, mask, ref_logp, float(eps_low), float(eps_high), float(beta),
-        reduction, max_len,
-    )
-    return loss, {"clip_frac": clip_frac, "kl": kl, "ratio_mean": ratio_mean}

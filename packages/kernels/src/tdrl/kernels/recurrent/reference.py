@@ -28,16 +28,8 @@ def gru_reference(
     bias_ih: Tensor | None = None,
     bias_hh: Tensor | None = None,
 ) -> Tensor:
-    """GRU over time with resets (see the module docstring).
-
-    Args:
-        x: ``[N, T, F]`` inputs. h0: ``[N, H]`` state before ``t = 0``.
-        is_init: ``[N, T]`` bool, True where the state is zeroed before that step.
-        weight_ih: ``[3H, F]``; weight_hh: ``[3H, H]``; bias_ih / bias_hh: ``[3H]`` or None.
-
-    Returns:
-        ``[N, T, H]`` hidden states (the GRU's outputs; ``[:, -1]`` is the final state).
-    """
+    """GRU over time with resets (see the module docstring): arguments and result as
+    :func:`tdrl.kernels.gru_sequence`, with ``h0`` and a bool ``is_init`` required."""
     keep = (~is_init).to(x.dtype).unsqueeze(-1)
     h, outs = h0, []
     for t in range(x.shape[1]):
@@ -62,15 +54,9 @@ def lstm_reference(
     bias_ih: Tensor | None = None,
     bias_hh: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """LSTM over time with resets (both ``h`` and ``c`` are zeroed where ``is_init``).
-
-    Args:
-        x: ``[N, T, F]``. h0, c0: ``[N, H]``. is_init: ``[N, T]`` bool.
-        weight_ih: ``[4H, F]``; weight_hh: ``[4H, H]``; bias_ih / bias_hh: ``[4H]`` or None.
-
-    Returns:
-        ``(h, c)``, each ``[N, T, H]``: the hidden (output) and cell state after every step.
-    """
+    """LSTM over time with resets (both ``h`` and ``c`` are zeroed where ``is_init``):
+    arguments and result as :func:`tdrl.kernels.lstm_sequence`, with ``h0``, ``c0`` and a bool
+    ``is_init`` required."""
     keep = (~is_init).to(x.dtype).unsqueeze(-1)
     h, c, hs, cs = h0, c0, [], []
     for t in range(x.shape[1]):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .api import discounted_cumsum, gae
-from .reference import discounted_cumsum_reference, gae_reference
+from .api import discounted_cumsum, discounted_cumsum_reference, gae, gae_reference
 
 __all__ = ["discounted_cumsum", "discounted_cumsum_reference", "gae", "gae_reference"]

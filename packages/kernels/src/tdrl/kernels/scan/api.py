@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import use_triton
+from .._dispatch import torch_reference, use_triton
 from .reference import discounted_cumsum_impl, gae_impl, reverse_scan_rows
 
 
@@ -95,3 +95,7 @@ def gae(
         reward, value, next_value, done, terminated, gamma, lmbda,
         _scan_fn(reward, value, next_value, done, terminated),
     )
+
+
+discounted_cumsum_reference = torch_reference(discounted_cumsum)
+gae_reference = torch_reference(gae)

@@ -220,23 +220,3 @@ def gae_impl(
         delta.mul_(float(gamma)).add_(r).sub_(v)
     adv = _run_scan(delta, c, scan_fn)
     return adv.to(out_dtype), (adv + v).to(out_dtype)
-
-
-def discounted_cumsum_reference(
-    x: torch.Tensor, gamma: float | torch.Tensor, done: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pure-torch :func:`tdrl.kernels.discounted_cumsum` (same signature and result)."""
-    return discounted_cumsum_impl(x, gamma, done, reverse_scan_rows)
-
-
-def gae_reference(
-    reward: torch.Tensor,
-    value: torch.Tensor,
-    next_value: torch.Tensor,
-    done: torch.Tensor,
-    terminated: torch.Tensor,
-    gamma: float | torch.Tensor,
-    lmbda: float | torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pure-torch :func:`tdrl.kernels.gae` (same signature and result)."""
-    return gae_impl(reward, value, next_value, done, terminated, gamma, lmbda, reverse_scan_rows)

@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
 from tdrl.core.objectives.common import (
-    LossModule, distance_loss, entropy_estimate, k3_estimate, masked_mean,
+    LossModule, check_distance, distance_loss, entropy_estimate, k3_estimate, masked_mean,
 )  # fmt: skip
 from tdrl.core.objectives._nets import get_dist, run_module
 from tdrl.core.objectives.ppo import clipped_surrogate
@@ -79,7 +79,7 @@ class MAPPOConfig:
             raise ValueError(f"gamma and lmbda must be in [0, 1], got {self.gamma}, {self.lmbda}.")
         if self.entropy_coef < 0 or self.critic_coef < 0:
             raise ValueError("entropy_coef and critic_coef must be >= 0.")
-        distance_loss(torch.zeros(1), torch.zeros(1), self.loss_critic_type)
+        check_distance(self.loss_critic_type)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from tdrl.core.objectives._nets import run_module
-from tdrl.core.objectives.common import LossModule, distance_loss
+from tdrl.core.objectives.common import LossModule, check_distance, distance_loss
 from tdrl.core.objectives.dqn import gather_action_value
 from tdrl.core.values._utils import NestedKey
 
@@ -72,7 +72,7 @@ class QMIXConfig:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
         if not 0.0 <= self.eps_end <= self.eps_init <= 1.0:
             raise ValueError(f"need 0 <= eps_end <= eps_init <= 1, got {self.eps_end}, {self.eps_init}.")
-        distance_loss(torch.zeros(1), torch.zeros(1), self.loss_function)
+        check_distance(self.loss_function)
 
 
 @dataclass
