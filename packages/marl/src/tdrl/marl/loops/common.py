@@ -263,6 +263,20 @@ def check_seeds(groups: Mapping[str, OnPolicyParts], axis: SeedAxis) -> None:
                            "set normalize_advantage=False")
 
 
+def seed_axis(env, eval_env, groups: Mapping, n_seeds: int | SeedAxis) -> tuple[SeedAxis, int]:
+    """The run's :class:`~tdrl.core.train.SeedAxis` (``n_seeds``: a count or an axis) and the
+    training env's sub-envs per seed, after every seed refusal of both loops: envs that do not
+    split into one block per seed, parts stacked over another count, shared statistics, and
+    recurrent parts with several seeds (or without ``is_init``)."""
+    axis = SeedAxis.of(n_seeds)
+    n_envs = axis.check_blocks(env.batch_size.numel(), "env")
+    if eval_env is not None:
+        axis.check_blocks(eval_env.batch_size.numel(), "eval_env")
+    check_seeds(groups, axis)
+    check_recurrent(env, groups, axis)
+    return axis, n_envs
+
+
 def is_recurrent(groups: Mapping) -> bool:
     """Whether any group's parts have recurrent networks (they train on whole trajectories)."""
     return any(getattr(p, "recurrent", False) for p in groups.values())

@@ -29,7 +29,7 @@ from ..algorithms import OffPolicyParts
 from ..checks import TeamRewardCheck
 from ..keys import GROUP, NEXT, REWARD
 from .restore import keep_record, resume_training, training_objects
-from .common import (TrainConfig, as_groups, check_recurrent, check_seeds, group_returns, is_recurrent,
+from .common import (TrainConfig, as_groups, group_returns, is_recurrent, seed_axis,
                      joint_policy, record, seed_returns, start_collection)
 
 __all__ = ["off_policy_optimizer", "off_policy_update", "train_off_policy"]
@@ -135,11 +135,7 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
             into ``n_seeds`` blocks, or parts stacked over another number of seeds.
     """
     groups = as_groups(parts, group)
-    axis = SeedAxis.of(n_seeds)
-    n_envs = axis.check_blocks(env.batch_size.numel(), "env")
-    if eval_env is not None:
-        axis.check_blocks(eval_env.batch_size.numel(), "eval_env")
-    check_seeds(groups, axis)
+    axis, n_envs = seed_axis(env, eval_env, groups, n_seeds)
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = joint_policy(groups)
     opt, clip_groups = off_policy_optimizer(groups, cfg)
@@ -149,7 +145,6 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     capacity = min(cfg.buffer_size, cfg.n_iters * n_steps * n_envs)
     # recurrent Q networks train on whole trajectories: an item is one sub-env's batch of
     # n_steps steps, and a sample holds minibatch_size frames' worth of them (BenchMARL's layout)
-    check_recurrent(env, groups, axis)
     seq = n_steps if is_recurrent(groups) else 0
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(-(-capacity // seq) if seq else capacity))
     sample_size = -(-cfg.minibatch_size // seq) if seq else cfg.minibatch_size

@@ -16,7 +16,7 @@ from tdrl.core.train.seeds import SeedAxis
 from ..algorithms import OnPolicyParts
 from ..keys import GROUP, NEXT, VALUE_TARGET
 from .restore import keep_record, resume_training, training_objects
-from .common import (TrainConfig, as_groups, check_recurrent, check_seeds, group_returns, is_recurrent,
+from .common import (TrainConfig, as_groups, group_returns, is_recurrent, seed_axis,
                      joint_policy, record, seed_returns, start_collection)
 
 __all__ = ["on_policy_optimizer", "on_policy_update", "train_on_policy"]
@@ -143,12 +143,7 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
         ``eval_return_seeds``: one entry per seed.
     """
     groups = as_groups(parts, group)
-    axis = SeedAxis.of(n_seeds)
-    n_envs = axis.check_blocks(env.batch_size.numel(), "env")
-    if eval_env is not None:
-        axis.check_blocks(eval_env.batch_size.numel(), "eval_env")
-    check_seeds(groups, axis)
-    check_recurrent(env, groups, axis)
+    axis, n_envs = seed_axis(env, eval_env, groups, n_seeds)
     n_steps = max(1, cfg.frames_per_batch // n_envs)
     policy = joint_policy(groups)
     opt, clip_groups = on_policy_optimizer(groups, cfg)
