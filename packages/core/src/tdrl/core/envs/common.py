@@ -338,10 +338,15 @@ class EnvBase(EnvSpecs):
             stepper, make, reward_keys, unstored = plan
             nxt, any_done = stepper(root)
             root[NEXT] = _from_source(nxt, make)  # the plain, unlocked TensorDict's own dict
-            if any_done is False and reward_keys is not None:
+            resetter = None
+            if any_done and reward_keys is not None and isinstance(self.done_key, str):
+                resetter = self.dict_resetter()  # episode ends: the env's dict reset, if any
+            if (any_done is False or resetter is not None) and reward_keys is not None:
                 kept = dict(nxt)
                 for key in reward_keys:
                     kept.pop(key, None)
+                if resetter is not None:
+                    kept = resetter(kept, nxt[self.done_key])
                 if unstored:
                     self.drop_unstored(tensordict)
                 return tensordict, _from_source(kept, make)
