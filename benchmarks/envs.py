@@ -155,9 +155,16 @@ def _record_by_hand(results: dict, args) -> None:
     """The rows of :data:`BY_HAND_TABLE` (``--record``)."""
     import os
 
-    from benchmarks.records import cpu_model, remove_records, write_record
+    import shlex
+
+    from benchmarks.records import cpu_model, remove_records, this_command, write_record
 
     load = os.getloadavg()[0]
+    words = shlex.split(this_command())  # the command without the note's text
+    if "--note" in words:
+        i = words.index("--note")
+        words[i:i + 2] = ["--note", "..."]
+    command = shlex.join(words)
     remove_records("Environments", "GymEnv.step vs raw Gymnasium and TorchRL")  # superseded
     for env_id, res in results.items():
         for name, us in res.items():
@@ -176,7 +183,7 @@ def _record_by_hand(results: dict, args) -> None:
             write_record(
                 "Environments", BY_HAND_TABLE, f"{what}, {env_id}", figures,
                 peer="raw gymnasium 1.4, same actions (reset when done); TorchRL 0.14.1 GymEnv",
-                ratio=text,
+                ratio=text, command=command,
                 machine=f"shared 2-core CPU box ({cpu_model()}), load {load:.1f}, one torch thread",
                 note=args.note or None,
             )

@@ -267,6 +267,10 @@ class EnvBase(EnvSpecs):
             ``(*batch, 1)``, ``done``/``terminated``/``truncated`` ``(*batch, 1)`` bool.
             Entries already under ``"next"`` that the env does not produce (a recurrent
             policy's next state) are kept, as in TorchRL.
+
+        A plain, unlocked TensorDict without ``"next"`` goes through the env's
+        :meth:`dict_stepper` where it has one (the body the collectors run); otherwise, and with
+        ``check_actions``, through the checked ``_step``.
         """
         plan = self._step_plan() if type(tensordict) is TensorDict else None
         if plan is not None and not tensordict.is_locked:
