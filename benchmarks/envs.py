@@ -1,8 +1,10 @@
 """Environment benchmarks: tdrl vs raw Gymnasium vs TorchRL, side by side, in one run.
 
-1. Per-step cost of the Gymnasium wrapper (``GymEnv.step``) vs the same raw gymnasium env fed
-   the same actions, with TorchRL's ``GymEnv`` in the same run (HalfCheetah-v5, Pendulum-v1,
-   CartPole-v1). Target: tdrl under 1.3x raw on HalfCheetah-v5.
+1. Stepping by hand (HalfCheetah-v5, Pendulum-v1, CartPole-v1), per step: ``env.step(td)``
+   and a user's loop ``td["action"] = a; td, td = env.step_and_maybe_reset(td)`` vs the same
+   raw gymnasium env fed the same actions (reset when done), raw gymnasium with torch tensors
+   in and out (the floor of any torch wrapper), and TorchRL's ``GymEnv`` in the same run.
+   Target: the loop <= 1.1x raw on HalfCheetah-v5. ``--record`` writes the rows.
 2. ``ParallelEnv`` of 8 CPU envs: frames/s vs ``gymnasium.vector.AsyncVectorEnv`` (and
    TorchRL's ``ParallelEnv`` when installed). Target: at least AsyncVectorEnv's.
 3. Batched torch ``PendulumEnv`` at batch 4096: env-steps/s vs the same env at batch 1
@@ -12,6 +14,7 @@ Every figure is the median over ``--repeats`` interleaved blocks, one torch thre
 Run (peers live in .venv-bench):
 
     flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.envs
+    flock /tmp/tdrl-cpu.lock .venv-bench/bin/python -m benchmarks.envs --only wrapper --repeats 9 --record
 """
 
 from __future__ import annotations
@@ -45,8 +48,20 @@ def _row(name: str, ours: float, peers: dict[str, float | None], unit: str = "us
     print(" | ".join(parts), flush=True)
 
 
-# ---------------------------------------------------------------------------- 1. wrapper
-def bench_wrapper(env_id: str, steps: int, repeats: int) -> None:
+# ---------------------------------------------------------------------------- 1. by hand
+BY_HAND_TABLE = "Stepping by hand: GymEnv vs raw Gymnasium and TorchRL"
+
+
+def bench_wrapper(env_id: str, steps: int, repeats: int) -> dict:
+    """Stepping by hand, per step: (a) ``env.step(td)`` on fresh TensorDicts, (b) a user's loop
+    ``td["action"] = a; td, td = env.step_and_maybe_reset(td)``, against raw gymnasium fed the
+    same actions (``obs, r, term, trunc, info = e.step(a)``, ``e.reset()`` when done), raw
+    gymnasium with torch in and out (the action tensor's ``.numpy()``, ``torch.from_numpy`` of
+    the observation: the floor of any torch wrapper), and TorchRL's ``GymEnv`` when installed.
+
+    Returns:
+        ``{"step" | "loop": {side: us per step}}``.
+    """
     import gymnasium as gym
     from tensordict import TensorDict
 
@@ -64,17 +79,16 @@ def bench_wrapper(env_id: str, steps: int, repeats: int) -> None:
     if isinstance(space, gym.spaces.Discrete):
         idx = rng.integers(0, space.n, steps)
         raw_actions = [int(i) for i in idx]
-        one_hot = torch.nn.functional.one_hot(torch.as_tensor(idx), space.n)
-        our_actions = [TensorDict({"action": a}, []) for a in one_hot]
-        trl_actions = [TensorDict({"action": a}, []) for a in one_hot]
+        actions = list(torch.nn.functional.one_hot(torch.as_tensor(idx), space.n))
     else:
         arr = rng.uniform(space.low, space.high, (steps, *space.shape)).astype(space.dtype)
         raw_actions = list(arr)
-        our_actions = [TensorDict({"action": torch.from_numpy(a)}, []) for a in arr]
-        trl_actions = [TensorDict({"action": torch.from_numpy(a)}, []) for a in arr]
+        actions = [torch.from_numpy(a) for a in arr]
+    our_tds = [TensorDict({"action": a}, []) for a in actions]
+    trl_tds = [TensorDict({"action": a}, []) for a in actions]
 
-    # HalfCheetah never terminates and truncates at step 1000: with steps <= 1000 no loop
-    # needs a done check, so the figure is the pure step cost. Other tasks check done
+    # HalfCheetah never terminates and truncates at step 1000: with steps <= 1000 the bare
+    # step needs no done check, so its figure is the pure step cost. Other tasks check done
     # after every step on every side (TensorDict lookups make that check cost more for
     # tdrl and TorchRL than a Python bool does for raw gymnasium).
     check = not (env_id.startswith("HalfCheetah") and steps <= 1000)
@@ -83,53 +97,96 @@ def bench_wrapper(env_id: str, steps: int, repeats: int) -> None:
         raw.reset(seed=0)
         t = time.perf_counter()
         for a in raw_actions:
-            _, _, term, trunc, _ = raw.step(a)
-            if check and (term or trunc):
-                raw.reset()
+            obs, r, term, trunc, info = raw.step(a)
+            if term or trunc:
+                obs, info = raw.reset()
         return time.perf_counter() - t
 
-    def run_env(env, actions) -> float:
+    def run_raw_torch() -> float:  # raw, with torch tensors in and out
+        raw.reset(seed=0)
+        t = time.perf_counter()
+        for a in actions:
+            obs, r, term, trunc, info = raw.step(a.numpy() if a.dtype.is_floating_point else int(a.numpy().argmax()))
+            obs = torch.from_numpy(obs)
+            if term or trunc:
+                obs, info = raw.reset()
+        return time.perf_counter() - t
+
+    def run_step(env, tds) -> float:  # (a) env.step(td)
         env.reset()
-        for td in actions:  # fresh inputs: no "next" left from the previous repeat
+        for td in tds:  # fresh inputs: no "next" left from the previous repeat
             td.pop("next", None)
         t = time.perf_counter()
-        for td in actions:
+        for td in tds:
             env.step(td)
             if check and td.get("next").get("done").item():
                 env.reset()
         return time.perf_counter() - t
 
-    def run_raw_loop() -> float:  # the user's loop: step, reset when done
-        raw.reset(seed=0)
-        t = time.perf_counter()
-        for a in raw_actions:
-            _, _, term, trunc, _ = raw.step(a)
-            if term or trunc:
-                raw.reset()
-        return time.perf_counter() - t
-
-    def run_loop(env, actions) -> float:  # the same loop in TensorDicts: step_and_maybe_reset
+    def run_loop(env) -> float:  # (b) the user's loop: step_and_maybe_reset
         td = env.reset()
         t = time.perf_counter()
         for a in actions:
-            td["action"] = a["action"]
-            _, td = env.step_and_maybe_reset(td)
+            td["action"] = a
+            td, td = env.step_and_maybe_reset(td)
         return time.perf_counter() - t
 
-    res = {"raw": [], "tdrl": [], "torchrl": []}
-    loop = {"raw": [], "tdrl": [], "torchrl": []}
-    for _ in range(repeats):
-        res["raw"].append(run_raw())
-        res["tdrl"].append(run_env(ours, our_actions))
-        loop["raw"].append(run_raw_loop())
-        loop["tdrl"].append(run_loop(ours, our_actions))
+    step = {"raw": [], "raw + torch": [], "tdrl": [], "torchrl": []}
+    loop = {"raw": [], "raw + torch": [], "tdrl": [], "torchrl": []}
+    for _ in range(repeats):  # interleaved: every side sees the same load
+        step["raw"].append(run_raw())
+        step["raw + torch"].append(run_raw_torch())
+        step["tdrl"].append(run_step(ours, our_tds))
+        loop["tdrl"].append(run_loop(ours))
         if trl is not None:
-            res["torchrl"].append(run_env(trl, trl_actions))
-            loop["torchrl"].append(run_loop(trl, trl_actions))
-    us = {k: _median_per_step(v, steps) * 1e6 if v else None for k, v in res.items()}
-    _row(f"GymEnv.step {env_id}", us["tdrl"], {"raw gymnasium": us["raw"], "TorchRL": us["torchrl"]})
-    us = {k: _median_per_step(v, steps) * 1e6 if v else None for k, v in loop.items()}
-    _row(f"step_and_maybe_reset {env_id}", us["tdrl"], {"raw gymnasium": us["raw"], "TorchRL": us["torchrl"]})
+            step["torchrl"].append(run_step(trl, trl_tds))
+            loop["torchrl"].append(run_loop(trl))
+    loop["raw"], loop["raw + torch"] = step["raw"], step["raw + torch"]  # the same raw loop
+    out = {}
+    for name, res in (("step", step), ("loop", loop)):
+        us = out[name] = {k: _median_per_step(v, steps) * 1e6 if v else None for k, v in res.items()}
+        label = f"env.step(td) {env_id}" if name == "step" else f"step_and_maybe_reset loop {env_id}"
+        _row(label, us["tdrl"], {"raw gymnasium": us["raw"], "raw + torch": us["raw + torch"],
+                                 "TorchRL": us["torchrl"]})
+    return out
+
+
+def _record_by_hand(results: dict, args) -> None:
+    """The rows of :data:`BY_HAND_TABLE` (``--record``)."""
+    import os
+
+    import shlex
+
+    from benchmarks.records import cpu_model, remove_records, this_command, write_record
+
+    load = os.getloadavg()[0]
+    words = shlex.split(this_command())  # the command without the note's text
+    if "--note" in words:
+        i = words.index("--note")
+        words[i:i + 2] = ["--note", "..."]
+    command = shlex.join(words)
+    remove_records("Environments", "GymEnv.step vs raw Gymnasium and TorchRL")  # superseded
+    for env_id, res in results.items():
+        for name, us in res.items():
+            what = "env.step(td)" if name == "step" else "td, td = env.step_and_maybe_reset(td) loop"
+            ratio = us["tdrl"] / us["raw"]
+            text = f"{ratio:.2f}x raw"
+            if name == "loop":
+                text += f" (target <= 1.1x: {'met' if ratio <= 1.1 else 'missed'})"
+            text += f"; {us['raw + torch'] / us['raw']:.2f}x raw for raw + torch"
+            if us["torchrl"]:
+                text += f"; {us['tdrl'] / us['torchrl']:.2f}x TorchRL"
+            figures = {"tdrl us/step": round(us["tdrl"], 1), "raw us/step": round(us["raw"], 1),
+                       "raw + torch us/step": round(us["raw + torch"], 1),
+                       "TorchRL us/step": round(us["torchrl"], 1) if us["torchrl"] else "n/a",
+                       "tdrl / raw": f"{ratio:.2f}x"}
+            write_record(
+                "Environments", BY_HAND_TABLE, f"{what}, {env_id}", figures,
+                peer="raw gymnasium 1.4, same actions (reset when done); TorchRL 0.14.1 GymEnv",
+                ratio=text, command=command,
+                machine=f"shared 2-core CPU box ({cpu_model()}), load {load:.1f}, one torch thread",
+                note=args.note or None,
+            )
 
 
 # ---------------------------------------------------------------------------- 2. parallel
@@ -229,13 +286,17 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--parallel-steps", type=int, default=300)
     p.add_argument("--only", choices=["wrapper", "parallel", "pendulum"], default=None)
-    p.add_argument("--env", default=None, help="wrapper benchmark on this env id only")
+    p.add_argument("--env", default=None, help="by-hand benchmark on this env id only")
+    p.add_argument("--record", action="store_true", help="write the by-hand rows to benchmarks/results")
+    p.add_argument("--note", default="", help="a sentence stored with the recorded rows")
     args = p.parse_args()
     print(f"torch {torch.__version__}, 1 thread; TorchRL installed: {HAS_TORCHRL}; "
           f"median of {args.repeats} interleaved repeats", flush=True)
     if args.only in (None, "wrapper"):
-        for env_id in [args.env] if args.env else ["HalfCheetah-v5", "Pendulum-v1", "CartPole-v1"]:
-            bench_wrapper(env_id, args.steps, args.repeats)
+        results = {env_id: bench_wrapper(env_id, args.steps, args.repeats)
+                   for env_id in ([args.env] if args.env else ["HalfCheetah-v5", "Pendulum-v1", "CartPole-v1"])}
+        if args.record:
+            _record_by_hand(results, args)
     if args.only in (None, "parallel"):
         bench_parallel(8, args.parallel_steps, max(3, args.repeats // 2))
     if args.only in (None, "pendulum"):

@@ -241,7 +241,7 @@ def test_info_keys_vector_same_step_reads_final_info_then_reset_info():
                                        rtol=1e-6)
 
 
-@pytest.mark.parametrize("num_envs", [1, 3])
+@pytest.mark.parametrize("num_envs", [None, 1, 3])
 def test_step_and_maybe_reset_by_hand_takes_the_one_step_body_and_equals_the_checked_path(num_envs):
     """A user's own loop (``env.step_and_maybe_reset``) runs the env's dict step body, as the
     collector does; its TensorDicts equal the generic path's (forced with ``check_actions``,
@@ -267,3 +267,41 @@ def test_step_and_maybe_reset_by_hand_takes_the_one_step_body_and_equals_the_che
         assert (a == b).all() and (ra == rb).all()
         ends += int(a["next", "done"].sum())
     assert ends >= 3  # episodes ended and were reset along the way
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1"])
+def test_step_by_hand_takes_the_one_step_body_and_equals_the_checked_path(env_id):
+    """``env.step(td)`` on a plain TensorDict runs the env's dict step body (as
+    ``step_and_maybe_reset`` and the collector do): same keys, key order and values as the
+    generic path (forced with ``check_actions``), episode ends included; a ``"next"`` entry
+    the caller put there (a recurrent policy's next state) is kept, through the generic path."""
+    from tdrl.core.envs import GymEnv
+
+    outs = []
+    for checked in (False, True):
+        env = GymEnv(env_id, categorical_action_encoding=True)
+        env.check_actions = checked
+        env.set_seed(5)
+        td, steps = env.reset(), []
+        g = torch.Generator().manual_seed(0)
+        for _ in range(260):
+            td = td.clone()
+            td["action"] = (torch.randint(0, 2, (), generator=g) if env_id == "CartPole-v1"
+                            else torch.rand(1, generator=g) * 4 - 2)
+            out = env.step(td)
+            assert out is td
+            steps.append(td.clone())
+            td = env.reset() if bool(td["next", "done"]) else td["next"].exclude("reward")
+        outs.append(steps)
+    ends = 0
+    for a, b in zip(*outs):
+        assert list(a.keys()) == list(b.keys()) and list(a["next"].keys()) == list(b["next"].keys())
+        assert (a == b).all()
+        ends += int(a["next", "done"])
+    assert ends >= 1
+    env = GymEnv(env_id, categorical_action_encoding=True)
+    td = env.reset()
+    td["action"] = env.action_spec.zero()
+    td["next", "hidden"] = torch.ones(3)
+    env.step(td)
+    assert torch.equal(td["next", "hidden"], torch.ones(3)) and "observation" in td["next"].keys()

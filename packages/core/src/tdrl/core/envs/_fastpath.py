@@ -39,7 +39,9 @@ class RowSlab:
         rows: rows per slab; ``None`` picks ``min(256, 64 KiB / bytes per row)`` (>= 1).
 
     Use ``i = slab.take()``, then write ``slab.np[key][i] = value`` and hand out
-    ``slab.views[key][i]`` (a tensor of shape ``shapes[key]``).
+    ``slab.views[key][i]`` (a tensor of shape ``shapes[key]``). An output of one element per
+    row (a single env's reward) is also in ``slab.scalars[key]``, a ``(rows,)`` numpy view:
+    ``slab.scalars[key][i] = x`` is an item write, several times cheaper than a row write.
     """
 
     def __init__(self, shapes: dict, dtypes: dict, rows: int | None = None) -> None:
@@ -54,6 +56,7 @@ class RowSlab:
         self.rows = int(rows)
         self.np: dict[str, np.ndarray] = {}
         self.views: dict[str, tuple] = {}
+        self.scalars: dict[str, np.ndarray] = {}
         self._next = self.rows  # allocate on the first take()
 
     def _refill(self) -> None:
@@ -61,6 +64,8 @@ class RowSlab:
             buf = torch.zeros((self.rows, *shape), dtype=self.dtypes[key])
             self.np[key] = buf.numpy()
             self.views[key] = buf.unbind(0)
+            if buf[0].numel() == 1:
+                self.scalars[key] = self.np[key].reshape(self.rows)
         self._next = 0
 
     def take(self) -> int:

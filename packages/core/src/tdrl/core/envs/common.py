@@ -20,6 +20,7 @@ from tdrl.core.td_access import entries, get_entry, is_flat_plain, new_td, plain
 
 from ..keys import DONE, NEXT, REWARD, TERMINATED, TRUNCATED
 from ..specs import Categorical, Composite, Unbounded
+from ..specs.composite import spec_writes
 from ._fastpath import paused_gc
 from .env_specs import EnvSpecs
 from .seeding import seed_from_torch
@@ -266,7 +267,17 @@ class EnvBase(EnvSpecs):
             ``(*batch, 1)``, ``done``/``terminated``/``truncated`` ``(*batch, 1)`` bool.
             Entries already under ``"next"`` that the env does not produce (a recurrent
             policy's next state) are kept, as in TorchRL.
+
+        A plain, unlocked TensorDict without ``"next"`` goes through the env's
+        :meth:`dict_stepper` where it has one (the body the collectors run); otherwise, and with
+        ``check_actions``, through the checked ``_step``.
         """
+        plan = self._step_plan() if type(tensordict) is TensorDict else None
+        if plan is not None and not tensordict.is_locked:
+            root = entries(tensordict)
+            if NEXT not in root:  # the env's dict stepper: what step_and_maybe_reset runs
+                root[NEXT] = _from_source(plan[0](root)[0], plan[1])
+                return tensordict
         if self.check_actions:
             self._assert_actions(tensordict)
         next_td = self._step(tensordict)
@@ -294,6 +305,24 @@ class EnvBase(EnvSpecs):
             made = self.__dict__["_made_td_maker"] = (key, plain_td_maker(*key))
         return made[1]
 
+    def _step_plan(self) -> tuple | None:
+        """What :meth:`step_and_maybe_reset` needs per step on its dict path, read once:
+        ``(stepper, make, reward_keys, unstored)`` (:meth:`dict_stepper`, :meth:`_td_maker`, the
+        :attr:`step_only_keys` as plain strings, whether :attr:`unstored_next_keys` is
+        non-empty), or ``None`` when the env has no dict stepper. Kept while the stepper is the
+        same function and no spec was written to (:func:`~tdrl.core.specs.composite.spec_writes`)."""
+        stepper = self.dict_stepper()
+        if stepper is None:
+            return None
+        plan = self.__dict__.get("_made_step_plan")
+        if plan is not None and plan[0] is stepper and plan[1] == spec_writes():
+            return plan[2]
+        step_only = self.step_only_keys
+        keys = tuple(step_only) if all(isinstance(k, str) for k in step_only) else None
+        found = (stepper, self._td_maker(), keys, bool(self.unstored_next_keys))
+        self.__dict__["_made_step_plan"] = (stepper, spec_writes(), found)
+        return found
+
     def step_and_maybe_reset(
         self, tensordict: TensorDictBase
     ) -> tuple[TensorDictBase, TensorDictBase]:
@@ -305,19 +334,26 @@ class EnvBase(EnvSpecs):
             are reset there).
         """
         any_done = None
-        stepper = self.dict_stepper() if type(tensordict) is TensorDict and not tensordict.is_locked else None
-        root = entries(tensordict) if stepper is not None else None
+        plan = self._step_plan() if type(tensordict) is TensorDict else None
+        root = entries(tensordict) if plan is not None and not tensordict.is_locked else None
         if root is not None and NEXT not in root:
             # the env's one step body on plain dicts (what the collector runs): no TensorDict
             # checks, and no tensor op for "any done" where the env knows it as a Python bool
+            stepper, make, reward_keys, unstored = plan
             nxt, any_done = stepper(root)
-            make = self._td_maker()
-            set_entry(tensordict, NEXT, _from_source(nxt, make))
-            if any_done is False:
-                step_only = self.step_only_keys
-                next_root = _from_source({k: v for k, v in nxt.items() if k not in step_only}, make)
-                self.drop_unstored(tensordict)
-                return tensordict, next_root
+            root[NEXT] = _from_source(nxt, make)  # the plain, unlocked TensorDict's own dict
+            resetter = None
+            if any_done and reward_keys is not None and isinstance(self.done_key, str):
+                resetter = self.dict_resetter()  # episode ends: the env's dict reset, if any
+            if (any_done is False or resetter is not None) and reward_keys is not None:
+                kept = dict(nxt)
+                for key in reward_keys:
+                    kept.pop(key, None)
+                if resetter is not None:
+                    kept = resetter(kept, nxt[self.done_key])
+                if unstored:
+                    self.drop_unstored(tensordict)
+                return tensordict, _from_source(kept, make)
         else:
             tensordict = self.step(tensordict)
         next_root = step_mdp(tensordict, self.step_only_keys)

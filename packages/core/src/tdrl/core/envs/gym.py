@@ -322,10 +322,10 @@ class GymWrapper(EnvBase):
         obs, reward, terminated, truncated, info = out
         slab = self._slab
         i = slab.take()
-        arrays, views = slab.np, slab.views
+        views = slab.views
         try:
-            arrays[OBSERVATION][i] = obs
-            arrays[REWARD][i] = reward
+            slab.np[OBSERVATION][i] = obs
+            slab.scalars[REWARD][i] = reward
         except (ValueError, TypeError) as err:
             raise self._output_error(obs, reward, err) from None
         # Done flags of a single env come from a small cache of constant tensors (no

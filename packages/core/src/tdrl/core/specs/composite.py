@@ -9,7 +9,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from ._base import DEVICE_TYPING, TensorSpec, as_device, expand_shape_args, as_shape
 
-__all__ = ["Composite"]
+__all__ = ["Composite", "spec_writes"]
 
 NestedKey = str | tuple[str, ...]
 
@@ -28,6 +28,13 @@ def _key_out(key: tuple[str, ...]) -> NestedKey:
 
 # Writes into any composite's entries (keys() caches are valid while this is unchanged).
 _MUTATIONS = [0]
+
+
+def spec_writes() -> int:
+    """How many writes any :class:`Composite` has had (set, delete, update) in this process: a
+    value read from specs stays valid while this is unchanged (an env's per-step plan caches
+    its reward keys on it)."""
+    return _MUTATIONS[0]
 
 
 class Composite:
