@@ -59,6 +59,19 @@ def test_grpo_variants_run_with_reference_and_minibatches(tiny, data):
     _grpo(model, tok, data[0], steps=1, loss=GRPOLossConfig.gspo()).train()
 
 
+def test_grpo_step_frees_gradients_after_the_update(tiny, data):
+    """The gradients (as large as the weights) are dropped once the optimiser has used them, so
+    the next round's generation does not hold them; the update itself still happened."""
+    _, model, tok = tiny
+    before = {k: v.clone() for k, v in model.named_parameters()}
+    trainer = _grpo(model, tok, data[0], steps=2, epochs=2, minibatch_size=32)
+    m = trainer.step()
+    assert m["grad_norm"] > 0
+    assert all(p.grad is None for p in model.parameters())
+    assert any(not torch.equal(before[k], p) for k, p in model.named_parameters())
+    assert trainer._optimizer_steps == 4  # 2 epochs x 2 minibatches of the 64-completion round
+
+
 def test_checkpoint_resume_is_exact(tiny, data, tmp_path):
     _, model, tok = tiny
     import copy

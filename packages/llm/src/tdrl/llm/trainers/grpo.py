@@ -333,6 +333,9 @@ class GRPOTrainer(TrainerBase):
                 sums["grad_norm"] = sums["grad_norm"] + gn if "grad_norm" in sums else gn
                 self.optimizer.step()
                 self._optimizer_steps += 1
+        # drop the gradients (as large as the weights) now rather than at the next minibatch:
+        # the next round's generation and forward run without them (peak RSS between steps)
+        self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step_count += 1
         dt = time.perf_counter() - t0
