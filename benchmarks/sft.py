@@ -294,7 +294,8 @@ def main() -> None:
         if a.packing:
             note += (f" Packing: tdrl packs each step's {a.batch} examples into rows of {a.packing} tokens; TRL packs the "
                      f"dataset (bfd) into sequences of {a.packing} and flattens its {a.packed_rows} a step padding-free; "
-                     "the ratio is real tokens/s, and 'of GEMM' counts each side's real tokens.")
+                     "so a step's examples differ between the sides (hence the different first losses); the ratio is "
+                     "real tokens/s, and 'of GEMM' is the FLOPs of each side's real tokens a second.")
         what_rate = "tokens/s" if a.packing else "steps/s"
         for side, (name, s, ts, rss, first, last, gflops, speed) in table_rows.items():
             write_record("LLM (GRPO)", table, name.replace("TRL SFTTrainer", f"TRL {trl.__version__} SFTTrainer"), {
