@@ -25,6 +25,17 @@ length, left out). Gradient checkpointing is off on every side (TRL's default is
 
     .venv-bench/bin/python -m benchmarks.sft --model smollm2-135m-instruct --batch 8 --lr 1e-5 --steps 6 --repeats 1 --record
 
+With ``--packing L`` both sides pack: tdrl's ``SFTConfig(packing=True, max_length=L)`` places each
+batch's ``--batch`` examples into rows of ``L`` tokens (best-fit decreasing, a block-diagonal
+causal mask, positions restarting per example); TRL runs ``packing=True, max_length=L`` (its
+default ``bfd`` strategy, which turns on its padding-free collator: the packed sequences of a
+batch flattened into one row, ``position_ids`` restarting per example, from which transformers
+builds the block-diagonal mask) with ``--packed-rows`` packed sequences a step (default 1). Pick
+``L`` near ``--batch`` x the mean example length so both sides see about as many tokens a step;
+the ratio is then taken on real (non-padding) tokens per second, and s/step is shown beside it.
+
+    .venv-bench/bin/python -m benchmarks.sft --model smollm2-135m-instruct --batch 8 --packing 256 --lr 1e-5 --steps 6 --repeats 1 --record
+
 With ``--lora R`` both sides train the same peft adapters (``tdrl.llm.apply_lora``, rank R,
 alpha 2R, every linear layer; the LM head stays frozen, so tdrl's fused loss takes its
 two-matmul frozen-head path).
@@ -94,15 +105,16 @@ def run_tdrl(a, fused: bool) -> dict:
 
     model, tok = load(a)
     cfg = SFTConfig(steps=a.steps, batch_size=a.batch, lr=a.lr, warmup_steps=0, max_grad_norm=1.0, seed=a.seed,
-                    progress=False, fused_logprobs=fused)
+                    progress=False, fused_logprobs=fused, packing=a.packing > 0, max_length=a.packing or None)
     trainer = SFTTrainer(model, tok, _data(2000, a.seed, a.sums), cfg)
-    times, losses = [], []
+    times, losses, tokens = [], [], []
     for _ in range(a.steps):
         t = time.perf_counter()
         m = trainer.step()
         times.append(time.perf_counter() - t)
         losses.append(m["loss"])
-    return {"times": times, "losses": losses}
+        tokens.append(m["tokens_per_s"] * times[-1])  # real tokens of the step (the trainer times its own step)
+    return {"times": times, "losses": losses, "tokens": tokens}
 
 
 def run_trl(a) -> dict:
@@ -110,7 +122,7 @@ def run_trl(a) -> dict:
     from trl import SFTConfig, SFTTrainer
 
     model, tok = load(a)
-    times, losses = [], []
+    times, losses, seen = [], [], []
 
     class Timer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
@@ -122,18 +134,19 @@ def run_trl(a) -> dict:
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "loss" in logs:
                 losses.append(logs["loss"])
+                seen.append(logs.get("num_tokens", 0.0))  # cumulative tokens fed to the model
 
     with tempfile.TemporaryDirectory() as out:
         args = SFTConfig(
-            output_dir=out, per_device_train_batch_size=a.batch, learning_rate=a.lr, max_steps=a.steps,
+            output_dir=out, per_device_train_batch_size=a.packed_rows if a.packing else a.batch, learning_rate=a.lr, max_steps=a.steps,
             logging_steps=1, lr_scheduler_type="cosine", warmup_steps=0, max_grad_norm=1.0, weight_decay=0.0,
-            completion_only_loss=True, packing=False, use_cpu=True, bf16=False, report_to="none",
+            completion_only_loss=True, packing=a.packing > 0, max_length=a.packing or 1024, use_cpu=True, bf16=False, report_to="none",
             save_strategy="no", gradient_checkpointing=False, seed=a.seed, disable_tqdm=True,
             dataloader_num_workers=0,
         )
         SFTTrainer(model=model, args=args, train_dataset=_data(2000, a.seed, a.sums), processing_class=tok,
                    callbacks=[Timer()]).train()
-    return {"times": times, "losses": losses}
+    return {"times": times, "losses": losses, "tokens": [c - p for c, p in zip(seen, [0.0] + seen[:-1])]}
 
 
 def worker(a) -> None:
@@ -193,6 +206,9 @@ def main() -> None:
     p.add_argument("--worker", choices=list(SIDES), default=None)
     p.add_argument("--model", default=None, help="a registered name or a model folder (default: a random Qwen2)")
     p.add_argument("--sums", type=int, default=None, help="additions per completion (default 12; 3 with --model)")
+    p.add_argument("--packing", type=int, default=0, metavar="L",
+                   help="pack on both sides into rows of L tokens (tdrl: packing=True, max_length=L; TRL: packing=True)")
+    p.add_argument("--packed-rows", type=int, default=1, help="with --packing: TRL's packed sequences a step")
     p.add_argument("--out", default=None)
     p.add_argument("--record", action="store_true", help="write the RESULTS rows (with --model)")
     a = p.parse_args()
@@ -202,7 +218,8 @@ def main() -> None:
     if a.worker:
         return worker(a)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
-    results: dict[str, list[dict]] = {s: [] for s in SIDES}
+    sides = {k: v for k, v in SIDES.items() if not (a.packing and k == "tdrl_logits")}
+    results: dict[str, list[dict]] = {s: [] for s in sides}
     with tempfile.TemporaryDirectory() as tmp:
         if real:
             from tdrl.llm.models import resolve_model
@@ -212,11 +229,12 @@ def main() -> None:
             folder = os.path.join(tmp, "model")
             prepare(folder, a.vocab, a.seed)
         for r in range(a.repeats):
-            for side in SIDES:
+            for side in sides:
                 out = os.path.join(tmp, f"{side}{r}.json")
                 cmd = [*module_command(sys.executable, __spec__.name), "--worker", side, "--model", folder, "--out", out,
                        "--steps", str(a.steps), "--batch", str(a.batch), "--lr", str(a.lr), "--seed", str(a.seed),
-                       "--lora", str(a.lora), "--sums", str(a.sums)]
+                       "--lora", str(a.lora), "--sums", str(a.sums), "--packing", str(a.packing),
+                       "--packed-rows", str(a.packed_rows)]
                 subprocess.run(cmd, check=True, env=subprocess_env(env), stdout=subprocess.DEVNULL)
                 with open(out) as f:
                     results[side].append(json.load(f))
@@ -228,26 +246,37 @@ def main() -> None:
             flops = step_flops(folder, rows, tok) / 8
             row_tokens = sum(len(tok(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) + 1
                                        for r in rows) / len(rows)
+            flop_per_token = flops / (a.batch * row_tokens)
+    packed = (f", packed into rows of {a.packing} tokens (TRL: {a.packed_rows} packed sequence(s) a step, "
+              "padding-free)") if a.packing else ""
     what = (f"{os.path.basename(os.path.normpath(a.model))}, batch {a.batch} x ~{row_tokens:.0f} tokens "
-            f"({a.sums} sums a completion)") if real else (
+            f"({a.sums} sums a completion){packed}") if real else (
         f"random Qwen2 V={a.vocab:,} H=256 2 layers, batch {a.batch} x (~8 prompt + ~95 completion tokens)")
     print(f"SFT, {what}, {a.steps} steps (first excluded), {a.repeats} repeats (median), 1 torch thread, "
           + (f"LoRA r={a.lora} (head frozen)" if a.lora else "full fine-tuning") + ", gradient checkpointing off")
+    def tok_s(x: dict) -> float:
+        return sum(x["tokens"][1:]) / sum(x["times"][1:])
+
     base = statistics.median(statistics.median(x["times"][1:]) for x in results["trl"])
+    base_tok = statistics.median(tok_s(x) for x in results["trl"])
     base_rss = statistics.median(x["peak_rss_mb"] for x in results["trl"])
     gemm = statistics.median(x["gemm_gflops"] for xs in results.values() for x in xs)
-    print(f"{'side':<48}{'s/step':>9}{'vs TRL':>9}{'peak RSS MB':>13}{'loss first':>12}{'loss last':>11}"
+    print(f"{'side':<48}{'s/step':>9}{'tokens/s':>10}{'vs TRL':>9}{'peak RSS MB':>13}{'loss first':>12}{'loss last':>11}"
           + (f"{'GFLOP/s':>9}{'of GEMM':>9}" if real else ""))
     table_rows = {}
-    for side, name in SIDES.items():
+    for side, name in sides.items():
         rs = results[side]
         s = statistics.median(statistics.median(x["times"][1:]) for x in rs)
+        ts = statistics.median(tok_s(x) for x in rs)
         rss = statistics.median(x["peak_rss_mb"] for x in rs)
         first = statistics.mean(x["losses"][0] for x in rs)
         last = statistics.mean(x["losses"][-1] for x in rs)
-        extra = f"{flops / s / 1e9:>9.1f}{flops / s / 1e9 / gemm:>8.0%}" if real else ""
-        print(f"{name:<48}{s:>9.3f}{base / s:>8.2f}x{rss:>13.0f}{first:>12.4f}{last:>11.4f}" + extra)
-        table_rows[side] = (name, s, rss, first, last)
+        # packed: the rate on the real tokens each side fed (their counts differ a little a step)
+        gflops = (flop_per_token * ts if a.packing else flops / s) / 1e9 if real else 0.0
+        speed = ts / base_tok if a.packing else base / s
+        extra = f"{gflops:>9.1f}{gflops / gemm:>8.0%}" if real else ""
+        print(f"{name:<48}{s:>9.3f}{ts:>10.0f}{speed:>8.2f}x{rss:>13.0f}{first:>12.4f}{last:>11.4f}" + extra)
+        table_rows[side] = (name, s, ts, rss, first, last, gflops, speed)
     if real:
         print(f"fp32 GEMM rate of this core (torch.mm 1024^3, 1 thread): {gemm:.1f} GFLOP/s; "
               f"a step is {flops / 1e9:.1f} GFLOP")
@@ -262,11 +291,17 @@ def main() -> None:
                 f"{flops / 1e9:.1f} GFLOP (6 x non-embedding params x tokens + 6 x head params x loss tokens) per second "
                 f"over this core's fp32 torch.mm rate ({gemm:.1f} GFLOP/s, 1024^3, one thread). The issue's target: "
                 ">= 1.5x TRL's steps/s at <= its peak memory.")
-        for side, (name, s, rss, first, last) in table_rows.items():
+        if a.packing:
+            note += (f" Packing: tdrl packs each step's {a.batch} examples into rows of {a.packing} tokens; TRL packs the "
+                     f"dataset (bfd) into sequences of {a.packing} and flattens its {a.packed_rows} a step padding-free; "
+                     "so a step's examples differ between the sides (hence the different first losses); the ratio is "
+                     "real tokens/s, and 'of GEMM' is the FLOPs of each side's real tokens a second.")
+        what_rate = "tokens/s" if a.packing else "steps/s"
+        for side, (name, s, ts, rss, first, last, gflops, speed) in table_rows.items():
             write_record("LLM (GRPO)", table, name.replace("TRL SFTTrainer", f"TRL {trl.__version__} SFTTrainer"), {
-                "s/step": round(s, 3), "peak RSS MB": round(rss), "loss step 1 -> last": f"{first:.3f} -> {last:.3f}",
-                "share of fp32 GEMM rate": f"{flops / s / 1e9 / gemm:.0%}",
-            }, ratio=f"{base / s:.2f}x TRL's steps/s at {rss / base_rss:.2f}x its peak RSS", note=note)
+                "s/step": round(s, 3), **({"tokens/s": round(ts)} if a.packing else {}), "peak RSS MB": round(rss),
+                "loss step 1 -> last": f"{first:.3f} -> {last:.3f}", "share of fp32 GEMM rate": f"{gflops / gemm:.0%}",
+            }, ratio=f"{speed:.2f}x TRL's {what_rate} at {rss / base_rss:.2f}x its peak RSS", note=note)
 
 
 if __name__ == "__main__":

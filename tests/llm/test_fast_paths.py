@@ -214,3 +214,45 @@ def test_public_hidden_then_fused_head_equals_plain_logprobs(tiny):
     torch.testing.assert_close(ent, ref_ent, atol=1e-5, rtol=1e-5)
     logp.sum().backward()
     assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.abs().sum() > 0
+
+
+def test_prefix_tree_rows_by_hand():
+    from tdrl.llm.prefix_rows import prefix_tree_rows
+
+    # prompts [pad, 5] and [6, 7]; completions: row 0 -> prompt 1, rows 1, 2 -> prompt 0 (row 2 ends early)
+    pids, pmask = torch.tensor([[0, 5], [6, 7]]), torch.tensor([[0, 1], [1, 1]])
+    inv = torch.tensor([1, 0, 0])
+    cids, cmask = torch.tensor([[11, 12], [21, 22], [31, 0]]), torch.tensor([[1, 1], [1, 1], [1, 0]])
+    ids, pos, mask, rows, cols = prefix_tree_rows(pids, pmask, inv, cids, cmask)
+    assert ids.tolist() == [[0, 5, 21, 22, 31, 0], [6, 7, 11, 12, 0, 0]]
+    assert pos[0].tolist()[:5] == [0, 0, 1, 2, 1] and pos[1].tolist()[:4] == [0, 1, 2, 3]
+    allowed = (mask[:, 0] == 0).int()
+    assert allowed[0].tolist() == [[1, 0, 0, 0, 0, 0],   # left padding: itself only (no all-masked row)
+                                   [0, 1, 0, 0, 0, 0],
+                                   [0, 1, 1, 0, 0, 0],   # completion 1: its prompt and itself
+                                   [0, 1, 1, 1, 0, 0],
+                                   [0, 1, 0, 0, 1, 0],   # completion 2 does not see completion 1
+                                   [0, 1, 0, 0, 1, 1]]   # past its end: real keys of its own, then itself
+    # hidden states predicting each completion token: the prompt's last position, then its own
+    assert rows.tolist() == [1, 0, 0] and cols.tolist() == [[1, 2, 3], [1, 2, 3], [1, 4, 5]]
+
+
+def test_one_row_per_prompt_and_kv_cache_layouts_equal_the_per_row_path(tiny):
+    """Rows shuffled and groups of unequal size (a minibatch); short completions take the
+    prefix-tree rows, long ones the shared KV cache: both equal the per-row forward."""
+    from tdrl.llm.logprobs import trim_completions
+    from tdrl.llm.prefix_rows import tree_is_cheaper
+
+    _, model, tok = tiny
+    H = model.config.hidden_size
+    for C, tree in ((5, True), (40, False)):
+        td = _group_rollout(model, tok, G=4, C=C)
+        td = td[torch.tensor([5, 0, 11, 3, 7, 1, 9, 2, 10])]  # groups of 3 rows each, interleaved
+        pids, width = trim_completions(td)[0], trim_completions(td)[-1]
+        P, W = pids.shape[1], width - 1  # what completion_hidden sees
+        assert tree_is_cheaper(P, W, 3, H) == tree
+        shared = _logp_and_grads(model, td, fused=True, share_prefix=True)
+        per_row = _logp_and_grads(model, td, fused=True, share_prefix=False)
+        torch.testing.assert_close(shared[0], per_row[0], rtol=1e-5, atol=1e-5)
+        for k, g in shared[2].items():
+            torch.testing.assert_close(g, per_row[2][k], rtol=1e-4, atol=1e-5, msg=f"gradient of {k} (C={C})")

@@ -59,6 +59,42 @@ def test_grpo_variants_run_with_reference_and_minibatches(tiny, data):
     _grpo(model, tok, data[0], steps=1, loss=GRPOLossConfig.gspo()).train()
 
 
+def test_grpo_step_frees_gradients_after_the_update(tiny, data):
+    """The gradients (as large as the weights) are dropped once the optimiser has used them, so
+    the next round's generation does not hold them; the update itself still happened."""
+    _, model, tok = tiny
+    before = {k: v.clone() for k, v in model.named_parameters()}
+    trainer = _grpo(model, tok, data[0], steps=2, epochs=2, minibatch_size=32)
+    m = trainer.step()
+    assert m["grad_norm"] > 0
+    assert all(p.grad is None for p in model.parameters())
+    assert any(not torch.equal(before[k], p) for k, p in model.named_parameters())
+    assert trainer._optimizer_steps == 4  # 2 epochs x 2 minibatches of the 64-completion round
+
+
+def test_tied_embedding_sparse_grad_gives_the_dense_gradient(tiny, data):
+    """The tied embedding's sparse gradient, added into the LM head's, equals the dense one."""
+    from tdrl.core.objectives import total_loss
+    from tdrl.llm.trainers.common import tied_embedding_sparse_grad
+
+    _, model, tok = tiny
+    trainer = _grpo(model, tok, data[0], steps=1)
+    td, _ = trainer.rollout(next(trainer.sampler))
+    td.set("advantage", torch.linspace(-1.0, 1.0, td.shape[0]))
+    emb = model.get_input_embeddings()
+    assert model.get_output_embeddings().weight is emb.weight
+    grads = {}
+    for sparse in (False, True):
+        model.zero_grad(set_to_none=True)
+        with tied_embedding_sparse_grad(model, enabled=sparse):
+            assert emb.sparse == sparse
+            total_loss(trainer.loss_fn(model, td)).backward()
+        assert not emb.sparse  # restored
+        grads[sparse] = emb.weight.grad
+    assert grads[True].layout == torch.strided and grads[True].abs().sum() > 0
+    torch.testing.assert_close(grads[True], grads[False], rtol=1e-5, atol=1e-7)
+
+
 def test_checkpoint_resume_is_exact(tiny, data, tmp_path):
     _, model, tok = tiny
     import copy

@@ -13,6 +13,9 @@ O(chunk x vocab)). On the way it
   through the decoder once, its KV cache is indexed out to the rows that repeat it
   (differentiably: gradients of all rows flow back into the one prompt pass), and only the
   completions run per row. The result equals the per-row computation up to float rounding.
+  With eager / SDPA attention and short completions it is one forward instead
+  (:mod:`tdrl.llm.prefix_rows`): each prompt followed by its group's completions in one row
+  under a prefix-tree mask, so each weight gets one gradient from one larger matmul.
 
 Models whose last hidden state is not the LM-head input can use ``fused=False``, which
 computes logits with the full model and calls :func:`tdrl.kernels.token_logprobs`; a
@@ -30,6 +33,7 @@ from tensordict import TensorDict
 
 from tdrl.llm import keys as K
 from tdrl.llm.generation import cache_kwarg, cache_of, unique_prompts, unwrap_model
+from tdrl.llm.prefix_rows import prefix_tree_rows, tree_is_cheaper
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,21 @@ def _decoder(model):
     if not isinstance(dec, torch.nn.Module) or dec is base:
         return None
     return dec
+
+
+def _takes_4d_mask(decoder) -> bool:
+    """Whether the decoder's attention reads an additive ``[B, 1, L, L]`` mask as it is (eager
+    and SDPA do; flash-attention and others take padding masks only)."""
+    impl = getattr(getattr(decoder, "config", None), "_attn_implementation", None)
+    return impl in ("sdpa", "eager")
+
+
+def _hidden_size(decoder) -> int:
+    return int(decoder.config.hidden_size)
+
+
+def _embedding_dtype(decoder) -> torch.dtype:
+    return decoder.get_input_embeddings().weight.dtype
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:
@@ -118,6 +137,16 @@ def completion_hidden(
     uniq = None
     if share_prefix and not getattr(decoder, "gradient_checkpointing", False):
         uniq = unique_prompts(prompt_ids, prompt_mask)
+    if uniq is not None and C > 1 and _takes_4d_mask(decoder):
+        u_ids, u_mask, inv = uniq
+        per_prompt = int(torch.bincount(inv).max())
+        if tree_is_cheaper(P, C - 1, per_prompt, _hidden_size(decoder)):
+            # one forward: each prompt once, its completions after it under a prefix-tree mask
+            t_ids, t_pos, t_mask, rows, cols = prefix_tree_rows(
+                u_ids, u_mask, inv, completion_ids[:, : C - 1], completion_mask[:, : C - 1].long(),
+                dtype=_embedding_dtype(decoder))
+            hidden = decoder(input_ids=t_ids, attention_mask=t_mask, position_ids=t_pos, use_cache=False).last_hidden_state
+            return hidden[rows[:, None], cols]
     if uniq is not None:
         u_ids, u_mask, inv = uniq
         out = decoder(input_ids=u_ids, attention_mask=u_mask.long(), position_ids=_positions(u_mask.long()), use_cache=True)

@@ -70,7 +70,8 @@ def head_grads_in_forward(
     need_h, need_w, need_b = needs
     need_b = need_b and bias is not None
     grad_hidden = torch.empty_like(hidden) if need_h else None
-    grad_weight = torch.zeros_like(weight) if need_w else None
+    # the first chunk writes the [V, H] weight gradient, later ones add to it: no zero fill
+    grad_weight, w_written = (torch.empty_like(weight) if need_w else None), False
     grad_bias = torch.zeros_like(bias) if need_b else None
     # One pair of [chunk, V] buffers for the torch rows (None for Triton's): the backward rows
     # reuse the forward's, whose temporaries are dead once the chunk's lse is known.
@@ -86,11 +87,17 @@ def head_grads_in_forward(
             if need_h:
                 torch.mm(g, weight, out=grad_hidden[s:e])
             if need_w:
-                grad_weight.addmm_(g.t(), h)
+                if w_written:
+                    grad_weight.addmm_(g.t(), h)
+                else:
+                    torch.mm(g.t(), h, out=grad_weight)
+                    w_written = True
             if need_b:
                 grad_bias += g.sum(0).to(grad_bias.dtype)
             del g
         del logits
+    if need_w and not w_written:  # no rows (or no chunk had a gradient)
+        grad_weight.zero_()
     return grad_hidden, grad_weight, grad_bias
 
 

@@ -85,7 +85,8 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
         temperature, chunk, rows_bwd = ctx.config
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         grad_hidden = torch.empty_like(hidden) if need_h else None
-        grad_weight = torch.zeros_like(weight) if need_w else None
+        # the first chunk writes the [V, H] weight gradient, later ones add to it: no zero fill
+        grad_weight, w_written = (torch.empty_like(weight) if need_w else None), False
         grad_bias = torch.zeros_like(bias) if (need_b and bias is not None) else None
         n = hidden.shape[0]
         ws = torch_workspace(rows_bwd, min(chunk, n), weight.shape[0], weight)
@@ -98,10 +99,16 @@ class FusedLinearLogprobsFunction(torch.autograd.Function):
             if grad_hidden is not None:
                 torch.mm(g, weight, out=grad_hidden[s:e])
             if grad_weight is not None:
-                grad_weight.addmm_(g.t(), h)
+                if w_written:
+                    grad_weight.addmm_(g.t(), h)
+                else:
+                    torch.mm(g.t(), h, out=grad_weight)
+                    w_written = True
             if grad_bias is not None:
                 grad_bias += g.sum(0).to(grad_bias.dtype)
             del logits, g
+        if grad_weight is not None and not w_written:  # no rows
+            grad_weight.zero_()
         return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 

@@ -39,6 +39,7 @@ from tdrl.llm.trainers.common import (
     dist_info,
     make_optimizer,
     set_gradient_checkpointing,
+    tied_embedding_sparse_grad,
     warmup_cosine,
     wrap_ddp,
 )
@@ -333,6 +334,9 @@ class GRPOTrainer(TrainerBase):
                 sums["grad_norm"] = sums["grad_norm"] + gn if "grad_norm" in sums else gn
                 self.optimizer.step()
                 self._optimizer_steps += 1
+        # drop the gradients (as large as the weights) now rather than at the next minibatch:
+        # the next round's generation and forward run without them (peak RSS between steps)
+        self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step_count += 1
         dt = time.perf_counter() - t0
@@ -362,9 +366,10 @@ class GRPOTrainer(TrainerBase):
         if loss_cfg.reduction == "token" and loss_cfg.token_mean_over_ranks and self.world_size > 1:
             all_tokens = all_reduce_sum(float(mb[K.COMPLETION_MASK].sum()))
         weights = micro_batch_weights(masks, loss_cfg.reduction, self.world_size, all_tokens).tolist()
+        sparse_ok = self.world_size == 1 and not self.config.fsdp
         for j, (chunk, w) in enumerate(zip(chunks, weights)):
             sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
-            with sync:
+            with sync, tied_embedding_sparse_grad(self.model, sparse_ok):
                 out = self.loss_fn(self.ddp_model, chunk)
                 loss = total_loss(out)
                 (loss * w).backward()

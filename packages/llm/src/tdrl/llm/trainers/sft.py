@@ -25,6 +25,7 @@ from tdrl.llm.trainers.common import (
     dist_info,
     make_optimizer,
     set_gradient_checkpointing,
+    tied_embedding_sparse_grad,
     warmup_cosine,
     wrap_ddp,
 )
@@ -249,7 +250,7 @@ class SFTTrainer(TrainerBase):
         loss_sum = 0.0
         for j, chunk in enumerate(chunks):
             sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
-            with sync:
+            with sync, tied_embedding_sparse_grad(self.model, self.world_size == 1 and not cfg.fsdp):
                 out = self.loss_fn(self.ddp_model, chunk)
                 # weight by token count so accumulation equals one big token-mean
                 w = target_mask(chunk).sum() / n_tok
