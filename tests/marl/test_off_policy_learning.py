@@ -29,13 +29,12 @@ N_ITERS, FRAMES = 12, 1600
 MARGIN = {"maddpg": 1.0, "iddpg": 1.0, "masac": 0.5, "isac": 0.5, "iql": 1.0}
 
 
-@pytest.mark.parametrize("algo", list(MARGIN))
-def test_off_policy_algorithm_beats_the_random_policy(algo):
-    torch.manual_seed(0)
-    cont = ALGORITHMS[algo].continuous
-    kw = dict(n_agents=2, collisions=False, continuous_actions=cont)
-    env = VmasEnv("navigation", num_envs=32, max_steps=50, seed=0, **kw)
-    eval_env = VmasEnv("navigation", num_envs=50, max_steps=50, seed=123, **kw)
+def _budget(algo: str, n_seeds: int = 1):
+    """The proof's envs (``n_seeds`` seed-major blocks), the random policy's return on the
+    evaluation env, the algorithm's config and the training budget."""
+    kw = dict(n_agents=2, collisions=False, continuous_actions=ALGORITHMS[algo].continuous)
+    env = VmasEnv("navigation", num_envs=32 * n_seeds, max_steps=50, seed=0, **kw)
+    eval_env = VmasEnv("navigation", num_envs=50 * n_seeds, max_steps=50, seed=123, **kw)
     random_return = evaluate(eval_env, RandomPolicy(eval_env.full_action_spec), 50)
     config = ALGORITHMS[algo].config_class()
     for name in ("sigma_anneal_frames", "eps_anneal_frames"):
@@ -43,9 +42,16 @@ def test_off_policy_algorithm_beats_the_random_policy(algo):
             setattr(config, name, N_ITERS * FRAMES // 3)
     if hasattr(config, "alpha_init"):
         config.alpha_init = 0.05
-    parts = make_groups(algo, env, config, num_cells=(64, 64))
     cfg = TrainConfig(frames_per_batch=FRAMES, n_iters=N_ITERS, minibatch_size=128, n_optimizer_steps=100,
                       lr=1e-3, eval_interval=N_ITERS, max_steps=50, buffer_size=100_000)
+    return env, eval_env, random_return, config, cfg
+
+
+@pytest.mark.parametrize("algo", list(MARGIN))
+def test_off_policy_algorithm_beats_the_random_policy(algo):
+    torch.manual_seed(0)
+    env, eval_env, random_return, config, cfg = _budget(algo)
+    parts = make_groups(algo, env, config, num_cells=(64, 64))
     history = train_off_policy(env, parts, cfg, eval_env=eval_env)
     final = history[-1]["eval_return"]
     print(f"{algo}: random {random_return:.3f}, final {final:.3f}")
@@ -65,20 +71,8 @@ def test_vectorised_seeds_each_beat_the_random_policy(algo):
     from tdrl.marl.vectorised import make_vectorised_groups
 
     seeds = [0, 1]
-    cont = ALGORITHMS[algo].continuous
-    kw = dict(n_agents=2, collisions=False, continuous_actions=cont)
-    env = VmasEnv("navigation", num_envs=32 * len(seeds), max_steps=50, seed=0, **kw)
-    eval_env = VmasEnv("navigation", num_envs=50 * len(seeds), max_steps=50, seed=123, **kw)
-    random_return = evaluate(eval_env, RandomPolicy(eval_env.full_action_spec), 50)
-    config = ALGORITHMS[algo].config_class()
-    for name in ("sigma_anneal_frames", "eps_anneal_frames"):
-        if hasattr(config, name):
-            setattr(config, name, N_ITERS * FRAMES // 3)
-    if hasattr(config, "alpha_init"):
-        config.alpha_init = 0.05
+    env, eval_env, random_return, config, cfg = _budget(algo, len(seeds))
     parts = make_vectorised_groups(algo, env, seeds, config, num_cells=(64, 64))
-    cfg = TrainConfig(frames_per_batch=FRAMES, n_iters=N_ITERS, minibatch_size=128, n_optimizer_steps=100,
-                      lr=1e-3, eval_interval=N_ITERS, max_steps=50, buffer_size=100_000)
     history = train_off_policy(env, parts, cfg, eval_env=eval_env, n_seeds=len(seeds))
     finals = history[-1]["eval_return_seeds"]
     print(f"{algo} seeds {seeds}: random {random_return:.3f}, final {finals}")
