@@ -56,6 +56,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -242,38 +243,51 @@ def off_policy_config(algorithm: str, budget: Budget):
                 target_entropy=SAC["target_entropy"])
 
 
-def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int, device: str = "cpu",
+def run_tdrl(task: str, algorithm: str, budget: Budget, seed: int | Sequence[int], device: str = "cpu",
              time_limit_terminates: bool = False) -> dict:
     """Train and evaluate one tdrl run; returns frames, wall / CPU seconds and the eval return.
+
+    ``seed``: one seed, or several trained as one vectorised model (``SeedAxis``, what
+    ``tdrl.marl.runner`` does with ``vectorise_seeds=True``: one env of seed-major blocks of
+    ``budget.envs`` sub-envs each, every network stacked over the seeds). One seed is an axis of
+    one, built as a single run builds it (``torch.manual_seed(seed)`` just before the networks).
+    ``frames`` counts one seed's frames; ``wall_s`` / ``cpu_s`` / ``sim_s`` are the whole run's;
+    ``returns`` holds each seed's evaluation return (``budget.eval_episodes`` episodes of its
+    own policy) and ``return`` their mean.
 
     ``time_limit_terminates``: VMAS's time limit also sets ``terminated`` (TorchRL's semantics,
     hence BenchMARL's: no bootstrapping there) instead of only ``truncated`` (tdrl's default).
     """
     from tdrl.core import InitTracker, TransformedEnv
-    from tdrl.marl.algorithms import ALGORITHMS as BUILDERS
+    from tdrl.core.train import SeedAxis
+    from tdrl.marl.loops import GroupPolicies, evaluate_per_env, train_off_policy, train_on_policy
     from tdrl.marl.envs import VmasEnv
-    from tdrl.marl.loops import evaluate, train_off_policy, train_on_policy
+    from tdrl.marl.vectorised import make_vectorised_groups
 
     t = benchmarl_task(task)
     conf = tdrl_configs(algorithm, budget, t["max_steps"])
-    torch.manual_seed(seed)
+    axis = SeedAxis([seed] if isinstance(seed, int) else list(seed))
 
-    def env(n: int) -> VmasEnv:
-        return VmasEnv(t["scenario"], num_envs=n, continuous_actions=conf["continuous"], max_steps=t["max_steps"],
-                       seed=seed, device=device, time_limit_terminates=time_limit_terminates, **t["kwargs"])
+    def env(n: int) -> VmasEnv:  # VMAS draws every sub-env from one generator: the axis's first seed
+        return VmasEnv(t["scenario"], num_envs=axis.n * n, continuous_actions=conf["continuous"],
+                       max_steps=t["max_steps"], seed=axis.seeds[0], device=device,
+                       time_limit_terminates=time_limit_terminates, **t["kwargs"])
 
     train_env, eval_env = env(budget.envs), env(budget.eval_episodes)
     if conf["recurrent"]:  # the hidden states reset at episode starts
         train_env, eval_env = (TransformedEnv(e, InitTracker()) for e in (train_env, eval_env))
-    parts = BUILDERS[conf["builder"]][0](train_env, conf["algorithm"], num_cells=conf["num_cells"])
+    parts = make_vectorised_groups(conf["builder"], train_env, axis.seeds, conf["algorithm"],
+                                   num_cells=conf["num_cells"])
     loop = train_on_policy if conf["on_policy"] else train_off_policy
     t0, c0 = time.perf_counter(), time.process_time()
     with SimulatorClock() as sim:
-        hist = loop(train_env, parts, conf["train"])
+        hist = loop(train_env, parts, conf["train"], n_seeds=axis)
         sync_device(device)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    ret = evaluate(eval_env, parts.policy, t["max_steps"])
-    return {"frames": hist[-1]["frames"], "wall_s": wall, "cpu_s": cpu, "sim_s": sim.seconds, "return": ret}
+    policy = GroupPolicies({g: p.policy for g, p in parts.items()})
+    rets = [float(r.mean()) for r in axis.split(evaluate_per_env(eval_env, policy, t["max_steps"]).reshape(-1))]
+    return {"frames": hist[-1]["frames"], "wall_s": wall, "cpu_s": cpu, "sim_s": sim.seconds,
+            "return": statistics.mean(rets), "returns": rets}
 
 
 try:  # only inside .venv-benchmarl; module level so that BenchMARL can pickle it
@@ -358,7 +372,7 @@ def run_benchmarl_side(module: str, argv: list[str], what: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _benchmarl_subprocess(task: str, algorithm: str, budget: Budget, seed: int, device: str) -> dict:
+def benchmarl_subprocess(task: str, algorithm: str, budget: Budget, seed: int, device: str) -> dict:
     argv = ["--side", "benchmarl", "--tasks", task, "--algorithms", algorithm, "--seeds", str(seed),
             "--device", device, *budget_argv(budget)]
     return run_benchmarl_side(__spec__.name, argv, f"{task}, {algorithm}, seed {seed}")
@@ -373,7 +387,7 @@ def budget_argv(budget: Budget) -> list[str]:
     return [x for f, flag in BUDGET_FLAGS.items() for x in (flag, str(getattr(budget, f)))]
 
 
-def _mean_std(xs: list[float]) -> str:
+def mean_std(xs: list[float]) -> str:
     if len(xs) == 1:
         return f"{xs[0]:.3f} (1 seed)"
     return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
@@ -389,8 +403,8 @@ def summarise(ours: list[dict], theirs: list[dict]) -> dict:
     """
     fps = lambda runs, k="wall_s": statistics.mean(r["frames"] / r[k] for r in runs)  # noqa: E731
     return {"tdrl frames/s": round(fps(ours)), f"{PEER.split()[0]} frames/s": round(fps(theirs)),
-            "tdrl return": _mean_std([r["return"] for r in ours]),
-            f"{PEER.split()[0]} return": _mean_std([r["return"] for r in theirs]),
+            "tdrl return": mean_std([r["return"] for r in ours]),
+            f"{PEER.split()[0]} return": mean_std([r["return"] for r in theirs]),
             "seeds": len(ours), "ratio": fps(ours) / fps(theirs),
             "cpu ratio": fps(ours, "cpu_s") / fps(theirs, "cpu_s"), **own_part(ours, theirs)}
 
@@ -420,7 +434,7 @@ def row_name(task: str, algorithm: str, budget: Budget, time_limit_terminates: b
     return ", ".join([f"{algorithm.upper()} {task}", *changed])
 
 
-def _note(budget: Budget, time_limit_terminates: bool = False) -> str:
+def budget_note(budget: Budget, time_limit_terminates: bool = False) -> str:
     limit = ("Time limit: terminated (no bootstrap) on both sides (tdrl's VmasEnv time_limit_terminates=True, "
              "TorchRL's semantics); " if time_limit_terminates else
              "Not matched: at VMAS's time limit TorchRL reports terminated (no bootstrap) and tdrl truncated "
@@ -550,7 +564,7 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"{task} {algorithm} seed {seed}: BenchMARL side reused from the other time-limit "
                           "variant's record", flush=True)
                 theirs.append(peer if peer is not None else
-                              _benchmarl_subprocess(task, algorithm, budget, seed, args.device))
+                              benchmarl_subprocess(task, algorithm, budget, seed, args.device))
                 append_run(args.runs, task, algorithm, seed, budget, args.device, ours[-1], theirs[-1], tl)
                 print(f"{task} {algorithm} seed {seed}: tdrl {ours[-1]}  benchmarl {theirs[-1]}", flush=True)
             s = summarise(ours, theirs)
@@ -566,7 +580,7 @@ def main(argv: list[str] | None = None) -> None:
                 machine = ("shared 2-core CPU box" if args.device == "cpu" else
                            f"device machine ({torch.cuda.get_device_name(torch.device(args.device))})")
                 write_record(SECTION, TABLE, name, s, peer=PEER, ratio=f"{ratio:.2f}x ({cpu_ratio:.2f}x){split}",
-                             note=_note(budget, args.time_limit_terminates),
+                             note=budget_note(budget, args.time_limit_terminates),
                              machine=f"{machine}, one torch thread per side, device {args.device}")
 
 

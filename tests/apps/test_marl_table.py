@@ -182,7 +182,7 @@ def test_finished_seeds_are_appended_and_reused(tmp_path, monkeypatch):
         return run
 
     monkeypatch.setattr(bench, "run_tdrl", fake("tdrl"))
-    monkeypatch.setattr(bench, "_benchmarl_subprocess", lambda *a: fake("benchmarl")(*a))
+    monkeypatch.setattr(bench, "benchmarl_subprocess", lambda *a: fake("benchmarl")(*a))
     monkeypatch.setattr(bench, "BENCHMARL_PY", tmp_path)  # exists: the side-by-side path runs
     runs = tmp_path / "runs.jsonl"
     argv = ["--tasks", "wheel", "--algorithms", "qmix", "--runs", str(runs), "--iters", "10"]
@@ -225,7 +225,7 @@ def test_time_limit_terminates_is_kept_apart(tmp_path):
     bench.append_run(runs, "balance", "qmix", 0, b, "cpu", r, r, True)
     assert set(bench.load_runs(runs)) == {bench._run_key("balance", "qmix", 0, b, "cpu"),
                                           bench._run_key("balance", "qmix", 0, b, "cpu", True)}
-    assert "Not matched" in bench._note(b) and "Not matched" not in bench._note(b, True)
+    assert "Not matched" in bench.budget_note(b) and "Not matched" not in bench.budget_note(b, True)
 
 
 def test_time_limit_variant_reuses_the_benchmarl_side(tmp_path, monkeypatch):
@@ -243,7 +243,7 @@ def test_time_limit_variant_reuses_the_benchmarl_side(tmp_path, monkeypatch):
         return {"frames": 600, "wall_s": 2.0, "cpu_s": 2.0, "return": -float(seed)}
 
     monkeypatch.setattr(bench, "run_tdrl", tdrl)
-    monkeypatch.setattr(bench, "_benchmarl_subprocess", peer)
+    monkeypatch.setattr(bench, "benchmarl_subprocess", peer)
     monkeypatch.setattr(bench, "BENCHMARL_PY", tmp_path)
     runs = tmp_path / "runs.jsonl"
     argv = ["--tasks", "balance", "--algorithms", "qmix", "--runs", str(runs), "--iters", "10"]
