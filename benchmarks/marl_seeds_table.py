@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-from benchmarks.marl import BENCHMARL_PY, MISSING_BENCHMARL, check_device
-from benchmarks.marl_table import (ALGORITHMS, BASE_ALGORITHMS, BUDGET_FLAGS, PEER, SECTION, TASKS, Budget,
-                                   benchmarl_subprocess, budget_note, mean_std, row_name, run_tdrl)
+from benchmarks.marl import BENCHMARL_PY, MISSING_BENCHMARL
+from benchmarks.marl_table import (BASE_ALGORITHMS, PEER, SECTION, Budget, add_table_args, benchmarl_subprocess,
+                                   checked_budget, budget_note, mean_std, read_records, row_name, run_tdrl)
 
 TABLE = ("MARL: a benchmark of several seeds, tdrl's runner (the seeds as one vectorised model) vs BenchMARL "
          "(one seed after another)")
@@ -63,47 +61,20 @@ def _key(task: str, algorithm: str, seeds: list[int], budget: Budget, device: st
 
 
 def load_runs(path: Path) -> dict[str, dict]:
-    """Finished pairs of earlier invocations: ``{key: {"tdrl": run, "benchmarl": [run per seed]}}``."""
-    runs: dict[str, dict] = {}
-    if path.exists():
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-                runs[_key(r["task"], r["algorithm"], r["seeds"], Budget(**r["budget"]), r["device"])] = r
-            except (ValueError, KeyError, TypeError) as err:
-                raise SystemExit(f"{path}:{n}: not a marl_seeds_table record ({err}); fix or remove the line.")
-    return runs
+    """Finished pairs of earlier invocations: ``{key: {"tdrl": run, "benchmarl": [run per seed], ...}}``."""
+    return read_records(path, lambda r: _key(r["task"], r["algorithm"], r["seeds"], Budget(**r["budget"]), r["device"]),
+                        "marl_seeds_table")
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"of {', '.join(TASKS)}")
-    p.add_argument("--algorithms", nargs="+", default=list(BASE_ALGORITHMS), help=f"of {', '.join(ALGORITHMS)}")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    defaults = Budget()
-    for field, flag in BUDGET_FLAGS.items():
-        p.add_argument(flag, dest=field, type=int, default=getattr(defaults, field))
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:index], both sides")
-    p.add_argument("--record", action="store_true", help="write one benchmarks/results record per pair")
-    p.add_argument("--runs", type=Path, default=RUNS, help="finished pairs, appended and reused")
-    p.add_argument("--fresh", action="store_true", help="rerun pairs already in --runs")
+    add_table_args(p, BASE_ALGORITHMS, [0, 1, 2], RUNS, "finished pairs")
     args = p.parse_args(argv)
-    check_device(args.device)
-    for name, valid in (("tasks", TASKS), ("algorithms", ALGORITHMS)):
-        bad = [x for x in getattr(args, name) if x not in valid]
-        if bad:
-            sys.exit(f"--{name}: unknown {bad}; valid: {', '.join(valid)}.")
     if len(set(args.seeds)) != len(args.seeds) or len(args.seeds) < 2:
         sys.exit(f"--seeds: at least two distinct seeds (a benchmark of several seeds); got {args.seeds}.")
-    try:
-        budget = Budget(**{f: getattr(args, f) for f in BUDGET_FLAGS})
-    except ValueError as err:
-        sys.exit(str(err))
+    budget = checked_budget(args)
     if not BENCHMARL_PY.exists():
         sys.exit(f"{BENCHMARL_PY} {MISSING_BENCHMARL}")
-    torch.set_num_threads(1)
     runs = load_runs(args.runs)
     for task in args.tasks:
         for algorithm in args.algorithms:

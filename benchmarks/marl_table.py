@@ -466,20 +466,27 @@ def _run_key(task: str, algorithm: str, seed: int, budget: Budget, device: str,
     return json.dumps([task, algorithm, seed, asdict(budget), device, *extra], sort_keys=True)
 
 
-def load_runs(path: Path) -> dict[str, dict]:
-    """Finished seeds of earlier invocations: ``{key: {"tdrl": result, "benchmarl": result}}``."""
-    runs: dict[str, dict] = {}
+def read_records(path: Path, key, what: str) -> dict[str, dict]:
+    """The JSON lines of ``path`` (none if it does not exist) as ``{key(row): row}``; a line that is
+    not a ``what`` record (``key`` raises ``KeyError`` / ``TypeError`` / ``ValueError``) is named."""
+    rows: dict[str, dict] = {}
     if path.exists():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-                runs[_run_key(row["task"], row["algorithm"], row["seed"], Budget(**row["budget"]), row["device"],
-                              row.get("time_limit_terminates", False))] = {"tdrl": row["tdrl"], "benchmarl": row["benchmarl"]}
+                rows[key(row)] = row
             except (ValueError, KeyError, TypeError) as err:
-                raise SystemExit(f"{path}:{n}: not a marl_table run record ({err}); fix or remove the line.")
-    return runs
+                raise SystemExit(f"{path}:{n}: not a {what} record ({err}); fix or remove the line.")
+    return rows
+
+
+def load_runs(path: Path) -> dict[str, dict]:
+    """Finished seeds of earlier invocations: ``{key: {"tdrl": result, "benchmarl": result}}``."""
+    rows = read_records(path, lambda r: _run_key(r["task"], r["algorithm"], r["seed"], Budget(**r["budget"]),
+                                                r["device"], r.get("time_limit_terminates", False)), "marl_table run")
+    return {k: {"tdrl": r["tdrl"], "benchmarl": r["benchmarl"]} for k, r in rows.items()}
 
 
 def peer_run(runs: dict[str, dict], task: str, algorithm: str, seed: int, budget: Budget,
@@ -509,22 +516,25 @@ def append_run(path: Path, task: str, algorithm: str, seed: int, budget: Budget,
         f.write(json.dumps(row) + "\n")
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--side", choices=["both", "tdrl", "benchmarl"], default="both")
+def add_table_args(p: argparse.ArgumentParser, algorithms: Sequence[str], seeds: list[int], runs: Path,
+                   what: str) -> None:
+    """The flags both MARL tables take: tasks, algorithms, seeds, the budget, device, record and
+    the ``--runs`` file of finished ``what`` (``--fresh`` reruns them)."""
     p.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"of {', '.join(TASKS)}")
-    p.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), help=f"of {', '.join(ALGORITHMS)}")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    p.add_argument("--algorithms", nargs="+", default=list(algorithms), help=f"of {', '.join(ALGORITHMS)}")
+    p.add_argument("--seeds", nargs="+", type=int, default=seeds)
     defaults = Budget()
     for field, flag in BUDGET_FLAGS.items():
         p.add_argument(flag, dest=field, type=int, default=getattr(defaults, field))
     p.add_argument("--device", default="cpu", help="cpu or cuda[:index], both sides")
     p.add_argument("--record", action="store_true", help="write one benchmarks/results record per pair")
-    p.add_argument("--runs", type=Path, default=RUNS, help="per-seed results, appended and reused (see above)")
-    p.add_argument("--fresh", action="store_true", help="rerun seeds already in --runs (appends the new ones)")
-    p.add_argument("--time-limit-terminates", action="store_true",
-                   help="tdrl side: VMAS's time limit sets terminated, as TorchRL's VmasEnv (BenchMARL) does")
-    args = p.parse_args(argv)
+    p.add_argument("--runs", type=Path, default=runs, help=f"{what}, appended and reused (see above)")
+    p.add_argument("--fresh", action="store_true", help=f"rerun the {what} already in --runs (appends the new ones)")
+
+
+def checked_budget(args: argparse.Namespace) -> Budget:
+    """The parsed tables' flags checked (device, tasks, algorithms) and their :class:`Budget`
+    (one torch thread from here on); exits naming what is wrong."""
     check_device(args.device)
     for name, valid in (("tasks", TASKS), ("algorithms", ALGORITHMS)):
         bad = [x for x in getattr(args, name) if x not in valid]
@@ -535,6 +545,17 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as err:
         sys.exit(str(err))
     torch.set_num_threads(1)
+    return budget
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--side", choices=["both", "tdrl", "benchmarl"], default="both")
+    add_table_args(p, ALGORITHMS, [0, 1], RUNS, "per-seed results")
+    p.add_argument("--time-limit-terminates", action="store_true",
+                   help="tdrl side: VMAS's time limit sets terminated, as TorchRL's VmasEnv (BenchMARL) does")
+    args = p.parse_args(argv)
+    budget = checked_budget(args)
     if args.side != "both":
         run = run_tdrl if args.side == "tdrl" else run_benchmarl
         for task in args.tasks:
