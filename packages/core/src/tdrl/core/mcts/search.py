@@ -103,9 +103,9 @@ def search(
     if method in ("auto", "numba"):
         rule = _numba_rule(tree, root_action_selection_fn, interior_action_selection_fn, method)
         if rule is not None:
-            from .numba_backend import numba_search
-
-            numba_search(tree, store, recurrent_fn, rule, num_simulations, max_depth, two_player)
+            _numba_backend().numba_search(
+                tree, store, recurrent_fn, rule, num_simulations, max_depth, two_player
+            )
             return tree
     device = tree.node_data.device
     offsets = tree.flat_index(torch.zeros(tree.batch_size, dtype=torch.int64, device=device))
@@ -156,6 +156,14 @@ def _numba_installed() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
+@functools.cache
+def _numba_backend():
+    """The numba engine's module, imported on first use (it loads or compiles numba code)."""
+    from . import numba_backend
+
+    return numba_backend
+
+
 def _numba_rule(tree: Tree, root_fn: SelectionFn, interior_fn: SelectionFn, method: str):
     """The numba backend's form of the rules, or None where ``"auto"`` passes it by.
 
@@ -165,10 +173,9 @@ def _numba_rule(tree: Tree, root_fn: SelectionFn, interior_fn: SelectionFn, meth
         if method == "numba":
             raise ImportError(_NUMBA_MISSING)
         return None
-    from .numba_backend import DTYPES, numba_rule
-
-    rule = numba_rule(root_fn, interior_fn)
-    usable = tree.node_data.device.type == "cpu" and tree.node_data.dtype in DTYPES
+    backend = _numba_backend()
+    rule = backend.numba_rule(root_fn, interior_fn)
+    usable = tree.node_data.is_cpu and tree.node_data.dtype in backend.DTYPES
     if method == "numba" and (rule is None or not usable):
         raise ValueError(
             "method='numba' supports the same rule at the root and below it, puct_selection "

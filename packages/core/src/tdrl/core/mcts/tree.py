@@ -27,6 +27,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
+from tdrl.core.td_access import new_td
+
 UNVISITED = -1
 """Entry of ``children_index`` for a child that has not been expanded."""
 NO_PARENT = -1
@@ -374,7 +376,7 @@ def init_tree(
     if wrapped:  # one tensor: every slot a copy of the root's embedding, in three calls
         grid = root.embedding.new_empty((batch, num_nodes, *root.embedding.shape[1:]))
         grid.copy_(root.embedding.unsqueeze(1))
-        embeddings = TensorDict({EMBEDDING_KEY: grid}, batch_size=[batch, num_nodes])
+        embeddings = new_td({EMBEDDING_KEY: grid}, torch.Size(nodes))  # the shape is [B, N, ...]
     else:
         embeddings = embedding.unsqueeze(1).expand(batch, num_nodes).clone()
     tree = Tree(
@@ -385,7 +387,7 @@ def init_tree(
         children_index=full(edges, UNVISITED, torch.int64),
         invalid_actions=torch.zeros(edges, dtype=torch.bool, device=device),
         embeddings=embeddings,
-        extra=extra if extra is not None else TensorDict({}, batch_size=[batch], device=device),
+        extra=extra if extra is not None else new_td({}, torch.Size([batch]), device),
     )
     logits = logits.to(dtype)
     if invalid is None:  # what mask_invalid_logits gives for an all-legal mask
@@ -413,4 +415,4 @@ def _as_tensordict(
     if not isinstance(embedding, Tensor) or embedding.shape[:1] != (batch,):
         shape = getattr(embedding, "shape", type(embedding).__name__)
         raise ValueError(f"{name} must be a TensorDict [B] or a tensor [B, ...], got {shape}")
-    return TensorDict({EMBEDDING_KEY: embedding}, batch_size=[batch]), True
+    return new_td({EMBEDDING_KEY: embedding}, torch.Size([batch])), True  # [B, ...] checked above
