@@ -43,7 +43,7 @@ from .fused import fused_rule, puct_settings, unwrap_partial
 from .qtransforms import qtransform_by_min_max
 from .selection import SelectionFn
 from .model_io import EmbeddingStore, RecurrentFn, check_vector, leaf_logits
-from .tree import UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, Tree
+from .tree import UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, RootOutput, Tree
 
 # The tree's channels as plain module constants (what a compiled function can read).
 N_VISITS, N_VALUE_SUM, N_RAW_VALUE, N_VALUE = (NodeChannel.VISITS, NodeChannel.VALUE_SUM,
@@ -268,7 +268,7 @@ def _shift_logits(raw, shifted, low):
 _M_NODE, _M_EDGE, _M_CHILDREN, _M_INVALID, _M_PARENTS, _M_FROM = range(6)
 _M_BATCH, _M_NODES, _M_ACTIONS, _M_PATH, _M_MAX_DEPTH, _M_KIND, _M_NEGATE, _M_HEADER = range(6, 14)
 _LOW = 8
-_EXPAND, _SHIFT, _INVALID, _NEXT, _WALK = 1, 2, 4, 8, 16  # flags of one call
+_EXPAND, _SHIFT, _INVALID, _NEXT, _WALK, _ROOT = 1, 2, 4, 8, 16, 32  # flags of one call
 
 
 @intrinsic
@@ -286,7 +286,9 @@ def _step(
     meta, c, grid, flags, new_index, p_reward, p_discount, p_value, p_logits, p_probs, p_invalid,
     p_next, p_inputs, p_actions,
 ):  # fmt: skip
-    """One simulation's end and the next one's start, in one call: (``_EXPAND``) shift the raw
+    """One simulation's end and the next one's start, in one call: (``_ROOT``, in the first
+    call) write the roots from their values ``p_value`` [B], raw prior logits ``p_logits`` and
+    probabilities ``p_probs`` [B, A] as ``init_tree`` does; (``_EXPAND``) shift the raw
     prior logits at ``p_logits`` (``_SHIFT``; else they are the masked logits), write the new
     nodes in slot ``new_index`` (with their illegal actions, ``_INVALID``, and their embeddings,
     ``_NEXT``), back up; then (``_WALK``) walk the trees down again and gather the model's next
@@ -301,6 +303,17 @@ def _step(
     paths = meta[head:paths_end].reshape(batch, depth)
     depths = meta[paths_end:paths_end + batch]
     out = meta[paths_end + batch:paths_end + 4 * batch].reshape(3, batch)
+    if flags & _ROOT:
+        values = numba.carray(_pointer(p_value), (batch,), dtype)
+        probs = numba.carray(_pointer(p_probs), (batch, num_actions), dtype)
+        shifted = c[_LOW + 1:_LOW + 1 + batch * num_actions].reshape(batch, num_actions)
+        _shift_logits(numba.carray(_pointer(p_logits), (batch, num_actions), dtype), shifted, c[_LOW])
+        for b in range(batch):
+            node_data[b, 0, N_VISITS] = c[_ONE]
+            node_data[b, 0, N_VALUE_SUM] = node_data[b, 0, N_RAW_VALUE] = node_data[b, 0, N_VALUE] = values[b]
+            for a in range(num_actions):
+                edge_data[b, 0, a, E_PRIOR_LOGIT] = shifted[b, a]
+                edge_data[b, 0, a, E_PRIOR_PROB] = probs[b, a]
     if flags & _EXPAND:
         parents = numba.carray(_pointer(meta[_M_PARENTS]), (batch, num_nodes), np.int64)
         action_from_parent = numba.carray(_pointer(meta[_M_FROM]), (batch, num_nodes), np.int64)
@@ -348,8 +361,9 @@ def numba_search(
     num_simulations: int,
     max_depth: int,
     two_player: bool,
+    root: RootOutput | None = None,
 ) -> None:
-    """Fill ``tree`` (its root written by ``init_tree``) with ``num_simulations`` simulations.
+    """Fill ``tree`` with ``num_simulations`` simulations.
 
     A simulation is one model call and one compiled call (:func:`_step`: the last
     simulation's writes and backup, then the next walk and the gather of the model's inputs);
@@ -364,6 +378,8 @@ def numba_search(
             tree grows (as the tensor search does).
         rule: from :func:`numba_rule`.
         num_simulations, max_depth, two_player: as :func:`~tdrl.core.mcts.search.search`.
+        root: the roots to write (where :func:`writes_root`; ``init_tree(..., write_root=False)``
+            left them out), or None if ``init_tree`` wrote them.
     """
     batch, num_nodes, num_actions = tree.batch_size, tree.num_nodes, tree.num_actions
     dtype = tree.node_data.dtype
@@ -395,7 +411,13 @@ def numba_search(
     embedding_shape = (batch, *trailing)
     inputs = _ModelInputs(num_simulations, batch, trailing, input_dtype)
     embedding_in, action_in = inputs.take(0)
-    growing = _step(meta, c, grid, _WALK, 0, 0, 0, 0, 0, 0, 0, 0, embedding_in.data_ptr(), action_in.data_ptr())
+    flags, p_value, p_logits, p_probs = _WALK, 0, 0, 0
+    if root is not None:  # softmax(raw) is softmax(raw - max) bit for bit (see below)
+        probs = torch.softmax(root.prior_logits, -1)
+        flags, p_value, p_logits = _WALK | _ROOT, root.value.data_ptr(), root.prior_logits.data_ptr()
+        p_probs = probs.data_ptr()
+    growing = _step(meta, c, grid, flags, 0, 0, 0, p_value, p_logits, p_probs, 0, 0,
+                    embedding_in.data_ptr(), action_in.data_ptr())  # fmt: skip
     for sim in range(num_simulations):
         new_index = sim + 1
         flags = _EXPAND
@@ -443,6 +465,16 @@ def numba_search(
             meta, c, grid, flags, new_index, p_reward, p_discount, p_value, p_logits, p_probs,
             p_invalid, p_next, p_inputs, p_actions,
         )  # fmt: skip
+
+
+def writes_root(root: RootOutput) -> bool:
+    """Whether :func:`numba_search` writes these roots itself: all actions legal, and the
+    logits ``[B, A]`` and values ``[B]`` contiguous CPU tensors of one float type."""
+    value, logits = root.value, root.prior_logits
+    return root.invalid_actions is None and type(value) is torch.Tensor and value.dim() == 1 \
+        and type(logits) is torch.Tensor and logits.dim() == 2 \
+        and _plain(logits, (value.shape[0], logits.shape[1]), value.dtype) \
+        and _plain(value, value.shape, value.dtype)  # fmt: skip
 
 
 def _plain(x, shape: tuple, dtype: torch.dtype) -> bool:

@@ -339,7 +339,7 @@ def mask_invalid_logits(logits: Tensor, invalid_actions: Tensor | None) -> Tenso
 
 
 def init_tree(
-    root: RootOutput, num_nodes: int, extra: TensorDictBase | None = None
+    root: RootOutput, num_nodes: int, extra: TensorDictBase | None = None, write_root: bool = True
 ) -> tuple[Tree, bool]:
     """Allocate a tree of ``num_nodes`` slots per search and write the root into slot 0.
 
@@ -347,6 +347,10 @@ def init_tree(
         root: the roots; ``root.prior_logits`` is ``[B, A]``, ``root.value`` ``[B]``.
         num_nodes: ``N``, usually ``num_simulations + 1``.
         extra: optional per-tree extras, batch ``[B]``.
+        write_root: ``False`` leaves the root's statistics and priors (slot 0 of
+            ``node_data`` and ``edge_data``) zero for the caller to write (the numba engine
+            writes them in its first compiled call); its embedding and illegal actions are
+            written either way.
 
     Returns:
         ``(tree, wrapped)`` where ``wrapped`` says the embedding was a plain tensor stored
@@ -389,6 +393,10 @@ def init_tree(
         embeddings=embeddings,
         extra=extra if extra is not None else new_td({}, torch.Size([batch]), device),
     )
+    if not write_root:
+        if invalid is not None:
+            tree.invalid_actions.select(1, ROOT_INDEX).copy_(invalid & ~invalid.all(-1, keepdim=True))
+        return tree, wrapped
     logits = logits.to(dtype)
     if invalid is None:  # what mask_invalid_logits gives for an all-legal mask
         logits = (logits - logits.amax(-1, keepdim=True)).clamp_(min=torch.finfo(dtype).min)
