@@ -409,8 +409,10 @@ def numba_search(
         grid = np.zeros((batch, num_nodes, 1), dtype=np_dtype)
         trailing, input_dtype = (1,), dtype
     embedding_shape = (batch, *trailing)
-    inputs = _ModelInputs(num_simulations, batch, trailing, input_dtype)
-    embedding_in, action_in = inputs.take(0)
+    embeddings, actions = _model_inputs(num_simulations, embedding_shape, input_dtype)
+    fresh = embeddings is None  # (large embeddings) allocated per simulation
+    embedding_in = torch.empty(embedding_shape, dtype=input_dtype) if fresh else embeddings[0]
+    action_in = actions[0]
     flags, p_value, p_logits, p_probs = _WALK, 0, 0, 0
     if root is not None:  # softmax(raw) is softmax(raw - max) bit for bit (see below)
         probs = torch.softmax(root.prior_logits, -1)
@@ -459,7 +461,8 @@ def numba_search(
                 store.write(keep * num_nodes + new_index, following[keep])
         p_inputs = p_actions = 0
         if new_index < num_simulations:
-            embedding_in, action_in = inputs.take(new_index)
+            embedding_in = torch.empty(embedding_shape, dtype=input_dtype) if fresh else embeddings[new_index]
+            action_in = actions[new_index]
             p_inputs, p_actions, flags = embedding_in.data_ptr(), action_in.data_ptr(), flags | _WALK
         growing = _step(
             meta, c, grid, flags, new_index, p_reward, p_discount, p_value, p_logits, p_probs,
@@ -498,23 +501,15 @@ _INPUT_BYTES = 1 << 24
 """Largest size of the model inputs preallocated for a whole search (else per simulation)."""
 
 
-class _ModelInputs:
-    """Each simulation's model inputs, ``[B, *trailing]`` embeddings and ``[B]`` actions:
-    distinct tensors, so that none is overwritten while the model may still hold it; views of
-    one buffer allocated once per search where that is small (``_INPUT_BYTES``), else
-    allocated per simulation."""
-
-    def __init__(
-        self, num_simulations: int, batch: int, trailing: tuple, dtype: torch.dtype
-    ) -> None:
-        self.batch, self.trailing, self.dtype = batch, trailing, dtype
-        self.actions = torch.empty((num_simulations, batch), dtype=torch.int64).unbind(0)
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        self.embeddings = None
-        if num_simulations * batch * math.prod(trailing) * itemsize <= _INPUT_BYTES:
-            self.embeddings = torch.empty((num_simulations, batch, *trailing), dtype=dtype).unbind(0)
-
-    def take(self, sim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.embeddings is not None:
-            return self.embeddings[sim], self.actions[sim]
-        return torch.empty((self.batch, *self.trailing), dtype=self.dtype), self.actions[sim]
+def _model_inputs(
+    num_simulations: int, shape: tuple, dtype: torch.dtype
+) -> tuple[tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...]]:
+    """Each simulation's model inputs, ``shape`` ``[B, *trailing]`` embeddings and ``[B]``
+    actions: distinct tensors, so that none is overwritten while the model may still hold it;
+    views of one buffer allocated once per search, except embeddings larger than
+    ``_INPUT_BYTES`` in all (``None``: allocated per simulation)."""
+    actions = torch.empty((num_simulations, shape[0]), dtype=torch.int64).unbind(0)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if num_simulations * math.prod(shape) * itemsize > _INPUT_BYTES:
+        return None, actions
+    return torch.empty((num_simulations, *shape), dtype=dtype).unbind(0), actions
