@@ -1,13 +1,16 @@
 """The search with its tree statistics walked and backed up by compiled (numba) calls.
 
 The tensor search (:mod:`~tdrl.core.mcts.search`) spends a fixed cost per torch op, some
-hundred small ops per simulation. Here the tree's tensors are viewed as numpy arrays (no
-copies) and a simulation is one model call and one compiled call, :func:`_step`: it shifts the
-new leaves' prior logits, writes the new nodes (and, for a plain tensor embedding, their
-embeddings), backs the values up the paths as mctx's ``backward`` does, then walks all ``B``
-trees down to their next leaves with the PUCT rule (:func:`_walk`) and gathers the model's
-next inputs (:func:`_gather`) into tensors allocated once per search. Outside the model only
-the priors' softmax and the numpy views of the model's outputs go through torch.
+hundred small ops per simulation. Here the compiled code reads and writes the tree's tensors
+in place (no copies) and a simulation is one model call and one compiled call, :func:`_step`:
+it shifts the new leaves' prior logits, writes the new nodes (and, for a plain tensor
+embedding, their embeddings), backs the values up the paths as mctx's ``backward`` does, then
+walks all ``B`` trees down to their next leaves with the PUCT rule (:func:`_walk`) and gathers
+the model's next inputs (:func:`_gather`) into tensors allocated once per search; the first
+call writes the roots. Outside the model only the priors' softmax goes through torch: the
+call takes the tree's arrays and the model's outputs by address (checked contiguous CPU
+tensors of the right dtype and shape, else converted first), since numba's dispatcher types
+every array argument on every call, which at ``B = 1`` cost as much as the search itself.
 
 It is the tensor search, step for step (the same actions, ties to the lowest; the same calls
 of the model on the same inputs; the same tree): every statistic is stored in the tree's
