@@ -9,7 +9,9 @@ the two give the same visit counts.
 
 With ``--mctx`` the same search also runs in **mctx** (JAX, ``jit``, CPU, one thread) in its
 own venv (``/work/venvs/mctx``, see benchmarks/setup_peers.sh) as a subprocess on the same
-weights and root embeddings (benchmarks/mcts_mctx.py), and the ratio tdrl / mctx is printed;
+weights and root embeddings (benchmarks/mcts_mctx.py), timed in alternate blocks (one of tdrl,
+one of mctx, ``--repeats`` times, so that both meet the same load on a shared machine), and
+the ratio tdrl / mctx is printed;
 ``--record`` writes those rows to benchmarks/results/mcts.jsonl.
 
 Run:  python -m benchmarks.mcts  [--simulations 32 --repeats 3 --batch-sizes 1 64 512]
@@ -203,7 +205,8 @@ def main() -> None:
     print(f"MCTS, PUCT, {n} simulations per tree, tiny model (dim 8, 4 actions), 1 thread, "
           f"tdrl on {args.device}")  # fmt: skip
     print(f"{'B':>5} {'tdrl sims/s':>14} {'python sims/s':>14} {'ratio':>8}")
-    ours_rates, ours_visits, model_seconds = {}, {}, {}
+    ours_rates, ours_visits, model_seconds, peer_rates = {}, {}, {}, {}
+    peer = _MctxServer(args, model) if args.mctx else None
     for batch in args.batch_sizes:
         embeddings = torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))
         on_device = embeddings.to(args.device)
@@ -220,7 +223,11 @@ def main() -> None:
                 python_puct_search(model, row, n)
 
         ours()  # warm-up
-        t_ours = _median_time(ours, args.repeats)
+        if peer is not None:  # alternate blocks of tdrl and mctx, so that both meet the same load
+            t_ours, t_peer = _alternating(ours, peer, batch, args.repeats)
+            peer_rates[batch] = batch * n / t_peer
+        else:
+            t_ours = _median_time(ours, args.repeats)
         actions = torch.zeros(batch, dtype=torch.int64, device=args.device)
         # the model call alone: what bounds a simulation at small B
         model_seconds[batch] = _median_time(
@@ -236,8 +243,64 @@ def main() -> None:
             continue
         rate_plain = batch * n / _median_time(plain, args.repeats)
         print(f"{batch:>5} {rate_ours:>14,.0f} {rate_plain:>14,.0f} {rate_ours / rate_plain:>7.1f}x")
-    if args.mctx:
-        _versus_mctx(args, model, ours_rates, ours_visits, model_seconds)
+    if peer is not None:
+        peer.close()
+        _versus_mctx(args, peer.info, peer_rates, ours_rates, ours_visits, model_seconds)
+
+
+def _alternating(ours, peer: _MctxServer, batch: int, repeats: int) -> tuple[float, float]:
+    """Median seconds per call of ``ours`` and of mctx's search of ``batch`` trees, timed in
+    alternate blocks of >= 0.2 s each (as :func:`_median_time`)."""
+    start = time.perf_counter()
+    ours()
+    calls = max(1, math.ceil(0.2 / max(time.perf_counter() - start, 1e-6)))
+    peer_calls = max(1, math.ceil(0.2 / max(peer.time(batch, 1), 1e-6)))
+    times, peer_times = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            ours()
+        times.append((time.perf_counter() - start) / calls)
+        peer_times.append(peer.time(batch, peer_calls) / peer_calls)
+    return statistics.median(times), statistics.median(peer_times)
+
+
+class _MctxServer:
+    """benchmarks/mcts_mctx.py in the mctx venv, serving timed blocks of its search on the
+    tiny model's weights and the benchmark's roots (compiled for every batch size first)."""
+
+    def __init__(self, args, model: TinyModel) -> None:
+        import numpy as np
+
+        self.tmp = tempfile.TemporaryDirectory()
+        path = os.path.join(self.tmp.name, "w.npz")
+        weights = {k: getattr(model, k).numpy() for k in ("dynamics", "reward_head", "policy_head", "value_head")}
+        np.savez(path, discount=np.float32(model.discount), **weights)
+        for b in args.batch_sizes:
+            emb = torch.randn(b, 8, generator=torch.Generator().manual_seed(b))
+            np.save(path.replace(".npz", f"_emb{b}.npy"), emb.numpy())
+        env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+                   JAX_PLATFORMS="cpu", PYTHONPATH="")  # fmt: skip
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcts_mctx.py")
+        cmd = [args.mctx_python, script, path, str(-args.simulations), str(args.repeats),
+               *map(str, args.batch_sizes)]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)  # fmt: skip
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"mctx side failed (is {args.mctx_python} the mctx venv?):\n{self.proc.stderr.read()[-2000:]}")
+        self.info = json.loads(line)
+
+    def time(self, batch: int, calls: int) -> float:
+        """Seconds of ``calls`` mctx searches of ``batch`` trees."""
+        self.proc.stdin.write(f"{batch} {calls}\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+        self.tmp.cleanup()
 
 
 def _backend_name() -> str:
@@ -250,32 +313,14 @@ def _backend_name() -> str:
 
 
 def _versus_mctx(
-    args, model: TinyModel, ours_rates: dict, ours_visits: dict, model_seconds: dict
+    args, peer: dict, peer_rates: dict, ours_rates: dict, ours_visits: dict, model_seconds: dict
 ) -> None:
-    """Run benchmarks/mcts_mctx.py in the mctx venv on the same weights; print the ratios."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "w.npz")
-        weights = {k: getattr(model, k).numpy() for k in ("dynamics", "reward_head", "policy_head", "value_head")}
-        import numpy as np
-
-        np.savez(path, discount=np.float32(model.discount), **weights)
-        for b in args.batch_sizes:
-            emb = torch.randn(b, 8, generator=torch.Generator().manual_seed(b))
-            np.save(path.replace(".npz", f"_emb{b}.npy"), emb.numpy())
-        env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-                   JAX_PLATFORMS="cpu", PYTHONPATH="")  # fmt: skip
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcts_mctx.py")
-        cmd = [args.mctx_python, script, path, str(args.simulations), str(args.repeats),
-               *map(str, args.batch_sizes)]  # fmt: skip
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            sys.exit(f"mctx side failed (is {args.mctx_python} the mctx venv?):\n{proc.stderr[-2000:]}")
-        peer = json.loads(proc.stdout.strip().splitlines()[-1])
+    """Print (and with ``--record`` write) the ratios to mctx, timed in alternate blocks."""
     print(f"\nvs mctx {peer['mctx']} (jax {peer['jax']}, jit, CPU, one thread)")
     print(f"{'B':>5} {'tdrl sims/s':>14} {'mctx sims/s':>14} {'ratio':>8}  same visits (first 4 trees)")
     targets = {1: 1.0, 64: 2.5, 512: 4.5}  # issue 38
     for b in args.batch_sizes:
-        theirs = peer["rates"][str(b)]
+        theirs = peer_rates[b]
         ratio = ours_rates[b] / theirs
         same = peer["visits"][str(b)] == [[int(v) for v in row] for row in ours_visits[b]]
         print(f"{b:>5} {ours_rates[b]:>14,.0f} {theirs:>14,.0f} {ratio:>7.2f}x  {same}")
@@ -289,7 +334,8 @@ def _versus_mctx(
                 {"tdrl sims/s": round(ours_rates[b]), "mctx sims/s": round(theirs)},
                 peer=f"mctx {peer['mctx']} (jax {peer['jax']})", ratio=f"{ratio:.2f}x{verdict}",
                 note=f"PUCT, {args.simulations} simulations, min-max Q (qtransform_by_parent_and_siblings), "
-                "no root noise, tiny model (dim 8, 4 actions), same weights and roots; tdrl with "
+                "no root noise, tiny model (dim 8, 4 actions), same weights and roots, timed in alternate "
+                "blocks (tdrl, then mctx, repeats times); tdrl with "
                 f"method='auto' ({_backend_name()}); both on one CPU "
                 "thread (XLA_FLAGS single-threaded); median of repeats, each a block of calls of "
                 ">= 0.2 s, jit compile excluded; "

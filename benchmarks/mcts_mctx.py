@@ -6,6 +6,10 @@ noise, greedy action) under ``jax.jit`` on one CPU thread, and prints one JSON l
 ``{"batch": simulations per second, ...}`` (median of repeats, each a block of calls of at
 least 0.2 s, compile excluded).
 
+A negative simulation count serves instead: after compiling it prints the visits, then reads
+``B CALLS`` lines from stdin and answers each with the seconds of ``CALLS`` searches of ``B``
+trees (benchmarks/mcts.py times both libraries in alternate blocks this way).
+
 Run (normally by benchmarks/mcts.py --mctx):
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
         /work/venvs/mctx/bin/python -m benchmarks.mcts_mctx WEIGHTS.npz 32 3 1 64 512
@@ -56,10 +60,15 @@ def main() -> None:
         )  # fmt: skip
         return out.action, out.search_tree.summary().visit_counts
 
+    serve = sims < 0  # interleaved: compile, report the visits, then time blocks on request
+    sims = abs(sims)
     rates, visits = {}, {}
     for b in map(int, batches):
         emb = jnp.asarray(np.load(path.replace(".npz", f"_emb{b}.npy")))
         jax.block_until_ready(search(w, emb))  # compile
+        visits[b] = np.asarray(search(w, emb)[1][:4]).tolist()
+        if serve:
+            continue
         t0 = time.perf_counter()
         jax.block_until_ready(search(w, emb))
         calls = max(1, math.ceil(0.2 / max(time.perf_counter() - t0, 1e-6)))  # blocks of >= 0.2 s
@@ -70,9 +79,16 @@ def main() -> None:
                 jax.block_until_ready(search(w, emb))
             times.append((time.perf_counter() - t0) / calls)
         rates[b] = b * sims / statistics.median(times)
-        visits[b] = np.asarray(search(w, emb)[1][:4]).tolist()
-    print(json.dumps({"rates": rates, "visits": visits, "jax": jax.__version__, "mctx": mctx.__version__}))
-
+    print(json.dumps({"rates": rates, "visits": visits, "jax": jax.__version__, "mctx": mctx.__version__}), flush=True)
+    if not serve:
+        return
+    roots = {b: jnp.asarray(np.load(path.replace(".npz", f"_emb{b}.npy"))) for b in map(int, batches)}
+    for line in sys.stdin:  # "B CALLS": seconds of CALLS searches of B trees, one after another
+        b, calls = map(int, line.split())
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            jax.block_until_ready(search(w, roots[b]))
+        print(time.perf_counter() - t0, flush=True)
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,7 @@ from tdrl.core.mcts import (
 
 pytest.importorskip("numba", reason="the numba backend needs numba (tdrl-core[mcts])")
 
+import importlib  # noqa: E402
 import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -108,5 +109,53 @@ def test_numba_search_stores_every_embedding_form_as_the_tensor_search(form):
     assert (trees[0].embeddings == trees[1].embeddings).all()
     assert int(trees[1].node_data[:, 0, 0].min()) == 13  # each root: 12 simulations + 1
     assert len(seen[0]) == len(seen[1]) >= 4  # max_depth 4: some simulations re-evaluate a leaf
+    for (xt, at), (xn, an) in zip(*seen):
+        assert torch.equal(xt, xn) and torch.equal(at, an)
+
+
+@pytest.mark.parametrize("per_simulation_inputs", [False, True])
+@pytest.mark.parametrize("form", ["plain", "column", "float64", "strided", "tuple"])
+def test_numba_search_reads_every_output_form_as_the_tensor_search(form, per_simulation_inputs, monkeypatch):
+    """Outputs read in place (contiguous CPU tensors of the tree's dtype) and those converted
+    first ([B, 1] vectors, another float type, strided views, a plain tuple) give the tensor
+    search's tree; the inputs the model keeps (not cloned) are never overwritten, whether
+    they are views of one buffer or allocated per simulation."""
+    from tdrl.core.mcts import RecurrentOutput, RootOutput
+
+    if per_simulation_inputs:
+        monkeypatch.setattr(importlib.import_module("tdrl.core.mcts.numba_backend"), "_INPUT_BYTES", 0)
+    batch, num_actions, dim = 3, 4, 5
+    g = torch.Generator().manual_seed(11)
+    mix = torch.randn(num_actions, dim, dim, generator=g) / dim**0.5
+    policy_w, value_w = torch.randn(dim, num_actions, generator=g), torch.randn(dim, generator=g)
+
+    def make(kept):
+        def recurrent(x, action):
+            kept.append((x, action))  # held as given
+            h = torch.tanh(torch.bmm(mix[action], x.unsqueeze(-1)).squeeze(-1))
+            reward, value, logits = h[:, 0].contiguous(), torch.tanh(h @ value_w), h @ policy_w
+            discount = torch.full((batch,), 0.95)
+            if form == "column":
+                reward, discount, value = reward[:, None], discount[:, None], value[:, None]
+            elif form == "float64":
+                reward, value, logits = reward.double(), value.double(), logits.double()
+            elif form == "strided":
+                reward, logits = h[:, 1], (policy_w.t() @ h.t()).t()
+            out = (h, reward, discount, logits, value)
+            return out if form == "tuple" else RecurrentOutput(*out)
+
+        return recurrent
+
+    h0 = torch.randn(batch, dim, generator=g)
+    trees, seen = [], []
+    for method in ("tensor", "numba"):
+        kept = []
+        root = RootOutput(h0 @ policy_w, torch.tanh(h0 @ value_w), h0.clone())
+        trees.append(search(root, make(kept), puct_selection, puct_selection, 10, method=method))
+        seen.append(kept)
+    for name in ("node_data", "edge_data", "parents", "action_from_parent", "children_index"):
+        assert torch.equal(getattr(trees[0], name), getattr(trees[1], name)), name
+    assert int(trees[1].node_data[:, 0, 0].min()) == 11
+    assert len(seen[1]) == 10
     for (xt, at), (xn, an) in zip(*seen):
         assert torch.equal(xt, xn) and torch.equal(at, an)

@@ -12,7 +12,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from .tree import RecurrentOutput, mask_invalid_logits
+from tdrl.core.td_access import get_entry
+
+from .tree import EMBEDDING_KEY, RecurrentOutput, mask_invalid_logits
 
 __all__ = ["RecurrentFn", "EmbeddingStore", "check_vector", "leaf_priors", "leaf_logits", "normalize_invalid"]
 
@@ -25,9 +27,14 @@ class EmbeddingStore:
 
     def __init__(self, embeddings: TensorDictBase, wrapped: bool) -> None:
         self.wrapped = wrapped
+        self.batch = embeddings.batch_size[:1]
+        if wrapped:  # one tensor under EMBEDDING_KEY
+            self.keys = [EMBEDDING_KEY]
+            self.grids = [get_entry(embeddings, EMBEDDING_KEY)]  # [B, N, ...]
+            self.leaves = [self.grids[0].flatten(0, 1)]
+            return
         self.keys = list(embeddings.keys(include_nested=True, leaves_only=True))
         self.leaves = [embeddings.get(key).flatten(0, 1) for key in self.keys]
-        self.batch = embeddings.batch_size[:1]
         self.grids = [leaf.unflatten(0, (self.batch[0], -1)) for leaf in self.leaves]  # [B, N]
 
     def read(self, flat: Tensor) -> TensorDictBase | Tensor:

@@ -1,13 +1,16 @@
 """The search with its tree statistics walked and backed up by compiled (numba) calls.
 
 The tensor search (:mod:`~tdrl.core.mcts.search`) spends a fixed cost per torch op, some
-hundred small ops per simulation. Here the tree's tensors are viewed as numpy arrays (no
-copies) and a simulation is one model call and one compiled call, :func:`_step`: it shifts the
-new leaves' prior logits, writes the new nodes (and, for a plain tensor embedding, their
-embeddings), backs the values up the paths as mctx's ``backward`` does, then walks all ``B``
-trees down to their next leaves with the PUCT rule (:func:`_walk`) and gathers the model's
-next inputs (:func:`_gather`) into tensors allocated once per search. Outside the model only
-the priors' softmax and the numpy views of the model's outputs go through torch.
+hundred small ops per simulation. Here the compiled code reads and writes the tree's tensors
+in place (no copies) and a simulation is one model call and one compiled call, :func:`_step`:
+it shifts the new leaves' prior logits, writes the new nodes (and, for a plain tensor
+embedding, their embeddings), backs the values up the paths as mctx's ``backward`` does, then
+walks all ``B`` trees down to their next leaves with the PUCT rule (:func:`_walk`) and gathers
+the model's next inputs (:func:`_gather`) into tensors allocated once per search; the first
+call writes the roots. Outside the model only the priors' softmax goes through torch: the
+call takes the tree's arrays and the model's outputs by address (checked contiguous CPU
+tensors of the right dtype and shape, else converted first), since numba's dispatcher types
+every array argument on every call, which at ``B = 1`` cost as much as the search itself.
 
 It is the tensor search, step for step (the same actions, ties to the lowest; the same calls
 of the model on the same inputs; the same tree): every statistic is stored in the tree's
@@ -29,17 +32,21 @@ numba is installed (``pip install 'tdrl-core[mcts]'``), under ``method="auto"``.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numba
 import numpy as np
 import torch
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .fused import fused_rule, puct_settings, unwrap_partial
 from .qtransforms import qtransform_by_min_max
 from .selection import SelectionFn
 from .model_io import EmbeddingStore, RecurrentFn, check_vector, leaf_logits
-from .tree import UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, Tree
+from .tree import UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, RootOutput, Tree
 
 # The tree's channels as plain module constants (what a compiled function can read).
 N_VISITS, N_VALUE_SUM, N_RAW_VALUE, N_VALUE = (NodeChannel.VISITS, NodeChannel.VALUE_SUM,
@@ -254,31 +261,97 @@ def _shift_logits(raw, shifted, low):
             shifted[b, a] = low if x < low else x
 
 
+# The per-simulation call takes the search's arrays by address: numba's dispatcher types every
+# array argument on every call (~0.1-0.3 us each), an int64 costs a fraction of that. Every
+# address is that of a contiguous CPU tensor or array of the dtype and shape the compiled code
+# reads it as, checked in Python before its address is taken, and kept alive across the call.
+# The int64 ``meta`` array holds the tree's addresses and sizes (slots below), then the walk's
+# scratch: ``paths`` [B, D], ``depths`` [B], ``out`` [3, B]. The float array ``c`` holds the
+# rule's constants, the low clamp of the logits (slot ``_LOW``), then a [B, A] scratch.
+_M_NODE, _M_EDGE, _M_CHILDREN, _M_INVALID, _M_PARENTS, _M_FROM = range(6)
+_M_BATCH, _M_NODES, _M_ACTIONS, _M_PATH, _M_MAX_DEPTH, _M_KIND, _M_NEGATE, _M_HEADER = range(6, 14)
+_LOW = 8
+_EXPAND, _SHIFT, _INVALID, _NEXT, _WALK, _ROOT = 1, 2, 4, 8, 16, 32  # flags of one call
+
+
+@intrinsic
+def _pointer(typingctx, address):
+    """The int64 ``address`` as a ``void*`` (what ``numba.carray`` views)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+    return types.voidptr(types.int64), codegen
+
+
 @numba.njit(cache=True, nogil=True)
 def _step(
-    node_data, edge_data, children, invalid, parents, action_from_parent,
-    paths, depths, out, new_index, rewards, discounts, values, logits, probs, leaf_invalid,
-    has_invalid, negate, c, raw_logits, low, grid, next_embedding, kind, max_depth,
-    inputs, actions, walk_next,
+    meta, c, grid, flags, new_index, p_reward, p_discount, p_value, p_logits, p_probs, p_invalid,
+    p_next, p_inputs, p_actions,
 ):  # fmt: skip
-    """One simulation's end and the next one's start, in one call: shift the raw prior logits
-    (if ``raw_logits`` has rows), write the new nodes and their embeddings (if
-    ``next_embedding`` has rows), back up, then (if ``walk_next``) walk the trees down again
-    and gather the next model inputs. Returns how many trees grow next (0 if not walked)."""
-    if raw_logits.shape[0] > 0:
-        _shift_logits(raw_logits, logits, low)
-    _expand_backup(
-        node_data, edge_data, children, invalid, parents, action_from_parent, paths, depths, out,
-        new_index, rewards, discounts, values, logits, probs, leaf_invalid, has_invalid, negate, c,
-    )  # fmt: skip
-    if next_embedding.shape[0] > 0:
-        for b in range(grid.shape[0]):
-            if out[2, b] == UNVISITED:
-                for f in range(grid.shape[2]):
-                    grid[b, new_index, f] = next_embedding[b, f]
-    if not walk_next:
+    """One simulation's end and the next one's start, in one call: (``_ROOT``, in the first
+    call) write the roots from their values ``p_value`` [B], raw prior logits ``p_logits`` and
+    probabilities ``p_probs`` [B, A] as ``init_tree`` does; (``_EXPAND``) shift the raw
+    prior logits at ``p_logits`` (``_SHIFT``; else they are the masked logits), write the new
+    nodes in slot ``new_index`` (with their illegal actions, ``_INVALID``, and their embeddings,
+    ``_NEXT``), back up; then (``_WALK``) walk the trees down again and gather the model's next
+    inputs into ``p_inputs`` [B, F] / ``p_actions`` [B]. Returns how many trees grow next."""
+    batch, num_nodes, num_actions = meta[_M_BATCH], meta[_M_NODES], meta[_M_ACTIONS]
+    depth, kind, dtype, features = meta[_M_PATH], meta[_M_KIND], c.dtype, grid.shape[2]
+    node_data = numba.carray(_pointer(meta[_M_NODE]), (batch, num_nodes, 4), dtype)
+    edge_data = numba.carray(_pointer(meta[_M_EDGE]), (batch, num_nodes, num_actions, 7), dtype)
+    children = numba.carray(_pointer(meta[_M_CHILDREN]), (batch, num_nodes, num_actions), np.int64)
+    invalid = numba.carray(_pointer(meta[_M_INVALID]), (batch, num_nodes, num_actions), np.bool_)
+    head, paths_end = _M_HEADER, _M_HEADER + batch * depth
+    paths = meta[head:paths_end].reshape(batch, depth)
+    depths = meta[paths_end:paths_end + batch]
+    out = meta[paths_end + batch:paths_end + 4 * batch].reshape(3, batch)
+    if flags & _ROOT:
+        values = numba.carray(_pointer(p_value), (batch,), dtype)
+        probs = numba.carray(_pointer(p_probs), (batch, num_actions), dtype)
+        shifted = c[_LOW + 1:_LOW + 1 + batch * num_actions].reshape(batch, num_actions)
+        _shift_logits(numba.carray(_pointer(p_logits), (batch, num_actions), dtype), shifted, c[_LOW])
+        for b in range(batch):
+            node_data[b, 0, N_VISITS] = c[_ONE]
+            node_data[b, 0, N_VALUE_SUM] = node_data[b, 0, N_RAW_VALUE] = node_data[b, 0, N_VALUE] = values[b]
+            for a in range(num_actions):
+                edge_data[b, 0, a, E_PRIOR_LOGIT] = shifted[b, a]
+                edge_data[b, 0, a, E_PRIOR_PROB] = probs[b, a]
+    if flags & _EXPAND:
+        parents = numba.carray(_pointer(meta[_M_PARENTS]), (batch, num_nodes), np.int64)
+        action_from_parent = numba.carray(_pointer(meta[_M_FROM]), (batch, num_nodes), np.int64)
+        rewards = numba.carray(_pointer(p_reward), (batch,), dtype)
+        discounts = numba.carray(_pointer(p_discount), (batch,), dtype)
+        values = numba.carray(_pointer(p_value), (batch,), dtype)
+        probs = numba.carray(_pointer(p_probs), (batch, num_actions), dtype)
+        logits = numba.carray(_pointer(p_logits), (batch, num_actions), dtype)
+        has_invalid = flags & _INVALID != 0  # else the tree's invalid array stands in, unread
+        leaf_invalid = numba.carray(_pointer(p_invalid if has_invalid else meta[_M_INVALID]),
+                                    (batch, num_actions), np.bool_)  # fmt: skip
+        tree_arrays = (node_data, edge_data, children, invalid, parents, action_from_parent)
+        if flags & _SHIFT:
+            shifted = c[_LOW + 1:_LOW + 1 + batch * num_actions].reshape(batch, num_actions)
+            _shift_logits(logits, shifted, c[_LOW])
+            _expand_backup(
+                *tree_arrays, paths, depths, out, new_index, rewards, discounts, values, shifted,
+                probs, leaf_invalid, has_invalid, meta[_M_NEGATE] != 0, c,
+            )  # fmt: skip
+        else:
+            _expand_backup(
+                *tree_arrays, paths, depths, out, new_index, rewards, discounts, values, logits,
+                probs, leaf_invalid, has_invalid, meta[_M_NEGATE] != 0, c,
+            )  # fmt: skip
+        if flags & _NEXT:
+            following = numba.carray(_pointer(p_next), (batch, features), grid.dtype)
+            for b in range(batch):
+                if out[2, b] == UNVISITED:
+                    for f in range(features):
+                        grid[b, new_index, f] = following[b, f]
+    if not flags & _WALK:
         return 0
-    growing = _walk(node_data, edge_data, children, invalid, kind, c, max_depth, paths, depths, out)
+    growing = _walk(node_data, edge_data, children, invalid, kind, c, meta[_M_MAX_DEPTH], paths, depths, out)
+    inputs = numba.carray(_pointer(p_inputs), (batch, features), grid.dtype)
+    actions = numba.carray(_pointer(p_actions), (batch,), np.int64)
     _gather(grid, out, inputs, actions)
     return growing
 
@@ -291,12 +364,15 @@ def numba_search(
     num_simulations: int,
     max_depth: int,
     two_player: bool,
+    root: RootOutput | None = None,
 ) -> None:
-    """Fill ``tree`` (its root written by ``init_tree``) with ``num_simulations`` simulations.
+    """Fill ``tree`` with ``num_simulations`` simulations.
 
     A simulation is one model call and one compiled call (:func:`_step`: the last
     simulation's writes and backup, then the next walk and the gather of the model's inputs);
-    outside the model only the prior softmax and the views of its outputs go through torch.
+    outside the model only the prior softmax goes through torch. Model outputs that are
+    contiguous CPU tensors of the tree's dtype and of the right shape are read in place;
+    others are converted first (:func:`_vector_address`, :func:`_address`).
 
     Args:
         tree: the initialised tree (``B`` trees on the CPU, float32 or float64).
@@ -305,119 +381,138 @@ def numba_search(
             tree grows (as the tensor search does).
         rule: from :func:`numba_rule`.
         num_simulations, max_depth, two_player: as :func:`~tdrl.core.mcts.search.search`.
+        root: the roots to write (where :func:`writes_root`; ``init_tree(..., write_root=False)``
+            left them out), or None if ``init_tree`` wrote them.
     """
     batch, num_nodes, num_actions = tree.batch_size, tree.num_nodes, tree.num_actions
     dtype = tree.node_data.dtype
-    node_data, edge_data = tree.node_data.numpy(), tree.edge_data.numpy()
-    children, invalid = tree.children_index.numpy(), tree.invalid_actions.numpy()
-    parents, action_from_parent = tree.parents.numpy(), tree.action_from_parent.numpy()
-    constants = np.array(rule.constants, dtype=node_data.dtype)
-    low = node_data.dtype.type(torch.finfo(dtype).min)
+    np_dtype = np.float32 if dtype is torch.float32 else np.float64
+    vector, matrix = (batch,), (batch, num_actions)
     # a path takes at most max_depth edges, and a tree of s nodes is at most s - 1 deep
-    paths = np.zeros((batch, min(max_depth, num_simulations)), dtype=np.int64)
-    depths = np.zeros(batch, dtype=np.int64)
-    out = np.zeros((3, batch), dtype=np.int64)
-    shifted = np.zeros((batch, num_actions), dtype=node_data.dtype)
-    empty_rows = np.zeros((0, 1), dtype=node_data.dtype)
-    no_invalid = np.zeros((1, 1), dtype=np.bool_)
-    no_vector = np.zeros(1, dtype=node_data.dtype)
+    depth = min(max_depth, num_simulations)
+    fields = (tree.node_data, tree.edge_data, tree.children_index, tree.invalid_actions,
+              tree.parents, tree.action_from_parent)  # fmt: skip
+    if not all(field.is_contiguous() for field in fields):
+        raise ValueError("the numba search needs the contiguous tensors of init_tree")
+    meta = np.zeros(_M_HEADER + batch * (depth + 4), dtype=np.int64)
+    meta[:_M_HEADER] = (*(field.data_ptr() for field in fields), batch, num_nodes, num_actions,
+                        depth, max_depth, rule.kind, two_player)  # fmt: skip
+    out = meta[_M_HEADER + batch * (depth + 1):].reshape(3, batch)  # the walk's last edges
+    c = np.empty(_LOW + 1 + batch * num_actions, dtype=np_dtype)
+    c[:_LOW] = rule.constants
+    c[_LOW] = torch.finfo(dtype).min
     # The embeddings as [B, N, F] rows that the compiled calls read and write (a plain tensor
     # embedding; a TensorDict one is read and written by the store, in torch).
     grid_t = store.grids[0] if store.wrapped else None
-    direct = grid_t is not None and grid_t.is_contiguous() and grid_t.device.type == "cpu"
+    direct = grid_t is not None and grid_t.is_contiguous() and grid_t.is_cpu
     if direct:
         grid = grid_t.numpy().reshape(batch, num_nodes, -1)
         trailing, input_dtype = tuple(grid_t.shape[2:]), grid_t.dtype
     else:
-        grid = np.zeros((batch, num_nodes, 1), dtype=node_data.dtype)
+        grid = np.zeros((batch, num_nodes, 1), dtype=np_dtype)
         trailing, input_dtype = (1,), dtype
-    no_embedding = np.zeros((0, grid.shape[2]), dtype=grid.dtype)
-    inputs = _ModelInputs(num_simulations, batch, trailing, input_dtype)
-    arrays = (node_data, edge_data, children, invalid)
-    tree_args = (*arrays, parents, action_from_parent, paths, depths, out)
-    growing = _walk(*arrays, rule.kind, constants, max_depth, paths, depths, out)
-    embedding_in, action_in = inputs.take(0)
-    _gather(grid, out, *inputs.arrays)
+    embedding_shape = (batch, *trailing)
+    embeddings, actions = _model_inputs(num_simulations, embedding_shape, input_dtype)
+    fresh = embeddings is None  # (large embeddings) allocated per simulation
+    embedding_in = torch.empty(embedding_shape, dtype=input_dtype) if fresh else embeddings[0]
+    action_in = actions[0]
+    flags, p_value, p_logits, p_probs = _WALK, 0, 0, 0
+    if root is not None:  # softmax(raw) is softmax(raw - max) bit for bit (see below)
+        probs = torch.softmax(root.prior_logits, -1)
+        flags, p_value, p_logits = _WALK | _ROOT, root.value.data_ptr(), root.prior_logits.data_ptr()
+        p_probs = probs.data_ptr()
+    growing = _step(meta, c, grid, flags, 0, 0, 0, p_value, p_logits, p_probs, 0, 0,
+                    embedding_in.data_ptr(), action_in.data_ptr())  # fmt: skip
     for sim in range(num_simulations):
         new_index = sim + 1
-        rewards = discounts = values = no_vector
-        logits = probs = raw = empty_rows
-        next_embedding = no_embedding
-        leaf_invalid = no_invalid
+        flags = _EXPAND
+        p_reward = p_discount = p_value = p_logits = p_probs = p_invalid = p_next = 0
         if growing:
             if direct:
                 result = recurrent_fn(embedding_in, action_in)
             else:
                 result = recurrent_fn(store.read(torch.from_numpy(out[0].copy())), action_in)
-            if not isinstance(result, RecurrentOutput):
+            if type(result) is not RecurrentOutput:
                 result = RecurrentOutput(*result)
-            rewards = _numpy(check_vector(result.reward, batch, "reward", dtype))
-            discounts = _numpy(check_vector(result.discount, batch, "discount", dtype))
-            values = _numpy(check_vector(result.value, batch, "value", dtype))
-            prior = result.prior_logits
-            plain = result.invalid_actions is None and prior.dtype == dtype
-            if plain and prior.shape == (batch, num_actions):
+            following, reward, discount, prior, value, leaf_invalid = result
+            # the outputs read in place (kept referenced until the compiled call has read them)
+            if not _plain(reward, vector, dtype):
+                reward = _vector_address(reward, batch, "reward", dtype)
+            if not _plain(discount, vector, dtype):
+                discount = _vector_address(discount, batch, "discount", dtype)
+            if not _plain(value, vector, dtype):
+                value = _vector_address(value, batch, "value", dtype)
+            p_reward, p_discount, p_value = reward.data_ptr(), discount.data_ptr(), value.data_ptr()
+            if leaf_invalid is None and _plain(prior, matrix, dtype):
                 # the shift is compiled; softmax(raw) is softmax(raw - max) bit for bit (torch
                 # subtracts the same max; where it is not finite both are NaN)
-                raw, logits, probs = _numpy(prior), shifted, _numpy(torch.softmax(prior, -1))
+                probs = torch.softmax(prior, -1)
+                p_logits, p_probs, flags = prior.data_ptr(), probs.data_ptr(), flags | _SHIFT
             else:
-                logits_t, probs_t, invalid_t = leaf_logits(result, batch, num_actions, dtype)
-                logits, probs = _numpy(logits_t), _numpy(probs_t)
-                if invalid_t is not None:
-                    leaf_invalid = invalid_t.numpy()
-            following = result.next_embedding
-            if direct and isinstance(following, torch.Tensor) and following.dtype == input_dtype \
-                    and following.shape == (batch, *trailing):  # fmt: skip
-                next_embedding = _numpy(following).reshape(batch, -1)
+                logits, probs, leaf_invalid = leaf_logits(result, batch, num_actions, dtype)
+                logits, probs = _address(logits), _address(probs)
+                p_logits, p_probs = logits.data_ptr(), probs.data_ptr()
+                if leaf_invalid is not None:
+                    leaf_invalid = _address(leaf_invalid)
+                    p_invalid, flags = leaf_invalid.data_ptr(), flags | _INVALID
+            if direct and _plain(following, embedding_shape, input_dtype):
+                p_next, flags = following.data_ptr(), flags | _NEXT
             elif growing == batch:
                 store.write_slot(new_index, following)
             else:
                 keep = torch.from_numpy(np.flatnonzero(out[2] == UNVISITED))
                 store.write(keep * num_nodes + new_index, following[keep])
-        walk_next = new_index < num_simulations
-        if walk_next:
-            embedding_in, action_in = inputs.take(new_index)
+        p_inputs = p_actions = 0
+        if new_index < num_simulations:
+            embedding_in = torch.empty(embedding_shape, dtype=input_dtype) if fresh else embeddings[new_index]
+            action_in = actions[new_index]
+            p_inputs, p_actions, flags = embedding_in.data_ptr(), action_in.data_ptr(), flags | _WALK
         growing = _step(
-            *tree_args, new_index, rewards, discounts, values, logits, probs, leaf_invalid,
-            leaf_invalid is not no_invalid, two_player, constants, raw, low, grid, next_embedding,
-            rule.kind, max_depth, *inputs.arrays, walk_next,
+            meta, c, grid, flags, new_index, p_reward, p_discount, p_value, p_logits, p_probs,
+            p_invalid, p_next, p_inputs, p_actions,
         )  # fmt: skip
+
+
+def writes_root(root: RootOutput) -> bool:
+    """Whether :func:`numba_search` writes these roots itself: all actions legal, and the
+    logits ``[B, A]`` and values ``[B]`` contiguous CPU tensors of one float type."""
+    value, logits = root.value, root.prior_logits
+    return root.invalid_actions is None and type(value) is torch.Tensor and value.dim() == 1 \
+        and type(logits) is torch.Tensor and logits.dim() == 2 \
+        and _plain(logits, (value.shape[0], logits.shape[1]), value.dtype) \
+        and _plain(value, value.shape, value.dtype)  # fmt: skip
+
+
+def _plain(x, shape: tuple, dtype: torch.dtype) -> bool:
+    """Whether ``x`` is a contiguous CPU tensor of ``dtype`` and ``shape`` (read in place)."""
+    return type(x) is torch.Tensor and x.dtype is dtype and x.is_cpu and x.shape == shape and x.is_contiguous()
+
+
+def _vector_address(x, batch: int, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """The model output ``name`` as a ``[batch]`` contiguous CPU tensor of ``dtype``."""
+    return _address(check_vector(x, batch, name, dtype))
+
+
+def _address(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a contiguous CPU tensor (whose ``data_ptr`` the compiled call reads)."""
+    if not x.is_cpu:
+        raise ValueError(f"the numba search reads the model's outputs on the CPU, got a tensor on {x.device}")
+    return x.contiguous()
 
 
 _INPUT_BYTES = 1 << 24
 """Largest size of the model inputs preallocated for a whole search (else per simulation)."""
 
 
-class _ModelInputs:
-    """Each simulation's model inputs, ``[B, *trailing]`` embeddings and ``[B]`` actions:
-    distinct tensors, so that none is overwritten while the model may still hold it; views of
-    one buffer allocated once per search where that is small (``_INPUT_BYTES``), else
-    allocated per simulation. ``arrays`` are the numpy views of the last ones taken."""
-
-    def __init__(
-        self, num_simulations: int, batch: int, trailing: tuple, dtype: torch.dtype
-    ) -> None:
-        self.batch, self.trailing, self.dtype = batch, trailing, dtype
-        actions = torch.empty((num_simulations, batch), dtype=torch.int64)
-        self.actions, self.action_arrays = actions.unbind(0), actions.numpy()
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        self.embeddings = None
-        if num_simulations * batch * int(np.prod(trailing)) * itemsize <= _INPUT_BYTES:
-            embeddings = torch.empty((num_simulations, batch, *trailing), dtype=dtype)
-            self.embeddings = embeddings.unbind(0)
-            self.embedding_arrays = embeddings.numpy().reshape(num_simulations, batch, -1)
-        self.arrays = ()
-
-    def take(self, sim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.embeddings is not None:
-            embedding, array = self.embeddings[sim], self.embedding_arrays[sim]
-        else:
-            embedding = torch.empty((self.batch, *self.trailing), dtype=self.dtype)
-            array = embedding.numpy().reshape(self.batch, -1)
-        self.arrays = (array, self.action_arrays[sim])
-        return embedding, self.actions[sim]
-
-
-def _numpy(x: torch.Tensor) -> np.ndarray:
-    """A numpy view of a CPU tensor (detached if it needs grad)."""
-    return (x.detach() if x.requires_grad else x).numpy()
+def _model_inputs(
+    num_simulations: int, shape: tuple, dtype: torch.dtype
+) -> tuple[tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...]]:
+    """Each simulation's model inputs, ``shape`` ``[B, *trailing]`` embeddings and ``[B]``
+    actions: distinct tensors, so that none is overwritten while the model may still hold it;
+    views of one buffer allocated once per search, except embeddings larger than
+    ``_INPUT_BYTES`` in all (``None``: allocated per simulation)."""
+    actions = torch.empty((num_simulations, shape[0]), dtype=torch.int64).unbind(0)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if num_simulations * math.prod(shape) * itemsize > _INPUT_BYTES:
+        return None, actions
+    return torch.empty((num_simulations, *shape), dtype=dtype).unbind(0), actions

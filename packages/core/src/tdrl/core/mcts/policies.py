@@ -21,6 +21,7 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from tdrl.core.keys import ACTION
+from tdrl.core.td_access import new_td
 
 from .qtransforms import qtransform_by_parent_and_siblings, qtransform_completed_by_mix_value
 from .model_io import RecurrentFn
@@ -63,16 +64,14 @@ def _output(
     root_edges = tree.edge_data.select(1, ROOT_INDEX)
     if visits is None:
         visits = root_edges.select(-1, EdgeChannel.VISITS).round().long()
-    return TensorDict(
-        {
-            ACTION: action,
-            POLICY_TARGET: policy_target,
-            ROOT_VALUE: tree.node_data[:, ROOT_INDEX, NodeChannel.VALUE],
-            VISIT_COUNTS: visits,
-            Q_VALUES: root_edges.select(-1, EdgeChannel.QVALUE),
-        },
-        batch_size=[tree.batch_size],
-    )
+    entries = {  # each [B, ...] by construction: built unchecked
+        ACTION: action,
+        POLICY_TARGET: policy_target,
+        ROOT_VALUE: tree.node_data[:, ROOT_INDEX, NodeChannel.VALUE],
+        VISIT_COUNTS: visits,
+        Q_VALUES: root_edges.select(-1, EdgeChannel.QVALUE),
+    }
+    return new_td(entries, torch.Size([tree.batch_size]))
 
 
 def muzero_policy(

@@ -98,15 +98,20 @@ def search(
                          "(pip install 'tdrl-core[mcts]') or 'auto'")
     if method not in _METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, _METHODS))}, got {method!r}")
+    rule = None
+    if method in ("auto", "numba"):
+        rule = _numba_rule(root, root_action_selection_fn, interior_action_selection_fn, method)
+    if rule is not None:
+        backend = _numba_backend()
+        compiled_root = backend.writes_root(root)  # else init_tree writes it, in torch
+        tree, wrapped = init_tree(root, num_simulations + 1, extra, write_root=not compiled_root)
+        backend.numba_search(
+            tree, EmbeddingStore(tree.embeddings, wrapped), recurrent_fn, rule, num_simulations,
+            max_depth, two_player, root if compiled_root else None,
+        )  # fmt: skip
+        return tree
     tree, wrapped = init_tree(root, num_simulations + 1, extra)
     store = EmbeddingStore(tree.embeddings, wrapped)
-    if method in ("auto", "numba"):
-        rule = _numba_rule(tree, root_action_selection_fn, interior_action_selection_fn, method)
-        if rule is not None:
-            from .numba_backend import numba_search
-
-            numba_search(tree, store, recurrent_fn, rule, num_simulations, max_depth, two_player)
-            return tree
     device = tree.node_data.device
     offsets = tree.flat_index(torch.zeros(tree.batch_size, dtype=torch.int64, device=device))
     # A tree of s simulations is at most s deep, so below this every path ends unexpanded.
@@ -156,8 +161,17 @@ def _numba_installed() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-def _numba_rule(tree: Tree, root_fn: SelectionFn, interior_fn: SelectionFn, method: str):
-    """The numba backend's form of the rules, or None where ``"auto"`` passes it by.
+@functools.cache
+def _numba_backend():
+    """The numba engine's module, imported on first use (it loads or compiles numba code)."""
+    from . import numba_backend
+
+    return numba_backend
+
+
+def _numba_rule(root: RootOutput, root_fn: SelectionFn, interior_fn: SelectionFn, method: str):
+    """The numba backend's form of the rules, or None where ``"auto"`` passes it by (the tree
+    takes the root value's dtype and the root logits' device).
 
     Under ``method="numba"`` a missing numba or an unsupported configuration is an error.
     """
@@ -165,17 +179,17 @@ def _numba_rule(tree: Tree, root_fn: SelectionFn, interior_fn: SelectionFn, meth
         if method == "numba":
             raise ImportError(_NUMBA_MISSING)
         return None
-    from .numba_backend import DTYPES, numba_rule
-
-    rule = numba_rule(root_fn, interior_fn)
-    usable = tree.node_data.device.type == "cpu" and tree.node_data.dtype in DTYPES
+    backend = _numba_backend()
+    rule = backend.numba_rule(root_fn, interior_fn)
+    dtype, device = root.value.dtype, root.prior_logits.device
+    usable = device.type == "cpu" and dtype in backend.DTYPES
     if method == "numba" and (rule is None or not usable):
         raise ValueError(
             "method='numba' supports the same rule at the root and below it, puct_selection "
             "(optionally bound to pb_c_init / pb_c_base) with qtransform_by_parent_and_siblings "
             "(optionally its epsilon) or qtransform_by_min_max (min_value, max_value), on the "
             f"CPU, in float32 or float64; got root rule {root_fn!r}, interior rule "
-            f"{interior_fn!r}, a {tree.node_data.dtype} tree on {tree.node_data.device}; "
+            f"{interior_fn!r}, a {dtype} tree on {device}; "
             "use method='auto' or 'tensor' otherwise"
         )
     return rule if usable else None

@@ -323,6 +323,8 @@ def sample_from_visits(
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature == 0 and invalid_actions is None:
+        return visit_counts.argmax(-1)  # the most visited, ties to the lowest action
     counts = visit_counts.to(torch.float64)
     valid = torch.ones_like(counts, dtype=torch.bool)
     if invalid_actions is not None:

@@ -27,6 +27,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
+from tdrl.core.td_access import new_td
+
 UNVISITED = -1
 """Entry of ``children_index`` for a child that has not been expanded."""
 NO_PARENT = -1
@@ -337,7 +339,7 @@ def mask_invalid_logits(logits: Tensor, invalid_actions: Tensor | None) -> Tenso
 
 
 def init_tree(
-    root: RootOutput, num_nodes: int, extra: TensorDictBase | None = None
+    root: RootOutput, num_nodes: int, extra: TensorDictBase | None = None, write_root: bool = True
 ) -> tuple[Tree, bool]:
     """Allocate a tree of ``num_nodes`` slots per search and write the root into slot 0.
 
@@ -345,6 +347,10 @@ def init_tree(
         root: the roots; ``root.prior_logits`` is ``[B, A]``, ``root.value`` ``[B]``.
         num_nodes: ``N``, usually ``num_simulations + 1``.
         extra: optional per-tree extras, batch ``[B]``.
+        write_root: ``False`` leaves the root's statistics and priors (slot 0 of
+            ``node_data`` and ``edge_data``) zero for the caller to write (the numba engine
+            writes them in its first compiled call); its embedding and illegal actions are
+            written either way.
 
     Returns:
         ``(tree, wrapped)`` where ``wrapped`` says the embedding was a plain tensor stored
@@ -374,7 +380,7 @@ def init_tree(
     if wrapped:  # one tensor: every slot a copy of the root's embedding, in three calls
         grid = root.embedding.new_empty((batch, num_nodes, *root.embedding.shape[1:]))
         grid.copy_(root.embedding.unsqueeze(1))
-        embeddings = TensorDict({EMBEDDING_KEY: grid}, batch_size=[batch, num_nodes])
+        embeddings = new_td({EMBEDDING_KEY: grid}, torch.Size(nodes))  # the shape is [B, N, ...]
     else:
         embeddings = embedding.unsqueeze(1).expand(batch, num_nodes).clone()
     tree = Tree(
@@ -385,8 +391,12 @@ def init_tree(
         children_index=full(edges, UNVISITED, torch.int64),
         invalid_actions=torch.zeros(edges, dtype=torch.bool, device=device),
         embeddings=embeddings,
-        extra=extra if extra is not None else TensorDict({}, batch_size=[batch], device=device),
+        extra=extra if extra is not None else new_td({}, torch.Size([batch]), device),
     )
+    if not write_root:
+        if invalid is not None:
+            tree.invalid_actions.select(1, ROOT_INDEX).copy_(invalid & ~invalid.all(-1, keepdim=True))
+        return tree, wrapped
     logits = logits.to(dtype)
     if invalid is None:  # what mask_invalid_logits gives for an all-legal mask
         logits = (logits - logits.amax(-1, keepdim=True)).clamp_(min=torch.finfo(dtype).min)
@@ -413,4 +423,4 @@ def _as_tensordict(
     if not isinstance(embedding, Tensor) or embedding.shape[:1] != (batch,):
         shape = getattr(embedding, "shape", type(embedding).__name__)
         raise ValueError(f"{name} must be a TensorDict [B] or a tensor [B, ...], got {shape}")
-    return TensorDict({EMBEDDING_KEY: embedding}, batch_size=[batch]), True
+    return new_td({EMBEDDING_KEY: embedding}, torch.Size([batch])), True  # [B, ...] checked above
