@@ -11,6 +11,7 @@ peak RSS, and the reward curve (mean reward of the first and last 5 steps).
     .venv-bench/bin/python -m benchmarks.grpo --steps 30 --repeats 3
     python -m benchmarks.grpo --profile --steps 15         # tdrl only: where a step's time goes
     python -m benchmarks.grpo --profile --device cuda      # the same on a GPU (benchmarks/gpu_check.sh)
+    python -m benchmarks.grpo --profile --model smollm2-135m-instruct --prompts 2 --max-new-tokens 16 --steps 4
     python -m benchmarks.grpo --loss-step --repeats 3      # the loss step alone at V=32,000
     .venv-bench/bin/python -m benchmarks.grpo --model smollm2-135m-instruct --prompts 2 --steps 6 --repeats 1 \
         --max-new-tokens 16 --lr 1e-6 --record            # the real model (cached by tdrl.llm.models)
