@@ -11,6 +11,7 @@ peak RSS, and the reward curve (mean reward of the first and last 5 steps).
     .venv-bench/bin/python -m benchmarks.grpo --steps 30 --repeats 3
     python -m benchmarks.grpo --profile --steps 15         # tdrl only: where a step's time goes
     python -m benchmarks.grpo --profile --device cuda      # the same on a GPU (benchmarks/gpu_check.sh)
+    python -m benchmarks.grpo --profile --model smollm2-135m-instruct --prompts 2 --max-new-tokens 16 --steps 4
     python -m benchmarks.grpo --loss-step --repeats 3      # the loss step alone at V=32,000
     .venv-bench/bin/python -m benchmarks.grpo --model smollm2-135m-instruct --prompts 2 --steps 6 --repeats 1 \
         --max-new-tokens 16 --lr 1e-6 --record            # the real model (cached by tdrl.llm.models)
@@ -151,10 +152,10 @@ def profile_stages(a) -> None:
     torch.manual_seed(a.seed)
     model, tok = load_model_and_tokenizer(a.model)
     model.to(a.device)
-    train, _ = _data(2000, a.seed)
+    train, _ = _data(2000, a.seed, a.chat)
     cfg = GRPOConfig(steps=a.steps + 1, prompts_per_step=a.prompts, group_size=a.group, max_new_tokens=a.max_new_tokens,
                      lr=a.lr, seed=a.seed, progress=False)
-    tr = GRPOTrainer(model, tok, [math_answer_reward], train, cfg)
+    tr = GRPOTrainer(model, tok, [_reward(a)], train, cfg)
     tr.step()
     G, times = a.group, {}
     for _ in range(a.steps):
@@ -346,6 +347,11 @@ def main() -> None:
         return worker(a)
     if a.loss_step:
         return loss_step_table(a) if a.loss_step == "table" else loss_step(a)
+    if a.profile and a.model is not None:  # the real model, chat prompts as in the side-by-side run
+        from tdrl.llm.models import resolve_model
+
+        a.model, a.chat = resolve_model(a.model), True
+        return profile_stages(a)
     if a.profile:
         with tempfile.TemporaryDirectory() as tmp:
             prepare(tmp, a.sft_steps, a.seed, a.device)

@@ -1,5 +1,5 @@
 """The fast paths (shared prompt KV cache, decoder-only hidden states, trimmed batches,
-exponential-race sampling) against the plain paths they replace, and the fallbacks."""
+inverse-CDF sampling) against the plain paths they replace, and the fallbacks."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_generation_with_shared_prefill_equals_full_prefill(tiny, greedy):
     torch.testing.assert_close(a[K.SAMPLE_LOG_PROB], b[K.SAMPLE_LOG_PROB], rtol=1e-5, atol=1e-5)
 
 
-def test_exponential_race_samples_the_distribution(tiny):
+def test_sampling_draws_the_distribution(tiny):
     _, model, tok = tiny
     n = 6000
     ids, mask = tokenize_prompts(tok, ["Q: 3+4="])

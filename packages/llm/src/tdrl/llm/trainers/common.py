@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from tdrl.core.train import CSVLogger, Logger, MetricHistory, load_checkpoint, truncate_csv
+from tdrl.llm.trainers.host_memory import adamw_state_in_huge_pages
 
 __all__ = [
     "make_optimizer",
@@ -79,13 +80,17 @@ def make_optimizer(model, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.99
     """AdamW over the trainable parameters (LoRA adapters only when peft froze the base).
 
     The fused implementation (one kernel over all parameters) is used where torch has it for
-    the parameters' device and dtype; otherwise the multi-tensor (``foreach``) one.
+    the parameters' device and dtype; otherwise the multi-tensor (``foreach``) one. On a CPU the
+    moments are allocated up front in transparent huge pages
+    (:func:`tdrl.llm.trainers.host_memory.adamw_state_in_huge_pages`).
     """
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("make_optimizer: the model has no trainable parameters")
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, fused=fused or None, foreach=None if fused else True)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, fused=fused or None, foreach=None if fused else True)
+    adamw_state_in_huge_pages(opt)  # CPU: the moments in 2 MiB pages (cheap after a reward worker's fork)
+    return opt
 
 
 def warmup_cosine(optimizer, warmup_steps: int, total_steps: int, min_ratio: float = 0.1):
