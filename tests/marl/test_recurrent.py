@@ -53,7 +53,7 @@ def test_hidden_state_is_zeroed_exactly_where_is_init(centralised, share):
     with torch.no_grad():
         seq = m.set_recurrent_mode(True)(td.clone())
         for k in range(n):  # agent k against the hand-rolled cell with its own weights
-            gru = m.cells[0 if share else k].rnn
+            gru = m.module.cells[0 if share else k]
             xk = x.flatten(-2) if centralised else x[:, :, k]
             h0 = s0[:, 0, 0 if centralised and share else k, 0]
             ref = _reference(gru, xk, h0, init[..., 0])
@@ -109,7 +109,7 @@ def test_lstm_states_are_zeroed_exactly_where_is_init(centralised, share):
     with torch.no_grad():
         seq = m.set_recurrent_mode(True)(td.clone())
         for k in range(n):
-            lstm = m.cells[0 if share else k].rnn
+            lstm = m.module.cells[0 if share else k]
             xk = x.flatten(-2) if centralised else x[:, :, k]
             a = 0 if centralised and share else k
             ref_h, ref_c = _lstm_reference(lstm, xk, h0[:, 0, a, 0], c0[:, 0, a, 0], init[..., 0])
@@ -168,7 +168,7 @@ def test_replay_reproduces_the_rollout_before_the_first_step(make, config):
 
 
 def _gru_weights(parts) -> list[torch.Tensor]:
-    return [p.detach().clone() for name, p in parts.loss.named_parameters() if ".rnn." in name]
+    return [p.detach().clone() for name, p in parts.loss.named_parameters() if ".cells." in name]
 
 
 def test_tiny_recurrent_mappo_on_vmas_trains_both_grus():

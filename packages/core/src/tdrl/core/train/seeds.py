@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModuleBase
 from torch import Tensor, nn
 
 from tdrl.core.modules.stacked import SeedStackedModule
@@ -64,16 +64,23 @@ __all__ = [
 ]
 
 
+def _wraps_network(m: nn.Module) -> bool:
+    """Whether ``m`` is a TensorDict module around a tensor network ``m.module`` that holds
+    parameters and no TensorDict module (a ``TensorDictModule``, or one that reads and writes its
+    keys itself, as ``tdrl.marl``'s ``MultiAgentGRU`` does): a sequence's member, not the sequence."""
+    inner = getattr(m, "module", None)
+    return (isinstance(m, TensorDictModuleBase) and isinstance(inner, nn.Module)
+            and not any(isinstance(x, TensorDictModuleBase) for x in inner.modules())
+            and any(True for _ in inner.parameters()))
+
+
 def _stack_one(modules: Sequence[nn.Module]) -> nn.Module:
     """Stack one network over seeds: the inner nets of TensorDict modules, keeping their keys."""
     first = modules[0]
     if any(type(m) is not type(first) for m in modules):
         raise TypeError(f"stack_seeds: the seeds built different types {sorted({type(m).__name__ for m in modules})}; "
                         "a function of the seed must build the same architecture for every seed.")
-    # the innermost TensorDict modules that hold parameters (a sequence's members, not the sequence)
-    tdmods = [n for n, m in first.named_modules() if isinstance(m, TensorDictModule)
-              and not any(isinstance(x, TensorDictModule) for x in m.module.modules())
-              and any(True for _ in m.module.parameters())]
+    tdmods = [n for n, m in first.named_modules() if _wraps_network(m)]
     if not tdmods:
         return SeedStackedModule(modules)
     out = copy.deepcopy(first)
@@ -88,8 +95,9 @@ def stack_seeds(built: Sequence[Any]) -> Any:
 
     Args:
         built: one entry per seed, each a module or a tuple / list / dict of modules (the same
-            structure for every seed). In a TensorDict module (an actor, a value operator) the
-            inner networks are stacked and the keys and distribution heads kept.
+            structure for every seed). In a TensorDict module (an actor, a value operator, a
+            recurrent layer such as ``tdrl.marl``'s ``MultiAgentGRU``) the inner networks
+            (``.module``) are stacked and the keys, modes and distribution heads kept.
 
     Returns:
         The structure of ``built[0]`` whose networks take ``[n_seeds * N, ...]`` seed-major
