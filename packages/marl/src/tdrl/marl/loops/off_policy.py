@@ -167,11 +167,11 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
             p.step(new)  # the same schedule for every seed: epsilon after this many frames of one run
         returns, extra = group_returns(trackers, batch)
         extra.update(axis.seed_values("train_return", seed_returns(trackers, axis, n_envs)))
-        buffer.extend(_as_items(batch, n_steps) if seq else axis.to_replay(batch.reshape(-1)))  # seed-major
+        buffer.extend(axis.to_replay(_as_items(batch, n_steps) if seq else batch.reshape(-1)))  # seed-major
         losses = []
         for _ in range(cfg.n_optimizer_steps):
-            sample = buffer.sample(sample_size)
-            sample = _as_sequences(sample, seq) if seq else axis.from_replay(sample)
+            sample = axis.from_replay(buffer.sample(sample_size))
+            sample = _as_sequences(sample, seq) if seq else sample
             losses.append(off_policy_update(sample, groups, opt, clip_groups, targets, cfg.max_grad_norm, axis))
         extra.update({"loss": float(torch.stack(losses).mean()),
                       "eps": explorers[0].level if explorers else float("nan")})  # epsilon or sigma

@@ -68,8 +68,8 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
         optimizer, clip_groups: from :func:`on_policy_optimizer`.
         cfg: ``num_epochs``, ``minibatch_size`` (frames per seed) and ``max_grad_norm``.
             With recurrent parts a minibatch is ``minibatch_size // T`` whole sub-env
-            trajectories ``[mb, T]`` (at least one), so that the GRUs replay the rollout
-            with its resets.
+            trajectories ``[mb, T]`` per seed (at least one), so that the GRUs replay the
+            rollout with its resets.
         n_seeds: the seeds stacked in the networks (a count or a
             :class:`~tdrl.core.train.SeedAxis`): each minibatch takes the same
             ``minibatch_size`` positions from every seed's block, the loss is scaled so each
@@ -84,11 +84,10 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
         p.estimator(batch)
         if p.loss.value_norm is not None:
             p.loss.value_norm.update(batch.get((g, VALUE_TARGET)))
-    # the losses read the root only: drop "next" so each minibatch gathers half the data
-    if is_recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
-        flat, frames_per_row = batch.exclude(NEXT).reshape(1, -1, batch.shape[-1]), batch.shape[-1]
-    else:  # seed-major blocks [n, N]
-        flat, frames_per_row = axis.split(batch.exclude(NEXT).reshape(-1)), 1
+    # the losses read the root only: drop "next" so each minibatch gathers half the data; rows in
+    # seed-major blocks [n, N] (recurrent: GRUs replay whole trajectories, a row is a sub-env's [T])
+    root, frames_per_row = batch.exclude(NEXT), batch.shape[-1] if is_recurrent(groups) else 1
+    flat = axis.split(root.reshape(-1, batch.shape[-1]) if frames_per_row > 1 else root.reshape(-1))
     _check_masks(flat, groups, axis)
     n = flat.shape[1]
     mb = min(max(1, cfg.minibatch_size // frames_per_row), n)
