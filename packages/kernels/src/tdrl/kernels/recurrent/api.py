@@ -13,8 +13,9 @@
 
 Stacked networks (seeds trained as one model, ``tdrl.core.train.seeds``): weights with a leading
 dim ``S`` (``weight_ih`` ``[S, G*H, F]``) take ``x`` ``[S, N, T, F]``, states ``[S, N, H]`` and
-``is_init`` ``[S, N, T]``; network ``s`` runs on block ``s``, through the fused torch path (one
-batched GEMM over ``S`` per step, on any device; the reference under ``TDRL_KERNELS=torch``).
+``is_init`` ``[S, N, T]``; network ``s`` runs on block ``s``: on the CPU (float32) through the
+compiled loops with every GEMM batched over ``S`` (``bmm``), elsewhere through the fused torch path
+(one batched GEMM over ``S`` per step; the reference under ``TDRL_KERNELS=torch``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 from torch import Tensor
 
 from .._dispatch import current_backend, use_triton
-from .cpu import gru_cpu, lstm_cpu
+from .cpu import gru_cpu, lstm_cpu, stacked_ready
 from .fused import gru_fused, gru_loop_torch, lstm_fused, lstm_loop_torch
 from .reference import gru_reference, lstm_reference
 
@@ -101,7 +102,9 @@ def gru_sequence(
     if current_backend() == "torch":
         return gru_reference(x, h0, is_init.bool(), weight_ih, weight_hh, bias_ih, bias_hh)
     keep = (~is_init.bool()).to(x.dtype)
-    if lead:  # stacked networks: the fused path's batched GEMMs, on any device
+    if lead and stacked_ready(x):  # stacked networks on the CPU: the compiled loops, GEMMs batched
+        return gru_cpu(x, h0, keep, weight_ih, weight_hh, bias_ih, bias_hh)
+    if lead:  # stacked networks elsewhere: the fused path's batched GEMMs
         b_ih, b_hh = _biases(x, 3 * H, bias_ih, bias_hh, lead)
         return gru_fused(x, h0, keep, weight_ih, weight_hh, b_ih, b_hh, gru_loop_torch)
     if use_triton(x, h0, weight_ih, weight_hh):
@@ -147,7 +150,9 @@ def lstm_sequence(
     if current_backend() == "torch":
         return lstm_reference(x, h0, c0, is_init.bool(), weight_ih, weight_hh, bias_ih, bias_hh)
     keep = (~is_init.bool()).to(x.dtype)
-    if lead:  # stacked networks: the fused path's batched GEMMs, on any device
+    if lead and stacked_ready(x):  # stacked networks on the CPU: the compiled loops, GEMMs batched
+        return lstm_cpu(x, h0, c0, keep, weight_ih, weight_hh, bias_ih, bias_hh)
+    if lead:  # stacked networks elsewhere: the fused path's batched GEMMs
         b_ih, b_hh = _biases(x, 4 * H, bias_ih, bias_hh, lead)
         return lstm_fused(x, h0, c0, keep, weight_ih, weight_hh, b_ih, b_hh, lstm_loop_torch)
     if use_triton(x, h0, c0, weight_ih, weight_hh):
