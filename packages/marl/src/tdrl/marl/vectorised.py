@@ -3,8 +3,12 @@ VDN, MADDPG / IDDPG, MASAC / ISAC, IQL).
 
 A thin user of :mod:`tdrl.core.train.seeds`: each seed's networks are built (and
 initialised) by :func:`~tdrl.core.train.seeds.build_seeds`, then stacked along a new leading
-seed dim (:class:`~tdrl.core.train.seeds.SeedStackedModule`: ``stack_module_state`` +
-``vmap`` over ``functional_call``). The env holds ``n_seeds`` seed-major
+seed dim (:class:`~tdrl.core.train.seeds.SeedStackedModule`: ``stack_module_state`` and one
+batched call, the multi-agent MLPs, mixers and GRU / LSTM layers through their own
+``seed_stacked_forward``). Recurrent MAPPO / IPPO and QMIX / VDN (``config.recurrent``) stack the
+loss's sequence-mode networks and re-point the step-mode collection policy (and the advantage's
+critic) at them: every seed's cells stacked, one batched GEMM per step, each sub-env's hidden
+state carried in its seed's block. The env holds ``n_seeds`` seed-major
 blocks of sub-envs, so one env step, one forward pass and one optimiser step serve every
 seed; Adam is element-wise and :func:`~tdrl.marl.loops.train_on_policy` clips gradients
 per seed, so the seeds stay independent. Every agent group of a multi-group env is stacked

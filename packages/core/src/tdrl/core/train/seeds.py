@@ -8,8 +8,10 @@ training loop holds for it (one seed is a stack of one, so a loop has no seed-co
 * networks: :func:`build_seeds` calls a function of the seed once per seed (under
   ``torch.manual_seed(seed)``, so each seed's initial weights equal a single-seed run's) and
   stacks the results (:func:`stack_seeds`): every parameter gets a leading seed dim and the
-  network is evaluated with ``torch.func.vmap`` over ``functional_call``
-  (:class:`~tdrl.core.modules.stacked.SeedStackedModule`). One optimiser over the stacked parameters serves every seed:
+  network is evaluated as one batched call
+  (:class:`~tdrl.core.modules.stacked.SeedStackedModule`: batched matmuls for MLPs and for modules
+  with a ``seed_stacked_forward``, such as ``tdrl.marl``'s GRU / LSTM layers, whose time loop
+  ``vmap`` cannot batch; ``torch.func.vmap`` over ``functional_call`` otherwise). One optimiser over the stacked parameters serves every seed:
   Adam is element-wise, and :func:`clip_grad_norm_per_seed` clips each seed's slice alone.
 * envs: ``n_seeds`` seeds x ``E`` envs are one env of ``n_seeds * E`` sub-envs in seed-major
   blocks; :func:`block_seeds` gives sub-env ``k * E + j`` the seed ``seeds[k] + j`` (what a
@@ -25,7 +27,9 @@ Anything that pools statistics over the batch (observation normalisation, a shar
 advantage normalisation) must be made per seed or refused (:meth:`SeedAxis.refuse_shared`).
 
 ``apps/ppo`` and ``apps/sac`` (``n_seeds=``), the MARL loops (``train_on_policy`` /
-``train_off_policy``, all nine algorithms) and the MARL runner train through :class:`SeedAxis`:
+``train_off_policy``, all nine algorithms, recurrent MAPPO / IPPO / QMIX / VDN included: their
+minibatches and replay items are whole sub-env trajectories, the same count from every seed's
+block) and the MARL runner train through :class:`SeedAxis`:
 the runner runs one axis of every seed, or one axis of one seed after another, through one body.
 """
 

@@ -123,8 +123,9 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     ``n_seeds`` (a count or a :class:`~tdrl.core.train.SeedAxis`): with several seeds the parts come from
     :func:`~tdrl.marl.vectorised.make_vectorised_groups` (or ``make_vectorised_on_policy``),
     the env's sub-envs are ``n_seeds`` seed-major blocks and every parameter is stacked over
-    seeds (see :mod:`tdrl.marl.vectorised`; any number of groups): each minibatch takes
-    ``minibatch_size`` frames from every seed, the loss is scaled so each seed gets its own
+    seeds (see :mod:`tdrl.marl.vectorised`; any number of groups; recurrent parts too): each
+    minibatch takes ``minibatch_size`` frames from every seed (recurrent: the same number of whole
+    sub-env trajectories from every seed's block), the loss is scaled so each seed gets its own
     mean-loss gradient, and gradients are clipped per seed. ``frames_per_batch`` is per seed.
     Value normalisation, ``normalize_advantage`` and agent masks with False entries are
     refused there (their statistics would mix the seeds).
