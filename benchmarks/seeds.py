@@ -153,7 +153,8 @@ def main() -> None:
             from benchmarks.records import write_record
 
             marl = "(tdrl.marl runner)" in row
-            note = (f"{row.split()[0]}: median of {args.repeats} rounds; the ratio is on the runner's wall time "
+            label = row.split(" (tdrl.marl runner)")[0] if marl else row.split()[0]
+            note = (f"{label}: median of {args.repeats} rounds; the ratio is on the runner's wall time "
                     "(vectorised run vs the seeds one after another, evaluation included)." if marl else
                     f"{row.split()[0]}: median of {args.repeats} interleaved rounds; the ratio is on the whole train() "
                     "call" + (" (the training-loop ratio beside it)." if row.startswith("PPO") else "."))
