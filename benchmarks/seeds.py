@@ -13,7 +13,10 @@ call (env creation, training, final evaluation, files), and the training loop al
 through ``tdrl.marl.runner`` (``compare_sequential``: the same seeds vectorised, then one after
 another; QMIX with BenchMARL's 1,000 optimiser steps of 128 transitions per 6,000-frame
 iteration; ``--off-policy qmix,maddpg,iql,masac`` adds MADDPG / IDDPG / MASAC / ISAC / IQL at the
-same sizes). SAC app (``apps/sac/train.py``, Pendulum-v1): ``n_seeds=3`` against three calls
+same sizes; ``--recurrent mappo,qmix`` adds recurrent MAPPO and QMIX, ``--rnn gru`` or ``lstm``,
+hidden 64 in front of the same heads, their seeds' cells stacked and run as one batched GEMM per step,
+``--recurrent-iters`` iterations, recurrent QMIX with ``--recurrent-qmix-steps`` optimiser steps a
+batch since each replays whole 100-step trajectories). SAC app (``apps/sac/train.py``, Pendulum-v1): ``n_seeds=3`` against three calls
 with ``seed=0``, ``1``, ``2``, ``--sac-frames`` frames per seed (learning from frame 500, one
 gradient step per frame, hidden sizes ``--sac-hidden``). One torch thread; the median over
 ``--repeats`` interleaved rounds.
@@ -64,26 +67,31 @@ def ppo_case(ppo, env_id: str, extra: list[str], frames: int, tmp: Path, tag: st
             "frames": frames * len(SEEDS), "vec_returns": vec["eval_return_seeds"], "seq_returns": seq_returns}
 
 
-def marl_case(tmp: Path, frames_per_batch: int, n_iters: int) -> dict:
+def _recurrent(rnn: str | None) -> dict:
+    """The runner's recurrent settings (None: MLP networks)."""
+    return {} if rnn is None else {"recurrent": True, "rnn": rnn, "rnn_hidden": 64}
+
+
+def marl_case(tmp: Path, frames_per_batch: int, n_iters: int, rnn: str | None = None) -> dict:
     from tdrl.marl.runner import BenchConfig, run_benchmark
 
     cfg = BenchConfig(algorithms=("mappo",), tasks=("navigation",), seeds=SEEDS, num_envs=frames_per_batch // 100,
                       frames_per_batch=frames_per_batch, n_iters=n_iters, num_epochs=4, minibatch_size=400,
                       num_cells=(64, 64), eval_envs=2, eval_interval=n_iters, compare_sequential=True,
-                      out_dir=str(tmp / "marl"))
+                      out_dir=str(tmp / "marl"), **_recurrent(rnn))
     sp = run_benchmark(cfg)["speedups"][0]
     return {"vec_s": sp["vectorised_s"], "seq_s": sp["sequential_s"],
             "frames": frames_per_batch * n_iters * len(SEEDS)}
 
 
-def off_policy_case(tmp: Path, n_iters: int, algo: str = "qmix") -> dict:
+def off_policy_case(tmp: Path, n_iters: int, algo: str = "qmix", rnn: str | None = None, steps: int = 1000) -> dict:
     """One round of an off-policy MARL algorithm through the runner: vectorised, then sequential."""
     from tdrl.marl.runner import BenchConfig, run_benchmark
 
     cfg = BenchConfig(algorithms=(algo,), tasks=("navigation",), seeds=SEEDS, num_envs=60,
-                      off_policy_frames_per_batch=6000, n_iters=n_iters, n_optimizer_steps=1000,
+                      off_policy_frames_per_batch=6000, n_iters=n_iters, n_optimizer_steps=steps,
                       off_policy_batch_size=128, num_cells=(64, 64), eval_envs=2, eval_interval=n_iters,
-                      compare_sequential=True, out_dir=str(tmp / algo))
+                      compare_sequential=True, out_dir=str(tmp / algo), **_recurrent(rnn))
     sp = run_benchmark(cfg)["speedups"][0]
     return {"vec_s": sp["vectorised_s"], "seq_s": sp["sequential_s"], "frames": 6000 * n_iters * len(SEEDS)}
 
@@ -119,6 +127,12 @@ def main() -> None:
     ap.add_argument("--off-policy", default="qmix",
                     help="off-policy MARL algorithms, comma-separated (qmix, vdn, maddpg, iddpg, masac, isac, iql); "
                          "their rounds are interleaved")
+    ap.add_argument("--recurrent", default="mappo,qmix",
+                    help="recurrent MARL algorithms, comma-separated (mappo, ippo, qmix, vdn; empty: none)")
+    ap.add_argument("--rnn", default="gru", help="the recurrent cell: gru or lstm")
+    ap.add_argument("--recurrent-iters", type=int, default=2, help="iterations of 6,000 frames per seed (0: skip)")
+    ap.add_argument("--recurrent-qmix-steps", type=int, default=100,
+                    help="optimiser steps per iteration of recurrent QMIX / VDN (128 frames of 100-step trajectories)")
     ap.add_argument("--sac-frames", type=int, default=1500, help="SAC app frames per seed (0: skip)")
     ap.add_argument("--sac-hidden", default="[256,256]", help="SAC hidden sizes (the app's default: [256,256])")
     ap.add_argument("--cases", default="CartPole-v1,Pendulum-v1", help="PPO tasks, comma-separated (empty: none)")
@@ -139,7 +153,8 @@ def main() -> None:
             from benchmarks.records import write_record
 
             marl = "(tdrl.marl runner)" in row
-            note = (f"{row.split()[0]}: median of {args.repeats} rounds; the ratio is on the runner's wall time "
+            label = row.split(" (tdrl.marl runner)")[0] if marl else row.split()[0]
+            note = (f"{label}: median of {args.repeats} rounds; the ratio is on the runner's wall time "
                     "(vectorised run vs the seeds one after another, evaluation included)." if marl else
                     f"{row.split()[0]}: median of {args.repeats} interleaved rounds; the ratio is on the whole train() "
                     "call" + (" (the training-loop ratio beside it)." if row.startswith("PPO") else "."))
@@ -183,6 +198,26 @@ def main() -> None:
             fr = rounds[0]["frames"]
             emit(f"{algo.upper()} (tdrl.marl runner), VMAS navigation, 3 seeds x {args.qmix_iters} iterations of 6,000 frames "
                  "(60 envs, 1,000 steps of 128, MLP 64x64)",
+                 {"vectorised frames/s": _fmt(fr / vec_s), "sequential frames/s": _fmt(fr / seq_s),
+                  "training loop only": "-", "eval return per seed (vectorised / sequential)": "-"},
+                 f"x{seq_s / vec_s:.2f}")
+        rec = [a for a in args.recurrent.split(",") if a] if args.recurrent_iters else []
+        by_rec: dict[str, list[dict]] = {a: [] for a in rec}
+        for r in range(args.repeats):  # interleaved: every recurrent algorithm once per round
+            for a in rec:
+                by_rec[a].append(marl_case(tmp / f"r{a}{r}", 6000, args.recurrent_iters, args.rnn)
+                                 if a in ("mappo", "ippo") else
+                                 off_policy_case(tmp / f"r{a}{r}", args.recurrent_iters, a, args.rnn,
+                                                 args.recurrent_qmix_steps))
+        for algo, rounds in by_rec.items():
+            vec_s = statistics.median(r["vec_s"] for r in rounds)
+            seq_s = statistics.median(r["seq_s"] for r in rounds)
+            fr = rounds[0]["frames"]
+            shape = ("4 epochs of 4-trajectory minibatches" if algo in ("mappo", "ippo") else
+                     f"{args.recurrent_qmix_steps} steps of 2 trajectories")
+            emit(f"{algo.upper()} {args.rnn.upper()} (tdrl.marl runner), VMAS navigation, 3 seeds x "
+                 f"{args.recurrent_iters} iterations of 6,000 frames (60 envs, {shape}, {args.rnn.upper()} 64 + "
+                 "MLP 64x64)",
                  {"vectorised frames/s": _fmt(fr / vec_s), "sequential frames/s": _fmt(fr / seq_s),
                   "training loop only": "-", "eval return per seed (vectorised / sequential)": "-"},
                  f"x{seq_s / vec_s:.2f}")

@@ -116,7 +116,8 @@ class BenchConfig:
             (:func:`~tdrl.marl.loops.load_parts`, :func:`~tdrl.marl.loops.render_episode`).
         recurrent: recurrent actors and critics for MAPPO / IPPO, recurrent Q networks for QMIX /
             VDN (``MAPPOConfig.recurrent``, ``QMIXConfig.recurrent``; the envs get core's
-            ``InitTracker``); the other algorithms and vectorised seeds are refused.
+            ``InitTracker``); the other algorithms are refused. With ``vectorise_seeds`` the seeds
+            train as one model here too (each seed's cells stacked, one batched GEMM per step).
         rnn: ``"gru"`` or ``"lstm"`` with ``recurrent`` (BenchMARL's ``model=layers/gru`` /
             ``layers/lstm``).
         rnn_hidden: the cells' hidden size (BenchMARL's ``layers/gru.yaml`` / ``lstm.yaml``: 128).
@@ -181,9 +182,6 @@ class BenchConfig:
             if off:
                 raise ValueError(f"recurrent=True builds GRU / LSTM networks for mappo / ippo / qmix / vdn only; "
                                  f"remove {off} from algorithms.")
-            if self.vectorise_seeds and len(self.seeds) > 1:
-                raise ValueError("recurrent=True trains seeds one after another (no vectorised recurrent seeds); "
-                                 "set vectorise_seeds=False.")
         dev = torch.device(self.device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"BenchConfig.device={self.device!r}, but CUDA is not available here; use 'cpu'.")

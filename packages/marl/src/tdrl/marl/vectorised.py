@@ -3,8 +3,12 @@ VDN, MADDPG / IDDPG, MASAC / ISAC, IQL).
 
 A thin user of :mod:`tdrl.core.train.seeds`: each seed's networks are built (and
 initialised) by :func:`~tdrl.core.train.seeds.build_seeds`, then stacked along a new leading
-seed dim (:class:`~tdrl.core.train.seeds.SeedStackedModule`: ``stack_module_state`` +
-``vmap`` over ``functional_call``). The env holds ``n_seeds`` seed-major
+seed dim (:class:`~tdrl.core.train.seeds.SeedStackedModule`: ``stack_module_state`` and one
+batched call, the multi-agent MLPs, mixers and GRU / LSTM layers through their own
+``seed_stacked_forward``). Recurrent MAPPO / IPPO and QMIX / VDN (``config.recurrent``) stack the
+loss's sequence-mode networks and re-point the step-mode collection policy (and the advantage's
+critic) at them: every seed's cells stacked, one batched GEMM per step, each sub-env's hidden
+state carried in its seed's block. The env holds ``n_seeds`` seed-major
 blocks of sub-envs, so one env step, one forward pass and one optimiser step serve every
 seed; Adam is element-wise and :func:`~tdrl.marl.loops.train_on_policy` clips gradients
 per seed, so the seeds stay independent. Every agent group of a multi-group env is stacked
@@ -39,6 +43,7 @@ from .algorithms import (
     make_masac, make_qmix, make_vdn,
 )
 from .keys import GROUP
+from .modules import recurrent_view
 from .objectives import AgentLoss, MAPPOConfig, QMIXConfig
 
 __all__ = ["SeedStackedModule", "make_vectorised_groups", "make_vectorised_on_policy"]
@@ -53,9 +58,6 @@ _OFF_POLICY = ("qmix", "vdn", "maddpg", "iddpg", "masac", "isac", "iql")
 def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
     """One group's parts with actor and critic stacked over the seeds of ``per_seed``."""
     first = per_seed[0]
-    actor_params = stack_seeds([p.policy.module[0] for p in per_seed])
-    critic = stack_seeds([p.critic for p in per_seed])
-    policy = ProbabilisticTensorDictSequential(actor_params, *list(first.policy.module[1:]))
     est = first.estimator
     if first.loss.value_norm is not None or est.value_norm is not None or est.average_advantage:
         raise ValueError(
@@ -63,11 +65,31 @@ def _stack_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
             "vectorised seeds (their statistics would be shared by the seeds); build the parts "
             "without value_norm and with average_advantage=False, or run the seeds one after another."
         )
+    if first.recurrent:
+        return _stack_recurrent_parts(per_seed, group)
+    actor_params = stack_seeds([p.policy.module[0] for p in per_seed])
+    critic = stack_seeds([p.critic for p in per_seed])
+    policy = ProbabilisticTensorDictSequential(actor_params, *list(first.policy.module[1:]))
     loss = type(first.loss)(policy, critic, first.loss.config, group=group)
     # reuse_values stays off: the seed-stacked critic needs [n_seeds * N] seed-major batches, and
     # the reuse path evaluates it on a masked subset of the next observations.
     estimator = type(est)(est.gamma, est.lmbda, group, critic)
     return OnPolicyParts(policy, critic, loss, estimator)
+
+
+def _stack_recurrent_parts(per_seed: list[OnPolicyParts], group: str) -> OnPolicyParts:
+    """Recurrent MAPPO / IPPO: the loss's sequence-mode actor and critic stacked over the seeds,
+    and the collection policy (both in step mode) and the estimator's step-mode critic re-pointed
+    at the same stacked networks (a step-mode layer and its sequence-mode view share one network)."""
+    first = per_seed[0]
+    actor, critic = stack_seeds([p.loss.actor for p in per_seed]), stack_seeds([p.critic for p in per_seed])
+    loss = type(first.loss)(actor, critic, first.loss.config, group=group)
+    names = {id(m): n for n, m in first.loss.named_modules() if n}
+    policy = _relink(first.policy, names, loss)
+    est = first.estimator
+    # reuse_values stays off, as for the MLP critic: the reuse path runs a masked subset of rows
+    estimator = type(est)(est.gamma, est.lmbda, group, _relink(est.value_network, names, loss))
+    return OnPolicyParts(policy, critic, loss, estimator, recurrent=True)
 
 
 def _relink(module: nn.Module, names: dict[int, str], stacked: nn.Module) -> nn.Module:
@@ -108,8 +130,9 @@ def _stack_off_parts(per_seed: list[OffPolicyParts]) -> OffPolicyParts:
         return _stack_agent_parts(per_seed)
     loss = stack_losses([p.loss for p in per_seed])
     greedy, explore = first.policy.module[0].module[1], first.policy.module[1]
-    policy = TensorDictSequential(TensorDictSequential(loss.local_value_network, greedy), explore)
-    return OffPolicyParts(policy, explore, loss, first.config)
+    acting = recurrent_view(loss.local_value_network, False) if first.recurrent else loss.local_value_network
+    policy = TensorDictSequential(TensorDictSequential(acting, greedy), explore)
+    return OffPolicyParts(policy, explore, loss, first.config, recurrent=first.recurrent)
 
 
 def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
@@ -154,9 +177,6 @@ def make_vectorised_groups(algorithm: str | Callable, env, seeds: Sequence[int],
     axis = SeedAxis(seeds)
     if env.batch_size.numel() % axis.n:
         raise ValueError(f"The env's {env.batch_size.numel()} sub-envs do not split into {axis.n} seeds.")
-    if axis.stacked and getattr(config, "recurrent", False):
-        raise ValueError("Recurrent (GRU / LSTM) networks have no vectorised-seeds path; train the seeds one "
-                         "after another.")
     axis.refuse_shared("normalize_advantage=True (the minibatch statistics)",
                        getattr(config, "normalize_advantage", False),
                        "set normalize_advantage=False (or standardise advantages per seed yourself)")

@@ -27,7 +27,7 @@ from tdrl.core.modules.exploration import (
     set_exploration_type,
 )
 from tdrl.core.modules.models import MLP, ConvNet
-from tdrl.core.modules.recurrent import GRUModule, LSTMModule
+from tdrl.core.modules.recurrent import GRUModule, LSTMModule, rnn_layers
 from tdrl.core.modules.world_model import (
     RSSM,
     DreamerActor,
@@ -65,6 +65,7 @@ __all__ = [
     "OrnsteinUhlenbeckProcessModule",
     "GRUModule",
     "LSTMModule",
+    "rnn_layers",
     "RSSM",
     "DreamerActor",
     "ReturnNormalizer",

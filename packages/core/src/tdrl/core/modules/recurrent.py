@@ -18,11 +18,17 @@ BPTT on the CPU, its step-by-step reference under ``TDRL_KERNELS=torch``. A kern
 without the op falls back to ``torch.nn``'s own GRU / LSTM stepped one step at a time.
 In step mode a missing state is taken as zeros and written at the root, so that all steps
 of a collected batch carry the same keys (no ``TensorDictPrimer`` transform is needed).
+
+:func:`rnn_layers` is the layer loop on plain tensors, given the parameters by name: the modules
+here call it with their ``nn.GRU`` / ``nn.LSTM`` parameters, and stacked copies (seeds trained
+as one model, ``tdrl.marl``'s ``MultiAgentGRU.seed_stacked_forward``) with every parameter
+``[n_seeds, *shape]``, which the kernels run as one batched GEMM over the seeds.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -34,7 +40,43 @@ from tdrl.core.values._utils import NestedKey, require
 from tdrl.core.values.functional import kernel_op
 from tdrl.core.keys import next_key
 
-__all__ = ["GRUModule", "LSTMModule"]
+__all__ = ["GRUModule", "LSTMModule", "rnn_layers"]
+
+
+def rnn_layers(cell: str, params: Mapping[str, Tensor], xs: Tensor, states: Sequence[Tensor],
+               init: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """Every layer of a GRU / LSTM over time with episode resets, through ``tdrl.kernels``'
+    ``gru_sequence`` / ``lstm_sequence``: layer ``l`` reads layer ``l - 1``'s outputs, and every
+    layer's state is zeroed at the same steps.
+
+    Args:
+        cell: ``"gru"`` or ``"lstm"``.
+        params: the parameters under ``nn.GRU`` / ``nn.LSTM``'s names (``weight_ih_l0``,
+            ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0``, ... for each layer; biases optional),
+            each optionally with a leading stack dim ``S`` (copies of one network: block ``s`` of
+            every input runs through copy ``s``).
+        xs: ``[*S, N, T, F]`` inputs.
+        states: one tensor per state (GRU: ``h``; LSTM: ``h``, ``c``), each ``[*S, L, N, H]``:
+            the state before ``t = 0`` of every layer.
+        init: ``[*S, N, T]`` bool, True where a new episode starts (the state is zeroed first).
+
+    Returns:
+        ``(out [*S, N, T, H], [state after every step [*S, N, T, L, H]] per state)``.
+    """
+    op = kernel_op("gru_sequence" if cell == "gru" else "lstm_sequence")
+    if op is None:  # pragma: no cover - a kernels release without the op
+        raise ImportError(f"tdrl.kernels has no {cell}_sequence: reinstall packages/kernels with packages/core.")
+    layer_in, n_layers = xs, sum(1 for n in params if n.startswith("weight_ih_l"))
+    per_layer: list[list[Tensor]] = [[] for _ in states]
+    for layer in range(n_layers):
+        w = [params[f"{n}_l{layer}"] for n in ("weight_ih", "weight_hh")]
+        b = [params.get(f"{n}_l{layer}") for n in ("bias_ih", "bias_hh")]
+        seqs = op(layer_in, *(s[..., layer, :, :] for s in states), init, *w, *b)
+        seqs = (seqs,) if cell == "gru" else seqs
+        for lst, seq in zip(per_layer, seqs):
+            lst.append(seq)
+        layer_in = seqs[0]
+    return layer_in, [torch.stack(lst, -2) for lst in per_layer]
 
 
 class _RecurrentModule(TensorDictModuleBase):
@@ -63,25 +105,13 @@ class _RecurrentModule(TensorDictModuleBase):
         return {k: torch.zeros(shape, device=device) for k in self.state_keys}
 
     def _run_layers(self, xs: Tensor, states: list[Tensor], init: Tensor):
-        """All layers over time with the dispatched op (``tdrl.kernels.gru_sequence`` /
-        ``lstm_sequence``): layer ``l`` reads layer ``l - 1``'s outputs, and every layer's
-        state is reset at the same steps. States ``[L, N, H]`` in, ``[N, T, L, H]`` out."""
-        rnn, layer_in = self.rnn, xs
-        op = kernel_op("gru_sequence" if isinstance(rnn, nn.GRU) else "lstm_sequence")
-        if op is None:
+        """All layers over time (:func:`rnn_layers` on this module's ``nn.GRU`` / ``nn.LSTM``
+        parameters). States ``[L, N, H]`` in, ``[N, T, L, H]`` out."""
+        rnn = self.rnn
+        cell = "gru" if isinstance(rnn, nn.GRU) else "lstm"
+        if kernel_op(f"{cell}_sequence") is None:
             return self._step_loop(xs, states, init)
-        per_layer: list[list[Tensor]] = [[] for _ in states]
-        for layer in range(rnn.num_layers):
-            w = [getattr(rnn, f"{n}_l{layer}") for n in ("weight_ih", "weight_hh")]
-            b = [getattr(rnn, f"{n}_l{layer}", None) for n in ("bias_ih", "bias_hh")]
-            if isinstance(rnn, nn.GRU):
-                seqs = (op(layer_in, states[0][layer], init, *w, *b),)
-            else:
-                seqs = op(layer_in, states[0][layer], states[1][layer], init, *w, *b)
-            for lst, seq in zip(per_layer, seqs):
-                lst.append(seq)
-            layer_in = seqs[0]
-        return layer_in, [torch.stack(lst, 2) for lst in per_layer]
+        return rnn_layers(cell, dict(rnn.named_parameters()), xs, states, init)
 
     def _step_loop(self, xs: Tensor, states: list[Tensor], init: Tensor):
         """Without the kernels' op: ``self.rnn`` one step at a time, state zeroed at resets."""

@@ -8,8 +8,10 @@ training loop holds for it (one seed is a stack of one, so a loop has no seed-co
 * networks: :func:`build_seeds` calls a function of the seed once per seed (under
   ``torch.manual_seed(seed)``, so each seed's initial weights equal a single-seed run's) and
   stacks the results (:func:`stack_seeds`): every parameter gets a leading seed dim and the
-  network is evaluated with ``torch.func.vmap`` over ``functional_call``
-  (:class:`~tdrl.core.modules.stacked.SeedStackedModule`). One optimiser over the stacked parameters serves every seed:
+  network is evaluated as one batched call
+  (:class:`~tdrl.core.modules.stacked.SeedStackedModule`: batched matmuls for MLPs and for modules
+  with a ``seed_stacked_forward``, such as ``tdrl.marl``'s GRU / LSTM layers, whose time loop
+  ``vmap`` cannot batch; ``torch.func.vmap`` over ``functional_call`` otherwise). One optimiser over the stacked parameters serves every seed:
   Adam is element-wise, and :func:`clip_grad_norm_per_seed` clips each seed's slice alone.
 * envs: ``n_seeds`` seeds x ``E`` envs are one env of ``n_seeds * E`` sub-envs in seed-major
   blocks; :func:`block_seeds` gives sub-env ``k * E + j`` the seed ``seeds[k] + j`` (what a
@@ -25,7 +27,9 @@ Anything that pools statistics over the batch (observation normalisation, a shar
 advantage normalisation) must be made per seed or refused (:meth:`SeedAxis.refuse_shared`).
 
 ``apps/ppo`` and ``apps/sac`` (``n_seeds=``), the MARL loops (``train_on_policy`` /
-``train_off_policy``, all nine algorithms) and the MARL runner train through :class:`SeedAxis`:
+``train_off_policy``, all nine algorithms, recurrent MAPPO / IPPO / QMIX / VDN included: their
+minibatches and replay items are whole sub-env trajectories, the same count from every seed's
+block) and the MARL runner train through :class:`SeedAxis`:
 the runner runs one axis of every seed, or one axis of one seed after another, through one body.
 """
 
@@ -37,7 +41,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModuleBase
 from torch import Tensor, nn
 
 from tdrl.core.modules.stacked import SeedStackedModule
@@ -64,16 +68,23 @@ __all__ = [
 ]
 
 
+def _wraps_network(m: nn.Module) -> bool:
+    """Whether ``m`` is a TensorDict module around a tensor network ``m.module`` that holds
+    parameters and no TensorDict module (a ``TensorDictModule``, or one that reads and writes its
+    keys itself, as ``tdrl.marl``'s ``MultiAgentGRU`` does): a sequence's member, not the sequence."""
+    inner = getattr(m, "module", None)
+    return (isinstance(m, TensorDictModuleBase) and isinstance(inner, nn.Module)
+            and not any(isinstance(x, TensorDictModuleBase) for x in inner.modules())
+            and any(True for _ in inner.parameters()))
+
+
 def _stack_one(modules: Sequence[nn.Module]) -> nn.Module:
     """Stack one network over seeds: the inner nets of TensorDict modules, keeping their keys."""
     first = modules[0]
     if any(type(m) is not type(first) for m in modules):
         raise TypeError(f"stack_seeds: the seeds built different types {sorted({type(m).__name__ for m in modules})}; "
                         "a function of the seed must build the same architecture for every seed.")
-    # the innermost TensorDict modules that hold parameters (a sequence's members, not the sequence)
-    tdmods = [n for n, m in first.named_modules() if isinstance(m, TensorDictModule)
-              and not any(isinstance(x, TensorDictModule) for x in m.module.modules())
-              and any(True for _ in m.module.parameters())]
+    tdmods = [n for n, m in first.named_modules() if _wraps_network(m)]
     if not tdmods:
         return SeedStackedModule(modules)
     out = copy.deepcopy(first)
@@ -88,8 +99,9 @@ def stack_seeds(built: Sequence[Any]) -> Any:
 
     Args:
         built: one entry per seed, each a module or a tuple / list / dict of modules (the same
-            structure for every seed). In a TensorDict module (an actor, a value operator) the
-            inner networks are stacked and the keys and distribution heads kept.
+            structure for every seed). In a TensorDict module (an actor, a value operator, a
+            recurrent layer such as ``tdrl.marl``'s ``MultiAgentGRU``) the inner networks
+            (``.module``) are stacked and the keys, modes and distribution heads kept.
 
     Returns:
         The structure of ``built[0]`` whose networks take ``[n_seeds * N, ...]`` seed-major

@@ -29,7 +29,9 @@ out for the CPU, where the cost is not the arithmetic but allocating and touchin
 float32 runs these loops compiled (``cpu_ext.cpp``, built on first use by ``cpu_ext.py``; the
 same maths and workspaces, each step's gate maths one vectorised pass over the rows, the
 GEMMs the same calls); float64, ``TDRL_RECURRENT_EXT=0`` or a failed build run the Python
-loops below. Without grad (inference, ``torch.no_grad``) nothing is saved. Shapes: ``x`` ``[N, T, F]``,
+loops below. Stacked networks (weights ``[S, G*H, .]``, seeds trained as one model) run through the
+compiled loops only (:func:`stacked_ready`): their ``S`` blocks of rows are one batch whose GEMMs are
+batched over ``S``. Without grad (inference, ``torch.no_grad``) nothing is saved. Shapes: ``x`` ``[N, T, F]``,
 states ``[N, H]``, ``keep`` ``[N, T]`` (``1 - is_init`` in ``x``'s dtype), weights as
 ``nn.GRU`` / ``nn.LSTM`` (``weight_ih_l0`` ``[G*H, F]``, ``weight_hh_l0`` ``[G*H, H]``,
 biases ``[G*H]`` or None).
@@ -46,7 +48,7 @@ from torch.autograd.function import once_differentiable
 
 from . import cpu_ext as _cpu_ext
 
-__all__ = ["clear_workspaces", "gru_cpu", "lstm_cpu"]
+__all__ = ["clear_workspaces", "gru_cpu", "lstm_cpu", "stacked_ready"]
 
 _POOL_MAX_BYTES = 512 * 2**20
 _pool: dict[tuple[int, torch.dtype, torch.device], list[Tensor]] = {}
@@ -98,8 +100,12 @@ def _need_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _bias(b: Tensor | None, rows: int, like: Tensor) -> Tensor:
-    return like.new_zeros(rows) if b is None else b
+def _bias(b: Tensor | None, rows: int, like: Tensor, lead: tuple = ()) -> Tensor:
+    return like.new_zeros(*lead, rows) if b is None else b
+
+
+def _t(w: Tensor) -> Tensor:
+    return w.transpose(-1, -2)
 
 
 def _rows(bias: Tensor, n: int) -> Tensor:
@@ -130,6 +136,19 @@ def _per_step(buf: Tensor, H: int, *spans: tuple[int, int]) -> list[tuple[Tensor
 def _ext_for(x: Tensor):
     """The compiled loops (``cpu_ext``) for float32 inputs, else None (the Python loops)."""
     return _cpu_ext.extension() if x.dtype == torch.float32 else None
+
+
+def stacked_ready(x: Tensor) -> bool:
+    """Whether stacked networks on ``x`` (float32, CPU) can run here: the compiled loops are built."""
+    return x.device.type == "cpu" and _ext_for(x) is not None
+
+
+def _unstack(fn, x, states, keep, weights):
+    """Run ``fn`` on stacked networks' inputs ``[S, N, ...]`` as ``S * N`` rows; outputs back
+    to ``[S, N, ...]`` (the rows of block ``s`` go through network ``s`` in the compiled loops)."""
+    S, n = x.shape[:2]
+    out = fn(x.flatten(0, 1), *(h.flatten(0, 1) for h in states), keep.flatten(0, 1), *weights)
+    return tuple(o.unflatten(0, (S, n)) for o in out) if isinstance(out, tuple) else out.unflatten(0, (S, n))
 
 
 def _none(t: Tensor | None, like: Tensor) -> Tensor:
@@ -215,16 +234,16 @@ def _gru_forward(x, h0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
     return _batch_first(HS), (X, HS, G)
 
 
-def _grad_buffers(X: Tensor, gates: int, H: int, need, first_weight: int):
+def _grad_buffers(X: Tensor, gates: int, H: int, need, first_weight: int, lead: tuple = ()):
     """The gradient buffers a backward fills, each only where its input needs one: ``DX``
     (time-major, from the pool), ``dW_ih [gates H, F]``, ``dW_hh [gates H, H]`` and one bias
     buffer ``db [4 H]`` for both biases (inputs ``first_weight`` .. ``first_weight + 3`` in
     ``need``, the autograd function's ``needs_input_grad``)."""
     i = first_weight
     DX = _take(X.shape, X) if need[0] else None
-    dw_ih = X.new_zeros(gates * H, X.shape[-1]) if need[i] else None
-    dw_hh = X.new_zeros(gates * H, H) if need[i + 1] else None
-    db = X.new_zeros(4 * H) if need[i + 2] or need[i + 3] else None
+    dw_ih = X.new_zeros(*lead, gates * H, X.shape[-1]) if need[i] else None
+    dw_hh = X.new_zeros(*lead, gates * H, H) if need[i + 1] else None
+    db = X.new_zeros(*lead, 4 * H) if need[i + 2] or need[i + 3] else None
     return DX, dw_ih, dw_hh, db
 
 
@@ -241,18 +260,18 @@ def _gru_grads(DX, dh, dw_ih, dw_p, db, need, H: int) -> tuple:
     """:class:`_GRUCPU`'s gradients from the backward's buffers: ``dw_p`` has ``W_hh``'s rows
     in the order (n, r, z) and ``db`` is (b_hn, b_r, b_z, b_in)."""
     dx = _dx_batch_first(DX)
-    dw_hh = None if dw_p is None else torch.cat([dw_p[H:], dw_p[:H]])
-    db_ih = db[H:] if need[5] else None
-    db_hh = torch.cat([db[H : 3 * H], db[:H]]) if need[6] else None
+    dw_hh = None if dw_p is None else torch.cat([dw_p[..., H:, :], dw_p[..., :H, :]], -2)
+    db_ih = db[..., H:] if need[5] else None
+    db_hh = torch.cat([db[..., H : 3 * H], db[..., :H]], -1) if need[6] else None
     return dx, dh, None, dw_ih, dw_hh, db_ih, db_hh
 
 
 def _lstm_grads(DX, dh, dc, dw_ih, dw_hh, db, need, H: int) -> tuple:
     """:class:`_LSTMCPU`'s gradients from the backward's buffers (gates in (i, f, o, g) order,
     back to PyTorch's (i, f, g, o); one bias gradient serves both biases)."""
-    dw_ih = None if dw_ih is None else _ifog(dw_ih, H)
-    dw_hh = None if dw_hh is None else _ifog(dw_hh, H)
-    db = None if db is None else _ifog(db, H)
+    dw_ih = None if dw_ih is None else _ifog(dw_ih, H, dw_ih.dim() - 2)
+    dw_hh = None if dw_hh is None else _ifog(dw_hh, H, dw_hh.dim() - 2)
+    db = None if db is None else _ifog(db, H, db.dim() - 1)
     dx = _dx_batch_first(DX)
     return dx, dh, dc, None, dw_ih, dw_hh, db if need[6] else None, db if need[7] else None
 
@@ -260,16 +279,16 @@ def _lstm_grads(DX, dh, dc, dw_ih, dw_hh, db, need, H: int) -> tuple:
 def _gru_forward_ext(ext, x, h0, keep, w_ih, w_hh, b_ih, b_hh, save: bool):
     """:func:`_gru_forward` through the compiled loop (same returns and workspaces)."""
     n, t_len, _ = x.shape
-    H = w_hh.shape[1]
-    b_ih, b_hh = _bias(b_ih, 3 * H, x), _bias(b_hh, 3 * H, x)
-    bias = torch.cat([b_ih[: 2 * H] + b_hh[: 2 * H], b_ih[2 * H :], b_hh[2 * H :]])
+    H, lead = w_hh.shape[-1], tuple(w_hh.shape[:-2])
+    b_ih, b_hh = _bias(b_ih, 3 * H, x, lead), _bias(b_hh, 3 * H, x, lead)
+    bias = torch.cat([b_ih[..., : 2 * H] + b_hh[..., : 2 * H], b_ih[..., 2 * H :], b_hh[..., 2 * H :]], -1)
     x = x if x.stride(-1) == 1 else x.contiguous()
     if save:
         X, HS, G = _time_major(x), _take((t_len, n, H), x), _take((t_len, n, 5 * H), x)
     else:
         hs = x.new_empty(n, t_len, H)
         X, HS, G = x.transpose(0, 1), hs.transpose(0, 1), x.new_empty(0)
-    ext.gru_forward(X, h0.contiguous(), keep.contiguous(), w_ih.t(), w_hh.t(), bias, HS, G)
+    ext.gru_forward(X, h0.contiguous(), keep.contiguous(), _t(w_ih), _t(w_hh), bias, HS, G)
     if not save:
         return hs, None
     return _batch_first(HS), (X, HS, G)
@@ -278,11 +297,10 @@ def _gru_forward_ext(ext, x, h0, keep, w_ih, w_hh, b_ih, b_hh, save: bool):
 def _gru_backward_ext(ctx, ext, g_hs):
     h0, keep, w_ih, w_hh = ctx.saved_tensors
     X, HS, G = ctx.X, ctx.HS, ctx.G
-    t_len, n, f = X.shape
-    H = w_hh.shape[1]
+    H, lead = w_hh.shape[-1], tuple(w_hh.shape[:-2])
     need = ctx.needs_input_grad
-    w_p = torch.cat([w_hh[2 * H :], w_hh[: 2 * H]])  # rows (n, r, z)
-    DX, dw_ih, dw_p, db = _grad_buffers(X, 3, H, need, 3)  # db: (b_hn, b_r, b_z, b_in)
+    w_p = torch.cat([w_hh[..., 2 * H :, :], w_hh[..., : 2 * H, :]], -2)  # rows (n, r, z)
+    DX, dw_ih, dw_p, db = _grad_buffers(X, 3, H, need, 3, lead)  # db: (b_hn, b_r, b_z, b_in)
     dh = ext.gru_backward(
         X, HS, G, h0.contiguous(), keep.contiguous(), w_p, w_ih, _grad_time_major(g_hs, X),
         _none(DX, X), _none(dw_ih, X), _none(dw_p, X), _none(db, X),
@@ -364,7 +382,15 @@ class _GRUCPU(torch.autograd.Function):
 
 
 def gru_cpu(x, h0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> Tensor:
-    """GRU sequence on CPU tensors (``keep = 1 - is_init`` in ``x``'s dtype): ``[N, T, H]``."""
+    """GRU sequence on CPU tensors (``keep = 1 - is_init`` in ``x``'s dtype): ``[N, T, H]``
+    (stacked networks, when :func:`stacked_ready`: every tensor with a leading ``S``)."""
+    if w_hh.dim() == 3:
+        return _unstack(_gru_rows, x, (h0,), keep, (w_ih, w_hh, b_ih, b_hh))
+    return _gru_rows(x, h0, keep, w_ih, w_hh, b_ih, b_hh)
+
+
+def _gru_rows(x, h0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> Tensor:
+    """:func:`gru_cpu` on ``[N, T]`` rows (of stacked networks: ``S`` blocks of rows)."""
     if _need_grad(x, h0, w_ih, w_hh, b_ih, b_hh):
         return _GRUCPU.apply(x, h0, keep, w_ih, w_hh, b_ih, b_hh)
     with torch.no_grad():
@@ -377,9 +403,10 @@ def gru_cpu(x, h0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> Tensor:
 # --------------------------------------------------------------------------------- LSTM
 
 
-def _ifog(w: Tensor, H: int) -> Tensor:
-    """Rows (or entries) in ``nn.LSTM``'s gate order ``i, f, g, o`` -> ``i, f, o, g`` (and back)."""
-    return torch.cat([w[: 2 * H], w[3 * H :], w[2 * H : 3 * H]])
+def _ifog(w: Tensor, H: int, dim: int = 0) -> Tensor:
+    """Rows (or entries) along the gate dim ``dim`` in ``nn.LSTM``'s gate order ``i, f, g, o``
+    -> ``i, f, o, g`` (and back); ``dim`` 1 for stacked networks."""
+    return torch.cat([w.narrow(dim, 0, 2 * H), w.narrow(dim, 3 * H, H), w.narrow(dim, 2 * H, H)], dim)
 
 
 def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
@@ -422,8 +449,9 @@ def _lstm_forward(x, h0, c0, keep, resets, w_ih, w_hh, b_ih, b_hh, save: bool):
 def _lstm_forward_ext(ext, x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh, save: bool):
     """:func:`_lstm_forward` through the compiled loop (same returns and workspaces)."""
     n, t_len, _ = x.shape
-    H = w_hh.shape[1]
-    bias = _ifog(_bias(b_ih, 4 * H, x) + _bias(b_hh, 4 * H, x), H)
+    H, lead = w_hh.shape[-1], tuple(w_hh.shape[:-2])
+    g = len(lead)  # the gate dim of the weights and biases
+    bias = _ifog(_bias(b_ih, 4 * H, x, lead) + _bias(b_hh, 4 * H, x, lead), H, g)
     x = x if x.stride(-1) == 1 else x.contiguous()
     hs, cs = x.new_empty(n, t_len, H), x.new_empty(n, t_len, H)
     if save:
@@ -432,8 +460,8 @@ def _lstm_forward_ext(ext, x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh, save: bool):
     else:
         X, A, TC, HC = x.transpose(0, 1), x.new_empty(0), x.new_empty(0), x.new_empty(0)
     ext.lstm_forward(
-        X, h0.contiguous(), c0.contiguous(), keep.contiguous(), _ifog(w_ih, H).t(),
-        _ifog(w_hh, H).t(), bias, hs.transpose(0, 1), cs.transpose(0, 1), A, TC, HC,
+        X, h0.contiguous(), c0.contiguous(), keep.contiguous(), _t(_ifog(w_ih, H, g)),
+        _t(_ifog(w_hh, H, g)), bias, hs.transpose(0, 1), cs.transpose(0, 1), A, TC, HC,
     )  # fmt: skip
     return hs, cs, ((X, A, TC, HC) if save else None)
 
@@ -443,10 +471,11 @@ def _lstm_backward_ext(ctx, ext, g_hs, g_cs):
     X = ctx.X
     need = ctx.needs_input_grad
     n, t_len, H = hs.shape
-    DX, dw_ih, dw_hh, db = _grad_buffers(X, 4, H, need, 4)
+    lead = tuple(w_hh.shape[:-2])
+    DX, dw_ih, dw_hh, db = _grad_buffers(X, 4, H, need, 4, lead)
     dh, dc = ext.lstm_backward(
         X, hs.transpose(0, 1), cs.transpose(0, 1), ctx.A, ctx.TC, ctx.HC, h0.contiguous(),
-        c0.contiguous(), keep.contiguous(), _ifog(w_hh, H), _ifog(w_ih, H),
+        c0.contiguous(), keep.contiguous(), _ifog(w_hh, H, len(lead)), _ifog(w_ih, H, len(lead)),
         _grad_time_major(g_hs, X), _grad_time_major(g_cs, X), _none(DX, X), _none(dw_ih, X),
         _none(dw_hh, X), _none(db, X),
     )  # fmt: skip
@@ -528,6 +557,13 @@ class _LSTMCPU(torch.autograd.Function):
 
 def lstm_cpu(x, h0, c0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> tuple[Tensor, Tensor]:
     """LSTM sequence on CPU tensors (as :func:`gru_cpu`): ``(hs, cs)``, each ``[N, T, H]``."""
+    if w_hh.dim() == 3:
+        return _unstack(_lstm_rows, x, (h0, c0), keep, (w_ih, w_hh, b_ih, b_hh))
+    return _lstm_rows(x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh)
+
+
+def _lstm_rows(x, h0, c0, keep, w_ih, w_hh, b_ih=None, b_hh=None) -> tuple[Tensor, Tensor]:
+    """:func:`lstm_cpu` on ``[N, T]`` rows (of stacked networks: ``S`` blocks of rows)."""
     if _need_grad(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
         return _LSTMCPU.apply(x, h0, c0, keep, w_ih, w_hh, b_ih, b_hh)
     with torch.no_grad():

@@ -9,6 +9,9 @@
 // Layouts as cpu.py's docstrings: time-major [T, N, .] buffers whose rows may be strided
 // (a batch-first output seen through .transpose(0, 1)); the last dim always has stride 1.
 // An empty (numel 0) tensor means "not needed" (no workspace to save, no gradient wanted).
+// Stacked networks (seeds trained as one model): weights [S, ., .] and biases [S, .]; the N rows
+// are S blocks of N / S, block s run through network s: each GEMM a batched GEMM over S (bmm),
+// the gate pass unchanged but for the bias row of each block.
 
 #include <torch/extension.h>
 #include <ATen/cpu/vec/vec.h>
@@ -59,6 +62,41 @@ inline Vec tanh_(const Vec& v) {
 
 inline bool defined(const Tensor& t) { return t.defined() && t.numel() > 0; }
 
+// out = a @ w: w [K, M], or [S, K, M] with a's rows in S blocks (block s times w[s])
+inline void mm_rows(const Tensor& out, const Tensor& a, const Tensor& w) {
+  if (w.dim() == 2) {
+    at::mm_out(const_cast<Tensor&>(out), a, w);
+    return;
+  }
+  const int64_t S = w.size(0);
+  Tensor o = out.unflatten(0, {S, -1});
+  at::bmm_out(o, a.unflatten(0, {S, -1}), w);
+}
+
+// out += a @ w (as mm_rows)
+inline void addmm_rows(const Tensor& out, const Tensor& a, const Tensor& w) {
+  if (w.dim() == 2) {
+    const_cast<Tensor&>(out).addmm_(a, w);
+    return;
+  }
+  const int64_t S = w.size(0);
+  out.unflatten(0, {S, -1}).baddbmm_(a.unflatten(0, {S, -1}), w);
+}
+
+// dw += d^T @ x over the rows (a weight gradient): dw [K, M], or [S, K, M] per block of rows
+inline void wgrad_rows(const Tensor& dw, const Tensor& d, const Tensor& x) {
+  if (dw.dim() == 2) {
+    const_cast<Tensor&>(dw).addmm_(d.t(), x);
+    return;
+  }
+  const int64_t S = dw.size(0);
+  const_cast<Tensor&>(dw).baddbmm_(d.unflatten(0, {S, -1}).transpose(1, 2), x.unflatten(0, {S, -1}));
+}
+
+// rows per network (n for one network, n / S for S stacked) and the bias stride between blocks
+inline int64_t block_rows(const Tensor& bias, int64_t n) { return bias.dim() == 2 ? n / bias.size(0) : n; }
+inline int64_t bias_step(const Tensor& bias) { return bias.dim() == 2 ? bias.size(1) : 0; }
+
 void check(const Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat, "tdrl recurrent ext: ", name,
               " must be a float32 CPU tensor");
@@ -103,15 +141,16 @@ void gru_forward(const Tensor& X, const Tensor& h0, const Tensor& keep, const Te
   auto k = keep.accessor<float, 2>();
   Tensor s = at::empty({n, 3 * H}, X.options()), gh = at::empty({n, 3 * H}, X.options());
   Tensor hp_buf = at::empty({n, H}, X.options());
-  const float* b = bias.data_ptr<float>();
+  const float* b0 = bias.data_ptr<float>();
+  const int64_t nb = block_rows(bias, n), bstep = bias_step(bias);
   Tensor hp = h0;
   if (t_len && resets[0]) {
     mask_rows(h0, keep, 0, hp_buf);
     hp = hp_buf;
   }
   for (int64_t t = 0; t < t_len; ++t) {
-    at::mm_out(s, X[t], w_ih_t);
-    at::mm_out(gh, hp, w_hh_t);
+    mm_rows(s, X[t], w_ih_t);
+    mm_rows(gh, hp, w_hh_t);
     Tensor hs_t = HS[t];
     const bool next_reset = t + 1 < t_len && resets[t + 1];
     const int64_t hs_rs = hs_t.stride(0), hp_rs = hp.stride(0);
@@ -122,6 +161,7 @@ void gru_forward(const Tensor& X, const Tensor& h0, const Tensor& keep, const Te
     const float* ghp = gh.data_ptr<float>();
     float* nxt = hp_buf.data_ptr<float>();  // the next step's reset state (when it resets)
     for (int64_t i = 0; i < n; ++i) {
+      const float* b = b0 + (i / nb) * bstep;
       const float* si = sp + i * 3 * H;
       const float* ghi = ghp + i * 3 * H;
       const float* hpi = hpp + i * hp_rs;
@@ -171,8 +211,8 @@ Tensor gru_backward(const Tensor& X, const Tensor& HS, const Tensor& G, const Te
   Tensor dh = at::zeros({n, H}, X.options());  // d loss / d (the reset state entering step t+1)
   Tensor hp_buf = at::empty({n, H}, X.options());
   Tensor dgh = d.narrow(1, 0, 3 * H), dgi = d.narrow(1, H, 3 * H);
-  Tensor dgh_t = dgh.t(), dgi_t = dgi.t();
-  std::vector<float> dbacc(defined(db) ? 4 * H : 0, 0.f);
+  std::vector<float> dbacc(defined(db) ? db.numel() : 0, 0.f);
+  const int64_t nb = defined(db) && db.dim() == 2 ? n / db.size(0) : n;
   float* dp = d.data_ptr<float>();
   float* dhp = dh.data_ptr<float>();
   for (int64_t t = t_len - 1; t >= 0; --t) {
@@ -196,25 +236,24 @@ Tensor gru_backward(const Tensor& X, const Tensor& HS, const Tensor& G, const Te
         dpn.store(di + 3 * H + j, c);                                        // d n_pre
         (v * Vec::loadu(gi + H + j, c)).store(dhi + j, c);                   // dh z
       }
-      if (!dbacc.empty())
-        for (int64_t j = 0; j < 4 * H; ++j) dbacc[j] += di[j];
+      if (!dbacc.empty()) {
+        float* acc = dbacc.data() + (i / nb) * 4 * H;
+        for (int64_t j = 0; j < 4 * H; ++j) acc[j] += di[j];
+      }
     }
-    dh.addmm_(dgh, w_p);
+    addmm_rows(dh, dgh, w_p);
     if (defined(dw_p)) {
       Tensor hp = t == 0 ? h0 : HS[t - 1];
       if (resets[t]) {
         mask_rows(hp, keep, t, hp_buf);
         hp = hp_buf;
       }
-      dw_p.addmm_(dgh_t, hp);
+      wgrad_rows(dw_p, dgh, hp);
     }
-    if (defined(dw_ih)) dw_ih.addmm_(dgi_t, X[t]);
-    if (defined(DX)) {
-      Tensor dx_t = DX[t];
-      at::mm_out(dx_t, dgi, w_ih);
-    }
+    if (defined(dw_ih)) wgrad_rows(dw_ih, dgi, X[t]);
+    if (defined(DX)) mm_rows(DX[t], dgi, w_ih);
   }
-  if (!dbacc.empty()) db.add_(at::from_blob(dbacc.data(), {4 * H}, X.options()));
+  if (!dbacc.empty()) db.add_(at::from_blob(dbacc.data(), db.sizes(), X.options()));
   if (t_len && resets[0]) {
     Tensor out = at::empty({n, H}, X.options());
     mask_rows(dh, keep, 0, out);
@@ -240,7 +279,8 @@ void lstm_forward(const Tensor& X, const Tensor& h0, const Tensor& c0, const Ten
   auto k = keep.accessor<float, 2>();
   Tensor s = at::empty({n, 4 * H}, X.options());
   Tensor hc_tmp = at::empty({n, 2 * H}, X.options());  // reset states without grad
-  const float* b = bias.data_ptr<float>();
+  const float* b0 = bias.data_ptr<float>();
+  const int64_t nb = block_rows(bias, n), bstep = bias_step(bias);
   Tensor hp = h0, cp = c0;
   auto reset_into = [&](int64_t t, const Tensor& h, const Tensor& c) {
     Tensor hc = save ? HC[t] : hc_tmp;
@@ -251,8 +291,8 @@ void lstm_forward(const Tensor& X, const Tensor& h0, const Tensor& c0, const Ten
   };
   if (t_len && resets[0]) reset_into(0, h0, c0);
   for (int64_t t = 0; t < t_len; ++t) {
-    at::mm_out(s, X[t], w_ih_t);
-    s.addmm_(hp, w_hh_t);
+    mm_rows(s, X[t], w_ih_t);
+    addmm_rows(s, hp, w_hh_t);
     Tensor hs_t = HS[t], cs_t = CS[t];
     const float* sp = s.data_ptr<float>();
     float* ap = save ? A[t].data_ptr<float>() : nullptr;
@@ -262,6 +302,7 @@ void lstm_forward(const Tensor& X, const Tensor& h0, const Tensor& c0, const Ten
     float* csp = cs_t.data_ptr<float>();
     const int64_t cp_rs = cp.stride(0), hs_rs = hs_t.stride(0), cs_rs = cs_t.stride(0);
     for (int64_t i = 0; i < n; ++i) {
+      const float* b = b0 + (i / nb) * bstep;
       const float* si = sp + i * 4 * H;
       const float* ci = cpp + i * cp_rs;
       float* ai = save ? ap + i * 4 * H : nullptr;
@@ -307,9 +348,10 @@ std::vector<Tensor> lstm_backward(const Tensor& X, const Tensor& HS, const Tenso
   const auto resets = reset_steps(keep);
   auto k = keep.accessor<float, 2>();
   const bool has_gh = defined(gh), has_gc = defined(gc);
-  Tensor d = at::empty({n, 4 * H}, X.options()), d_t = d.t();
+  Tensor d = at::empty({n, 4 * H}, X.options());
   Tensor dh = at::zeros({n, H}, X.options()), dc = at::zeros({n, H}, X.options());
-  std::vector<float> dbacc(defined(db) ? 4 * H : 0, 0.f);
+  std::vector<float> dbacc(defined(db) ? db.numel() : 0, 0.f);
+  const int64_t nb = defined(db) && db.dim() == 2 ? n / db.size(0) : n;
   float* dp = d.data_ptr<float>();
   float* dhp = dh.data_ptr<float>();
   float* dcp = dc.data_ptr<float>();
@@ -355,18 +397,17 @@ std::vector<Tensor> lstm_backward(const Tensor& X, const Tensor& HS, const Tenso
         ((one - gg * gg) * ig * vc).store(di + 3 * H + j, c);
         (vc * fg).store(dci + j, c);
       }
-      if (!dbacc.empty())
-        for (int64_t j = 0; j < 4 * H; ++j) dbacc[j] += di[j];
+      if (!dbacc.empty()) {
+        float* acc = dbacc.data() + (i / nb) * 4 * H;
+        for (int64_t j = 0; j < 4 * H; ++j) acc[j] += di[j];
+      }
     }
-    at::mm_out(dh, d, w_hh_p);
-    if (defined(dw_hh)) dw_hh.addmm_(d_t, hp);
-    if (defined(dw_ih)) dw_ih.addmm_(d_t, X[t]);
-    if (defined(DX)) {
-      Tensor dx_t = DX[t];
-      at::mm_out(dx_t, d, w_ih_p);
-    }
+    mm_rows(dh, d, w_hh_p);
+    if (defined(dw_hh)) wgrad_rows(dw_hh, d, hp);
+    if (defined(dw_ih)) wgrad_rows(dw_ih, d, X[t]);
+    if (defined(DX)) mm_rows(DX[t], d, w_ih_p);
   }
-  if (!dbacc.empty()) db.add_(at::from_blob(dbacc.data(), {4 * H}, X.options()));
+  if (!dbacc.empty()) db.add_(at::from_blob(dbacc.data(), db.sizes(), X.options()));
   if (t_len && resets[0]) {
     Tensor oh = at::empty({n, H}, X.options()), oc = at::empty({n, H}, X.options());
     mask_rows(dh, keep, 0, oh);

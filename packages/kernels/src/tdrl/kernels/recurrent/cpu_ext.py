@@ -5,8 +5,9 @@ None, and then ``cpu.py`` runs its Python-driven loops (the same maths, the same
 
 * Built just in time with ``torch.utils.cpp_extension.load`` (g++ and ninja; ``MAX_JOBS`` as
   torch reads it) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
-  ``~/.cache/torch_extensions``), once per machine and source version: later processes only
-  load the shared library. The first build took 40 s here (two cores, ``MAX_JOBS=2``).
+  ``~/.cache/torch_extensions``), once per machine and source version (the source's hash is in
+  the module name, so checkouts of different versions keep their own builds): later processes
+  only load the shared library. The first build took 40 s here (two cores, ``MAX_JOBS=2``).
 * ``TDRL_RECURRENT_EXT=0`` disables it (the Python loops run); read on every call.
 * A failed build or load (no compiler, no ninja, a compile error) warns once and falls back
   to the Python loops for the rest of the process.
@@ -16,6 +17,7 @@ None, and then ``cpu.py`` runs its Python-driven loops (the same maths, the same
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import warnings
@@ -47,8 +49,11 @@ def _build() -> ModuleType:
     from torch.utils import cpp_extension
 
     tag, cflags = _flags()
+    # the source's hash in the name: checkouts of different versions keep their own builds in the
+    # shared cache instead of rebuilding over each other
+    digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:10]
     return cpp_extension.load(
-        name=f"tdrl_recurrent_cpu_{tag}", sources=[str(_SOURCE)], extra_cflags=cflags,
+        name=f"tdrl_recurrent_cpu_{tag}_{digest}", sources=[str(_SOURCE)], extra_cflags=cflags,
         verbose=False,
     )  # fmt: skip
 

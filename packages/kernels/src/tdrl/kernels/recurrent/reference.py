@@ -4,7 +4,8 @@ One layer, PyTorch's gate layout (``nn.GRU``: r, z, n; ``nn.LSTM``: i, f, g, o),
 Before step ``t`` the state is zeroed on the rows where ``is_init[:, t]`` is True (a new
 episode starts there), so several episodes can share a row; ``h0`` (``c0``) is the state
 before ``t = 0``. This is the obvious loop, one cell step at a time, differentiated by
-autograd: every other backend is tested against it.
+autograd: every other backend is tested against it. Stacked networks (one leading dim ``S``
+on every tensor, as ``fused.py`` takes them) run through the same loop, network ``s`` on block ``s``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ __all__ = ["gru_reference", "lstm_reference"]
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    return x @ w.t() if b is None else torch.addmm(b, x, w.t())
+    y = x @ w.transpose(-1, -2)
+    return y if b is None else y + b.unsqueeze(-2) if b.dim() == 2 else y + b
 
 
 def gru_reference(
@@ -32,16 +34,16 @@ def gru_reference(
     :func:`tdrl.kernels.gru_sequence`, with ``h0`` and a bool ``is_init`` required."""
     keep = (~is_init).to(x.dtype).unsqueeze(-1)
     h, outs = h0, []
-    for t in range(x.shape[1]):
-        h = h * keep[:, t]
-        ir, iz, in_ = _linear(x[:, t], weight_ih, bias_ih).chunk(3, -1)
+    for t in range(x.shape[-2]):
+        h = h * keep[..., t, :]
+        ir, iz, in_ = _linear(x[..., t, :], weight_ih, bias_ih).chunk(3, -1)
         hr, hz, hn = _linear(h, weight_hh, bias_hh).chunk(3, -1)
         r = torch.sigmoid(ir + hr)
         z = torch.sigmoid(iz + hz)
         n = torch.tanh(in_ + r * hn)
         h = (1 - z) * n + z * h
         outs.append(h)
-    return torch.stack(outs, 1) if outs else x.new_zeros(x.shape[0], 0, h0.shape[-1])
+    return torch.stack(outs, -2) if outs else x.new_zeros(*x.shape[:-2], 0, h0.shape[-1])
 
 
 def lstm_reference(
@@ -59,15 +61,15 @@ def lstm_reference(
     ``is_init`` required."""
     keep = (~is_init).to(x.dtype).unsqueeze(-1)
     h, c, hs, cs = h0, c0, [], []
-    for t in range(x.shape[1]):
-        h, c = h * keep[:, t], c * keep[:, t]
-        gates = _linear(x[:, t], weight_ih, bias_ih) + _linear(h, weight_hh, bias_hh)
+    for t in range(x.shape[-2]):
+        h, c = h * keep[..., t, :], c * keep[..., t, :]
+        gates = _linear(x[..., t, :], weight_ih, bias_ih) + _linear(h, weight_hh, bias_hh)
         i, f, g, o = gates.chunk(4, -1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
         hs.append(h)
         cs.append(c)
     if not hs:
-        empty = x.new_zeros(x.shape[0], 0, h0.shape[-1])
+        empty = x.new_zeros(*x.shape[:-2], 0, h0.shape[-1])
         return empty, empty.clone()
-    return torch.stack(hs, 1), torch.stack(cs, 1)
+    return torch.stack(hs, -2), torch.stack(cs, -2)

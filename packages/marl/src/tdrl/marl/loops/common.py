@@ -267,13 +267,13 @@ def seed_axis(env, eval_env, groups: Mapping, n_seeds: int | SeedAxis) -> tuple[
     """The run's :class:`~tdrl.core.train.SeedAxis` (``n_seeds``: a count or an axis) and the
     training env's sub-envs per seed, after every seed refusal of both loops: envs that do not
     split into one block per seed, parts stacked over another count, shared statistics, and
-    recurrent parts with several seeds (or without ``is_init``)."""
+    recurrent parts without ``is_init``."""
     axis = SeedAxis.of(n_seeds)
     n_envs = axis.check_blocks(env.batch_size.numel(), "env")
     if eval_env is not None:
         axis.check_blocks(eval_env.batch_size.numel(), "eval_env")
     check_seeds(groups, axis)
-    check_recurrent(env, groups, axis)
+    check_recurrent(env, groups)
     return axis, n_envs
 
 
@@ -282,14 +282,12 @@ def is_recurrent(groups: Mapping) -> bool:
     return any(getattr(p, "recurrent", False) for p in groups.values())
 
 
-def check_recurrent(env, groups: Mapping, axis: SeedAxis) -> None:
-    """Recurrent parts need ``is_init`` from the env and one seed per run (the one home of
-    both refusals, for the on- and off-policy loops)."""
+def check_recurrent(env, groups: Mapping) -> None:
+    """Recurrent parts need ``is_init`` from the env (the one home of this refusal, for the on-
+    and off-policy loops). Any seed count works: a recurrent network stacked over seeds carries
+    every sub-env's hidden state in its seed's block."""
     if not is_recurrent(groups):
         return
-    if axis.stacked:
-        raise ValueError(f"Recurrent (GRU / LSTM) parts do not support n_seeds={axis.n} (vectorised seeds); "
-                         "train the seeds one after another (BenchConfig.vectorise_seeds=False).")
     if IS_INIT not in env.observation_spec.keys():
         raise ValueError("Recurrent (GRU / LSTM) parts reset their hidden state where 'is_init' is True, but the "
                          "env does not write it; wrap it: TransformedEnv(env, InitTracker()) (tdrl.core).")

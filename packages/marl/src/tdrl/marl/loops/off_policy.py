@@ -6,8 +6,8 @@ parts from :func:`~tdrl.marl.vectorised.make_vectorised_groups`): the env holds 
 seed-major blocks of sub-envs, every network (Q networks, mixers, actors, critics) and its target
 carries a leading seed dim (SAC's temperature: one per seed),
 the replay storage holds seed-major items (:func:`~tdrl.core.train.seeds.to_seed_items`: item
-``i`` is every seed's ``i``-th transition, so a seed samples only its own data, the same slots
-for all), gradients are clipped per seed and the exploration schedule (epsilon, Gaussian sigma) advances
+``i`` is every seed's ``i``-th transition, or with recurrent Q networks every seed's ``i``-th
+sub-env trajectory, so a seed samples only its own data, the same slots for all), gradients are clipped per seed and the exploration schedule (epsilon, Gaussian sigma) advances
 by the frames of one seed. One random generator draws for every seed (exploration coins and random actions,
 replay slots), so a seed equals its single-seed run given the same data, not sample for sample.
 """
@@ -144,7 +144,8 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
     # with several seeds an item holds every seed's transition, so the capacity is per seed
     capacity = min(cfg.buffer_size, cfg.n_iters * n_steps * n_envs)
     # recurrent Q networks train on whole trajectories: an item is one sub-env's batch of
-    # n_steps steps, and a sample holds minibatch_size frames' worth of them (BenchMARL's layout)
+    # n_steps steps (of every seed), and a sample holds minibatch_size frames' worth of them per
+    # seed (BenchMARL's layout)
     seq = n_steps if is_recurrent(groups) else 0
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(-(-capacity // seq) if seq else capacity))
     sample_size = -(-cfg.minibatch_size // seq) if seq else cfg.minibatch_size
@@ -167,11 +168,11 @@ def train_off_policy(env, parts: OffPolicyParts | Mapping[str, OffPolicyParts], 
             p.step(new)  # the same schedule for every seed: epsilon after this many frames of one run
         returns, extra = group_returns(trackers, batch)
         extra.update(axis.seed_values("train_return", seed_returns(trackers, axis, n_envs)))
-        buffer.extend(_as_items(batch, n_steps) if seq else axis.to_replay(batch.reshape(-1)))  # seed-major
+        buffer.extend(axis.to_replay(_as_items(batch, n_steps) if seq else batch.reshape(-1)))  # seed-major
         losses = []
         for _ in range(cfg.n_optimizer_steps):
-            sample = buffer.sample(sample_size)
-            sample = _as_sequences(sample, seq) if seq else axis.from_replay(sample)
+            sample = axis.from_replay(buffer.sample(sample_size))
+            sample = _as_sequences(sample, seq) if seq else sample
             losses.append(off_policy_update(sample, groups, opt, clip_groups, targets, cfg.max_grad_norm, axis))
         extra.update({"loss": float(torch.stack(losses).mean()),
                       "eps": explorers[0].level if explorers else float("nan")})  # epsilon or sigma

@@ -68,8 +68,8 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
         optimizer, clip_groups: from :func:`on_policy_optimizer`.
         cfg: ``num_epochs``, ``minibatch_size`` (frames per seed) and ``max_grad_norm``.
             With recurrent parts a minibatch is ``minibatch_size // T`` whole sub-env
-            trajectories ``[mb, T]`` (at least one), so that the GRUs replay the rollout
-            with its resets.
+            trajectories ``[mb, T]`` per seed (at least one), so that the GRUs replay the
+            rollout with its resets.
         n_seeds: the seeds stacked in the networks (a count or a
             :class:`~tdrl.core.train.SeedAxis`): each minibatch takes the same
             ``minibatch_size`` positions from every seed's block, the loss is scaled so each
@@ -84,11 +84,10 @@ def on_policy_update(batch: TensorDictBase, groups: Mapping[str, OnPolicyParts],
         p.estimator(batch)
         if p.loss.value_norm is not None:
             p.loss.value_norm.update(batch.get((g, VALUE_TARGET)))
-    # the losses read the root only: drop "next" so each minibatch gathers half the data
-    if is_recurrent(groups):  # GRUs replay whole trajectories: minibatches of sub-envs [mb, T]
-        flat, frames_per_row = batch.exclude(NEXT).reshape(1, -1, batch.shape[-1]), batch.shape[-1]
-    else:  # seed-major blocks [n, N]
-        flat, frames_per_row = axis.split(batch.exclude(NEXT).reshape(-1)), 1
+    # the losses read the root only: drop "next" so each minibatch gathers half the data; rows in
+    # seed-major blocks [n, N] (recurrent: GRUs replay whole trajectories, a row is a sub-env's [T])
+    root, frames_per_row = batch.exclude(NEXT), batch.shape[-1] if is_recurrent(groups) else 1
+    flat = axis.split(root.reshape(-1, batch.shape[-1]) if frames_per_row > 1 else root.reshape(-1))
     _check_masks(flat, groups, axis)
     n = flat.shape[1]
     mb = min(max(1, cfg.minibatch_size // frames_per_row), n)
@@ -124,8 +123,9 @@ def train_on_policy(env, parts: OnPolicyParts | Mapping[str, OnPolicyParts], cfg
     ``n_seeds`` (a count or a :class:`~tdrl.core.train.SeedAxis`): with several seeds the parts come from
     :func:`~tdrl.marl.vectorised.make_vectorised_groups` (or ``make_vectorised_on_policy``),
     the env's sub-envs are ``n_seeds`` seed-major blocks and every parameter is stacked over
-    seeds (see :mod:`tdrl.marl.vectorised`; any number of groups): each minibatch takes
-    ``minibatch_size`` frames from every seed, the loss is scaled so each seed gets its own
+    seeds (see :mod:`tdrl.marl.vectorised`; any number of groups; recurrent parts too): each
+    minibatch takes ``minibatch_size`` frames from every seed (recurrent: the same number of whole
+    sub-env trajectories from every seed's block), the loss is scaled so each seed gets its own
     mean-loss gradient, and gradients are clipped per seed. ``frames_per_batch`` is per seed.
     Value normalisation, ``normalize_advantage`` and agent masks with False entries are
     refused there (their statistics would mix the seeds).

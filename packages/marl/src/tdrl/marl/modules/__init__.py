@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from .mixers import QMixer, VDNMixer
 from .multiagent_mlp import MultiAgentMLP
-from .recurrent import MultiAgentGRU, MultiAgentLSTM, recurrent_layers, recurrent_view
+from .recurrent import AgentRecurrentNet, MultiAgentGRU, MultiAgentLSTM, recurrent_layers, recurrent_view
 
-__all__ = ["MultiAgentMLP", "MultiAgentGRU", "MultiAgentLSTM", "QMixer", "VDNMixer", "recurrent_layers", "recurrent_view"]
+__all__ = ["MultiAgentMLP", "AgentRecurrentNet", "MultiAgentGRU", "MultiAgentLSTM", "QMixer", "VDNMixer", "recurrent_layers", "recurrent_view"]

@@ -1,11 +1,13 @@
-"""``MultiAgentGRU`` / ``MultiAgentLSTM``: core's :class:`~tdrl.core.modules.GRUModule` /
-:class:`~tdrl.core.modules.LSTMModule` for a group of agents (BenchMARL's ``layers/gru`` and
-``layers/lstm`` models).
+"""``MultiAgentGRU`` / ``MultiAgentLSTM``: a GRU / LSTM for a group of agents (BenchMARL's
+``layers/gru`` and ``layers/lstm`` models), with core's ``is_init`` resets and step / recurrent
+modes.
 
-The recurrent cell itself (its ``is_init`` resets, its step / recurrent modes and the
-``tdrl.kernels`` time loop) is core's; this module only moves the agent dim so that every
-agent is one more row of the cell's batch. A GRU carries one state, an LSTM two (``h``, ``c``);
-each is handled the same way:
+Two layers, as ``TensorDictModule`` wraps a network: :class:`MultiAgentGRU` reads and writes the
+TensorDict (keys, the state carried under ``"next"``, the mode), and its ``module`` is an
+:class:`AgentRecurrentNet` on plain tensors, which runs core's
+:func:`~tdrl.core.modules.rnn_layers` (the ``tdrl.kernels`` time loop) with the agent dim moved
+so that every agent is one more row of the cell's batch. A GRU carries one state, an LSTM two
+(``h``, ``c``); each is handled the same way:
 
 * step mode (collection): input ``[*B, n_agents, F]``, each state ``[*B, n_agents, L, H]`` read
   from the root (zeros if absent) and the new state written under ``"next"``;
@@ -14,29 +16,120 @@ each is handled the same way:
   row and it is zeroed wherever ``is_init[..., t]`` (``[*B, T, 1]``, from core's
   ``InitTracker``) is True.
 
-With shared parameters the agents run through one GRU (one call, agents folded into the
-batch), as :class:`~tdrl.marl.modules.MultiAgentMLP` shares its weights; otherwise each agent
-has its own. A centralised GRU (MAPPO's critic) reads every agent's input concatenated.
+Both modes are one sequence call (a step is a sequence of one). With shared parameters the
+agents run through one cell (agents folded into the batch), as
+:class:`~tdrl.marl.modules.MultiAgentMLP` shares its weights; otherwise each agent has its own.
+A centralised GRU (MAPPO's critic) reads every agent's input concatenated.
+
+Seeds trained as one model (:mod:`tdrl.marl.vectorised`): the seed stacker replaces ``module`` by
+core's ``SeedStackedModule``, which calls :meth:`AgentRecurrentNet.seed_stacked_forward`: every
+seed's cell weights ``[n_seeds, ...]``, each step one batched GEMM over the seeds, the hidden
+state of every sub-env carried in its seed's block.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import Tensor, nn
 
-from tdrl.core.keys import IS_INIT, NEXT
-from tdrl.core.modules import GRUModule, LSTMModule
+from tdrl.core.keys import IS_INIT
+from tdrl.core.modules import rnn_layers
 from tdrl.core.values._utils import NestedKey
 from tdrl.core.keys import next_key
 
-__all__ = ["MultiAgentGRU", "MultiAgentLSTM", "recurrent_view", "recurrent_layers"]
+__all__ = ["AgentRecurrentNet", "MultiAgentGRU", "MultiAgentLSTM", "recurrent_view", "recurrent_layers"]
 
-_X, _H, _INIT = "x", "h", "is_init"  # the inner cell's keys
-_CELLS = {"gru": (GRUModule, ("state",)), "lstm": (LSTMModule, ("state_h", "state_c"))}
+_CELLS = {"gru": (nn.GRU, 1), "lstm": (nn.LSTM, 2)}  # torch's cell (its parameters) and its state count
+
+
+class AgentRecurrentNet(nn.Module):
+    """The tensor network of :class:`MultiAgentGRU` / :class:`MultiAgentLSTM`: one ``nn.GRU`` /
+    ``nn.LSTM`` (its parameters; the time loop is core's :func:`~tdrl.core.modules.rnn_layers`)
+    per agent, or one shared.
+
+    Args:
+        cell: ``"gru"`` or ``"lstm"``.
+        n_agent_inputs, hidden_size, n_agents, centralised, share_params, num_layers: as
+            :class:`MultiAgentGRU`.
+
+    Shapes (``forward``): ``x`` ``[N, T, n_agents, F]``, ``init`` ``[N, T]`` bool, each state
+    ``[N, n_agents, L, H]`` (before ``t = 0``) -> ``(out [N, T, n_agents, H], *states after every
+    step [N, T, n_agents, L, H])``.
+    """
+
+    def __init__(self, cell: str, n_agent_inputs: int, hidden_size: int, n_agents: int, centralised: bool,
+                 share_params: bool, num_layers: int = 1) -> None:
+        super().__init__()
+        if cell not in _CELLS:
+            raise ValueError(f"cell must be one of {sorted(_CELLS)}, got {cell!r}.")
+        self.cell, self.n_agents, self.centralised, self.share_params = cell, n_agents, centralised, share_params
+        self.num_layers, self.hidden_size = num_layers, hidden_size
+        fan_in = n_agent_inputs * (n_agents if centralised else 1)
+        rnn = _CELLS[cell][0]
+        self.cells = nn.ModuleList(rnn(fan_in, hidden_size, num_layers, batch_first=True)
+                                   for _ in range(1 if share_params else n_agents))
+
+    def forward(self, x: Tensor, init: Tensor, *states: Tensor) -> tuple[Tensor, ...]:
+        """Run every agent's cell over ``[N, T]`` (see the class docstring for shapes)."""
+        return self._run([dict(c.named_parameters()) for c in self.cells], x, init, states, 0)
+
+    def seed_stacked_forward(self, params: Mapping[str, Tensor], x: Tensor, init: Tensor,
+                             *states: Tensor) -> tuple[Tensor, ...]:
+        """The forward of ``n_seeds`` stacked copies at once (core's ``SeedStackedModule`` calls it
+        instead of ``vmap``, which cannot batch ``nn.GRU``): every cell GEMM one batched GEMM
+        over the seed dim, the same time loop (:func:`~tdrl.core.modules.rnn_layers`).
+
+        Args:
+            params: ``{"cells.<k>.weight_ih_l0": [n_seeds, 3H, F], ...}``: this module's
+                parameter names, each with a leading seed dim.
+            x: ``[n_seeds, N, T, n_agents, F]``. init: ``[n_seeds, N, T]``. states: each
+                ``[n_seeds, N, n_agents, L, H]``.
+
+        Returns:
+            ``forward``'s outputs with a leading seed dim; seed ``k``'s equal ``forward`` with
+            seed ``k``'s parameters on its block.
+        """
+        per_net = [{n[len(f"cells.{k}."):]: t for n, t in params.items() if n.startswith(f"cells.{k}.")}
+                   for k in range(len(self.cells))]
+        return self._run(per_net, x, init, states, 1)
+
+    def _run(self, per_net: list[dict], x: Tensor, init: Tensor, states, n_lead: int) -> tuple[Tensor, ...]:
+        """Both paths: ``n_lead`` leading stack dims (0 or 1) on every input and parameter."""
+        lead, n, L, H = x.shape[:n_lead], self.n_agents, self.num_layers, self.hidden_size
+        N, T = x.shape[n_lead], x.shape[n_lead + 1]
+        if self.centralised:
+            x = x.flatten(-2).unsqueeze(-2)  # [*S, N, T, 1, n * F]
+        a = x.shape[-2]  # agents in the cell's input: n, or 1 (centralised)
+        if self.share_params:  # the agents are rows of one cell's batch: [*S, N * a, ...]
+            xs = x.transpose(-3, -2).reshape(*lead, N * a, T, x.shape[-1])
+            st = [s[..., :a, :, :].reshape(*lead, N * a, L, H).transpose(-3, -2) for s in states]
+            ini = init.unsqueeze(-2).expand(*lead, N, a, T).reshape(*lead, N * a, T)
+            out, new = rnn_layers(self.cell, per_net[0], xs, st, ini)
+            out = out.reshape(*lead, N, a, T, H).transpose(-3, -2)  # [*S, N, T, a, H]
+            new = [s.reshape(*lead, N, a, T, L, H).movedim(-4, -3) for s in new]  # [*S, N, T, a, L, H]
+        else:
+            outs, news = [], []
+            for k, params in enumerate(per_net):
+                xk = x[..., min(k, a - 1), :]  # [*S, N, T, F]
+                sk = [s[..., k, :, :].transpose(-3, -2) for s in states]  # [*S, L, N, H]
+                o, nw = rnn_layers(self.cell, params, xk, sk, init)
+                outs.append(o)
+                news.append(nw)
+            out = torch.stack(outs, -2)
+            new = [torch.stack([nw[j] for nw in news], -3) for j in range(len(states))]
+        if out.shape[-2] != n:  # centralised and shared: one state for the team
+            out = out.expand(*out.shape[:-2], n, H)
+            new = [s.expand(*s.shape[:-3], n, L, H) for s in new]
+        return (out, *new)
+
+    def extra_repr(self) -> str:
+        return (f"cell={self.cell}, n_agents={self.n_agents}, hidden={self.hidden_size}, layers={self.num_layers}, "
+                f"centralised={self.centralised}, share_params={self.share_params}")
 
 
 class MultiAgentGRU(TensorDictModuleBase):
@@ -57,7 +150,7 @@ class MultiAgentGRU(TensorDictModuleBase):
 
     Shapes: step mode ``[*B, n, F] -> [*B, n, H]``; recurrent mode ``[*B, T, n, F] ->
     [*B, T, n, H]``. A centralised shared GRU computes one state and output and expands them
-    over agents.
+    over agents. The parameters live in ``module`` (:class:`AgentRecurrentNet`).
     """
 
     def __init__(
@@ -89,13 +182,8 @@ class MultiAgentGRU(TensorDictModuleBase):
         self.num_layers, self.centralised, self.share_params = num_layers, centralised, share_params
         self.in_key, self.out_key, self.is_init_key = in_key, out_key, is_init_key
         self.state_keys, self.cell = tuple(state_keys), cell
-        fan_in = n_agent_inputs * (n_agents if centralised else 1)
-        module, self._inner_keys = _CELLS[cell]
-        keys = {"state_key": self._inner_keys[0]} if cell == "gru" else {"state_keys": self._inner_keys}
-        self.cells = nn.ModuleList(
-            module(fan_in, hidden_size, num_layers, in_key=_X, out_key=_H, is_init_key=_INIT, **keys)
-            for _ in range(1 if share_params else n_agents)
-        )
+        self.module = AgentRecurrentNet(cell, n_agent_inputs, hidden_size, n_agents, centralised, share_params,
+                                        num_layers)
         self.recurrent_mode = False
         self.in_keys = [in_key, is_init_key, *self.state_keys]
         self.out_keys = [out_key, *(next_key(k) for k in self.state_keys)]
@@ -135,39 +223,14 @@ class MultiAgentGRU(TensorDictModuleBase):
                 states[j] = x.new_zeros(*batch, n, L, H)
                 if not self.recurrent_mode:  # record the (zero) state so every step has the same keys
                     td.set(key, states[j])
-        # agent-major layout for the inner cell: [*B', a, (T,) ...] with a = agents or 1
-        t_dim = len(batch) - 1  # the time dim of x / state in recurrent mode
-        if self.centralised:
-            x = x.flatten(-2).unsqueeze(-2)  # [*B, 1, n * F]
-        a = x.shape[-2]
-        agent_dim = t_dim if self.recurrent_mode else len(batch)  # of x / state once moved
-        if self.recurrent_mode:
-            x = x.movedim(-2, t_dim)  # [*B', a, T, F]
-            states = [s.movedim(-3, t_dim) for s in states]  # [*B', n, T, L, H]
-        outs, news = [], []
-        for k, cell in enumerate(self.cells):
-            if self.share_params:  # the agents are rows of one cell's batch
-                xk, sk = x, [s.narrow(agent_dim, 0, a) for s in states]
-                init_k = init.unsqueeze(agent_dim).expand(xk.shape[:-1])
-            else:
-                xk, sk, init_k = x.select(agent_dim, min(k, a - 1)), [s.select(agent_dim, k) for s in states], init
-            inner = TensorDict({_X: xk, _INIT: init_k, **dict(zip(self._inner_keys, sk))}, batch_size=xk.shape[:-1])
-            inner = (cell.set_recurrent_mode(True) if self.recurrent_mode else cell)(inner)
-            outs.append(inner.get(_H))
-            news.append([inner.get((NEXT, k_)) for k_ in self._inner_keys])
-        if self.share_params:
-            out, new = outs[0], news[0]
-        else:
-            out = torch.stack(outs, agent_dim)
-            new = [torch.stack([per[j] for per in news], agent_dim) for j in range(len(self.state_keys))]
-        if self.recurrent_mode:  # back to [*B', T, a, ...]
-            out, new = out.movedim(t_dim, -2), [s.movedim(t_dim, -3) for s in new]
-        if out.shape[-2] != n:  # centralised and shared: one state for the team
-            out = out.expand(*out.shape[:-2], n, H)
-            new = [s.expand(*s.shape[:-3], n, L, H) for s in new]
-        td.set(self.out_key, out)
+        # one sequence call: [N, T] rows (a step is T = 1), the state stored at t = 0 starting each row
+        t_len = batch[-1] if self.recurrent_mode else 1
+        first = [s[..., 0, :, :, :] if self.recurrent_mode else s for s in states]
+        out, *new = self.module(x.reshape(-1, t_len, n, self.n_agent_inputs), init.reshape(-1, t_len),
+                                *(s.reshape(-1, n, L, H) for s in first))
+        td.set(self.out_key, out.reshape(*batch, n, H))
         for key, s in zip(self.state_keys, new):
-            td.set(next_key(key), s)
+            td.set(next_key(key), s.reshape(*batch, n, L, H))
         return td
 
     def extra_repr(self) -> str:
