@@ -83,16 +83,23 @@ def plot(results: dict[int, dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--recipe", default="smollm2_chat")
-    p.add_argument("--out", default="/tmp/tdrl_grpo_real_model", help="one folder per seed inside")
-    p.add_argument("--record", action="store_true", help="write the RESULTS rows and the PNG")
+def parse_args(description: str, recipe: str, out: str, seeds: list[int]) -> tuple[argparse.Namespace, list[str]]:
+    """The real-model runs' command line: ``--seeds``, ``--recipe``, ``--out`` (one folder per
+    seed inside), ``--record``, then the app's ``key=value`` overrides (anything else is refused)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--seeds", type=int, nargs="+", default=seeds)
+    p.add_argument("--recipe", default=recipe)
+    p.add_argument("--out", default=out, help="one folder per seed inside")
+    p.add_argument("--record", action="store_true", help="write the RESULTS rows")
     a, overrides = p.parse_known_args()
     bad = [o for o in overrides if "=" not in o]
     if bad:
         p.error(f"unknown arguments {bad}: extra arguments must be app overrides key=value")
+    return a, overrides
+
+
+def main() -> None:
+    a, overrides = parse_args(__doc__.split("\n")[0], "smollm2_chat", "/tmp/tdrl_grpo_real_model", [0, 1, 2])
     results = {s: run_seed(a.recipe, s, Path(a.out) / f"seed{s}", overrides) for s in a.seeds}
 
     def last3(s):

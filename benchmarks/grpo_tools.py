@@ -16,10 +16,9 @@ Extra ``key=value`` arguments go to the app. Needs the packaged model
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from benchmarks.grpo_real_model import run_seed
+from benchmarks.grpo_real_model import parse_args, run_seed
 
 
 def row(s: dict) -> dict:
@@ -39,15 +38,7 @@ def row(s: dict) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--recipe", default="smollm2_tools")
-    p.add_argument("--out", default="/tmp/tdrl_grpo_tools", help="one folder per seed inside")
-    p.add_argument("--record", action="store_true", help="write the RESULTS rows")
-    a, overrides = p.parse_known_args()
-    bad = [o for o in overrides if "=" not in o]
-    if bad:
-        p.error(f"unknown arguments {bad}: extra arguments must be app overrides key=value")
+    a, overrides = parse_args(__doc__.split("\n")[0], "smollm2_tools", "/tmp/tdrl_grpo_tools", [0])
     results = {s: run_seed(a.recipe, s, Path(a.out) / f"seed{s}", overrides) for s in a.seeds}
     for seed, s in results.items():
         print(f"seed {seed}: " + "; ".join(f"{k} {v}" for k, v in row(s).items()))

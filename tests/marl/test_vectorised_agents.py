@@ -14,10 +14,12 @@ from tdrl.core.replay import LazyTensorStorage, TensorDictReplayBuffer
 from tdrl.core.train.seeds import SeedStackedModule, StackedTemperature, from_seed_items, to_seed_items
 from tdrl.marl.algorithms import ALGORITHMS, make_groups
 from tdrl.marl.envs import VmasEnv
-from tdrl.marl.loops import GroupPolicies, TrainConfig, collect, off_policy_optimizer, off_policy_update
+from tdrl.marl.loops import TrainConfig, off_policy_optimizer, off_policy_update
 from tdrl.marl.loops import train_off_policy
 from tdrl.marl.objectives import IDDPGConfig, IQLConfig, ISACConfig, MADDPGConfig, MASACConfig
 from tdrl.marl.vectorised import make_vectorised_groups
+
+from _seed_checks import assert_seed_state_equal, collect_batches
 
 SEEDS, E, T, B = [3, 7], 3, 4, 8
 
@@ -58,13 +60,7 @@ class _Noise:
 def _assert_seed_equal(vec_loss, single_loss, k: int, tol: float) -> int:
     """Seed ``k``'s slice of every stacked network of ``vec_loss`` (actor, critics, targets)
     equals the single-seed loss's network of the same name; returns how many tensors."""
-    found = 0
-    for name, mod in vec_loss.named_modules():
-        if isinstance(mod, SeedStackedModule):
-            ref = single_loss.get_submodule(name).state_dict()
-            for n, v in mod.seed_state(k).items():
-                torch.testing.assert_close(v, ref[n], rtol=tol, atol=tol, msg=f"{name}.{n} seed {SEEDS[k]}")
-                found += 1
+    found = assert_seed_state_equal(vec_loss, single_loss, k, tol, SEEDS[k])
     temp = getattr(vec_loss.loss, "temperature", None)
     if isinstance(temp, StackedTemperature):
         torch.testing.assert_close(temp.log_alpha.detach()[k], single_loss.loss.temperature.log_alpha.detach(),
@@ -82,12 +78,7 @@ def test_stacked_updates_equal_single_seed_updates(case, monkeypatch):
     discrete = algo == "iql"
     env = make_env(len(SEEDS) * E, not discrete)
     vec = make_vectorised_groups(algo, env, SEEDS, conf, num_cells=(16,))
-    torch.manual_seed(0)
-    policy = GroupPolicies({g: p.policy for g, p in vec.items()})
-    batches, td = [], env.reset()
-    for _ in range(2):
-        batch, td = collect(env, policy, td, T)
-        batches.append(batch)
+    batches = collect_batches(env, vec, 2, T)
     tcfg = TrainConfig(lr=1e-2, max_grad_norm=0.05)  # tight clipping: the per-seed clip is exercised
 
     def run(groups, data, n_seeds, block=None):

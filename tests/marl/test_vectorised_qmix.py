@@ -13,9 +13,11 @@ from tdrl.core.train.seeds import SeedStackedModule, from_seed_items, to_seed_it
 from tdrl.marl.algorithms import make_groups
 from tdrl.marl.envs import VmasEnv
 from tdrl.marl.objectives import QMIXConfig, VDNConfig
-from tdrl.marl.loops import GroupPolicies, TrainConfig, collect
+from tdrl.marl.loops import TrainConfig, collect
 from tdrl.marl.loops import off_policy_optimizer, off_policy_update, train_off_policy
 from tdrl.marl.vectorised import make_vectorised_groups
+
+from _seed_checks import assert_seed_state_equal, collect_batches
 
 SEEDS, E, T = [3, 7], 3, 4
 
@@ -38,13 +40,7 @@ CASES = {"qmix": (_nav, "qmix", QMIXConfig(gamma=0.9, tau=0.2)),
 def _assert_seed_equal(vec_loss, single_loss, k: int, tol: float) -> int:
     """Seed ``k``'s slice of every stacked network of ``vec_loss`` (Q network, mixer and their
     targets) equals the single-seed loss's network of the same name; returns how many tensors."""
-    found = 0
-    for name, mod in vec_loss.named_modules():
-        if isinstance(mod, SeedStackedModule):
-            ref = single_loss.get_submodule(name).state_dict()
-            for n, v in mod.seed_state(k).items():
-                torch.testing.assert_close(v, ref[n], rtol=tol, atol=tol, msg=f"{name}.{n} seed {SEEDS[k]}")
-                found += 1
+    found = assert_seed_state_equal(vec_loss, single_loss, k, tol, SEEDS[k])
     return found
 
 
@@ -56,12 +52,7 @@ def test_stacked_updates_equal_single_seed_updates(case):
     make_env, algo, conf = CASES[case]
     env = make_env(len(SEEDS) * E)
     vec = make_vectorised_groups(algo, env, SEEDS, conf, num_cells=(16,))
-    torch.manual_seed(0)
-    policy = GroupPolicies({g: p.policy for g, p in vec.items()})
-    batches, td = [], env.reset()
-    for _ in range(2):
-        batch, td = collect(env, policy, td, T)
-        batches.append(batch)
+    batches = collect_batches(env, vec, 2, T)
     tcfg = TrainConfig(lr=1e-2, max_grad_norm=0.05)  # tight clipping: the per-seed clip is exercised
 
     def run(groups, data, n_seeds):

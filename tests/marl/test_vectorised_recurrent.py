@@ -18,12 +18,14 @@ from tdrl.core.train.seeds import SeedStackedModule, from_seed_items, stack_seed
 from tdrl.marl.algorithms import make_groups
 from tdrl.marl.envs import VmasEnv
 from tdrl.marl.loops import (
-    GroupPolicies, TrainConfig, collect, evaluate, off_policy_optimizer, off_policy_update, on_policy_optimizer,
+    TrainConfig, collect, evaluate, off_policy_optimizer, off_policy_update, on_policy_optimizer,
     on_policy_update, train_on_policy,
 )
 from tdrl.marl.modules import MultiAgentGRU, MultiAgentLSTM
 from tdrl.marl.objectives import MAPPOConfig, QMIXConfig, VDNConfig
 from tdrl.marl.vectorised import make_vectorised_groups
+
+from _seed_checks import assert_seed_state_equal, collect_batches
 
 SEEDS, E, T = [3, 7], 3, 5
 OBS, FEAT = ("agents", "observation"), ("agents", "features")
@@ -83,13 +85,7 @@ def _nav(n_envs: int, seed: int = 0) -> TransformedEnv:
 def _assert_seed_equal(vec_loss, single_loss, k: int, tol: float) -> int:
     """Seed ``k``'s slice of every stacked network of ``vec_loss`` equals the single-seed loss's
     network of the same name; returns how many tensors were compared."""
-    found = 0
-    for name, mod in vec_loss.named_modules():
-        if isinstance(mod, SeedStackedModule):
-            ref = single_loss.get_submodule(name).state_dict()
-            for n, v in mod.seed_state(k).items():
-                torch.testing.assert_close(v, ref[n], rtol=tol, atol=tol, msg=f"{name}.{n} seed {SEEDS[k]}")
-                found += 1
+    found = assert_seed_state_equal(vec_loss, single_loss, k, tol, SEEDS[k])
     return found
 
 
@@ -135,12 +131,7 @@ def test_recurrent_value_decomposition_update_equals_single_seed_updates(algo, c
     env = _nav(len(SEEDS) * E)
     vec = make_vectorised_groups(algo, env, SEEDS, conf, num_cells=(8,))
     assert vec["agents"].recurrent
-    torch.manual_seed(0)
-    policy = GroupPolicies({g: p.policy for g, p in vec.items()})
-    batches, td = [], env.reset()
-    for _ in range(2):
-        batch, td = collect(env, policy, td, T)
-        batches.append(batch)
+    batches = collect_batches(env, vec, 2, T)
     tcfg = TrainConfig(lr=1e-2, max_grad_norm=0.05)
 
     def items(b):  # one sub-env's T steps per replay item (what train_off_policy stores)
