@@ -30,8 +30,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.marl import BENCHMARL_PY, MISSING_BENCHMARL
+from benchmarks.records import read_keyed
 from benchmarks.marl_table import (BASE_ALGORITHMS, PEER, SECTION, Budget, add_table_args, benchmarl_subprocess,
-                                   checked_budget, budget_note, mean_std, read_records, row_name, run_tdrl)
+                                   checked_budget, budget_note, mean_std, row_name, run_tdrl)
 
 TABLE = ("MARL: a benchmark of several seeds, tdrl's runner (the seeds as one vectorised model) vs BenchMARL "
          "(one seed after another)")
@@ -62,7 +63,7 @@ def _key(task: str, algorithm: str, seeds: list[int], budget: Budget, device: st
 
 def load_runs(path: Path) -> dict[str, dict]:
     """Finished pairs of earlier invocations: ``{key: {"tdrl": run, "benchmarl": [run per seed], ...}}``."""
-    return read_records(path, lambda r: _key(r["task"], r["algorithm"], r["seeds"], Budget(**r["budget"]), r["device"]),
+    return read_keyed(path, lambda r: _key(r["task"], r["algorithm"], r["seeds"], Budget(**r["budget"]), r["device"]),
                         "marl_seeds_table")
 
 

@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from benchmarks.records import module_command
+from benchmarks.records import module_command, read_keyed
 from benchmarks.marl import SimulatorClock, BENCHMARL_PY, MISSING_BENCHMARL, check_device, sync_device, benchmarl_task, benchmarl_env
 
 BASE_ALGORITHMS = ("mappo", "ippo", "qmix", "maddpg", "iddpg", "masac", "isac", "iql")
@@ -466,25 +466,9 @@ def _run_key(task: str, algorithm: str, seed: int, budget: Budget, device: str,
     return json.dumps([task, algorithm, seed, asdict(budget), device, *extra], sort_keys=True)
 
 
-def read_records(path: Path, key, what: str) -> dict[str, dict]:
-    """The JSON lines of ``path`` (none if it does not exist) as ``{key(row): row}``; a line that is
-    not a ``what`` record (``key`` raises ``KeyError`` / ``TypeError`` / ``ValueError``) is named."""
-    rows: dict[str, dict] = {}
-    if path.exists():
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                rows[key(row)] = row
-            except (ValueError, KeyError, TypeError) as err:
-                raise SystemExit(f"{path}:{n}: not a {what} record ({err}); fix or remove the line.")
-    return rows
-
-
 def load_runs(path: Path) -> dict[str, dict]:
     """Finished seeds of earlier invocations: ``{key: {"tdrl": result, "benchmarl": result}}``."""
-    rows = read_records(path, lambda r: _run_key(r["task"], r["algorithm"], r["seed"], Budget(**r["budget"]),
+    rows = read_keyed(path, lambda r: _run_key(r["task"], r["algorithm"], r["seed"], Budget(**r["budget"]),
                                                 r["device"], r.get("time_limit_terminates", False)), "marl_table run")
     return {k: {"tdrl": r["tdrl"], "benchmarl": r["benchmarl"]} for k, r in rows.items()}
 

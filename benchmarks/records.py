@@ -24,7 +24,7 @@ import platform
 import re
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,18 +94,37 @@ def cpu_model() -> str:
     return platform.machine()
 
 
+def _numbered_lines(path: Path):
+    """``(line number, line)`` of every non-blank line of ``path`` (none when it does not exist)."""
+    if path.exists():
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                yield n, line
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of one ``.jsonl`` file (empty when it does not exist)."""
-    if not path.exists():
-        return []
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not a JSON record ({exc})") from exc
+    for n, line in _numbered_lines(path):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not a JSON record ({exc})") from exc
     return out
+
+
+def read_keyed(path: Path, key: Callable[[dict], str], what: str) -> dict[str, dict]:
+    """The JSON lines of ``path`` (none if it does not exist) as ``{key(row): row}``, later lines
+    winning; a line that is not a ``what`` record (not JSON, or ``key`` raises ``KeyError`` /
+    ``TypeError`` / ``ValueError``) stops the run naming its line."""
+    rows: dict[str, dict] = {}
+    for n, line in _numbered_lines(path):
+        try:
+            row = json.loads(line)
+            rows[key(row)] = row
+        except (ValueError, KeyError, TypeError) as err:
+            raise SystemExit(f"{path}:{n}: not a {what} record ({err}); fix or remove the line.")
+    return rows
 
 
 def write_record(
