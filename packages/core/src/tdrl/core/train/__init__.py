@@ -39,23 +39,8 @@ from tdrl.core.train.plots import plot_curves
 from tdrl.core.train.progress import ProgressBar
 from tdrl.core.train.rl import EnvRunConfig, OffPolicyConfig, OffPolicyLog, UpdateBudget, finish_env_run, mean_metrics
 from tdrl.core.train.run import Run, changed_settings, crossed, run_folder
-from tdrl.core.train.seeds import (
-    SeedAxis,
-    SeedStackedModule,
-    StackedTemperature,
-    block_seeds,
-    build_seeds,
-    clip_grad_norm_per_seed,
-    normalize_per_seed,
-    per_seed,
-    seed_of_env,
-    from_seed_items,
-    seed_sub_envs,
-    stack_losses,
-    stack_seeds,
-    stacked_seed_counts,
-    to_seed_items,
-)
+from tdrl.core.train import seeds
+from tdrl.core.train.seeds import *  # noqa: F403  (the names of seeds.__all__, listed once there)
 from tdrl.core.train.state import GeneratorState, StateBox
 from tdrl.core.train.timing import get_available_device, timeit
 
@@ -88,21 +73,7 @@ __all__ = [
     "plot_curves",
     "evaluate_episodes",
     "evaluate_per_env",
-    "SeedAxis",
-    "SeedStackedModule",
-    "StackedTemperature",
-    "build_seeds",
-    "stack_seeds",
-    "clip_grad_norm_per_seed",
-    "block_seeds",
-    "seed_sub_envs",
-    "seed_of_env",
-    "per_seed",
-    "normalize_per_seed",
-    "stacked_seed_counts",
-    "stack_losses",
-    "to_seed_items",
-    "from_seed_items",
+    *seeds.__all__,
     "episode_returns",
     "init_from_env",
     "is_main_process",
