@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tdrl.core.train import Logger, MetricHistory, Run, rng_state, run_folder, save_checkpoint, set_rng_state
@@ -22,7 +22,7 @@ from tdrl.llm.tiny import no_hf_progress
 from tdrl.llm.trainers.common import checkpoint_file, load_if_exists, metric_history
 from tdrl.llm.trainers.sharding import full_model_state, is_sharded, load_local_model, load_local_optimizer, local_state
 
-__all__ = ["TrainerBase", "model_and_tokenizer"]
+__all__ = ["TrainerBase", "TrainerSettings", "model_and_tokenizer"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,43 @@ def model_and_tokenizer(model, tokenizer, owner: str, peft_config=None):
 
         model = get_peft_model(model, peft_config)
     return model, tokenizer
+
+
+@dataclass(kw_only=True)
+class TrainerSettings:
+    """The settings every LLM trainer's config has (:class:`~tdrl.llm.GRPOConfig` and
+    :class:`~tdrl.llm.SFTConfig` extend it): how the model is held in memory, the seed, and the
+    logging and checkpoints :class:`TrainerBase` reads. Keyword-only; a step is a GRPO round or
+    an SFT optimiser step.
+
+    Attributes:
+        gradient_checkpointing: recompute each decoder layer's activations in the backward pass
+            (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
+            per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
+        fsdp: shard the model over the ranks with FSDP2 (``fully_shard`` on each decoder layer,
+            then the root; :mod:`tdrl.llm.trainers.sharding`) instead of replicating it with DDP:
+            weights, gradients and AdamW state take ``1/world_size`` of the memory per rank, the
+            update equals DDP's. Needs ``torch.distributed`` with 2+ ranks (refused otherwise);
+            the loss then goes through the model's logits (the fused LM-head kernels read the
+            head's weight outside the forward, where FSDP holds only a shard).
+        seed: base seed: of the data order, and in GRPO of the sampling (rank ``r`` samples
+            with ``seed + r``).
+        checkpoint_path: file for resumable checkpoints (``None``: none).
+        checkpoint_every: steps between checkpoints (GRPO: 50 rounds, SFT: 100 steps).
+        log_dir: folder of the per-step metrics, ``<log_dir>/metrics.csv`` written by
+            :class:`tdrl.core.train.CSVLogger` with ``hparams.json`` (``None``: in memory only).
+        log_every: steps between metric rows (TRL's ``logging_steps``).
+        progress: show a progress bar on rank 0.
+    """
+
+    gradient_checkpointing: bool = False
+    fsdp: bool = False
+    seed: int = 0
+    checkpoint_path: str | None = None
+    checkpoint_every: int = 100
+    log_dir: str | None = None
+    log_every: int = 1
+    progress: bool = True
 
 
 class TrainerBase:

@@ -9,6 +9,7 @@ from tdrl.llm.agents import make_tool
 from tdrl.llm.generation import check_sampling
 from tdrl.llm.losses import LOSS_PRESETS, GRPOLossConfig
 from tdrl.llm.rewards.compute import DEFAULT_REWARD_TIMEOUT_S, ON_REWARD_ERROR
+from tdrl.llm.trainers.base import TrainerSettings
 from tdrl.llm.trainers.common import check_int, check_number, check_update_settings
 from tdrl.llm.trl_names import GRPO_CONFIG_NAMES, accept_trl_names
 
@@ -17,7 +18,7 @@ __all__ = ["GRPOConfig"]
 
 @accept_trl_names(GRPO_CONFIG_NAMES)
 @dataclass
-class GRPOConfig:
+class GRPOConfig(TrainerSettings):
     """Settings of :class:`GRPOTrainer`.
 
     TRL's field names are accepted too (``num_generations=``, ``learning_rate=``,
@@ -88,22 +89,9 @@ class GRPOConfig:
             functions, JSON arguments and results) instead of a killable worker process.
         tool_sandbox: the code sandbox's mode for tool calls: ``"bwrap"`` (default) isolated, or
             the run stops with bubblewrap's error; ``"rlimit"``: NOT isolation, only by name.
-        gradient_checkpointing: recompute each decoder layer's activations in the backward pass
-            (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
-            per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
-        fsdp: shard the model over the ranks with FSDP2 (``fully_shard`` on each decoder layer,
-            then the root; :mod:`tdrl.llm.trainers.sharding`) instead of replicating it with DDP:
-            weights, gradients and AdamW state take ``1/world_size`` of the memory per rank, the
-            update equals DDP's. Needs ``torch.distributed`` with 2+ ranks (refused otherwise);
-            the loss then goes through the model's logits (the fused LM-head kernels read the
-            head's weight outside the forward, where FSDP holds only a shard).
-        seed: base seed (rank ``r`` samples with ``seed + r``).
-        checkpoint_path: file for resumable checkpoints (``None``: none).
-        checkpoint_every: rounds between checkpoints.
-        log_dir: folder of the per-round metrics, ``<log_dir>/metrics.csv`` written by
-            :class:`tdrl.core.train.CSVLogger` with ``hparams.json`` (``None``: in memory only).
-        log_every: rounds between metric rows (TRL's ``logging_steps``).
-        progress: show a progress bar on rank 0.
+
+    The model's memory, seed, logging and checkpoint settings are keyword-only fields shared
+    with the other trainer: :class:`~tdrl.llm.trainers.base.TrainerSettings` (50 rounds between checkpoints).
     """
 
     steps: int = 100
@@ -135,14 +123,8 @@ class GRPOConfig:
     tool_sandbox: str = "bwrap"
     show_tool_schemas: bool = True
     tools_in_sandbox: bool = False
-    gradient_checkpointing: bool = False
-    fsdp: bool = False
-    seed: int = 0
-    checkpoint_path: str | None = None
-    checkpoint_every: int = 50
-    log_dir: str | None = None
-    log_every: int = 1
-    progress: bool = True
+    # TrainerSettings' field with GRPO's default (kw_only keeps it in the base's place)
+    checkpoint_every: int = field(default=50, kw_only=True)
 
     def __post_init__(self):
         """Check every setting before any model work; errors name the field, the value and the range."""

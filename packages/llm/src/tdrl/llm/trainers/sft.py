@@ -17,7 +17,7 @@ from tdrl.llm.packing import Example, collate, pack_lengths, target_mask, tokeni
 from tdrl.llm.losses import SFTLoss
 from tdrl.llm.trl_names import SFT_CONFIG_NAMES, SFT_TRAINER_NAMES, accept_trl_names
 from tdrl.core.train import Logger, ProgressBar, Run
-from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
+from tdrl.llm.trainers.base import TrainerBase, TrainerSettings, model_and_tokenizer
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
     check_int,
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 @accept_trl_names(SFT_CONFIG_NAMES)
 @dataclass
-class SFTConfig:
+class SFTConfig(TrainerSettings):
     """Settings of :class:`SFTTrainer`.
 
     TRL's field names are accepted too (``max_steps=``, ``learning_rate=``,
@@ -70,21 +70,9 @@ class SFTConfig:
         fused_logprobs: compute the loss from the decoder's hidden states through the fused
             LM-head cross-entropy (:func:`tdrl.kernels.fused_linear_cross_entropy`); ``False``
             goes through the model's full logits.
-        gradient_checkpointing: recompute each decoder layer's activations in the backward pass
-            (:func:`tdrl.llm.trainers.common.set_gradient_checkpointing`): less memory, more time
-            per update. Off by default (TRL's default is on); ``False`` leaves the model as it is.
-        fsdp: shard the model over the ranks with FSDP2 (``fully_shard`` on each decoder layer,
-            then the root; :mod:`tdrl.llm.trainers.sharding`) instead of replicating it with DDP:
-            weights, gradients and AdamW state take ``1/world_size`` of the memory per rank, the
-            update equals DDP's. Needs ``torch.distributed`` with 2+ ranks (refused otherwise);
-            the loss then goes through the model's logits (the fused LM-head kernels read the
-            head's weight outside the forward, where FSDP holds only a shard).
-        seed: data-order seed.
-        checkpoint_path, checkpoint_every: resumable checkpoints (``None``: none).
-        log_dir: folder of the per-step metrics (``<log_dir>/metrics.csv``, a
-            :class:`tdrl.core.train.CSVLogger`, and ``hparams.json``); ``None``: in memory only.
-        log_every: steps between metric rows (TRL's ``logging_steps``).
-        progress: progress bar on rank 0.
+
+    The model's memory, seed, logging and checkpoint settings are keyword-only fields shared
+    with the other trainer: :class:`~tdrl.llm.trainers.base.TrainerSettings` (100 steps between checkpoints).
     """
 
     steps: int = 200
@@ -102,14 +90,6 @@ class SFTConfig:
     completion_only_loss: bool = True
     assistant_only_loss: bool = True
     fused_logprobs: bool = True
-    gradient_checkpointing: bool = False
-    fsdp: bool = False
-    seed: int = 0
-    checkpoint_path: str | None = None
-    checkpoint_every: int = 100
-    log_dir: str | None = None
-    log_every: int = 1
-    progress: bool = True
 
     def __post_init__(self):
         """Check every setting before any model work; errors name the field, the value and the range."""
