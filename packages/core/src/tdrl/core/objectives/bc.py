@@ -42,7 +42,18 @@ def bc_mse(policy_action: Tensor, data_action: Tensor) -> Tensor:
     return (policy_action - data_action.to(policy_action.dtype)).pow(2).mean()
 
 
-class BCLoss(LossModule):
+class _CloningLoss(LossModule):
+    """What both behaviour-cloning losses share: one ``actor`` (``check_finite``: raise on a
+    NaN/inf loss term) and the dataset action read under ``action``."""
+
+    Keys = BCKeys
+
+    def __init__(self, actor, *, check_finite: bool = False) -> None:
+        super().__init__(check_finite)
+        self.actor = actor
+
+
+class BCLoss(_CloningLoss):
     """Deterministic behaviour cloning: ``loss_actor = mean((mu(s) - a)^2)``.
 
     Args:
@@ -52,12 +63,6 @@ class BCLoss(LossModule):
     Reads the dataset action under ``action`` (rebind with ``set_keys(action=...)``).
     Returns ``loss_actor`` and the diagnostic ``action_error`` (mean absolute error).
     """
-
-    Keys = BCKeys
-
-    def __init__(self, actor, *, check_finite: bool = False) -> None:
-        super().__init__(check_finite)
-        self.actor = actor
 
     def forward(self, td: TensorDictBase) -> TensorDict:
         data_action = self._get(td, "action")
@@ -69,7 +74,7 @@ class BCLoss(LossModule):
         })
 
 
-class GaussianBCLoss(LossModule):
+class GaussianBCLoss(_CloningLoss):
     """Stochastic behaviour cloning by maximum likelihood:
     ``loss_actor = -mean(log pi(a | s))``.
 
@@ -82,12 +87,6 @@ class GaussianBCLoss(LossModule):
     Returns ``loss_actor`` and the diagnostic ``entropy`` when the distribution has one in
     closed form.
     """
-
-    Keys = BCKeys
-
-    def __init__(self, actor, *, check_finite: bool = False) -> None:
-        super().__init__(check_finite)
-        self.actor = actor
 
     def forward(self, td: TensorDictBase) -> TensorDict:
         data_action = self._get(td, "action")
