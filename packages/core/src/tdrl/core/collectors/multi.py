@@ -288,6 +288,17 @@ class _MultiCollector(WorkerLifecycle, BatchCollector):
             self._bufs[i] = payload
         self._busy[i] = False
 
+    def _collect(self, i: int) -> None:
+        """Ask worker ``i`` for its next batch."""
+        self._request(i, "collect")
+        self._busy[i] = True
+
+    def _collect_idle(self) -> None:
+        """Ask every idle worker for its next batch."""
+        for i in range(self.num_workers):
+            if not self._busy[i]:
+                self._collect(i)
+
     # ------------------------------------------------------------------ API
     def update_policy_weights_(self, weights=None) -> None:
         """Send new policy weights to every worker, without restarting them.
@@ -368,10 +379,7 @@ class MultiSyncCollector(_MultiCollector):
 
     def next_batch(self) -> TensorDictBase:
         """Collect one batch from every worker and return them stacked (a copy)."""
-        for i in range(self.num_workers):
-            if not self._busy[i]:
-                self._request(i, "collect")
-                self._busy[i] = True
+        self._collect_idle()
         waiting = set(range(self.num_workers))
         while waiting:
             i, kind, payload = self._receive(waiting)
@@ -394,10 +402,7 @@ class MultiAsyncCollector(_MultiCollector):
 
     def next_batch(self) -> TensorDictBase:
         """The next batch any worker finishes (a copy); that worker starts another."""
-        for i in range(self.num_workers):
-            if not self._busy[i]:
-                self._request(i, "collect")
-                self._busy[i] = True
+        self._collect_idle()
         busy = {i for i in range(self.num_workers) if self._busy[i]}
         while True:
             i, kind, payload = self._receive(busy)
@@ -405,7 +410,6 @@ class MultiAsyncCollector(_MultiCollector):
                 break
         self._take(i, payload)
         out = self._bufs[i].clone()
-        self._request(i, "collect")
-        self._busy[i] = True
+        self._collect(i)
         self.frames += self.frames_per_batch
         return out
