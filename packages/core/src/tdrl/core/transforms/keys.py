@@ -25,6 +25,18 @@ def _move_spec(spec: Composite, pairs, keep: bool) -> Composite:
     return spec
 
 
+def _move_entries(td: TensorDictBase, pairs, keep: bool) -> TensorDictBase:
+    """``td`` with the entry ``src`` of each ``(src, dst)`` pair set under ``dst`` (``src``
+    removed unless ``keep``); missing entries are skipped."""
+    for src, dst in pairs:
+        val = td.get(src, None)
+        if val is not None:
+            td.set(dst, val)
+            if not keep and dst != src:
+                del td[src]
+    return td
+
+
 class RenameTransform(Transform):
     """Rename entries: ``in_keys[i]`` becomes ``out_keys[i]`` (observations or rewards), and
     the user's ``out_keys_inv[i]`` becomes the base env's ``in_keys_inv[i]`` (actions).
@@ -46,22 +58,11 @@ class RenameTransform(Transform):
         self.create_copy = create_copy
 
     def _call(self, td: TensorDictBase) -> TensorDictBase:
-        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
-            val = td.get(k_in, None)
-            if val is not None:
-                td.set(k_out, val)
-                if not self.create_copy and k_out != k_in:
-                    del td[k_in]
-        return td
+        return _move_entries(td, self._pairs(), self.create_copy)
 
     def inv(self, td: TensorDictBase) -> TensorDictBase:
-        for k_in, k_out in zip(self.in_keys_inv, self.out_keys_inv, strict=True):
-            val = td.get(k_out, None)
-            if val is not None:
-                td.set(k_in, val)
-                if not self.create_copy and k_out != k_in:
-                    del td[k_out]
-        return td
+        # the user's out_keys_inv[i] goes back to the base env's in_keys_inv[i]
+        return _move_entries(td, zip(self.out_keys_inv, self.in_keys_inv, strict=True), self.create_copy)
 
     def _pairs(self):
         return list(zip(self.in_keys, self.out_keys, strict=True))
