@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tdrl.core.train import Logger, MetricHistory, Run, rng_state, run_folder, save_checkpoint, set_rng_state
+from tdrl.core.train import Logger, MetricHistory, ProgressBar, Run, rng_state, run_folder, save_checkpoint, set_rng_state
 from tdrl.llm.generation import unwrap_model
 from tdrl.llm.tiny import no_hf_progress
 from tdrl.llm.trainers.common import checkpoint_file, load_if_exists, metric_history
@@ -98,6 +98,7 @@ class TrainerBase:
     ``world_size`` before calling :meth:`_open_run`)."""
 
     name = "trainer"
+    progress_desc = "train"
 
     def _open_run(self, run: Run | None, loggers: Sequence[Logger]) -> None:
         """Attach the run (restoring the trainer when it resumes) or the config's own log
@@ -132,6 +133,28 @@ class TrainerBase:
         cfg = self.config
         if cfg.checkpoint_path and self.step_count % cfg.checkpoint_every == 0:
             self.save_checkpoint()
+
+    def train(self, steps: int | None = None) -> list[dict[str, float]]:
+        """Run steps (GRPO rounds, SFT optimiser steps) until ``steps`` (default
+        ``config.steps``) have been done in total; returns each step's metrics."""
+        steps = self.config.steps if steps is None else steps
+        history = []
+        with ProgressBar(total=steps, desc=self.progress_desc, disable=not self._own_progress,
+                         initial=self.step_count) as bar:
+            while self.step_count < steps:
+                m = self.step()
+                history.append(m)
+                bar.update(1, **self._progress_fields(m))
+        self._end_training()
+        self._final_checkpoint()
+        return history
+
+    def _progress_fields(self, metrics: dict[str, float]) -> dict:
+        """What the progress bar shows of one step's metrics."""
+        return {}
+
+    def _end_training(self) -> None:
+        """Called when :meth:`train` has done its steps, before the final checkpoint."""
 
     def _final_checkpoint(self) -> None:
         if self.run is not None:

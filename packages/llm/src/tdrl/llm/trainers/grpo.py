@@ -30,7 +30,7 @@ from tdrl.llm.trl_names import GRPO_TRAINER_NAMES, accept_trl_names
 from tdrl.llm.rewards.compute import compute_rewards
 from tdrl.llm.rewards.reward_model import reward_functions
 from tdrl.core.objectives import total_loss
-from tdrl.core.train import Logger, ProgressBar, Run
+from tdrl.core.train import Logger, Run
 from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
 from tdrl.llm.trainers.grpo_config import GRPOConfig
 from tdrl.llm.trainers.common import (
@@ -92,6 +92,8 @@ class GRPOTrainer(TrainerBase):
     Attributes:
         metrics: a :class:`tdrl.core.train.MetricHistory` of one row per round.
     """
+
+    progress_desc = "grpo"
 
     def __init__(
         self,
@@ -428,23 +430,14 @@ class GRPOTrainer(TrainerBase):
         self._pending = self._async_pool.submit(self.rollout, next(self.sampler), self._async_generator)
         return td, stats
 
-    def train(self, steps: int | None = None) -> list[dict[str, float]]:
-        """Run rounds until ``steps`` (default ``config.steps``) have been done in total."""
-        steps = self.config.steps if steps is None else steps
-        history = []
-        with ProgressBar(total=steps, desc="grpo", disable=not self._own_progress, initial=self.step_count) as bar:
-            while self.step_count < steps:
-                m = self.step()
-                history.append(m)
-                bar.update(
-                    1, reward=m["reward"], acc=m["accuracy"], kl=m.get("kl", 0.0),
-                    clip=m.get("clip_frac", 0.0), tok_s=round(m["tokens_per_s"]),
-                )
+    def _progress_fields(self, m: dict[str, float]) -> dict:
+        return dict(reward=m["reward"], acc=m["accuracy"], kl=m.get("kl", 0.0), clip=m.get("clip_frac", 0.0),
+                    tok_s=round(m["tokens_per_s"]))
+
+    def _end_training(self) -> None:
         if self._pending is not None:  # the round generated for a step that will not run
             self._pending.result()
             self._pending = None
-        self._final_checkpoint()
-        return history
 
 
 

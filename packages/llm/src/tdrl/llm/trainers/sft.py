@@ -16,7 +16,7 @@ from tdrl.llm.data import PromptSampler, completion_text, expand_conversations, 
 from tdrl.llm.packing import Example, collate, pack_lengths, target_mask, tokenize_example, tokenize_text, truncate
 from tdrl.llm.losses import SFTLoss
 from tdrl.llm.trl_names import SFT_CONFIG_NAMES, SFT_TRAINER_NAMES, accept_trl_names
-from tdrl.core.train import Logger, ProgressBar, Run
+from tdrl.core.train import Logger, Run
 from tdrl.llm.trainers.base import TrainerBase, TrainerSettings, model_and_tokenizer
 from tdrl.llm.trainers.common import (
     all_reduce_mean,
@@ -127,6 +127,8 @@ class SFTTrainer(TrainerBase):
     Attributes:
         metrics: a :class:`tdrl.core.train.MetricHistory` of one row per step.
     """
+
+    progress_desc = "sft"
 
     def __init__(self, model, tokenizer=None, train_dataset=None, config: SFTConfig | None = None,
                  loggers: Sequence[Logger] = (), run: Run | None = None, eval_dataset=None, peft_config=None):
@@ -248,14 +250,5 @@ class SFTTrainer(TrainerBase):
         metrics["step"] = float(self.step_count)
         return metrics
 
-    def train(self, steps: int | None = None) -> list[dict[str, float]]:
-        """Run until ``steps`` (default ``config.steps``) optimiser steps have been done."""
-        steps = self.config.steps if steps is None else steps
-        history = []
-        with ProgressBar(total=steps, desc="sft", disable=not self._own_progress, initial=self.step_count) as bar:
-            while self.step_count < steps:
-                m = self.step()
-                history.append(m)
-                bar.update(1, loss=m["loss"], tok_s=round(m["tokens_per_s"]))
-        self._final_checkpoint()
-        return history
+    def _progress_fields(self, m: dict[str, float]) -> dict:
+        return dict(loss=m["loss"], tok_s=round(m["tokens_per_s"]))
