@@ -80,6 +80,26 @@ def _on_dicts(body: Callable, batch_size: torch.Size, device) -> Callable[[dict,
     return fn
 
 
+def _rewrite(td, sources: list, targets: list, fn: Callable) -> TensorDictBase:
+    """``td[target] = fn(td[source])`` for each pair whose source is present (a transform's
+    forward ``_call`` and its ``inv``); returns ``td``."""
+    for src, dst in zip(sources, targets, strict=True):
+        val = td.get(src, None)
+        if val is not None:
+            td.set(dst, fn(val))
+    return td
+
+
+def _in_order(fns: list[Callable[[dict, dict], None]]) -> Callable[[dict, dict], None]:
+    """One dict hook running ``fns`` in order on the same two dicts (a Compose's hooks)."""
+
+    def fn(a: dict, b: dict) -> None:
+        for f in fns:
+            f(a, b)
+
+    return fn
+
+
 class Transform(nn.Module):
     """Base class of transforms (see the module docstring for the protocol).
 
@@ -153,11 +173,7 @@ class Transform(nn.Module):
         return x
 
     def _call(self, td: TensorDictBase) -> TensorDictBase:
-        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
-            val = td.get(k_in, None)
-            if val is not None:
-                td.set(k_out, self._apply_transform(val))
-        return td
+        return _rewrite(td, self.in_keys, self.out_keys, self._apply_transform)
 
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         """Apply the transform to ``td`` (and to ``td["next"]`` if present)."""
@@ -175,11 +191,7 @@ class Transform(nn.Module):
 
     def inv(self, td: TensorDictBase) -> TensorDictBase:
         """Rewrite the step input ``td`` in place (callers pass a shallow copy)."""
-        for k_in, k_out in zip(self.in_keys_inv, self.out_keys_inv, strict=True):
-            val = td.get(k_out, None)
-            if val is not None:
-                td.set(k_in, self._inv_apply_transform(val))
-        return td
+        return _rewrite(td, self.out_keys_inv, self.in_keys_inv, self._inv_apply_transform)
 
     def dict_step(self, batch_size: torch.Size, device: torch.device) -> DictStep | None:
         """``_step`` on plain dicts (see :data:`DictStep`).
@@ -306,27 +318,14 @@ class Compose(Transform):
         hooks = [t.dict_step(batch_size, device) for t in self.transforms]
         if any(h is None for h in hooks):
             return None
-        fns = [fn for fn, _ in hooks]
-
-        def fn(root: dict, nxt: dict) -> None:
-            for f in fns:
-                f(root, nxt)
-
-        return fn, all(keeps for _, keeps in hooks)
+        return _in_order([fn for fn, _ in hooks]), all(keeps for _, keeps in hooks)
 
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """Every transform's reset hook in order (a subclass that overrides ``_reset``: its own body, adapted)."""
         if overrides(self, Compose, "_reset"):
             return Transform.dict_reset(self, batch_size, device)
         fns = [t.dict_reset(batch_size, device) for t in self.transforms]
-        if any(f is None for f in fns):
-            return None
-
-        def fn(root: dict, out: dict) -> None:
-            for f in fns:
-                f(root, out)
-
-        return fn
+        return None if any(f is None for f in fns) else _in_order(fns)
 
     def inv(self, td):
         for t in reversed(self.transforms):

@@ -210,34 +210,33 @@ class InitTracker(Transform):
         self.init_key = init_key
 
     def _reset(self, td, td_reset):
-        td_reset.set(self.init_key, torch.ones((*td_reset.batch_size, 1), dtype=torch.bool,
-                                               device=td_reset.device))
+        self._flag_writer(True, td_reset.batch_size, td_reset.device)(td, td_reset)
         return td_reset
 
     def _step(self, td, next_td):
-        next_td.set(self.init_key, torch.zeros((*next_td.batch_size, 1), dtype=torch.bool,
-                                               device=next_td.device))
+        self._flag_writer(False, next_td.batch_size, next_td.device)(td, next_td)
         return next_td
 
     def dict_step(self, batch_size, device) -> DictStep | None:
         """``_step`` on plain dicts: ``next[init_key]`` all False."""
         if overrides(self, InitTracker, "_step") or not isinstance(self.init_key, str):
             return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
-        key, shape = self.init_key, (*batch_size, 1)
-
-        def fn(root: dict, nxt: dict) -> None:
-            nxt[key] = torch.zeros(shape, dtype=torch.bool, device=device)
-
-        return fn, True
+        return self._flag_writer(False, batch_size, device), True
 
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """``_reset`` on plain dicts: ``out[init_key]`` all True."""
         if overrides(self, InitTracker, "_reset") or not isinstance(self.init_key, str):
             return Transform.dict_reset(self, batch_size, device)  # the ordinary body, adapted
-        key, shape = self.init_key, (*batch_size, 1)
+        return self._flag_writer(True, batch_size, device)
+
+    def _flag_writer(self, value: bool, batch_size, device) -> DictReset:
+        """``fn(root, out)`` writing ``out[init_key]``, a fresh ``(*batch, 1)`` bool tensor of
+        ``value``: the one body of ``_step`` / ``_reset`` (``out`` a TensorDict) and of the dict
+        hooks (``out`` a plain dict)."""
+        key, shape, fill = self.init_key, (*batch_size, 1), torch.ones if value else torch.zeros
 
         def fn(root: dict, out: dict) -> None:
-            out[key] = torch.ones(shape, dtype=torch.bool, device=device)
+            out[key] = fill(shape, dtype=torch.bool, device=device)
 
         return fn
 
