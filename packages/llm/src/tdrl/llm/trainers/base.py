@@ -13,14 +13,34 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import torch
 
 from tdrl.core.train import Logger, MetricHistory, ProgressBar, Run, rng_state, run_folder, save_checkpoint, set_rng_state
 from tdrl.llm.generation import unwrap_model
 from tdrl.llm.tiny import no_hf_progress
-from tdrl.llm.trainers.common import checkpoint_file, load_if_exists, metric_history
-from tdrl.llm.trainers.sharding import full_model_state, is_sharded, load_local_model, load_local_optimizer, local_state
+from tdrl.llm.trainers.common import (
+    checkpoint_file,
+    load_if_exists,
+    make_optimizer,
+    metric_history,
+    tied_embedding_sparse_grad,
+    warmup_cosine,
+    wrap_ddp,
+)
+from tdrl.llm.trainers.sharding import (
+    full_model_state,
+    is_sharded,
+    load_local_model,
+    load_local_optimizer,
+    local_state,
+    no_grad_sync,
+    plain,
+    shard_model,
+)
 
 __all__ = ["TrainerBase", "TrainerSettings", "model_and_tokenizer"]
 
@@ -99,6 +119,35 @@ class TrainerBase:
 
     name = "trainer"
     progress_desc = "train"
+
+    # ------------------------------------------------------------------ the update's mechanics
+    def _wrap_model(self, model, owner: str):
+        """The module the updates run through: ``model`` sharded with FSDP2 (``config.fsdp``;
+        ``owner`` names the config in errors) or wrapped in DDP (``model`` itself on one rank)."""
+        return shard_model(model, owner) if self.config.fsdp else wrap_ddp(model)
+
+    def _make_optimizer(self, model) -> None:
+        """``optimizer``: AdamW over ``model``'s trainable parameters (``config.lr``,
+        ``weight_decay``); ``scheduler``: linear warm-up then cosine over ``config.steps``."""
+        cfg = self.config
+        self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
+        self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
+
+    def _micro_batch(self, j: int, n: int) -> ExitStack:
+        """The context of micro-batch ``j`` of the ``n`` accumulated into one optimiser step:
+        gradients are synchronised over the ranks on the last one only, and a tied embedding's
+        gradient is sparse on one rank without FSDP."""
+        stack = ExitStack()
+        if j < n - 1:
+            stack.enter_context(no_grad_sync(self.ddp_model, self.world_size))
+        stack.enter_context(tied_embedding_sparse_grad(self.model, self.world_size == 1 and not self.config.fsdp))
+        return stack
+
+    def _clip_grad_norm(self) -> torch.Tensor:
+        """Clip the trainable parameters' gradients to ``config.max_grad_norm``; returns their
+        norm before clipping (a plain tensor under FSDP too)."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return plain(torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm))
 
     def _open_run(self, run: Run | None, loggers: Sequence[Logger]) -> None:
         """Attach the run (restoring the trainer when it resumes) or the config's own log

@@ -33,17 +33,8 @@ from tdrl.core.objectives import total_loss
 from tdrl.core.train import Logger, Run
 from tdrl.llm.trainers.base import TrainerBase, model_and_tokenizer
 from tdrl.llm.trainers.grpo_config import GRPOConfig
-from tdrl.llm.trainers.common import (
-    all_reduce_mean,
-    all_reduce_sum,
-    dist_info,
-    make_optimizer,
-    set_gradient_checkpointing,
-    tied_embedding_sparse_grad,
-    warmup_cosine,
-    wrap_ddp,
-)
-from tdrl.llm.trainers.sharding import check_fsdp, no_grad_sync, plain, shard_model
+from tdrl.llm.trainers.common import all_reduce_mean, all_reduce_sum, dist_info, set_gradient_checkpointing
+from tdrl.llm.trainers.sharding import check_fsdp, shard_model
 
 __all__ = ["GRPOConfig", "GRPOTrainer"]
 
@@ -155,7 +146,7 @@ class GRPOTrainer(TrainerBase):
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
             if cfg.fsdp:  # the frozen copy is sharded too (its forward all-gathers like the policy's)
                 shard_model(self.ref_model, "GRPOConfig")
-        self.ddp_model = shard_model(model, "GRPOConfig") if cfg.fsdp else wrap_ddp(model)
+        self.ddp_model = self._wrap_model(model, "GRPOConfig")
         self.device = next(model.parameters()).device
         self.lm_head = self._choose_head(model)
         self.generator = generator or HFGenerator(
@@ -164,8 +155,7 @@ class GRPOTrainer(TrainerBase):
         self.tool = make_tool(cfg.tools, cfg.tool_timeout, cfg.tool_sandbox, sandbox=cfg.tools_in_sandbox)
         self.environment_factory = environment_factory
         self.sampler = PromptSampler(train_dataset, cfg.prompts_per_step, cfg.seed, self.rank, self.world_size)
-        self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
-        self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
+        self._make_optimizer(model)
         self.loss_fn = GRPOLoss(cfg.loss, temperature=cfg.temperature, head=self.lm_head)
         self._optimizer_steps = 0  # optimiser steps taken; the generator holds the weights of _pushed_at
         self._pushed_at: int | None = None  # None: never pushed (the engine may hold other weights)
@@ -329,9 +319,7 @@ class GRPOTrainer(TrainerBase):
             for mb in td[perm].split(mb_size):
                 chunks = self.accumulate(mb, micro, sums)
                 n_micro += len(chunks)
-                gn = plain(torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
-                ))
+                gn = self._clip_grad_norm()
                 gn = gn.detach().float() * len(chunks)
                 sums["grad_norm"] = sums["grad_norm"] + gn if "grad_norm" in sums else gn
                 self.optimizer.step()
@@ -368,10 +356,8 @@ class GRPOTrainer(TrainerBase):
         if loss_cfg.reduction == "token" and loss_cfg.token_mean_over_ranks and self.world_size > 1:
             all_tokens = all_reduce_sum(float(mb[K.COMPLETION_MASK].sum()))
         weights = micro_batch_weights(masks, loss_cfg.reduction, self.world_size, all_tokens).tolist()
-        sparse_ok = self.world_size == 1 and not self.config.fsdp
         for j, (chunk, w) in enumerate(zip(chunks, weights)):
-            sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
-            with sync, tied_embedding_sparse_grad(self.model, sparse_ok):
+            with self._micro_batch(j, len(chunks)):
                 out = self.loss_fn(self.ddp_model, chunk)
                 loss = total_loss(out)
                 (loss * w).backward()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import nullcontext
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,18 +17,7 @@ from tdrl.llm.losses import SFTLoss
 from tdrl.llm.trl_names import SFT_CONFIG_NAMES, SFT_TRAINER_NAMES, accept_trl_names
 from tdrl.core.train import Logger, Run
 from tdrl.llm.trainers.base import TrainerBase, TrainerSettings, model_and_tokenizer
-from tdrl.llm.trainers.common import (
-    all_reduce_mean,
-    check_int,
-    check_update_settings,
-    dist_info,
-    make_optimizer,
-    set_gradient_checkpointing,
-    tied_embedding_sparse_grad,
-    warmup_cosine,
-    wrap_ddp,
-)
-from tdrl.llm.trainers.sharding import no_grad_sync, plain, shard_model
+from tdrl.llm.trainers.common import all_reduce_mean, check_int, check_update_settings, dist_info, set_gradient_checkpointing
 
 __all__ = ["SFTConfig", "SFTTrainer"]
 
@@ -143,11 +131,10 @@ class SFTTrainer(TrainerBase):
         self.rank, self.world_size = dist_info()
         self.model, self.tokenizer = model, tokenizer
         set_gradient_checkpointing(model, cfg.gradient_checkpointing)
-        self.ddp_model = shard_model(model, "SFTConfig") if cfg.fsdp else wrap_ddp(model)
+        self.ddp_model = self._wrap_model(model, "SFTConfig")
         self.device = next(model.parameters()).device
         self.sampler = PromptSampler(train_dataset, cfg.batch_size, cfg.seed, self.rank, self.world_size)
-        self.optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
-        self.scheduler = warmup_cosine(self.optimizer, cfg.warmup_steps, cfg.steps)
+        self._make_optimizer(model)
         self.loss_fn = SFTLoss(fused=cfg.fused_logprobs and not cfg.fsdp)
         self._open_run(run, loggers)
 
@@ -231,14 +218,13 @@ class SFTTrainer(TrainerBase):
         n_tok = targets.sum().clamp(min=1)
         loss_sum = 0.0
         for j, chunk in enumerate(chunks):
-            sync = nullcontext() if j == len(chunks) - 1 else no_grad_sync(self.ddp_model, self.world_size)
-            with sync, tied_embedding_sparse_grad(self.model, self.world_size == 1 and not cfg.fsdp):
+            with self._micro_batch(j, len(chunks)):
                 out = self.loss_fn(self.ddp_model, chunk)
                 # weight by token count so accumulation equals one big token-mean
                 w = target_mask(chunk).sum() / n_tok
                 (out["loss_sft"] * w).backward()
             loss_sum += float(out["loss_sft"].detach()) * float(w)
-        gn = plain(torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm))
+        gn = self._clip_grad_norm()
         self.optimizer.step()
         self.scheduler.step()
         self.step_count += 1
