@@ -256,6 +256,22 @@ def _dx_batch_first(DX: Tensor | None) -> Tensor | None:
     return dx
 
 
+def _linear_grads(dw_h, dg_h_t, h_prev, dw_i, dg_i_t, dg_i, x, w_i, dx, db, dg_t, ones) -> None:
+    """Step ``t``'s share of the gradients of a cell's two linear maps, in place: ``dw_h +=
+    dg_h^T h_prev``, ``dw_i += dg_i^T x``, ``dx = dg_i w_i``, ``db += dg^T 1`` (each skipped when
+    its buffer is ``None``; ``*_t`` are the transposed gate gradients). The GRU's hidden map
+    sees other gate gradients than its input map (the reset gate scales the candidate's); the
+    LSTM passes the same ``dg`` for both."""
+    if dw_h is not None:
+        dw_h.addmm_(dg_h_t, h_prev)
+    if dw_i is not None:
+        dw_i.addmm_(dg_i_t, x)
+    if dx is not None:
+        torch.mm(dg_i, w_i, out=dx)
+    if db is not None:
+        db.addmv_(dg_t, ones)
+
+
 def _gru_grads(DX, dh, dw_ih, dw_p, db, need, H: int) -> tuple:
     """:class:`_GRUCPU`'s gradients from the backward's buffers: ``dw_p`` has ``W_hh``'s rows
     in the order (n, r, z) and ``db`` is (b_hn, b_r, b_z, b_in)."""
@@ -368,14 +384,7 @@ class _GRUCPU(torch.autograd.Function):
             torch.mul(dpn, r, out=dghn)
             torch.mul(pn_dh, fac, out=drz)  # (dpn r(1-r) ghn, dh z(1-z)(h_prev - n))
             torch.mul(dh, z, out=dh_next).addmm_(dgh, w_p)
-            if dw_p is not None:
-                dw_p.addmm_(dgh_t, hp)
-            if dw_ih is not None:
-                dw_ih.addmm_(dgi_t, xs[t])
-            if dxs is not None:
-                torch.mm(dgi, w_ih, out=dxs[t])
-            if db is not None:
-                db.addmv_(d_t, ones)
+            _linear_grads(dw_p, dgh_t, hp, dw_ih, dgi_t, dgi, xs[t], w_ih, None if dxs is None else dxs[t], db, d_t, ones)
         dh = views[t_len % 2][0]
         dh = dh * ks[0] if t_len and resets[0] else dh.clone()
         return _gru_grads(DX, dh, dw_ih, dw_p, db, need, H)
@@ -544,14 +553,7 @@ class _LSTMCPU(torch.autograd.Function):
             dc.mul_(fg)
             if resets[t]:
                 dhc3.mul_(ks[t].unsqueeze(1))
-            if dw_hh is not None:
-                dw_hh.addmm_(d_t, hp)
-            if dw_ih is not None:
-                dw_ih.addmm_(d_t, xs[t])
-            if dxs is not None:
-                torch.mm(d, w_ih_p, out=dxs[t])
-            if db is not None:
-                db.addmv_(d_t, ones)
+            _linear_grads(dw_hh, d_t, hp, dw_ih, d_t, d, xs[t], w_ih_p, None if dxs is None else dxs[t], db, d_t, ones)
         return _lstm_grads(DX, dh, dc, dw_ih, dw_hh, db, need, H)
 
 
