@@ -57,6 +57,7 @@ E_PRIOR_LOGIT, E_PRIOR_PROB, E_QVALUE = EdgeChannel.PRIOR_LOGIT, EdgeChannel.PRI
 
 DTYPES = (torch.float32, torch.float64)
 """The tree float types this path handles."""
+_LOWEST = {dtype: torch.finfo(dtype).min for dtype in DTYPES}
 
 _PARENT_AND_SIBLINGS, _MIN_MAX = 0, 1  # Q-transform kinds
 # Slots of the constants array (in the tree's float type, rounded as torch rounds a scalar).
@@ -291,7 +292,8 @@ def _step(
 ):  # fmt: skip
     """One simulation's end and the next one's start, in one call: (``_ROOT``, in the first
     call) write the roots from their values ``p_value`` [B], raw prior logits ``p_logits`` and
-    probabilities ``p_probs`` [B, A] as ``init_tree`` does; (``_EXPAND``) shift the raw
+    probabilities ``p_probs`` [B, A] as ``init_tree`` does (and, ``_NEXT``, their embeddings
+    ``p_next`` [B, F] into every slot); (``_EXPAND``) shift the raw
     prior logits at ``p_logits`` (``_SHIFT``; else they are the masked logits), write the new
     nodes in slot ``new_index`` (with their illegal actions, ``_INVALID``, and their embeddings,
     ``_NEXT``), back up; then (``_WALK``) walk the trees down again and gather the model's next
@@ -317,6 +319,12 @@ def _step(
             for a in range(num_actions):
                 edge_data[b, 0, a, E_PRIOR_LOGIT] = shifted[b, a]
                 edge_data[b, 0, a, E_PRIOR_PROB] = probs[b, a]
+        if flags & _NEXT:  # the root embeddings at p_next, into every slot
+            root_embedding = numba.carray(_pointer(p_next), (batch, features), grid.dtype)
+            for b in range(batch):
+                for n in range(num_nodes):
+                    for f in range(features):
+                        grid[b, n, f] = root_embedding[b, f]
     if flags & _EXPAND:
         parents = numba.carray(_pointer(meta[_M_PARENTS]), (batch, num_nodes), np.int64)
         action_from_parent = numba.carray(_pointer(meta[_M_FROM]), (batch, num_nodes), np.int64)
@@ -400,7 +408,7 @@ def numba_search(
     out = meta[_M_HEADER + batch * (depth + 1):].reshape(3, batch)  # the walk's last edges
     c = np.empty(_LOW + 1 + batch * num_actions, dtype=np_dtype)
     c[:_LOW] = rule.constants
-    c[_LOW] = torch.finfo(dtype).min
+    c[_LOW] = _LOWEST[dtype]
     # The embeddings as [B, N, F] rows that the compiled calls read and write (a plain tensor
     # embedding; a TensorDict one is read and written by the store, in torch).
     grid_t = store.grids[0] if store.wrapped else None
@@ -417,11 +425,17 @@ def numba_search(
     embedding_in = torch.empty(embedding_shape, dtype=input_dtype) if fresh else embeddings[0]
     action_in = actions[0]
     flags, p_value, p_logits, p_probs = _WALK, 0, 0, 0
+    p_next = 0
     if root is not None:  # softmax(raw) is softmax(raw - max) bit for bit (see below)
         probs = torch.softmax(root.prior_logits, -1)
         flags, p_value, p_logits = _WALK | _ROOT, root.value.data_ptr(), root.prior_logits.data_ptr()
         p_probs = probs.data_ptr()
-    growing = _step(meta, c, grid, flags, 0, 0, 0, p_value, p_logits, p_probs, 0, 0,
+        # init_tree left a plain tensor embedding's slots for this call to write
+        if direct and _plain(root.embedding, embedding_shape, input_dtype):
+            p_next, flags = root.embedding.data_ptr(), flags | _NEXT
+        elif store.wrapped:
+            grid_t.copy_(root.embedding.unsqueeze(1))
+    growing = _step(meta, c, grid, flags, 0, 0, 0, p_value, p_logits, p_probs, 0, p_next,
                     embedding_in.data_ptr(), action_in.data_ptr())  # fmt: skip
     for sim in range(num_simulations):
         new_index = sim + 1
@@ -435,13 +449,19 @@ def numba_search(
             if type(result) is not RecurrentOutput:
                 result = RecurrentOutput(*result)
             following, reward, discount, prior, value, leaf_invalid = result
-            # the outputs read in place (kept referenced until the compiled call has read them)
-            if not _plain(reward, vector, dtype):
-                reward = _vector_address(reward, batch, "reward", dtype)
-            if not _plain(discount, vector, dtype):
-                discount = _vector_address(discount, batch, "discount", dtype)
-            if not _plain(value, vector, dtype):
-                value = _vector_address(value, batch, "value", dtype)
+            # the outputs read in place (kept referenced until the compiled call has read them);
+            # the three vectors checked at once (what _plain checks), else one by one
+            if not (type(reward) is type(discount) is type(value) is torch.Tensor
+                    and reward.dtype is discount.dtype is value.dtype is dtype
+                    and reward.shape == discount.shape == value.shape == vector
+                    and reward.is_cpu and discount.is_cpu and value.is_cpu
+                    and reward.is_contiguous() and discount.is_contiguous() and value.is_contiguous()):
+                if not _plain(reward, vector, dtype):
+                    reward = _vector_address(reward, batch, "reward", dtype)
+                if not _plain(discount, vector, dtype):
+                    discount = _vector_address(discount, batch, "discount", dtype)
+                if not _plain(value, vector, dtype):
+                    value = _vector_address(value, batch, "value", dtype)
             p_reward, p_discount, p_value = reward.data_ptr(), discount.data_ptr(), value.data_ptr()
             if leaf_invalid is None and _plain(prior, matrix, dtype):
                 # the shift is compiled; softmax(raw) is softmax(raw - max) bit for bit (torch
@@ -512,7 +532,6 @@ def _model_inputs(
     views of one buffer allocated once per search, except embeddings larger than
     ``_INPUT_BYTES`` in all (``None``: allocated per simulation)."""
     actions = torch.empty((num_simulations, shape[0]), dtype=torch.int64).unbind(0)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if num_simulations * math.prod(shape) * itemsize > _INPUT_BYTES:
+    if num_simulations * math.prod(shape) * dtype.itemsize > _INPUT_BYTES:
         return None, actions
     return torch.empty((num_simulations, *shape), dtype=dtype).unbind(0), actions

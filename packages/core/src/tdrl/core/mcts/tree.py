@@ -348,9 +348,10 @@ def init_tree(
         num_nodes: ``N``, usually ``num_simulations + 1``.
         extra: optional per-tree extras, batch ``[B]``.
         write_root: ``False`` leaves the root's statistics and priors (slot 0 of
-            ``node_data`` and ``edge_data``) zero for the caller to write (the numba engine
-            writes them in its first compiled call); its embedding and illegal actions are
-            written either way.
+            ``node_data`` and ``edge_data``) zero and a plain-tensor embedding's slots
+            unwritten, for the caller to write (the numba engine writes them in its first
+            compiled call); the illegal actions and a TensorDict embedding are written
+            either way.
 
     Returns:
         ``(tree, wrapped)`` where ``wrapped`` says the embedding was a plain tensor stored
@@ -365,7 +366,7 @@ def init_tree(
             f"root.value must be [B]={batch}, got shape {tuple(value.shape)}; "
             "squeeze a trailing value dim of 1 first"
         )
-    embedding, wrapped = _as_tensordict(root.embedding, batch, "root.embedding")
+    embedding, wrapped = _as_tensordict(root.embedding, batch, "root.embedding")  # None if wrapped
     device, dtype = logits.device, value.dtype
     invalid = root.invalid_actions
     if invalid is not None and invalid.shape != (batch, num_actions):
@@ -379,7 +380,8 @@ def init_tree(
     nodes, edges = (batch, num_nodes), (batch, num_nodes, num_actions)
     if wrapped:  # one tensor: every slot a copy of the root's embedding, in three calls
         grid = root.embedding.new_empty((batch, num_nodes, *root.embedding.shape[1:]))
-        grid.copy_(root.embedding.unsqueeze(1))
+        if write_root:
+            grid.copy_(root.embedding.unsqueeze(1))
         embeddings = new_td({EMBEDDING_KEY: grid}, torch.Size(nodes))  # the shape is [B, N, ...]
     else:
         embeddings = embedding.unsqueeze(1).expand(batch, num_nodes).clone()
@@ -412,7 +414,11 @@ def init_tree(
 
 def _as_tensordict(
     embedding: TensorDictBase | Tensor, batch: int, name: str
-) -> tuple[TensorDictBase, bool]:
+) -> tuple[TensorDictBase | None, bool]:
+    """``(embedding, False)`` for a TensorDict of batch ``[B]``, ``(None, True)`` for a
+    tensor ``[B, ...]`` (stored under ``EMBEDDING_KEY`` by the caller)."""
+    if type(embedding) is Tensor and embedding.dim() and embedding.shape[0] == batch:
+        return None, True
     if isinstance(embedding, TensorDictBase):
         if embedding.batch_size[:1] != torch.Size([batch]):
             raise ValueError(f"{name} must have batch [B]={batch}, got {embedding.batch_size}")
@@ -423,4 +429,4 @@ def _as_tensordict(
     if not isinstance(embedding, Tensor) or embedding.shape[:1] != (batch,):
         shape = getattr(embedding, "shape", type(embedding).__name__)
         raise ValueError(f"{name} must be a TensorDict [B] or a tensor [B, ...], got {shape}")
-    return new_td({EMBEDDING_KEY: embedding}, torch.Size([batch])), True  # [B, ...] checked above
+    return None, True
