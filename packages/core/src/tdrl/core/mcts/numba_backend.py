@@ -463,7 +463,8 @@ def numba_search(
                 if not _plain(value, vector, dtype):
                     value = _vector_address(value, batch, "value", dtype)
             p_reward, p_discount, p_value = reward.data_ptr(), discount.data_ptr(), value.data_ptr()
-            if leaf_invalid is None and _plain(prior, matrix, dtype):
+            if leaf_invalid is None and type(prior) is torch.Tensor and prior.dtype is dtype \
+                    and prior.is_cpu and prior.shape == matrix and prior.is_contiguous():  # _plain, inline
                 # the shift is compiled; softmax(raw) is softmax(raw - max) bit for bit (torch
                 # subtracts the same max; where it is not finite both are NaN)
                 probs = torch.softmax(prior, -1)
@@ -475,7 +476,9 @@ def numba_search(
                 if leaf_invalid is not None:
                     leaf_invalid = _address(leaf_invalid)
                     p_invalid, flags = leaf_invalid.data_ptr(), flags | _INVALID
-            if direct and _plain(following, embedding_shape, input_dtype):
+            if direct and type(following) is torch.Tensor and following.dtype is input_dtype \
+                    and following.is_cpu and following.shape == embedding_shape \
+                    and following.is_contiguous():  # _plain, inline
                 p_next, flags = following.data_ptr(), flags | _NEXT
             elif growing == batch:
                 store.write_slot(new_index, following)
