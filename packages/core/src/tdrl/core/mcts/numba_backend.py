@@ -46,7 +46,7 @@ from .fused import fused_rule, puct_settings, unwrap_partial
 from .qtransforms import qtransform_by_min_max
 from .selection import SelectionFn
 from .model_io import EmbeddingStore, RecurrentFn, check_vector, leaf_logits
-from .tree import UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, RootOutput, Tree
+from .tree import NO_PARENT, UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, RootOutput, Tree
 
 # The tree's channels as plain module constants (what a compiled function can read).
 N_VISITS, N_VALUE_SUM, N_RAW_VALUE, N_VALUE = (NodeChannel.VISITS, NodeChannel.VALUE_SUM,
@@ -291,7 +291,8 @@ def _step(
     p_next, p_inputs, p_actions,
 ):  # fmt: skip
     """One simulation's end and the next one's start, in one call: (``_ROOT``, in the first
-    call) write the roots from their values ``p_value`` [B], raw prior logits ``p_logits`` and
+    call) fill the tree's arrays (zero statistics, no children or parents, all actions legal)
+    and write the roots from their values ``p_value`` [B], raw prior logits ``p_logits`` and
     probabilities ``p_probs`` [B, A] as ``init_tree`` does (and, ``_NEXT``, their embeddings
     ``p_next`` [B, F] into every slot); (``_EXPAND``) shift the raw
     prior logits at ``p_logits`` (``_SHIFT``; else they are the masked logits), write the new
@@ -308,7 +309,13 @@ def _step(
     paths = meta[head:paths_end].reshape(batch, depth)
     depths = meta[paths_end:paths_end + batch]
     out = meta[paths_end + batch:paths_end + 4 * batch].reshape(3, batch)
-    if flags & _ROOT:
+    if flags & _ROOT:  # init_tree(write_root=False) left every array unfilled
+        node_data[:] = 0
+        edge_data[:] = 0
+        children[:] = UNVISITED
+        invalid[:] = False
+        numba.carray(_pointer(meta[_M_PARENTS]), (batch, num_nodes), np.int64)[:] = NO_PARENT
+        numba.carray(_pointer(meta[_M_FROM]), (batch, num_nodes), np.int64)[:] = NO_PARENT
         values = numba.carray(_pointer(p_value), (batch,), dtype)
         probs = numba.carray(_pointer(p_probs), (batch, num_actions), dtype)
         shifted = c[_LOW + 1:_LOW + 1 + batch * num_actions].reshape(batch, num_actions)
@@ -390,7 +397,8 @@ def numba_search(
         rule: from :func:`numba_rule`.
         num_simulations, max_depth, two_player: as :func:`~tdrl.core.mcts.search.search`.
         root: the roots to write (where :func:`writes_root`; ``init_tree(..., write_root=False)``
-            left them out), or None if ``init_tree`` wrote them.
+            left the tree unfilled: the first compiled call fills it), or None if
+            ``init_tree`` filled the tree and wrote them.
     """
     batch, num_nodes, num_actions = tree.batch_size, tree.num_nodes, tree.num_actions
     dtype = tree.node_data.dtype

@@ -347,11 +347,10 @@ def init_tree(
         root: the roots; ``root.prior_logits`` is ``[B, A]``, ``root.value`` ``[B]``.
         num_nodes: ``N``, usually ``num_simulations + 1``.
         extra: optional per-tree extras, batch ``[B]``.
-        write_root: ``False`` leaves the root's statistics and priors (slot 0 of
-            ``node_data`` and ``edge_data``) zero and a plain-tensor embedding's slots
-            unwritten, for the caller to write (the numba engine writes them in its first
-            compiled call); the illegal actions and a TensorDict embedding are written
-            either way.
+        write_root: ``False`` (roots without illegal actions) allocates the statistics,
+            index and illegal-action tensors and a plain-tensor embedding's slots
+            unwritten, for the caller to fill as below (the numba engine fills them in its
+            first compiled call); a TensorDict embedding is written either way.
 
     Returns:
         ``(tree, wrapped)`` where ``wrapped`` says the embedding was a plain tensor stored
@@ -374,7 +373,12 @@ def init_tree(
             f"invalid_actions must be [B, A]={batch, num_actions}, got {tuple(invalid.shape)}"
         )
 
+    if not write_root and invalid is not None:
+        raise ValueError("init_tree(write_root=False) takes roots without illegal actions")
+
     def full(shape, fill, dt):
+        if not write_root:  # the caller fills them
+            return torch.empty(shape, dtype=dt, device=device)
         return torch.full(shape, fill, dtype=dt, device=device)
 
     nodes, edges = (batch, num_nodes), (batch, num_nodes, num_actions)
@@ -386,18 +390,16 @@ def init_tree(
     else:
         embeddings = embedding.unsqueeze(1).expand(batch, num_nodes).clone()
     tree = Tree(
-        node_data=torch.zeros((*nodes, len(_NODE_FIELDS)), dtype=dtype, device=device),
-        edge_data=torch.zeros((*edges, len(_EDGE_FIELDS)), dtype=dtype, device=device),
+        node_data=full((*nodes, len(_NODE_FIELDS)), 0, dtype),
+        edge_data=full((*edges, len(_EDGE_FIELDS)), 0, dtype),
         parents=full(nodes, NO_PARENT, torch.int64),
         action_from_parent=full(nodes, NO_PARENT, torch.int64),
         children_index=full(edges, UNVISITED, torch.int64),
-        invalid_actions=torch.zeros(edges, dtype=torch.bool, device=device),
+        invalid_actions=full(edges, False, torch.bool),
         embeddings=embeddings,
         extra=extra if extra is not None else new_td({}, torch.Size([batch]), device),
     )
     if not write_root:
-        if invalid is not None:
-            tree.invalid_actions.select(1, ROOT_INDEX).copy_(invalid & ~invalid.all(-1, keepdim=True))
         return tree, wrapped
     logits = logits.to(dtype)
     if invalid is None:  # what mask_invalid_logits gives for an all-legal mask
