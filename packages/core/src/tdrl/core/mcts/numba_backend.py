@@ -408,10 +408,10 @@ def numba_search(
     depth = min(max_depth, num_simulations)
     fields = (tree.node_data, tree.edge_data, tree.children_index, tree.invalid_actions,
               tree.parents, tree.action_from_parent)  # fmt: skip
-    if not all(field.is_contiguous() for field in fields):
+    if not all(map(torch.Tensor.is_contiguous, fields)):
         raise ValueError("the numba search needs the contiguous tensors of init_tree")
     meta = np.zeros(_M_HEADER + batch * (depth + 4), dtype=np.int64)
-    meta[:_M_HEADER] = (*(field.data_ptr() for field in fields), batch, num_nodes, num_actions,
+    meta[:_M_HEADER] = (*map(torch.Tensor.data_ptr, fields), batch, num_nodes, num_actions,
                         depth, max_depth, rule.kind, two_player)  # fmt: skip
     out = meta[_M_HEADER + batch * (depth + 1):].reshape(3, batch)  # the walk's last edges
     c = np.empty(_LOW + 1 + batch * num_actions, dtype=np_dtype)

@@ -131,7 +131,8 @@ def muzero_policy(
             invalid_actions=invalid,
             generator=generator,
         )
-    root = root._replace(prior_logits=logits, invalid_actions=invalid)
+    if logits is not root.prior_logits or invalid is not root.invalid_actions:
+        root = root._replace(prior_logits=logits, invalid_actions=invalid)
     select = partial(
         puct_selection, pb_c_init=pb_c_init, pb_c_base=pb_c_base, qtransform=qtransform
     )
