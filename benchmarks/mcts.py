@@ -11,7 +11,8 @@ With ``--mctx`` the same search also runs in **mctx** (JAX, ``jit``, CPU, one th
 own venv (``/work/venvs/mctx``, see benchmarks/setup_peers.sh) as a subprocess on the same
 weights and root embeddings (benchmarks/mcts_mctx.py), timed in alternate blocks (one of tdrl,
 one of mctx, ``--repeats`` times, so that both meet the same load on a shared machine), and
-the ratio tdrl / mctx is printed;
+the ratio tdrl / mctx is printed (of the two medians, and "paired": the median over the
+alternations of each pair's ratio, which a change of load between pairs moves less);
 ``--record`` writes those rows to benchmarks/results/mcts.jsonl.
 
 Run:  python -m benchmarks.mcts  [--simulations 32 --repeats 3 --batch-sizes 1 64 512]
@@ -205,7 +206,7 @@ def main() -> None:
     print(f"MCTS, PUCT, {n} simulations per tree, tiny model (dim 8, 4 actions), 1 thread, "
           f"tdrl on {args.device}")  # fmt: skip
     print(f"{'B':>5} {'tdrl sims/s':>14} {'python sims/s':>14} {'ratio':>8}")
-    ours_rates, ours_visits, model_seconds, peer_rates = {}, {}, {}, {}
+    ours_rates, ours_visits, model_seconds, peer_rates, paired = {}, {}, {}, {}, {}
     peer = _MctxServer(args, model) if args.mctx else None
     for batch in args.batch_sizes:
         embeddings = torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))
@@ -224,7 +225,7 @@ def main() -> None:
 
         ours()  # warm-up
         if peer is not None:  # alternate blocks of tdrl and mctx, so that both meet the same load
-            t_ours, t_peer = _alternating(ours, peer, batch, args.repeats)
+            t_ours, t_peer, paired[batch] = _alternating(ours, peer, batch, args.repeats)
             peer_rates[batch] = batch * n / t_peer
         else:
             t_ours = _median_time(ours, args.repeats)
@@ -245,12 +246,13 @@ def main() -> None:
         print(f"{batch:>5} {rate_ours:>14,.0f} {rate_plain:>14,.0f} {rate_ours / rate_plain:>7.1f}x")
     if peer is not None:
         peer.close()
-        _versus_mctx(args, peer.info, peer_rates, ours_rates, ours_visits, model_seconds)
+        _versus_mctx(args, peer.info, peer_rates, ours_rates, ours_visits, model_seconds, paired)
 
 
-def _alternating(ours, peer: _MctxServer, batch: int, repeats: int) -> tuple[float, float]:
+def _alternating(ours, peer: _MctxServer, batch: int, repeats: int) -> tuple[float, float, float]:
     """Median seconds per call of ``ours`` and of mctx's search of ``batch`` trees, timed in
-    alternate blocks of >= 0.2 s each (as :func:`_median_time`)."""
+    alternate blocks of >= 0.2 s each (as :func:`_median_time`), and the median over the
+    alternations of mctx's time / tdrl's (each pair of blocks met about the same load)."""
     start = time.perf_counter()
     ours()
     calls = max(1, math.ceil(0.2 / max(time.perf_counter() - start, 1e-6)))
@@ -262,7 +264,8 @@ def _alternating(ours, peer: _MctxServer, batch: int, repeats: int) -> tuple[flo
             ours()
         times.append((time.perf_counter() - start) / calls)
         peer_times.append(peer.time(batch, peer_calls) / peer_calls)
-    return statistics.median(times), statistics.median(peer_times)
+    pairs = [theirs / mine for mine, theirs in zip(times, peer_times, strict=True)]
+    return statistics.median(times), statistics.median(peer_times), statistics.median(pairs)
 
 
 class _MctxServer:
@@ -313,17 +316,18 @@ def _backend_name() -> str:
 
 
 def _versus_mctx(
-    args, peer: dict, peer_rates: dict, ours_rates: dict, ours_visits: dict, model_seconds: dict
+    args, peer: dict, peer_rates: dict, ours_rates: dict, ours_visits: dict, model_seconds: dict,
+    paired: dict,
 ) -> None:
     """Print (and with ``--record`` write) the ratios to mctx, timed in alternate blocks."""
     print(f"\nvs mctx {peer['mctx']} (jax {peer['jax']}, jit, CPU, one thread)")
-    print(f"{'B':>5} {'tdrl sims/s':>14} {'mctx sims/s':>14} {'ratio':>8}  same visits (first 4 trees)")
+    print(f"{'B':>5} {'tdrl sims/s':>14} {'mctx sims/s':>14} {'ratio':>8} {'paired':>8}  same visits (first 4 trees)")
     targets = {1: 1.0, 64: 2.5, 512: 4.5}  # issue 38
     for b in args.batch_sizes:
         theirs = peer_rates[b]
         ratio = ours_rates[b] / theirs
         same = peer["visits"][str(b)] == [[int(v) for v in row] for row in ours_visits[b]]
-        print(f"{b:>5} {ours_rates[b]:>14,.0f} {theirs:>14,.0f} {ratio:>7.2f}x  {same}")
+        print(f"{b:>5} {ours_rates[b]:>14,.0f} {theirs:>14,.0f} {ratio:>7.2f}x {paired[b]:>7.2f}x  {same}")
         if args.record:
             from benchmarks.records import write_record
 
@@ -338,7 +342,8 @@ def _versus_mctx(
                 "blocks (tdrl, then mctx, repeats times); tdrl with "
                 f"method='auto' ({_backend_name()}); both on one CPU "
                 "thread (XLA_FLAGS single-threaded); median of repeats, each a block of calls of "
-                ">= 0.2 s, jit compile excluded; "
+                ">= 0.2 s, jit compile excluded; median over the alternations of the pair's ratio "
+                f"{paired[b]:.2f}x; "
                 f"visit counts of the first 4 trees identical: {same}; per simulation tdrl "
                 f"{1e6 * b / ours_rates[b]:.1f} us (the tiny model's own call "
                 f"{1e6 * model_seconds[b]:.1f} us, eager torch), mctx {1e6 * b / theirs:.1f} us; "

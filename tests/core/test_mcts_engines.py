@@ -89,3 +89,22 @@ def test_policies_agree_across_paths():
     _assert_same(out, search(r, rec, rule, rule, 16, method="tensor"))
     g = gumbel_muzero_policy(r, rec, 8, generator=torch.Generator().manual_seed(0))
     assert g["visit_counts"].sum(-1).tolist() == [8, 8]
+
+
+@pytest.mark.parametrize("method", ["tensor", "numba"])
+@pytest.mark.parametrize("max_depth", [None, 1, 2])
+def test_root_edge_visits_sum_to_the_simulations(method, max_depth):
+    """muzero_policy's target is the root visits / num_simulations: every simulation, also one
+    that re-evaluates a leaf at max_depth or ends in a terminal state, backs up through exactly
+    one root edge (either engine, one or two players, illegal actions)."""
+    if method == "numba":
+        pytest.importorskip("numba")
+    rec, root = _model(2, terminal=True)
+    for two_player in (False, True):
+        tree = search(root(4), rec, puct_selection, puct_selection, 9, method=method,
+                      max_depth=max_depth, two_player=two_player)  # fmt: skip
+        visits = tree.children_visits[:, 0]  # the root edges
+        assert visits.sum(-1).tolist() == [9.0] * 4
+    out = muzero_policy(root(4), rec, 9, max_depth=max_depth, dirichlet_fraction=0.0)
+    assert torch.equal(out["policy_target"], out["visit_counts"].float() / 9)
+    assert torch.equal(out["visit_counts"].sum(-1), torch.full((4,), 9))

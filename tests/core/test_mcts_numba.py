@@ -159,3 +159,26 @@ def test_numba_search_reads_every_output_form_as_the_tensor_search(form, per_sim
     assert len(seen[1]) == 10
     for (xt, at), (xn, an) in zip(*seen):
         assert torch.equal(xt, xn) and torch.equal(at, an)
+
+
+def test_numba_search_fills_every_slot_of_the_unfilled_tree():
+    """Roots without illegal actions: init_tree leaves the arrays unfilled (torch.empty) and
+    the first compiled call fills them; over memory just freed from tensors of 7s, every slot
+    (the unused ones of a max_depth search included) is as the tensor search leaves it."""
+    from tdrl.core.mcts import init_tree
+    from tdrl.core.mcts.numba_backend import writes_root
+
+    rec, root = _model(1, illegal=False)
+    r = root(3)
+    assert writes_root(r)
+    tensor = search(r, rec, puct_selection, puct_selection, 16, method="tensor", max_depth=2)
+    assert int((tensor.parents == -1).sum()) > 3  # unused slots: max_depth 2 re-evaluates leaves
+    fields = ("node_data", "edge_data", "parents", "action_from_parent", "children_index", "invalid_actions")
+    for _ in range(3):
+        junk = [torch.full_like(getattr(tensor, name), 7) for name in fields]
+        junk.append(torch.full_like(tensor.embeddings["embedding"], 7))
+        del junk  # the next tensors of these sizes may take this memory
+        fast = search(r, rec, puct_selection, puct_selection, 16, method="numba", max_depth=2)
+        _assert_same(tensor, fast)
+    with pytest.raises(ValueError, match="illegal"):
+        init_tree(r._replace(invalid_actions=torch.zeros(3, 5, dtype=torch.bool)), 4, write_root=False)

@@ -7,9 +7,11 @@ it shifts the new leaves' prior logits, writes the new nodes (and, for a plain t
 embedding, their embeddings), backs the values up the paths as mctx's ``backward`` does, then
 walks all ``B`` trees down to their next leaves with the PUCT rule (:func:`_walk`) and gathers
 the model's next inputs (:func:`_gather`) into tensors allocated once per search; the first
-call writes the roots. Outside the model only the priors' softmax goes through torch: the
-call takes the tree's arrays and the model's outputs by address (checked contiguous CPU
-tensors of the right dtype and shape, else converted first), since numba's dispatcher types
+call fills the tree (allocated unfilled) and writes the roots. Outside the model only the
+priors' softmax goes through torch (a compiled exp-and-sum differed from torch's vectorised
+softmax in the last bit on 6-98% of random rows, float32 and float64, A = 2-16). The call
+takes the tree's arrays and the model's outputs by address (checked contiguous CPU tensors
+of the right dtype and shape, else converted first), since numba's dispatcher types
 every array argument on every call, which at ``B = 1`` cost as much as the search itself.
 
 It is the tensor search, step for step (the same actions, ties to the lowest; the same calls
@@ -46,7 +48,7 @@ from .fused import fused_rule, puct_settings, unwrap_partial
 from .qtransforms import qtransform_by_min_max
 from .selection import SelectionFn
 from .model_io import EmbeddingStore, RecurrentFn, check_vector, leaf_logits
-from .tree import UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, RootOutput, Tree
+from .tree import NO_PARENT, UNVISITED, EdgeChannel, NodeChannel, RecurrentOutput, RootOutput, Tree
 
 # The tree's channels as plain module constants (what a compiled function can read).
 N_VISITS, N_VALUE_SUM, N_RAW_VALUE, N_VALUE = (NodeChannel.VISITS, NodeChannel.VALUE_SUM,
@@ -57,6 +59,7 @@ E_PRIOR_LOGIT, E_PRIOR_PROB, E_QVALUE = EdgeChannel.PRIOR_LOGIT, EdgeChannel.PRI
 
 DTYPES = (torch.float32, torch.float64)
 """The tree float types this path handles."""
+_LOWEST = {dtype: torch.finfo(dtype).min for dtype in DTYPES}
 
 _PARENT_AND_SIBLINGS, _MIN_MAX = 0, 1  # Q-transform kinds
 # Slots of the constants array (in the tree's float type, rounded as torch rounds a scalar).
@@ -290,8 +293,10 @@ def _step(
     p_next, p_inputs, p_actions,
 ):  # fmt: skip
     """One simulation's end and the next one's start, in one call: (``_ROOT``, in the first
-    call) write the roots from their values ``p_value`` [B], raw prior logits ``p_logits`` and
-    probabilities ``p_probs`` [B, A] as ``init_tree`` does; (``_EXPAND``) shift the raw
+    call) fill the tree's arrays (zero statistics, no children or parents, all actions legal)
+    and write the roots from their values ``p_value`` [B], raw prior logits ``p_logits`` and
+    probabilities ``p_probs`` [B, A] as ``init_tree`` does (and, ``_NEXT``, their embeddings
+    ``p_next`` [B, F] into every slot); (``_EXPAND``) shift the raw
     prior logits at ``p_logits`` (``_SHIFT``; else they are the masked logits), write the new
     nodes in slot ``new_index`` (with their illegal actions, ``_INVALID``, and their embeddings,
     ``_NEXT``), back up; then (``_WALK``) walk the trees down again and gather the model's next
@@ -306,7 +311,13 @@ def _step(
     paths = meta[head:paths_end].reshape(batch, depth)
     depths = meta[paths_end:paths_end + batch]
     out = meta[paths_end + batch:paths_end + 4 * batch].reshape(3, batch)
-    if flags & _ROOT:
+    if flags & _ROOT:  # init_tree(write_root=False) left every array unfilled
+        node_data[:] = 0
+        edge_data[:] = 0
+        children[:] = UNVISITED
+        invalid[:] = False
+        numba.carray(_pointer(meta[_M_PARENTS]), (batch, num_nodes), np.int64)[:] = NO_PARENT
+        numba.carray(_pointer(meta[_M_FROM]), (batch, num_nodes), np.int64)[:] = NO_PARENT
         values = numba.carray(_pointer(p_value), (batch,), dtype)
         probs = numba.carray(_pointer(p_probs), (batch, num_actions), dtype)
         shifted = c[_LOW + 1:_LOW + 1 + batch * num_actions].reshape(batch, num_actions)
@@ -317,6 +328,12 @@ def _step(
             for a in range(num_actions):
                 edge_data[b, 0, a, E_PRIOR_LOGIT] = shifted[b, a]
                 edge_data[b, 0, a, E_PRIOR_PROB] = probs[b, a]
+        if flags & _NEXT:  # the root embeddings at p_next, into every slot
+            root_embedding = numba.carray(_pointer(p_next), (batch, features), grid.dtype)
+            for b in range(batch):
+                for n in range(num_nodes):
+                    for f in range(features):
+                        grid[b, n, f] = root_embedding[b, f]
     if flags & _EXPAND:
         parents = numba.carray(_pointer(meta[_M_PARENTS]), (batch, num_nodes), np.int64)
         action_from_parent = numba.carray(_pointer(meta[_M_FROM]), (batch, num_nodes), np.int64)
@@ -382,7 +399,8 @@ def numba_search(
         rule: from :func:`numba_rule`.
         num_simulations, max_depth, two_player: as :func:`~tdrl.core.mcts.search.search`.
         root: the roots to write (where :func:`writes_root`; ``init_tree(..., write_root=False)``
-            left them out), or None if ``init_tree`` wrote them.
+            left the tree unfilled: the first compiled call fills it), or None if
+            ``init_tree`` filled the tree and wrote them.
     """
     batch, num_nodes, num_actions = tree.batch_size, tree.num_nodes, tree.num_actions
     dtype = tree.node_data.dtype
@@ -392,15 +410,15 @@ def numba_search(
     depth = min(max_depth, num_simulations)
     fields = (tree.node_data, tree.edge_data, tree.children_index, tree.invalid_actions,
               tree.parents, tree.action_from_parent)  # fmt: skip
-    if not all(field.is_contiguous() for field in fields):
+    if not all(map(torch.Tensor.is_contiguous, fields)):
         raise ValueError("the numba search needs the contiguous tensors of init_tree")
     meta = np.zeros(_M_HEADER + batch * (depth + 4), dtype=np.int64)
-    meta[:_M_HEADER] = (*(field.data_ptr() for field in fields), batch, num_nodes, num_actions,
+    meta[:_M_HEADER] = (*map(torch.Tensor.data_ptr, fields), batch, num_nodes, num_actions,
                         depth, max_depth, rule.kind, two_player)  # fmt: skip
     out = meta[_M_HEADER + batch * (depth + 1):].reshape(3, batch)  # the walk's last edges
     c = np.empty(_LOW + 1 + batch * num_actions, dtype=np_dtype)
     c[:_LOW] = rule.constants
-    c[_LOW] = torch.finfo(dtype).min
+    c[_LOW] = _LOWEST[dtype]
     # The embeddings as [B, N, F] rows that the compiled calls read and write (a plain tensor
     # embedding; a TensorDict one is read and written by the store, in torch).
     grid_t = store.grids[0] if store.wrapped else None
@@ -417,11 +435,17 @@ def numba_search(
     embedding_in = torch.empty(embedding_shape, dtype=input_dtype) if fresh else embeddings[0]
     action_in = actions[0]
     flags, p_value, p_logits, p_probs = _WALK, 0, 0, 0
+    p_next = 0
     if root is not None:  # softmax(raw) is softmax(raw - max) bit for bit (see below)
         probs = torch.softmax(root.prior_logits, -1)
         flags, p_value, p_logits = _WALK | _ROOT, root.value.data_ptr(), root.prior_logits.data_ptr()
         p_probs = probs.data_ptr()
-    growing = _step(meta, c, grid, flags, 0, 0, 0, p_value, p_logits, p_probs, 0, 0,
+        # init_tree left a plain tensor embedding's slots for this call to write
+        if direct and _plain(root.embedding, embedding_shape, input_dtype):
+            p_next, flags = root.embedding.data_ptr(), flags | _NEXT
+        elif store.wrapped:
+            grid_t.copy_(root.embedding.unsqueeze(1))
+    growing = _step(meta, c, grid, flags, 0, 0, 0, p_value, p_logits, p_probs, 0, p_next,
                     embedding_in.data_ptr(), action_in.data_ptr())  # fmt: skip
     for sim in range(num_simulations):
         new_index = sim + 1
@@ -435,15 +459,22 @@ def numba_search(
             if type(result) is not RecurrentOutput:
                 result = RecurrentOutput(*result)
             following, reward, discount, prior, value, leaf_invalid = result
-            # the outputs read in place (kept referenced until the compiled call has read them)
-            if not _plain(reward, vector, dtype):
-                reward = _vector_address(reward, batch, "reward", dtype)
-            if not _plain(discount, vector, dtype):
-                discount = _vector_address(discount, batch, "discount", dtype)
-            if not _plain(value, vector, dtype):
-                value = _vector_address(value, batch, "value", dtype)
+            # the outputs read in place (kept referenced until the compiled call has read them);
+            # the three vectors checked at once (what _plain checks), else one by one
+            if not (type(reward) is type(discount) is type(value) is torch.Tensor
+                    and reward.dtype is discount.dtype is value.dtype is dtype
+                    and reward.shape == discount.shape == value.shape == vector
+                    and reward.is_cpu and discount.is_cpu and value.is_cpu
+                    and reward.is_contiguous() and discount.is_contiguous() and value.is_contiguous()):
+                if not _plain(reward, vector, dtype):
+                    reward = _vector_address(reward, batch, "reward", dtype)
+                if not _plain(discount, vector, dtype):
+                    discount = _vector_address(discount, batch, "discount", dtype)
+                if not _plain(value, vector, dtype):
+                    value = _vector_address(value, batch, "value", dtype)
             p_reward, p_discount, p_value = reward.data_ptr(), discount.data_ptr(), value.data_ptr()
-            if leaf_invalid is None and _plain(prior, matrix, dtype):
+            if leaf_invalid is None and type(prior) is torch.Tensor and prior.dtype is dtype \
+                    and prior.is_cpu and prior.shape == matrix and prior.is_contiguous():  # _plain, inline
                 # the shift is compiled; softmax(raw) is softmax(raw - max) bit for bit (torch
                 # subtracts the same max; where it is not finite both are NaN)
                 probs = torch.softmax(prior, -1)
@@ -455,7 +486,9 @@ def numba_search(
                 if leaf_invalid is not None:
                     leaf_invalid = _address(leaf_invalid)
                     p_invalid, flags = leaf_invalid.data_ptr(), flags | _INVALID
-            if direct and _plain(following, embedding_shape, input_dtype):
+            if direct and type(following) is torch.Tensor and following.dtype is input_dtype \
+                    and following.is_cpu and following.shape == embedding_shape \
+                    and following.is_contiguous():  # _plain, inline
                 p_next, flags = following.data_ptr(), flags | _NEXT
             elif growing == batch:
                 store.write_slot(new_index, following)
@@ -512,7 +545,6 @@ def _model_inputs(
     views of one buffer allocated once per search, except embeddings larger than
     ``_INPUT_BYTES`` in all (``None``: allocated per simulation)."""
     actions = torch.empty((num_simulations, shape[0]), dtype=torch.int64).unbind(0)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if num_simulations * math.prod(shape) * itemsize > _INPUT_BYTES:
+    if num_simulations * math.prod(shape) * dtype.itemsize > _INPUT_BYTES:
         return None, actions
     return torch.empty((num_simulations, *shape), dtype=dtype).unbind(0), actions

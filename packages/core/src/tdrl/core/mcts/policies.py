@@ -58,16 +58,22 @@ def _root_invalid(root: RootOutput, invalid_actions: Tensor | None) -> Tensor | 
 
 
 def _output(
-    tree: Tree, action: Tensor, policy_target: Tensor, visits: Tensor | None = None
+    tree: Tree,
+    action: Tensor,
+    policy_target: Tensor,
+    visits: Tensor | None = None,
+    root_edges: Tensor | None = None,
 ) -> TensorDict:
-    """The policy's TensorDict; ``visits``: the root visit counts ``[B, A]`` int64, if made."""
-    root_edges = tree.edge_data.select(1, ROOT_INDEX)
+    """The policy's TensorDict; ``visits``: the root visit counts ``[B, A]`` int64, and
+    ``root_edges`` the root's edge rows ``[B, A, 7]``, if made."""
+    if root_edges is None:
+        root_edges = tree.edge_data.select(1, ROOT_INDEX)
     if visits is None:
-        visits = root_edges.select(-1, EdgeChannel.VISITS).round().long()
+        visits = root_edges.select(-1, EdgeChannel.VISITS).long()  # whole numbers
     entries = {  # each [B, ...] by construction: built unchecked
         ACTION: action,
         POLICY_TARGET: policy_target,
-        ROOT_VALUE: tree.node_data[:, ROOT_INDEX, NodeChannel.VALUE],
+        ROOT_VALUE: tree.node_data.select(1, ROOT_INDEX).select(-1, NodeChannel.VALUE),
         VISIT_COUNTS: visits,
         Q_VALUES: root_edges.select(-1, EdgeChannel.QVALUE),
     }
@@ -125,7 +131,8 @@ def muzero_policy(
             invalid_actions=invalid,
             generator=generator,
         )
-    root = root._replace(prior_logits=logits, invalid_actions=invalid)
+    if logits is not root.prior_logits or invalid is not root.invalid_actions:
+        root = root._replace(prior_logits=logits, invalid_actions=invalid)
     select = partial(
         puct_selection, pb_c_init=pb_c_init, pb_c_base=pb_c_base, qtransform=qtransform
     )
@@ -133,13 +140,15 @@ def muzero_policy(
         root, recurrent_fn, select, select, num_simulations,
         max_depth=max_depth, two_player=two_player,
     )  # fmt: skip
-    counts = tree.edge_data[:, ROOT_INDEX, :, EdgeChannel.VISITS]
-    visits = counts.round().long()
+    root_edges = tree.edge_data.select(1, ROOT_INDEX)
+    counts = root_edges.select(-1, EdgeChannel.VISITS)  # whole numbers: long() is exact
+    visits = counts.long()
     action = sample_from_visits(
         visits, temperature, invalid_actions=invalid, generator=generator
     )
-    target = counts / counts.sum(-1, keepdim=True).clamp(min=1)
-    out = _output(tree, action, target, visits)
+    # every simulation takes one root edge: the counts sum to num_simulations (>= 1)
+    target = counts / float(num_simulations)
+    out = _output(tree, action, target, visits, root_edges)
     return (out, tree) if return_tree else out
 
 

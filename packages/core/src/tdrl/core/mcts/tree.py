@@ -347,10 +347,10 @@ def init_tree(
         root: the roots; ``root.prior_logits`` is ``[B, A]``, ``root.value`` ``[B]``.
         num_nodes: ``N``, usually ``num_simulations + 1``.
         extra: optional per-tree extras, batch ``[B]``.
-        write_root: ``False`` leaves the root's statistics and priors (slot 0 of
-            ``node_data`` and ``edge_data``) zero for the caller to write (the numba engine
-            writes them in its first compiled call); its embedding and illegal actions are
-            written either way.
+        write_root: ``False`` (roots without illegal actions) allocates the statistics,
+            index and illegal-action tensors and a plain-tensor embedding's slots
+            unwritten, for the caller to fill as below (the numba engine fills them in its
+            first compiled call); a TensorDict embedding is written either way.
 
     Returns:
         ``(tree, wrapped)`` where ``wrapped`` says the embedding was a plain tensor stored
@@ -365,7 +365,7 @@ def init_tree(
             f"root.value must be [B]={batch}, got shape {tuple(value.shape)}; "
             "squeeze a trailing value dim of 1 first"
         )
-    embedding, wrapped = _as_tensordict(root.embedding, batch, "root.embedding")
+    embedding, wrapped = _as_tensordict(root.embedding, batch, "root.embedding")  # None if wrapped
     device, dtype = logits.device, value.dtype
     invalid = root.invalid_actions
     if invalid is not None and invalid.shape != (batch, num_actions):
@@ -373,29 +373,33 @@ def init_tree(
             f"invalid_actions must be [B, A]={batch, num_actions}, got {tuple(invalid.shape)}"
         )
 
+    if not write_root and invalid is not None:
+        raise ValueError("init_tree(write_root=False) takes roots without illegal actions")
+
     def full(shape, fill, dt):
+        if not write_root:  # the caller fills them
+            return torch.empty(shape, dtype=dt, device=device)
         return torch.full(shape, fill, dtype=dt, device=device)
 
     nodes, edges = (batch, num_nodes), (batch, num_nodes, num_actions)
     if wrapped:  # one tensor: every slot a copy of the root's embedding, in three calls
         grid = root.embedding.new_empty((batch, num_nodes, *root.embedding.shape[1:]))
-        grid.copy_(root.embedding.unsqueeze(1))
+        if write_root:
+            grid.copy_(root.embedding.unsqueeze(1))
         embeddings = new_td({EMBEDDING_KEY: grid}, torch.Size(nodes))  # the shape is [B, N, ...]
     else:
         embeddings = embedding.unsqueeze(1).expand(batch, num_nodes).clone()
     tree = Tree(
-        node_data=torch.zeros((*nodes, len(_NODE_FIELDS)), dtype=dtype, device=device),
-        edge_data=torch.zeros((*edges, len(_EDGE_FIELDS)), dtype=dtype, device=device),
+        node_data=full((*nodes, len(_NODE_FIELDS)), 0, dtype),
+        edge_data=full((*edges, len(_EDGE_FIELDS)), 0, dtype),
         parents=full(nodes, NO_PARENT, torch.int64),
         action_from_parent=full(nodes, NO_PARENT, torch.int64),
         children_index=full(edges, UNVISITED, torch.int64),
-        invalid_actions=torch.zeros(edges, dtype=torch.bool, device=device),
+        invalid_actions=full(edges, False, torch.bool),
         embeddings=embeddings,
         extra=extra if extra is not None else new_td({}, torch.Size([batch]), device),
     )
     if not write_root:
-        if invalid is not None:
-            tree.invalid_actions.select(1, ROOT_INDEX).copy_(invalid & ~invalid.all(-1, keepdim=True))
         return tree, wrapped
     logits = logits.to(dtype)
     if invalid is None:  # what mask_invalid_logits gives for an all-legal mask
@@ -412,7 +416,11 @@ def init_tree(
 
 def _as_tensordict(
     embedding: TensorDictBase | Tensor, batch: int, name: str
-) -> tuple[TensorDictBase, bool]:
+) -> tuple[TensorDictBase | None, bool]:
+    """``(embedding, False)`` for a TensorDict of batch ``[B]``, ``(None, True)`` for a
+    tensor ``[B, ...]`` (stored under ``EMBEDDING_KEY`` by the caller)."""
+    if type(embedding) is Tensor and embedding.dim() and embedding.shape[0] == batch:
+        return None, True
     if isinstance(embedding, TensorDictBase):
         if embedding.batch_size[:1] != torch.Size([batch]):
             raise ValueError(f"{name} must have batch [B]={batch}, got {embedding.batch_size}")
@@ -423,4 +431,4 @@ def _as_tensordict(
     if not isinstance(embedding, Tensor) or embedding.shape[:1] != (batch,):
         shape = getattr(embedding, "shape", type(embedding).__name__)
         raise ValueError(f"{name} must be a TensorDict [B] or a tensor [B, ...], got {shape}")
-    return new_td({EMBEDDING_KEY: embedding}, torch.Size([batch])), True  # [B, ...] checked above
+    return None, True
