@@ -58,10 +58,7 @@ def _root_invalid(root: RootOutput, invalid_actions: Tensor | None) -> Tensor | 
 
 
 def _output(
-    tree: Tree,
-    action: Tensor,
-    policy_target: Tensor,
-    visits: Tensor | None = None,
+    tree: Tree, action: Tensor, policy_target: Tensor, visits: Tensor | None = None,
     root_edges: Tensor | None = None,
 ) -> TensorDict:
     """The policy's TensorDict; ``visits``: the root visit counts ``[B, A]`` int64, and
