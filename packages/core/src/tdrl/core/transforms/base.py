@@ -80,13 +80,15 @@ def _on_dicts(body: Callable, batch_size: torch.Size, device) -> Callable[[dict,
     return fn
 
 
-def _rewrite(td, sources: list, targets: list, fn: Callable) -> TensorDictBase:
+def _rewrite(td, sources: list, targets: list, fn: Callable) -> TensorDictBase | dict:
     """``td[target] = fn(td[source])`` for each pair whose source is present (a transform's
-    forward ``_call`` and its ``inv``); returns ``td``."""
+    forward ``_call`` and its ``inv``); ``td`` a TensorDict or a plain dict (a dict hook's
+    entries, string keys); returns ``td``."""
+    put = td.__setitem__ if type(td) is dict else td.set
     for src, dst in zip(sources, targets, strict=True):
         val = td.get(src, None)
         if val is not None:
-            td.set(dst, fn(val))
+            put(dst, fn(val))
     return td
 
 
@@ -216,6 +218,13 @@ class Transform(nn.Module):
             batch_size, device: those of the env the transform sits in.
         """
         return _on_dicts(self._reset, batch_size, device)
+
+    def _own_hook(self, owner: type, name: str, keys: Sequence, body: Callable) -> Callable | None:
+        """``body``, the transform's own step or reset body written against the mapping protocol
+        (what its ``name`` method runs on TensorDicts), as its dict hook; ``None`` where a
+        subclass of ``owner`` overrides ``name`` or a key of ``keys`` is not a string (the dict
+        hooks handle no nesting): the caller then takes the default hook, the body adapted."""
+        return None if overrides(self, owner, name) or not str_keys(keys) else body
 
     def step_only_keys(self) -> list:
         """Top-level keys this transform writes under ``"next"`` that describe the step, not

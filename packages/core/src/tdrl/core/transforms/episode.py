@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from tensordict import TensorDictBase
 
 from ..keys import DONE, EPISODE_REWARD, IS_INIT, REWARD, STEP_COUNT, TRUNCATED
 from ..specs import Bounded, Categorical, Composite, Unbounded
-from .base import DictReset, DictStep, Transform, overrides, str_keys
+from .base import DictReset, DictStep, Transform
 
 __all__ = ["RewardSum", "StepCounter", "InitTracker", "TrajCounter"]
 
@@ -43,45 +42,46 @@ class RewardSum(Transform):
         super().__init__(in_keys, out_keys)
 
     def _step(self, td, next_td):
-        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
-            r = next_td.get(k_in)
-            prev = td.get(k_out, None)
-            next_td.set(k_out, r if prev is None else prev + r)
+        self._sum_writer()(td, next_td)
         return next_td
 
     def dict_step(self, batch_size, device) -> DictStep | None:
         """``_step`` on plain dicts: ``next[out] = root[out] + next[in]``."""
-        if overrides(self, RewardSum, "_step") or not str_keys(self.in_keys, self.out_keys):
-            return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
-        pairs = list(zip(self.in_keys, self.out_keys, strict=True))
-
-        def fn(root: dict, nxt: dict) -> None:
-            for k_in, k_out in pairs:
-                r = nxt[k_in]
-                prev = root.get(k_out)
-                nxt[k_out] = r if prev is None else prev + r
-
-        return fn, True
+        fn = self._own_hook(RewardSum, "_step", [*self.in_keys, *self.out_keys], self._sum_writer())
+        return (fn, True) if fn else Transform.dict_step(self, batch_size, device)
 
     def _reset(self, td, td_reset):
-        env = self.parent
-        for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True):
-            spec = env.base_env.full_reward_spec[k_in] if env is not None else None
-            if spec is not None:
-                td_reset.set(k_out, torch.zeros(spec.shape, dtype=spec.dtype, device=spec.device))
+        self._zero_writer()(td, td_reset)
         return td_reset
 
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """``_reset`` on plain dicts: ``out[out_key] = 0``."""
-        if overrides(self, RewardSum, "_reset") or not str_keys(self.in_keys, self.out_keys):
-            return Transform.dict_reset(self, batch_size, device)  # the ordinary body, adapted
+        fn = self._own_hook(RewardSum, "_reset", [*self.in_keys, *self.out_keys], self._zero_writer())
+        return fn or Transform.dict_reset(self, batch_size, device)
+
+    def _sum_writer(self) -> DictReset:
+        """``fn(root, nxt)``: ``nxt[out] = root[out] + nxt[in]`` (the reward alone where the root
+        has no sum yet), the one body of ``_step`` (TensorDicts) and of the dict hook."""
+        pairs = list(zip(self.in_keys, self.out_keys, strict=True))
+
+        def fn(root, nxt) -> None:
+            for k_in, k_out in pairs:
+                r = nxt[k_in]
+                prev = root.get(k_out, None)
+                nxt[k_out] = r if prev is None else prev + r
+
+        return fn
+
+    def _zero_writer(self) -> DictReset:
+        """``fn(root, out)``: ``out[out_key] = 0`` in the reward spec's shape and dtype (for the
+        rewards the base env's spec has), the one body of ``_reset`` and of the dict hook."""
         env = self.parent
         zeros = [] if env is None else [
             (k_out, env.base_env.full_reward_spec[k_in])
             for k_in, k_out in zip(self.in_keys, self.out_keys, strict=True)
             if env.base_env.full_reward_spec.get(k_in, None) is not None]
 
-        def fn(root: dict, out: dict) -> None:
+        def fn(root, out) -> None:
             for k_out, spec in zeros:
                 out[k_out] = torch.zeros(spec.shape, dtype=spec.dtype, device=spec.device)
 
@@ -129,47 +129,45 @@ class StepCounter(Transform):
         self.truncated_key = truncated_key
         self.done_key = done_key
 
-    def _zeros(self, td_reset: TensorDictBase) -> torch.Tensor:
-        return torch.zeros((*td_reset.batch_size, 1), dtype=torch.int64, device=td_reset.device)
-
     def _reset(self, td, td_reset):
-        td_reset.set(self.step_count_key, self._zeros(td_reset))
+        self._count_start(td_reset.batch_size, td_reset.device)(td, td_reset)
         return td_reset
 
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """``_reset`` on plain dicts: the count restarts at 0."""
-        if overrides(self, StepCounter, "_reset", "_zeros") or not isinstance(self.step_count_key, str):
-            return Transform.dict_reset(self, batch_size, device)  # the ordinary body, adapted
-        key, shape = self.step_count_key, (*batch_size, 1)
-
-        def fn(root: dict, out: dict) -> None:
-            out[key] = torch.zeros(shape, dtype=torch.int64, device=device)
-
-        return fn
+        fn = self._own_hook(StepCounter, "_reset", [self.step_count_key], self._count_start(batch_size, device))
+        return fn or Transform.dict_reset(self, batch_size, device)
 
     def _step(self, td, next_td):
-        prev = td.get(self.step_count_key, None)
-        if prev is None:
-            prev = self._zeros(next_td)
-        count = prev + 1
-        next_td.set(self.step_count_key, count)
-        if self.max_steps is not None:
-            hit = count >= self.max_steps
-            next_td.set(self.truncated_key, next_td.get(self.truncated_key) | hit)
-            next_td.set(self.done_key, next_td.get(self.done_key) | hit)
+        self._count_step(next_td.batch_size, next_td.device)(td, next_td)
         return next_td
 
     def dict_step(self, batch_size, device) -> DictStep | None:
         """``_step`` on plain dicts; with ``max_steps`` it may set the done flags."""
-        if overrides(self, StepCounter, "_step", "_zeros") or not str_keys(
-                [self.step_count_key, self.truncated_key, self.done_key]):
-            return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
+        keys = [self.step_count_key, self.truncated_key, self.done_key]
+        fn = self._own_hook(StepCounter, "_step", keys, self._count_step(batch_size, device))
+        return (fn, self.max_steps is None) if fn else Transform.dict_step(self, batch_size, device)
+
+    def _count_start(self, batch_size, device) -> DictReset:
+        """``fn(root, out)``: ``out[step_count_key] = 0``, the one body of ``_reset`` and of the
+        dict hook."""
+        key, shape = self.step_count_key, (*batch_size, 1)
+
+        def fn(root, out) -> None:
+            out[key] = torch.zeros(shape, dtype=torch.int64, device=device)
+
+        return fn
+
+    def _count_step(self, batch_size, device) -> DictReset:
+        """``fn(root, nxt)``: ``nxt[step_count_key] = root's count + 1`` (1 where the root has
+        none) and, at ``max_steps``, the truncated and done flags set: the one body of
+        ``_step`` (TensorDicts) and of the dict hook."""
         key, trunc_key, done_key, limit = (self.step_count_key, self.truncated_key, self.done_key,
                                            self.max_steps)
         shape = (*batch_size, 1)
 
-        def fn(root: dict, nxt: dict) -> None:
-            prev = root.get(key)
+        def fn(root, nxt) -> None:
+            prev = root.get(key, None)
             if prev is None:
                 prev = torch.zeros(shape, dtype=torch.int64, device=device)
             count = prev + 1
@@ -179,7 +177,7 @@ class StepCounter(Transform):
                 nxt[trunc_key] = nxt[trunc_key] | hit
                 nxt[done_key] = nxt[done_key] | hit
 
-        return fn, limit is None
+        return fn
 
     def _call(self, td):
         return td
@@ -219,15 +217,13 @@ class InitTracker(Transform):
 
     def dict_step(self, batch_size, device) -> DictStep | None:
         """``_step`` on plain dicts: ``next[init_key]`` all False."""
-        if overrides(self, InitTracker, "_step") or not isinstance(self.init_key, str):
-            return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
-        return self._flag_writer(False, batch_size, device), True
+        fn = self._own_hook(InitTracker, "_step", [self.init_key], self._flag_writer(False, batch_size, device))
+        return (fn, True) if fn else Transform.dict_step(self, batch_size, device)
 
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """``_reset`` on plain dicts: ``out[init_key]`` all True."""
-        if overrides(self, InitTracker, "_reset") or not isinstance(self.init_key, str):
-            return Transform.dict_reset(self, batch_size, device)  # the ordinary body, adapted
-        return self._flag_writer(True, batch_size, device)
+        fn = self._own_hook(InitTracker, "_reset", [self.init_key], self._flag_writer(True, batch_size, device))
+        return fn or Transform.dict_reset(self, batch_size, device)
 
     def _flag_writer(self, value: bool, batch_size, device) -> DictReset:
         """``fn(root, out)`` writing ``out[init_key]``, a fresh ``(*batch, 1)`` bool tensor of

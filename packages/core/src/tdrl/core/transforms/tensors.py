@@ -59,18 +59,15 @@ class DTypeCastTransform(Transform):
         return x.to(self.dtype_in) if x.dtype == self.dtype_out else x
 
     def dict_step(self, batch_size, device) -> DictStep | None:
-        """The cast of ``_call`` on plain dicts (string keys only)."""
+        """``_step`` (its ``_call``: the cast) on plain dicts, string keys only; it never
+        changes the done flags."""
         if (overrides(self, DTypeCastTransform, "_step", "_call", "_apply_transform")
                 or not str_keys(self.in_keys, self.out_keys)):
             return Transform.dict_step(self, batch_size, device)  # the ordinary body, adapted
-        pairs = list(zip(self.in_keys, self.out_keys, strict=True))
-        dtype_in, dtype_out = self.dtype_in, self.dtype_out
+        call = self._call
 
         def fn(root: dict, nxt: dict) -> None:
-            for k_in, k_out in pairs:
-                val = nxt.get(k_in)
-                if val is not None:
-                    nxt[k_out] = val.to(dtype_out) if val.dtype == dtype_in else val
+            call(nxt)
 
         return fn, True
 
