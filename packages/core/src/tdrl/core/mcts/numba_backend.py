@@ -459,22 +459,15 @@ def numba_search(
             if type(result) is not RecurrentOutput:
                 result = RecurrentOutput(*result)
             following, reward, discount, prior, value, leaf_invalid = result
-            # the outputs read in place (kept referenced until the compiled call has read them);
-            # the three vectors checked at once (what _plain checks), else one by one
-            if not (type(reward) is type(discount) is type(value) is torch.Tensor
-                    and reward.dtype is discount.dtype is value.dtype is dtype
-                    and reward.shape == discount.shape == value.shape == vector
-                    and reward.is_cpu and discount.is_cpu and value.is_cpu
-                    and reward.is_contiguous() and discount.is_contiguous() and value.is_contiguous()):
-                if not _plain(reward, vector, dtype):
-                    reward = _vector_address(reward, batch, "reward", dtype)
-                if not _plain(discount, vector, dtype):
-                    discount = _vector_address(discount, batch, "discount", dtype)
-                if not _plain(value, vector, dtype):
-                    value = _vector_address(value, batch, "value", dtype)
+            # the outputs read in place (kept referenced until the compiled call has read them)
+            if not _plain(reward, vector, dtype):
+                reward = _vector_address(reward, batch, "reward", dtype)
+            if not _plain(discount, vector, dtype):
+                discount = _vector_address(discount, batch, "discount", dtype)
+            if not _plain(value, vector, dtype):
+                value = _vector_address(value, batch, "value", dtype)
             p_reward, p_discount, p_value = reward.data_ptr(), discount.data_ptr(), value.data_ptr()
-            if leaf_invalid is None and type(prior) is torch.Tensor and prior.dtype is dtype \
-                    and prior.is_cpu and prior.shape == matrix and prior.is_contiguous():  # _plain, inline
+            if leaf_invalid is None and _plain(prior, matrix, dtype):
                 # the shift is compiled; softmax(raw) is softmax(raw - max) bit for bit (torch
                 # subtracts the same max; where it is not finite both are NaN)
                 probs = torch.softmax(prior, -1)
@@ -486,9 +479,7 @@ def numba_search(
                 if leaf_invalid is not None:
                     leaf_invalid = _address(leaf_invalid)
                     p_invalid, flags = leaf_invalid.data_ptr(), flags | _INVALID
-            if direct and type(following) is torch.Tensor and following.dtype is input_dtype \
-                    and following.is_cpu and following.shape == embedding_shape \
-                    and following.is_contiguous():  # _plain, inline
+            if direct and _plain(following, embedding_shape, input_dtype):
                 p_next, flags = following.data_ptr(), flags | _NEXT
             elif growing == batch:
                 store.write_slot(new_index, following)
