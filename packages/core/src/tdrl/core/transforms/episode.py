@@ -15,6 +15,17 @@ from .base import DictReset, DictStep, Transform
 __all__ = ["RewardSum", "StepCounter", "InitTracker", "TrajCounter"]
 
 
+def _fill_writer(key, batch_size, device, dtype: torch.dtype, value) -> DictReset:
+    """``fn(root, out)`` writing ``out[key]``, a fresh ``(*batch, 1)`` tensor of ``value``
+    (``out`` a TensorDict or a plain dict): a count's restart, an init flag."""
+    shape = (*batch_size, 1)
+
+    def fn(root, out) -> None:
+        out[key] = torch.full(shape, value, dtype=dtype, device=device)
+
+    return fn
+
+
 def _batch(spec: Composite) -> tuple:
     return tuple(spec.shape)
 
@@ -130,12 +141,14 @@ class StepCounter(Transform):
         self.done_key = done_key
 
     def _reset(self, td, td_reset):
-        self._count_start(td_reset.batch_size, td_reset.device)(td, td_reset)
+        start = _fill_writer(self.step_count_key, td_reset.batch_size, td_reset.device, torch.int64, 0)
+        start(td, td_reset)
         return td_reset
 
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """``_reset`` on plain dicts: the count restarts at 0."""
-        fn = self._own_hook(StepCounter, "_reset", [self.step_count_key], self._count_start(batch_size, device))
+        start = _fill_writer(self.step_count_key, batch_size, device, torch.int64, 0)
+        fn = self._own_hook(StepCounter, "_reset", [self.step_count_key], start)
         return fn or Transform.dict_reset(self, batch_size, device)
 
     def _step(self, td, next_td):
@@ -147,16 +160,6 @@ class StepCounter(Transform):
         keys = [self.step_count_key, self.truncated_key, self.done_key]
         fn = self._own_hook(StepCounter, "_step", keys, self._count_step(batch_size, device))
         return (fn, self.max_steps is None) if fn else Transform.dict_step(self, batch_size, device)
-
-    def _count_start(self, batch_size, device) -> DictReset:
-        """``fn(root, out)``: ``out[step_count_key] = 0``, the one body of ``_reset`` and of the
-        dict hook."""
-        key, shape = self.step_count_key, (*batch_size, 1)
-
-        def fn(root, out) -> None:
-            out[key] = torch.zeros(shape, dtype=torch.int64, device=device)
-
-        return fn
 
     def _count_step(self, batch_size, device) -> DictReset:
         """``fn(root, nxt)``: ``nxt[step_count_key] = root's count + 1`` (1 where the root has
@@ -208,33 +211,26 @@ class InitTracker(Transform):
         self.init_key = init_key
 
     def _reset(self, td, td_reset):
-        self._flag_writer(True, td_reset.batch_size, td_reset.device)(td, td_reset)
+        flag = _fill_writer(self.init_key, td_reset.batch_size, td_reset.device, torch.bool, True)
+        flag(td, td_reset)
         return td_reset
 
     def _step(self, td, next_td):
-        self._flag_writer(False, next_td.batch_size, next_td.device)(td, next_td)
+        flag = _fill_writer(self.init_key, next_td.batch_size, next_td.device, torch.bool, False)
+        flag(td, next_td)
         return next_td
 
     def dict_step(self, batch_size, device) -> DictStep | None:
         """``_step`` on plain dicts: ``next[init_key]`` all False."""
-        fn = self._own_hook(InitTracker, "_step", [self.init_key], self._flag_writer(False, batch_size, device))
+        body = _fill_writer(self.init_key, batch_size, device, torch.bool, False)
+        fn = self._own_hook(InitTracker, "_step", [self.init_key], body)
         return (fn, True) if fn else Transform.dict_step(self, batch_size, device)
 
     def dict_reset(self, batch_size, device) -> DictReset | None:
         """``_reset`` on plain dicts: ``out[init_key]`` all True."""
-        fn = self._own_hook(InitTracker, "_reset", [self.init_key], self._flag_writer(True, batch_size, device))
+        body = _fill_writer(self.init_key, batch_size, device, torch.bool, True)
+        fn = self._own_hook(InitTracker, "_reset", [self.init_key], body)
         return fn or Transform.dict_reset(self, batch_size, device)
-
-    def _flag_writer(self, value: bool, batch_size, device) -> DictReset:
-        """``fn(root, out)`` writing ``out[init_key]``, a fresh ``(*batch, 1)`` bool tensor of
-        ``value``: the one body of ``_step`` / ``_reset`` (``out`` a TensorDict) and of the dict
-        hooks (``out`` a plain dict)."""
-        key, shape, fill = self.init_key, (*batch_size, 1), torch.ones if value else torch.zeros
-
-        def fn(root: dict, out: dict) -> None:
-            out[key] = fill(shape, dtype=torch.bool, device=device)
-
-        return fn
 
     def _call(self, td):
         return td
